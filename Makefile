@@ -1,0 +1,42 @@
+# The two commands: `make lab` and `make test`. Both create .venv and install the project into it
+# when needed (a stamp file makes the install happen again only when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PORT   ?= 8888
+IP     ?= 127.0.0.1
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Jupyter refuses to run as root without --allow-root (containers, CI); no browser without a display.
+LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test install bench clean distclean
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is needed; run: make PYTHON=python3.12 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/workbench bench kernels
+
+clean:
+	rm -rf build .pytest_cache .ipynb_checkpoints notebooks/.ipynb_checkpoints
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -exec rm -rf {} +
+	rm -rf $${XDG_CACHE_HOME:-$$HOME/.cache}/locality-workbench/numba
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,248 @@
+"""The seed datasets of the workbench, each at three sizes and deterministic from a seed.
+
+* ``ci``: seconds, for tests; ``lab``: about a minute of work, for class; ``full``: the reference
+  papers' shapes scaled to one 24 GB machine.
+* A dataset holds named arrays (``points``, ``labels``, ``A`` ...) and a few parameters (bins,
+  number of centres ...). Arrays are produced block by block, as numpy blocks or as a Dask array
+  whose tasks generate their own block on the worker, so nothing is materialised in one process.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from datasets.streams import uniform_region
+
+SIZES = ("ci", "lab", "full")
+
+Region = tuple[slice, ...]
+Fill = Callable[[Region], np.ndarray]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array of a dataset: its shape, dtype, default block shape and how to make any region."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    block: tuple[int, ...]
+    fill: Fill
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A named, sized, seeded dataset: a dict of arrays plus the parameters its applications use."""
+
+    name: str
+    size: str
+    seed: int
+    description: str
+    arrays: dict[str, ArraySpec]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays together (what a run must move or keep somewhere)."""
+        return sum(spec.nbytes for spec in self.arrays.values())
+
+    def spec(self, array: str) -> ArraySpec:
+        try:
+            return self.arrays[array]
+        except KeyError:
+            raise KeyError(
+                f"dataset {self.name!r} has no array {array!r}; it has {sorted(self.arrays)}"
+            ) from None
+
+    def chunks(self, array: str, block: int | tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
+        """Dask-style chunks for ``array``: ``block`` rows per block (an int) or a block shape."""
+        from dask.array.core import normalize_chunks
+
+        spec = self.spec(array)
+        if block is None:
+            block = spec.block
+        elif isinstance(block, (int, np.integer)):
+            if block < 1:
+                raise ValueError(f"block must be a positive number of rows, got {block}")
+            block = (int(block),) + spec.shape[1:]
+        return normalize_chunks(block, spec.shape, dtype=spec.dtype)
+
+    def block(self, array: str, region: Region) -> np.ndarray:
+        """The values of ``array`` in ``region`` (a tuple of slices with start and stop)."""
+        spec = self.spec(array)
+        return spec.fill(region).astype(spec.dtype, copy=False)
+
+    def blocks(
+        self, array: str, block: int | tuple[int, ...] | None = None
+    ) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+        """Yield ``(block_index, values)`` for every block, one at a time."""
+        chunks = self.chunks(array, block)
+        offsets = [np.concatenate([[0], np.cumsum(c)]).astype(int) for c in chunks]
+        for index in itertools.product(*(range(len(c)) for c in chunks)):
+            region = tuple(slice(o[i], o[i + 1]) for o, i in zip(offsets, index))
+            yield index, self.block(array, region)
+
+    def load(self, array: str) -> np.ndarray:
+        """The whole array in this process; meant for the small sizes and for checking."""
+        spec = self.spec(array)
+        return self.block(array, tuple(slice(0, n) for n in spec.shape))
+
+    def to_dask(self, array: str, block: int | tuple[int, ...] | None = None):
+        """A Dask array whose tasks each generate one block where they run."""
+        import dask.array as da
+        from dask.base import tokenize
+
+        spec = self.spec(array)
+        chunks = self.chunks(array, block)
+        name = f"{self.name}-{array}-" + tokenize(self.name, self.size, self.seed, array, chunks)
+        return da.map_blocks(
+            partial(_dask_block, spec.fill, spec.dtype),
+            chunks=chunks,
+            dtype=spec.dtype,
+            meta=np.empty((0,) * len(spec.shape), dtype=spec.dtype),
+            name=name,
+        )
+
+
+def _dask_block(fill: Fill, dtype: np.dtype, block_info: dict | None = None) -> np.ndarray:
+    location = block_info[None]["array-location"]
+    return fill(tuple(slice(start, stop) for start, stop in location)).astype(dtype, copy=False)
+
+
+# -- how each array's values are made ----------------------------------------------------------
+def _uniform(seed: int, stream: int, shape: tuple[int, ...], region: Region) -> np.ndarray:
+    return uniform_region(seed, stream, shape, region)
+
+
+def _two_class_labels(seed: int, n: int, region: Region) -> np.ndarray:
+    return (uniform_region(seed, 1, (n,), region) < 0.5).astype(np.int8)
+
+
+def _two_class_points(seed: int, shape: tuple[int, int], shift: float, region: Region) -> np.ndarray:
+    """Class 1 is class 0's unit box moved by ``shift`` on every axis: overlapping, not separable."""
+    labels = _two_class_labels(seed, shape[0], region[:1])
+    return uniform_region(seed, 0, shape, region) + shift * labels[:, None]
+
+
+def _uniform_spec(seed: int, stream: int, shape: tuple[int, ...], block: tuple[int, ...]) -> ArraySpec:
+    return ArraySpec(shape, np.dtype(np.float64), block, partial(_uniform, seed, stream, shape))
+
+
+# -- the catalogue ------------------------------------------------------------------------------
+# Shapes per size. "full" follows the papers where one machine allows: k-means 4,194,304 points x 64
+# dims (PyCOMPSs Table I, 2 GB); matmul 8 x 8 blocks (Table II, blocks of 2048, not 4096, so the
+# three matrices fit in 24 GB); histogram 5-D points as in the thesis (ch. 4-5).
+SHAPES: dict[str, dict[str, dict[str, int]]] = {
+    "kmeans": {
+        "ci": dict(points=65_536, dims=8, centres=4, block=8_192),
+        "lab": dict(points=1_048_576, dims=16, centres=4, block=65_536),
+        "full": dict(points=4_194_304, dims=64, centres=4, block=262_144),
+    },
+    "histogram": {
+        "ci": dict(points=200_000, dims=5, bins=8, block=25_000),
+        "lab": dict(points=10_000_000, dims=5, bins=8, block=625_000),
+        "full": dict(points=100_000_000, dims=5, bins=8, block=3_125_000),
+    },
+    "matmul": {
+        "ci": dict(blocks=4, block_size=64),
+        "lab": dict(blocks=4, block_size=512),
+        "full": dict(blocks=8, block_size=2_048),
+    },
+    "knn": {
+        "ci": dict(points=20_000, queries=2_000, neighbours=5, block=2_500),
+        "lab": dict(points=1_000_000, queries=10_000, neighbours=5, block=62_500),
+        "full": dict(points=10_000_000, queries=100_000, neighbours=5, block=625_000),
+    },
+    "csvm": {
+        "ci": dict(points=4_000, dims=8, block=500),
+        "lab": dict(points=40_000, dims=16, block=5_000),
+        "full": dict(points=400_000, dims=32, block=25_000),
+    },
+}
+
+DESCRIPTIONS = {
+    "kmeans": "uniform random points in [0, 1)^dims and initial centres (PyCOMPSs k-means, Table I)",
+    "histogram": "uniform random 5-D points in [0, 1)^5, binned 8 per axis (thesis histogram)",
+    "matmul": "two square matrices A and B of uniform values in blocks (PyCOMPSs matmul, Table II)",
+    "knn": "a 3-D point cloud to fit and query points, uniform in the unit cube (thesis kNN)",
+    "csvm": "two overlapping classes of points with labels 0/1 (thesis Cascade SVM)",
+}
+
+
+def _build(name: str, size: str, seed: int) -> Dataset:
+    s = SHAPES[name][size]
+    if name == "kmeans":
+        arrays = {
+            "points": _uniform_spec(seed, 0, (s["points"], s["dims"]), (s["block"], s["dims"])),
+            "centres": _uniform_spec(seed, 1, (s["centres"], s["dims"]), (s["centres"], s["dims"])),
+        }
+        params = dict(centres=s["centres"], iterations=10, epsilon=1e-9)
+    elif name == "histogram":
+        arrays = {"points": _uniform_spec(seed, 0, (s["points"], s["dims"]), (s["block"], s["dims"]))}
+        params = dict(bins=s["bins"], range=[(0.0, 1.0)] * s["dims"])
+    elif name == "matmul":
+        n, b = s["blocks"] * s["block_size"], s["block_size"]
+        arrays = {"A": _uniform_spec(seed, 0, (n, n), (b, b)), "B": _uniform_spec(seed, 1, (n, n), (b, b))}
+        params = dict(blocks=s["blocks"], block_size=b)
+    elif name == "knn":
+        arrays = {
+            "points": _uniform_spec(seed, 0, (s["points"], 3), (s["block"], 3)),
+            "queries": _uniform_spec(seed, 1, (s["queries"], 3), (s["queries"], 3)),
+        }
+        params = dict(neighbours=s["neighbours"])
+    elif name == "csvm":
+        n, d = s["points"], s["dims"]
+        arrays = {
+            "points": ArraySpec(
+                (n, d), np.dtype(np.float64), (s["block"], d), partial(_two_class_points, seed, (n, d), 0.35)
+            ),
+            "labels": ArraySpec((n,), np.dtype(np.int8), (s["block"],), partial(_two_class_labels, seed, n)),
+        }
+        params = dict(shift=0.35)
+    else:  # pragma: no cover - names are checked by get()
+        raise AssertionError(name)
+    return Dataset(name, size, seed, DESCRIPTIONS[name], arrays, params)
+
+
+def names() -> list[str]:
+    """The datasets in the catalogue."""
+    return sorted(SHAPES)
+
+
+def get(name: str, size: str = "ci", seed: int = 0) -> Dataset:
+    """The dataset ``name`` at ``size`` (``ci``, ``lab`` or ``full``) generated from ``seed``."""
+    if name not in SHAPES:
+        hint = difflib.get_close_matches(name, SHAPES, n=1)
+        suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
+        raise KeyError(f"no dataset {name!r}; the catalogue has {names()}.{suggestion}")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return _build(name, size, int(seed))
+
+
+def describe(size: str = "ci") -> list[dict[str, Any]]:
+    """One row per dataset at ``size``: name, arrays with shapes, and bytes."""
+    rows = []
+    for name in names():
+        ds = get(name, size)
+        rows.append(
+            dict(
+                dataset=name,
+                size=size,
+                arrays={k: v.shape for k, v in ds.arrays.items()},
+                nbytes=ds.nbytes,
+                description=ds.description,
+            )
+        )
+    return rows

@@ -1,0 +1,65 @@
+"""numba compute kernels with numpy references: pure functions on arrays, no runtime imports.
+
+Every kernel checks its arguments in Python first (clear TypeError/ValueError), then runs a
+``nogil=True, cache=True`` numba function. ``parallel=True`` splits the work over all numba threads;
+the default runs on the calling thread, which is what a Dask task wants (one core per task).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def _default_numba_cache_dir() -> str:
+    """A writable cache directory, so compiled kernels are reused across processes and runs."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    candidate = base / "locality-workbench" / "numba"
+    try:
+        candidate.mkdir(parents=True, exist_ok=True)
+        if os.access(candidate, os.W_OK):
+            return str(candidate)
+    except OSError:
+        pass
+    return str(Path(tempfile.gettempdir()) / "locality-workbench-numba")
+
+
+# Set before numba reads its configuration; worker processes inherit the variable.
+os.environ.setdefault("NUMBA_CACHE_DIR", _default_numba_cache_dir())
+
+import numba.core.config  # noqa: E402
+
+if not numba.core.config.CACHE_DIR:  # numba was imported before us: tell it directly
+    numba.core.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+
+from kernels.histogram import (  # noqa: E402
+    histogram1d,
+    histogram1d_reference,
+    histogramdd,
+    histogramdd_reference,
+)
+from kernels.kmeans import kmeans_partial, kmeans_partial_reference, kmeans_update  # noqa: E402
+from kernels.linalg import (  # noqa: E402
+    matrix_add,
+    matrix_add_reference,
+    multiply_accumulate,
+    multiply_accumulate_reference,
+)
+from kernels import prk  # noqa: E402
+from kernels.stream import stream_sum  # noqa: E402
+
+__all__ = [
+    "histogram1d",
+    "histogram1d_reference",
+    "histogramdd",
+    "histogramdd_reference",
+    "kmeans_partial",
+    "kmeans_partial_reference",
+    "kmeans_update",
+    "matrix_add",
+    "matrix_add_reference",
+    "multiply_accumulate",
+    "multiply_accumulate_reference",
+    "prk",
+    "stream_sum",
+]

@@ -1,0 +1,79 @@
+"""The project's own files agree with each other: dependencies, commands, lesson shape."""
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pyproject_dependencies() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {_name(r) for r in project["dependencies"]}
+    names |= {_name(r) for r in project["optional-dependencies"]["test"]}
+    return names
+
+
+def _conda_dependencies(path: Path) -> set[str]:
+    env = yaml.safe_load(path.read_text())
+    names = set()
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and _name(dep) not in {"python", "pip"}:
+            names.add(_name(dep))
+    return names
+
+
+@pytest.mark.parametrize("env_file", ["environment.yml", "binder/environment.yml"])
+def test_dependency_lists_agree(env_file):
+    assert _conda_dependencies(ROOT / env_file) == _pyproject_dependencies()
+
+
+def test_binder_installs_the_project_and_starts_small():
+    assert "pip install --no-deps -e ." in (ROOT / "binder/postBuild").read_text()
+    assert "WORKBENCH_SIZE" in (ROOT / "binder/start").read_text()
+
+
+def test_ci_runs_make_test_and_make_has_the_two_commands():
+    assert "make test" in (ROOT / ".ci/run").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("lab:", "test:", "clean:"):
+        assert re.search(rf"^{target}", makefile, re.M), target
+    readme = (ROOT / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+
+
+def test_kernels_never_import_the_runtime():
+    for path in (ROOT / "kernels").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(from|import)\s+(workbench|datasets)\b", text, re.M), path
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_follows_the_lesson_template(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"  # papermill needs both
+    assert nb["metadata"]["language_info"]["name"] == "python"
+    cells = nb["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert not any(c.get("outputs") or c.get("execution_count") for c in code), "commit notebooks without outputs"
+    title = "".join(cells[0]["source"])
+    assert re.match(r"# \d\d · ", title), "title cell: '# NN · Title'"
+    for heading in ("**Objectives**", "**Time:**", "**Prerequisites:**"):
+        assert heading in title, heading
+    parameters = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(parameters) == 1 and "size" in "".join(parameters[0]["source"])
+    text = "\n".join("".join(c["source"]) for c in cells)
+    assert "## Key points" in text and "## Exercise" in text
+    hidden = [c for c in code if "hide-cell" in c["metadata"].get("tags", [])]
+    assert hidden and all(c["metadata"]["jupyter"]["source_hidden"] for c in hidden)
+    assert "close()" in "".join(code[-1]["source"]), "the last cell closes the session"

@@ -1,0 +1,116 @@
+import os
+import socket
+
+import numpy as np
+import psutil
+import pytest
+
+import workbench
+from workbench.apps.histogram import histogram_blocks, persist_blocks
+from workbench.lab.sweep import histogram_block_sweep
+from workbench.runtime import session as session_module
+import datasets
+import kernels
+
+
+def test_default_session_has_one_thread_per_worker_on_this_node(session):
+    info = session.describe()
+    assert len(info["workers"]) == 2 and info["owned"]
+    assert all(w["threads"] == 1 for w in info["workers"])
+    assert set(session.worker_nodes().values()) == {workbench.node_id()} == {socket.gethostname()}
+    # numba inside a worker uses the worker's one thread, not every core
+    assert set(session.client.run(lambda: os.environ["NUMBA_NUM_THREADS"]).values()) == {"1"}
+
+
+def test_simulated_nodes_and_clean_close():
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with workbench.start(nodes=["node-a", "node-a", "node-b"], timeout=60) as s:
+        nodes = s.nodes()
+        assert sorted(nodes) == ["node-a", "node-b"]
+        assert len(nodes["node-a"]) == 2 and len(nodes["node-b"]) == 1
+    s.close()  # closing twice is harmless
+    leftover = {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} - children_before
+    assert not leftover, f"worker processes left running: {leftover}"
+
+
+def test_joining_a_scheduler_by_environment_leaves_that_cluster_running(session, monkeypatch):
+    monkeypatch.setenv(session_module.SCHEDULER_ENV, session.client.scheduler.address)
+    with workbench.start(timeout=30) as joined:
+        assert joined.cluster is None
+        assert joined.workers() == session.workers()
+    assert session.client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(address="tcp://127.0.0.1:1", n_workers=2), "n_workers and nodes configure a local cluster"),
+        (dict(timeout=0), "timeout must be positive"),
+        (dict(nodes=["a", "b"], n_workers=3), "nodes gives 2 node ids but n_workers is 3"),
+        (dict(nodes=[]), "nodes must name at least one node id"),
+        (dict(threads_per_worker=0), "threads_per_worker must be at least 1"),
+    ],
+)
+def test_bad_session_arguments(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        workbench.start(**kwargs)
+    assert words in str(info.value)
+
+
+def test_unreachable_scheduler_fails_within_the_timeout():
+    with pytest.raises(OSError):
+        workbench.start("tcp://127.0.0.1:9", timeout=2)
+
+
+def test_blocked_histogram_equals_the_kernel(session):
+    ds = datasets.get("histogram", "ci", seed=5)
+    points = persist_blocks(session, ds.to_dask("points", 7_001))
+    counts = histogram_blocks(session, points, ds.params["bins"], ds.params["range"])
+    expected = kernels.histogramdd(ds.load("points"), ds.params["bins"], ds.params["range"])
+    np.testing.assert_array_equal(counts, expected)
+    with pytest.raises(ValueError, match="not persisted"):
+        histogram_blocks(session, ds.to_dask("points"), ds.params["bins"], ds.params["range"])
+
+
+def test_block_sweep_records_every_run(session):
+    runs = histogram_block_sweep(session, "ci", blocks=(2, 16), repeats=2)
+    assert list(runs["blocks"]) == [2, 2, 16, 16]
+    assert (runs["seconds"] > 0).all()
+    with pytest.raises(ValueError, match="blocks must be between 1 and"):
+        histogram_block_sweep(session, "ci", blocks=(0,), repeats=1)
+
+
+def test_per_task_cost_fits_a_line():
+    import pandas as pd
+    from workbench.lab.sweep import per_task_cost
+
+    runs = pd.DataFrame(dict(blocks=[2, 2, 10, 10, 50], seconds=[0.013, 0.015, 0.03, 0.03, 0.11]))
+    fixed, per_task = per_task_cost(runs)
+    assert per_task == pytest.approx(0.002, rel=1e-6) and fixed == pytest.approx(0.01, rel=1e-6)
+    with pytest.raises(ValueError, match="two or more block counts"):
+        per_task_cost(runs[runs.blocks == 2])
+
+
+def test_panel_run_adds_runs_and_reports_errors(session):
+    from workbench.viz.panels import BlockSweepPanel
+
+    panel = BlockSweepPanel(session, "ci", choices=(2, 4))
+    panel.repeats.value = 1
+    panel.blocks.value = 4
+    runs = panel.run()
+    assert list(runs["blocks"]) == [4] and "median" in panel.status.value
+    panel.button.click()  # the button does the same
+    assert len(panel.runs) == 2 and not panel.button.disabled
+    panel.size = "nope"
+    with pytest.raises(ValueError):
+        panel.run()
+    assert "error" in panel.status.value and not panel.button.disabled
+
+
+def test_readiness_flags_a_small_dev_shm():
+    from workbench import machine
+
+    info = machine.describe()
+    assert isinstance(machine.readiness(info), list)
+    info["shm"] = {"total": 64 * 2**20, "free": 64 * 2**20}
+    assert any("/dev/shm has 0.06 GiB free" in w for w in machine.readiness(info))

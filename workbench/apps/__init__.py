@@ -1,0 +1,1 @@
+"""The seed applications, each written once over the kernels and run in every variant."""

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints ratios against a baseline or peer measured in the same run."""

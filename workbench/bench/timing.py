@@ -1,0 +1,19 @@
+"""Wall-clock timing helpers for benchmarks (never used to assert in tests)."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def time_once(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls: robust to the odd slow run on a shared machine."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    return statistics.median(time_once(fn) for _ in range(repeats))

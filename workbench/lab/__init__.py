@@ -1,0 +1,1 @@
+"""Experiments: run applications in variants and sizes, time them, tidy the results."""

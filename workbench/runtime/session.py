@@ -1,0 +1,194 @@
+"""The Dask cluster a workbench run uses: an embedded LocalCluster, or an existing scheduler.
+
+``with workbench.start() as session:`` starts one worker process per core (one thread each),
+and always closes it. ``start(address=...)`` or ``$WORKBENCH_SCHEDULER`` joins a running
+scheduler instead, so the same code runs on many nodes. Every wait has a timeout.
+
+Locality has two levels, the worker (a process) and the node (a host, where shared memory is
+shared). A worker's node id is its hostname unless ``$WORKBENCH_NODE_ID`` says otherwise;
+``start(nodes=[...])`` gives each local worker its own node id, simulating several nodes on one
+machine for tests and lessons.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
+from distributed.system import MEMORY_LIMIT
+
+NODE_ID_ENV = "WORKBENCH_NODE_ID"
+SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
+DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
+
+
+def node_id() -> str:
+    """The node this process runs on: ``$WORKBENCH_NODE_ID`` or the hostname."""
+    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
+
+
+@dataclass
+class Session:
+    """A Dask client and, when the workbench started it, the cluster it owns."""
+
+    client: Client
+    cluster: LocalCluster | SpecCluster | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    dashboard: bool = False
+    _closed: bool = field(default=False, repr=False)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the client, and the cluster when this session started it. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.client.close(timeout=self.timeout)
+        finally:
+            if self.cluster is not None:
+                self.cluster.close(timeout=self.timeout)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- where things are ------------------------------------------------------------------------
+    def workers(self) -> list[str]:
+        """Worker addresses, sorted."""
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def worker_nodes(self) -> dict[str, str]:
+        """Worker address -> node id, asked of each worker."""
+        return dict(sorted(self.client.run(node_id).items()))
+
+    def nodes(self) -> dict[str, list[str]]:
+        """Node id -> the worker addresses on it."""
+        grouped: dict[str, list[str]] = {}
+        for worker, node in self.worker_nodes().items():
+            grouped.setdefault(node, []).append(worker)
+        return grouped
+
+    def gather(self, futures: Future | Iterable[Future], timeout: float | None = None) -> Any:
+        """Wait for ``futures`` (at most ``timeout`` s, the session's by default) and return results."""
+        timeout = self.timeout if timeout is None else timeout
+        wait(futures, timeout=timeout)
+        return self.client.gather(futures)
+
+    def describe(self) -> dict[str, Any]:
+        """Scheduler address, workers with threads and node, and whether the session owns the cluster."""
+        info = self.client.scheduler_info(n_workers=-1)
+        nodes = self.worker_nodes()
+        return {
+            "scheduler": info["address"],
+            "owned": self.cluster is not None,
+            "dashboard": self.client.dashboard_link if self.dashboard else None,
+            "workers": [
+                {"address": addr, "threads": w["nthreads"], "node": nodes.get(addr), "memory_limit": w["memory_limit"]}
+                for addr, w in sorted(info["workers"].items())
+            ],
+        }
+
+
+def _worker_env(threads_per_worker: int) -> dict[str, str]:
+    """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
+    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+
+    return {
+        "NUMBA_NUM_THREADS": str(threads_per_worker),
+        "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"],
+    }
+
+
+def start(
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    nodes: Sequence[str] | None = None,
+    memory_limit: str | int = "auto",
+    dashboard: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Session:
+    """Start (or join) the cluster for a workbench run and return a :class:`Session`.
+
+    address: a scheduler to join (``tcp://host:8786``); default ``$WORKBENCH_SCHEDULER``, else a
+        new LocalCluster of worker processes on this machine.
+    n_workers: local worker processes (default: one per core, or one per entry of ``nodes``).
+    threads_per_worker: threads per worker; 1 keeps one task per core, as the papers' runs do.
+    nodes: one node id per local worker, to simulate several nodes on one machine.
+    memory_limit: per worker; "auto" shares the machine's memory equally.
+    dashboard: serve the Dask dashboard on a free port.
+    timeout: seconds for connecting, waiting for workers and closing.
+    """
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    if threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
+    address = address or os.environ.get(SCHEDULER_ENV) or None
+    if address is not None:
+        if nodes is not None or n_workers is not None:
+            raise ValueError(
+                "n_workers and nodes configure a local cluster; with a scheduler address the "
+                "workers are whatever that cluster runs (set WORKBENCH_NODE_ID on those workers)"
+            )
+        return Session(Client(address, timeout=timeout), None, timeout, dashboard=True)
+
+    if nodes is not None:
+        nodes = [str(n) for n in nodes]
+        if not nodes:
+            raise ValueError("nodes must name at least one node id, got an empty list")
+        if n_workers is not None and n_workers != len(nodes):
+            raise ValueError(f"nodes gives {len(nodes)} node ids but n_workers is {n_workers}; give one per worker")
+    n_workers = len(nodes) if nodes is not None else (n_workers or os.cpu_count() or 1)
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be at least 1, got {n_workers}")
+    if memory_limit == "auto":
+        memory_limit = MEMORY_LIMIT // n_workers
+    dashboard_address = ":0" if dashboard else None
+    env = _worker_env(threads_per_worker)
+
+    cluster: LocalCluster | SpecCluster
+    if nodes is None:
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            memory_limit=memory_limit,
+            dashboard_address=dashboard_address,
+            env=env,
+        )
+    else:
+        # LocalCluster gives every worker the same environment; a SpecCluster gives each its own.
+        workers = {
+            f"{node}-{i}": {
+                "cls": Nanny,
+                "options": {
+                    "nthreads": threads_per_worker,
+                    "memory_limit": memory_limit,
+                    "env": {**env, NODE_ID_ENV: node},
+                    "host": "127.0.0.1",
+                    "silence_logs": logging.WARNING,
+                },
+            }
+            for i, node in enumerate(nodes)
+        }
+        scheduler = {
+            "cls": Scheduler,
+            # The scheduler's HTTP server (health, metrics) always runs: a free port avoids clashes.
+            "options": {"host": "127.0.0.1", "dashboard_address": ":0", "dashboard": dashboard},
+        }
+        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
+    try:
+        client = Client(cluster, timeout=timeout)
+        client.wait_for_workers(n_workers, timeout=timeout)
+    except BaseException:
+        cluster.close(timeout=timeout)
+        raise
+    return Session(client, cluster, timeout, dashboard=dashboard)
