@@ -52,6 +52,18 @@ def nstream_expected_sum(length: int, iterations: int) -> float:
     return 8.0 * (iterations + 1) * length
 
 
+def _square_pair(a: object, b: object) -> tuple[np.ndarray, np.ndarray]:
+    """Two float matrices, square, of one shape and dtype (transpose and stencil operands)."""
+    a, b = as_array("a", a), as_array("b", b)
+    require_ndim("a", a, 2)
+    require_float("a", a)
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"a must be square, got shape {a.shape}")
+    require_shape("b", b, a.shape)
+    require_same_dtype(("a", "b"), (a, b))
+    return a, b
+
+
 # -- transpose: B += A^T; A += 1 ---------------------------------------------------------------
 @njit(nogil=True, cache=True, parallel=True)
 def _transpose(a, b, tile):
@@ -71,13 +83,7 @@ def _transpose(a, b, tile):
 
 def transpose(a: np.ndarray, b: np.ndarray, tile: int = TRANSPOSE_TILE) -> None:
     """One PRK transpose iteration on square matrices: ``B += A.T; A += 1``, cache-tiled."""
-    a, b = as_array("a", a), as_array("b", b)
-    require_ndim("a", a, 2)
-    require_float("a", a)
-    if a.shape[0] != a.shape[1]:
-        raise ValueError(f"a must be square, got shape {a.shape}")
-    require_shape("b", b, a.shape)
-    require_same_dtype(("a", "b"), (a, b))
+    a, b = _square_pair(a, b)
     require_writeable("a", a)
     require_writeable("b", b)
     _transpose(a, b, positive_int("tile", tile))
@@ -129,13 +135,7 @@ def _stencil_star(a, b, weights, radius):
 
 def stencil_star(a: np.ndarray, b: np.ndarray, radius: int = 2) -> None:
     """Apply the star stencil of ``radius`` to ``a``, adding into the interior of ``b``."""
-    a, b = as_array("a", a), as_array("b", b)
-    require_ndim("a", a, 2)
-    require_float("a", a)
-    if a.shape[0] != a.shape[1]:
-        raise ValueError(f"a must be square, got shape {a.shape}")
-    require_shape("b", b, a.shape)
-    require_same_dtype(("a", "b"), (a, b))
+    a, b = _square_pair(a, b)
     require_writeable("b", b)
     radius = positive_int("radius", radius)
     if a.shape[0] <= 2 * radius:

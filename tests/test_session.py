@@ -19,7 +19,7 @@ def test_default_session_has_one_thread_per_worker_on_this_node(session):
     assert all(w["threads"] == 1 for w in info["workers"])
     assert set(session.worker_nodes().values()) == {workbench.node_id()} == {socket.gethostname()}
     # numba inside a worker uses the worker's one thread, not every core
-    assert set(session.client.run(lambda: os.environ["NUMBA_NUM_THREADS"]).values()) == {"1"}
+    assert set(session.run(os.getenv, "NUMBA_NUM_THREADS").values()) == {"1"}
 
 
 def test_simulated_nodes_and_clean_close():
@@ -55,6 +55,13 @@ def test_bad_session_arguments(kwargs, words):
     with pytest.raises(ValueError) as info:
         workbench.start(**kwargs)
     assert words in str(info.value)
+
+
+def test_run_on_workers_is_bounded_by_a_timeout(session):
+    import time
+
+    with pytest.raises(TimeoutError, match="sleep did not finish on every worker within 0.5 s"):
+        session.run(time.sleep, 3, timeout=0.5)
 
 
 def test_unreachable_scheduler_fails_within_the_timeout():

@@ -53,7 +53,7 @@ def histogram_block_sweep(
     n_points = ds.spec("points").shape[0]
     bins, ranges = ds.params["bins"], ds.params["range"]
     expected = kernels.histogramdd(ds.load("points"), bins, ranges, parallel=True) if size == "ci" else None
-    session.client.run(_warm_up, bins, ranges)  # numba compile or cache load, before any timing
+    session.run(_warm_up, bins, ranges)  # numba compile or cache load, before any timing
     rows = []
     for n_blocks in blocks:
         if not 1 <= n_blocks <= n_points:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,9 +66,24 @@ class Session:
         """Worker addresses, sorted."""
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
+    def run(self, function: Callable[..., Any], *args: Any, timeout: float | None = None) -> dict[str, Any]:
+        """Call ``function(*args)`` once on every worker; worker address -> result.
+
+        ``Client.run`` has no timeout, so it runs on a helper thread that is waited on for at most
+        ``timeout`` seconds (the session's by default); a hung worker raises TimeoutError here.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-run")
+        try:
+            return pool.submit(self.client.run, function, *args).result(timeout=timeout)
+        except FuturesTimeout:
+            raise TimeoutError(f"{getattr(function, '__name__', function)} did not finish on every worker within {timeout} s") from None
+        finally:
+            pool.shutdown(wait=False)
+
     def worker_nodes(self) -> dict[str, str]:
         """Worker address -> node id, asked of each worker."""
-        return dict(sorted(self.client.run(node_id).items()))
+        return dict(sorted(self.run(node_id).items()))
 
     def nodes(self) -> dict[str, list[str]]:
         """Node id -> the worker addresses on it."""
