@@ -6,7 +6,8 @@ import psutil
 import pytest
 
 import workbench
-from workbench.apps.histogram import histogram_blocks, persist_blocks
+from workbench.apps.histogram import histogram_blocks
+from workbench.apps.placement import PersistedBlocks
 from workbench.lab.sweep import histogram_block_sweep
 from workbench.runtime import session as session_module
 import datasets
@@ -71,12 +72,14 @@ def test_unreachable_scheduler_fails_within_the_timeout():
 
 def test_blocked_histogram_equals_the_kernel(session):
     ds = datasets.get("histogram", "ci", seed=5)
-    points = persist_blocks(session, ds.to_dask("points", 7_001))
-    counts = histogram_blocks(session, points, ds.params["bins"], ds.params["range"])
+    points = PersistedBlocks(session, ds.to_dask("points", 7_001))
+    assert [f.key[1:] for f in points.block_futures] == [(i, 0) for i in range(29)]  # block order
+    assert set(points.locality().values()) <= set(session.workers())
+    counts = histogram_blocks(session, points.block_futures, ds.params["bins"], ds.params["range"])
     expected = kernels.histogramdd(ds.load("points"), ds.params["bins"], ds.params["range"])
     np.testing.assert_array_equal(counts, expected)
-    with pytest.raises(ValueError, match="not persisted"):
-        histogram_blocks(session, ds.to_dask("points"), ds.params["bins"], ds.params["range"])
+    with pytest.raises(ValueError, match="no blocks: place the points first"):
+        histogram_blocks(session, [], ds.params["bins"], ds.params["range"])
 
 
 def test_block_sweep_records_every_run(session):
@@ -121,3 +124,26 @@ def test_readiness_flags_a_small_dev_shm():
     assert isinstance(machine.readiness(info), list)
     info["shm"] = {"total": 64 * 2**20, "free": 64 * 2**20}
     assert any("/dev/shm has 0.06 GiB free" in w for w in machine.readiness(info))
+
+
+def test_scale_refuses_clusters_it_cannot_shape(session, monkeypatch):
+    monkeypatch.setenv(session_module.SCHEDULER_ENV, session.client.scheduler.address)
+    with workbench.start(timeout=30) as joined:
+        with pytest.raises(ValueError, match="joined an existing scheduler"):
+            joined.scale(1)
+    monkeypatch.delenv(session_module.SCHEDULER_ENV)
+    with workbench.start(nodes=["x"], timeout=60) as simulated:
+        with pytest.raises(ValueError, match="simulated nodes has a fixed shape"):
+            simulated.scale(2)
+    with pytest.raises(ValueError, match="n_workers must be at least 1"):
+        session.scale(0)
+
+
+def test_size_resolution_order(monkeypatch):
+    monkeypatch.delenv(workbench.SIZE_ENV, raising=False)
+    assert workbench.resolve_size(None) == "lab"
+    monkeypatch.setenv(workbench.SIZE_ENV, "ci")
+    assert workbench.resolve_size(None) == "ci"  # Binder
+    assert workbench.resolve_size("full") == "full"  # papermill's injected value wins
+    with pytest.raises(ValueError, match="size must be one of"):
+        workbench.resolve_size("huge")

@@ -15,6 +15,51 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from datetime import datetime
+    from pathlib import Path
+
+    import workbench
+    from workbench.lab.runner import run_experiment
+
+    grid = None
+    if args.param:
+        grid = {}
+        for item in args.param:
+            name, _, values = item.partition("=")
+            if not values:
+                raise ValueError(f"--param takes NAME=V1,V2,... (integers), got {item!r}")
+            grid[name] = [int(v) for v in values.split(",")]
+    variants = args.variants.split(",") if args.variants else None
+    out = Path(args.out or f"runs/{args.app}-{datetime.now():%Y%m%d-%H%M%S}")
+    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session:
+        experiment = run_experiment(
+            session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
+            seed=args.seed, trace=not args.no_trace, progress=not args.json,
+        )
+    experiment.save(out)
+    table = experiment.stats_table() if experiment.results["variant"].nunique() > 1 else experiment.results.to_string()
+    where = f"results, statistics and traces (JSON + Perfetto) in {out}/; 'workbench report {out}' makes an HTML page"
+    if args.json:  # stdout stays one JSON document; the table goes to stderr for the person watching
+        print((out / "results.json").read_text())
+        print(f"{table}\n\n{where}", file=sys.stderr)
+    else:
+        print(f"{table}\n\n{where}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from workbench.lab.runner import Experiment
+    from workbench.viz.report import write_report
+
+    experiment = Experiment.load(args.dir)
+    path = write_report(experiment, args.output or Path(args.dir) / "report.html")
+    print(path)
+    return 0
+
+
 def _datasets(args: argparse.Namespace) -> int:
     import datasets
 
@@ -48,6 +93,25 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--only", nargs="+", metavar="KERNEL", help="measure only these kernels")
     k.set_defaults(func=_bench_kernels)
 
+    r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
+    r.add_argument("app", help="application name (histogram, ...)")
+    r.add_argument("--variants", help="comma-separated variants (default: all); the baseline is always run")
+    r.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
+    r.add_argument("--repeat", type=int, default=5, help="timed runs per variant and parameter point")
+    r.add_argument("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter")
+    r.add_argument("--out", help="directory for results and traces (default runs/APP-TIMESTAMP)")
+    r.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    r.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait")
+    r.add_argument("--no-trace", action="store_true", help="skip the traces (a little less overhead)")
+    r.set_defaults(func=_run)
+
+    rep = commands.add_parser("report", help="write a standalone HTML report of a 'workbench run' directory")
+    rep.add_argument("dir")
+    rep.add_argument("--output", help="HTML file (default DIR/report.html)")
+    rep.set_defaults(func=_report)
+
     d = commands.add_parser("datasets", help="list the dataset catalogue")
     d.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
     d.add_argument("--json", action="store_true")
@@ -63,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, FileNotFoundError) as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
 

@@ -9,7 +9,8 @@ import pandas as pd
 
 import datasets
 import kernels
-from workbench.apps.histogram import histogram_blocks, persist_blocks
+from workbench.apps.histogram import histogram_blocks
+from workbench.apps.placement import PersistedBlocks
 from workbench.runtime.session import Session
 
 
@@ -59,15 +60,15 @@ def histogram_block_sweep(
         if not 1 <= n_blocks <= n_points:
             raise ValueError(f"blocks must be between 1 and {n_points} (the number of points), got {n_blocks}")
         block_rows = -(-n_points // n_blocks)
-        points = persist_blocks(session, ds.to_dask("points", block_rows))
+        points = PersistedBlocks(session, ds.to_dask("points", block_rows))
         for repeat in range(repeats):
             start = time.perf_counter()
-            counts = histogram_blocks(session, points, bins, ranges)
+            counts = histogram_blocks(session, points.block_futures, bins, ranges)
             seconds = time.perf_counter() - start
             if expected is not None and not np.array_equal(counts, expected):
                 raise AssertionError(f"blocked histogram with {n_blocks} blocks differs from the kernel")
             if counts.sum() != n_points:
                 raise AssertionError(f"blocked histogram counted {counts.sum()} of {n_points} points")
-            rows.append(dict(blocks=points.numblocks[0], block_rows=block_rows, repeat=repeat, seconds=seconds))
-        del points  # releases the blocks on the workers
+            rows.append(dict(blocks=len(points.block_futures), block_rows=block_rows, repeat=repeat, seconds=seconds))
+        points.release()
     return pd.DataFrame(rows)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
@@ -92,6 +93,21 @@ class Session:
             grouped.setdefault(node, []).append(worker)
         return grouped
 
+    def scale(self, n_workers: int) -> None:
+        """Run ``n_workers`` local worker processes (only for a cluster this session started)."""
+        if self.cluster is None:
+            raise ValueError("this session joined an existing scheduler: scale that cluster where it was started")
+        if not isinstance(self.cluster, LocalCluster):
+            raise ValueError("a cluster of simulated nodes has a fixed shape: start a new session with other nodes=")
+        if n_workers < 1:
+            raise ValueError(f"n_workers must be at least 1, got {n_workers}")
+        self.cluster.scale(n_workers)
+        deadline = time.monotonic() + self.timeout
+        while len(self.workers()) != n_workers:  # scaling down is not awaited by scale() itself
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster did not reach {n_workers} workers within {self.timeout} s")
+            time.sleep(0.05)
+
     def gather(self, futures: Future | Iterable[Future], timeout: float | None = None) -> Any:
         """Wait for ``futures`` (at most ``timeout`` s, the session's by default) and return results."""
         timeout = self.timeout if timeout is None else timeout
@@ -168,7 +184,9 @@ def start(
         raise ValueError(f"n_workers must be at least 1, got {n_workers}")
     if memory_limit == "auto":
         memory_limit = MEMORY_LIMIT // n_workers
-    dashboard_address = ":0" if dashboard else None
+    # The scheduler's HTTP server (health, metrics) always runs: a free port avoids clashes between
+    # clusters; the bokeh dashboard on it only when asked for.
+    scheduler_options = {"dashboard_address": ":0", "dashboard": dashboard}
     env = _worker_env(threads_per_worker)
 
     cluster: LocalCluster | SpecCluster
@@ -178,7 +196,7 @@ def start(
             threads_per_worker=threads_per_worker,
             processes=True,
             memory_limit=memory_limit,
-            dashboard_address=dashboard_address,
+            scheduler_kwargs=scheduler_options,
             env=env,
         )
     else:
@@ -196,11 +214,7 @@ def start(
             }
             for i, node in enumerate(nodes)
         }
-        scheduler = {
-            "cls": Scheduler,
-            # The scheduler's HTTP server (health, metrics) always runs: a free port avoids clashes.
-            "options": {"host": "127.0.0.1", "dashboard_address": ":0", "dashboard": dashboard},
-        }
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **scheduler_options}}
         cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
     try:
         client = Client(cluster, timeout=timeout)

@@ -50,3 +50,98 @@ class BlockSweepPanel:
         finally:
             self.button.disabled = False
         return self.runs
+
+
+class ExperimentPanel:
+    """Controls for an experiment and a Run button; the figures below it are redrawn in place.
+
+    Application, variants, blocks per worker, workers, size and repeats; Run calls the experiment
+    runner on the session's cluster, then shows the statistics table, the comparison with 95 %
+    confidence intervals, the Gantt of the median run of each variant and where the blocks were.
+    ``panel.run()`` does what the button does; ``panel.experiment`` holds the last result.
+    """
+
+    BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+    def __init__(self, session: Session, size: str = "ci", app: str = "histogram"):
+        import os
+
+        from workbench.apps import registry
+
+        self.session = session
+        self.experiment = None
+        self.app = widgets.Dropdown(options=registry.names(), value=app, description="application")
+        self.variants = widgets.SelectMultiple(description="variants", rows=3)
+        self.blocks = widgets.SelectionSlider(options=list(self.BLOCK_CHOICES), value=8, description="blocks/worker")
+        owned_local = session.cluster is not None and type(session.cluster).__name__ == "LocalCluster"
+        self.workers = widgets.IntSlider(
+            value=len(session.workers()), min=1, max=max(os.cpu_count() or 1, len(session.workers())),
+            description="workers", disabled=not owned_local,
+        )
+        self.size = widgets.Dropdown(options=["ci", "lab", "full"], value=size, description="size")
+        self.repeats = widgets.IntSlider(value=3, min=2, max=10, description="repeats")
+        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.status = widgets.HTML("Choose, then press <b>Run</b>.")
+        self.table = widgets.HTML()
+        self.figures = widgets.VBox()
+        self.app.observe(lambda _: self._fill_variants(), names="value")
+        self._fill_variants()
+        self.button.on_click(lambda _: self.run())
+        controls = widgets.HBox([
+            widgets.VBox([self.app, self.variants]),
+            widgets.VBox([self.blocks, self.workers, self.size, self.repeats, self.button]),
+        ])
+        self.widget = widgets.VBox([controls, self.status, self.table, self.figures])
+
+    def _fill_variants(self) -> None:
+        from workbench.apps import registry
+
+        names = list(registry.get(self.app.value).variants)
+        self.variants.options = names
+        self.variants.value = tuple(names)
+
+    def run(self):
+        """Run the experiment with the controls' values and redraw; returns the Experiment."""
+        from jupyter_bokeh.widgets import BokehModel
+
+        from workbench.apps import registry
+        from workbench.lab.runner import run_experiment
+        from workbench.runtime import trace as tracing
+        from workbench.viz.gantt import gantt
+        from workbench.viz.locality import block_map, bytes_matrix
+        from workbench.viz.report import median_run, stats_html
+        from workbench.viz.timing import comparison_figure
+
+        self.button.disabled = True
+        try:
+            if not self.workers.disabled and self.workers.value != len(self.session.workers()):
+                self.status.value = f"scaling the cluster to {self.workers.value} workers ..."
+                self.session.scale(self.workers.value)
+            app = registry.get(self.app.value)
+            parameter = next(iter(app.grids[self.size.value]))
+            self.status.value = f"running {self.app.value} ({', '.join(self.variants.value)}) ..."
+            experiment = run_experiment(
+                self.session, self.app.value, variants=list(self.variants.value), size=self.size.value,
+                grid={parameter: [self.blocks.value]}, repeats=self.repeats.value, progress=False,
+            )
+            self.experiment = experiment
+            compared = experiment.results["variant"].nunique() > 1
+            self.table.value = stats_html(experiment.stats(), experiment.parameters) if compared else ""
+            point = {parameter: self.blocks.value}
+            figures = [comparison_figure(experiment.results, experiment.parameters)]
+            frames = []
+            for variant in experiment.metadata["variants"]:
+                run_id = median_run(experiment.results, variant, point)
+                frames.append(experiment.traces[run_id])
+                figures.append(gantt(experiment.traces[run_id], title=f"{variant}: median run ({run_id})"))
+            figures.append(bytes_matrix(tracing.bytes_moved(pd.concat(frames))))
+            figures.append(block_map(next(iter(experiment.locality.values()))))
+            self.figures.children = [BokehModel(f) for f in figures]
+            means = experiment.results.groupby("variant")["seconds"].mean()
+            self.status.value = "done: " + ", ".join(f"{v} {s:.4f} s" for v, s in means.items())
+            return experiment
+        except Exception as error:  # shown in the panel: a click has no traceback to read
+            self.status.value = f"<b>error:</b> {error}"
+            raise
+        finally:
+            self.button.disabled = False

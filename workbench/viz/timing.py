@@ -4,7 +4,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pandas as pd
-from bokeh.models import ColumnDataSource, HoverTool
+
+from workbench.lab.stats import mean_ci
+from bokeh.models import ColumnDataSource, HoverTool, Whisker
 from bokeh.plotting import figure
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
@@ -41,4 +43,36 @@ def block_sweep_figure(runs: pd.DataFrame, title: str = "one task per block"):
     )
     fig.add_tools(HoverTool(tooltips=[("blocks", "@blocks"), ("seconds", "@seconds{0.000}")]))
     fig.legend.location = "top_left"
+    return fig
+
+
+def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str = "mean time with 95 % CI"):
+    """Bars of mean seconds per variant at each parameter point, whiskers at the 95 % CI of the mean."""
+    rows = []
+    group_keys = parameters + ["variant"]
+    for key, group in results.groupby(group_keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        mean, low, high = mean_ci(group["seconds"])
+        point = ", ".join(str(v) for v in key[:-1]) or "all"
+        rows.append(dict(point=point, variant=str(key[-1]), mean=mean, low=low, high=high, runs=len(group)))
+    table = pd.DataFrame(rows)
+    variants = list(dict.fromkeys(table["variant"]))
+    factors = [(p, v) for p, v in zip(table["point"], table["variant"])]
+    from bokeh.models import FactorRange
+
+    fig = figure(
+        x_range=FactorRange(*factors), height=320, width=max(420, 60 * len(factors) + 120), title=title,
+        y_axis_label="seconds", x_axis_label=", ".join(parameters) or "variant", tools="hover,save", toolbar_location="right",
+        tooltips=[("variant", "@variant"), ("mean", "@mean{0.0000} s"), ("95% CI", "@low{0.0000} - @high{0.0000}"), ("runs", "@runs")],
+    )
+    source = ColumnDataSource(dict(
+        x=factors, variant=table["variant"].to_list(), mean=table["mean"].to_list(), low=table["low"].to_list(),
+        high=table["high"].to_list(), runs=table["runs"].to_list(),
+        colour=[PALETTE[variants.index(v) % len(PALETTE)] for v in table["variant"]],
+    ))
+    fig.vbar(x="x", top="mean", width=0.8, color="colour", source=source)
+    fig.add_layout(Whisker(base="x", lower="low", upper="high", source=source, line_width=1.5))
+    fig.y_range.start = 0
+    fig.xaxis.major_label_orientation = 0.8
+    fig.xgrid.grid_line_color = None
     return fig

@@ -1,0 +1,131 @@
+"""The tour lesson in a real browser: JupyterLab + headless Chromium (Debian's) via Playwright.
+
+Runs every cell through JupyterLab's own "Run All Cells", then checks that no cell errored, that
+an ipywidget and bokeh plots rendered, and saves screenshots to build/artifacts/browser/.
+Skipped, with how to enable it, where Chromium or Playwright is missing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = "01-locality-tour.ipynb"
+ARTIFACTS = ROOT / "build" / "artifacts" / "browser"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network: no background connections, no component updates (env/polyglot.md).
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+]
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason="no Chromium at /usr/bin/chromium: 'apt-get install chromium' (.ci/run does it) enables the browser test",
+    ),
+    pytest.mark.timeout(600),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyter_lab(tmp_path):
+    """JupyterLab serving a temporary copy of the lesson, at size "ci"; stopped afterwards."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    port, token = _free_port(), secrets.token_hex(16)
+    log = open(tmp_path / "jupyter.log", "w")
+    env = {**os.environ, "WORKBENCH_SIZE": "ci", "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+            f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield url, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        log.close()
+
+
+def _prompts(page) -> list[str]:
+    return page.eval_on_selector_all(".jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())")
+
+
+def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
+    url, token = jupyter_lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+            news = page.get_by_role("button", name="No")  # JupyterLab's "get notified about news?" toast
+            if news.count():
+                news.first.click()
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+            deadline = time.monotonic() + 400
+            while True:  # every code cell has run: none waiting ("[ ]", "[*]"), the last one numbered
+                prompts = _prompts(page)  # a cell with hidden input shows an empty prompt
+                if prompts and all(p not in ("[ ]:", "[*]:") for p in prompts) and prompts[-1][1:-2].isdigit():
+                    break
+                if page.locator("[data-mime-type='application/vnd.jupyter.error']").count():
+                    break
+                assert time.monotonic() < deadline, f"cells did not finish: {prompts}"
+                time.sleep(1)
+
+            errors = page.locator("[data-mime-type='application/vnd.jupyter.error']")
+            if errors.count():
+                page.screenshot(path=str(ARTIFACTS / "01-locality-tour-error.png"))
+            assert errors.count() == 0, errors.first.inner_text()[:2000]
+
+            run_button = page.locator(".jupyter-widgets button", has_text="Run")
+            run_button.first.wait_for(timeout=30_000)
+            panel_canvases = page.locator(".jupyter-widgets canvas")  # BokehModel figures inside the panel
+            panel_canvases.first.wait_for(timeout=60_000)
+            assert page.locator(".jp-OutputArea canvas").count() >= 5  # the lesson's bokeh plots
+            run_button.first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "01-locality-tour-panel.png"))
+            page.locator(".jp-OutputArea canvas").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "01-locality-tour.png"))
+        finally:
+            browser.close()

@@ -1,0 +1,46 @@
+"""Data placed in worker memory for a run: a persisted Dask array and its block futures, in order."""
+from __future__ import annotations
+
+import dask.array as da
+from distributed import Future, futures_of
+
+from workbench.runtime.session import Session
+
+
+class PersistedBlocks:
+    """A Dask array computed into worker memory, with its block futures in block order.
+
+    Futures (not raw keys) are what tasks receive, so the scheduler sees each dependency and
+    runs a task where its block lives.
+    """
+
+    def __init__(self, session: Session, array: da.Array):
+        self.session = session
+        self.array = session.client.persist(array)
+        by_key = {f.key: f for f in futures_of(self.array)}
+        self.block_futures: list[Future] = [by_key[k] for k in _flat(self.array.__dask_keys__())]
+        session.gather(self.block_futures)  # wait (bounded) until every block exists
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+    def locality(self) -> dict[str, str]:
+        """Block index (as text, e.g. "(3, 0)") -> the worker holding it."""
+        who_has = self.session.client.who_has(self.block_futures)
+        return {
+            str(tuple(f.key[1:])): (sorted(who_has.get(f.key, ())) or [""])[0] for f in self.block_futures
+        }
+
+    def release(self) -> None:
+        """Drop the references; Dask frees the blocks once no client holds them."""
+        self.block_futures = []
+        self.array = None
+
+
+def _flat(keys):
+    if isinstance(keys, list):
+        for item in keys:
+            yield from _flat(item)
+    else:
+        yield keys

@@ -1,0 +1,77 @@
+"""What an application is to the experiment runner, and the catalogue of applications.
+
+An application names its dataset, prepares the data on the cluster for one parameter point
+(untimed: generating and placing data is not what is measured), and offers variants: functions
+that compute the same answer in different ways. The runner times only the variants.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from datasets import Dataset
+from workbench.runtime.session import Session
+from workbench.runtime.trace import Recorder
+
+
+class Prepared(Protocol):
+    """Data placed for one parameter point."""
+
+    def locality(self) -> dict[str, str]:
+        """Block name -> worker address holding it."""
+
+    def release(self) -> None:
+        """Free what was placed (worker memory, segments, files)."""
+
+
+Variant = Callable[[Session, Any, Recorder], Any]
+
+
+@dataclass(frozen=True)
+class Application:
+    """An application: its dataset, how to place data, its variants, its parameter grids."""
+
+    name: str
+    description: str
+    dataset: str
+    prepare: Callable[[Session, Dataset, dict[str, Any]], Prepared]
+    variants: Mapping[str, Variant]
+    baseline: str
+    grids: Mapping[str, Mapping[str, Sequence[Any]]]  # size -> parameter -> values
+    same_answer: Callable[[Any, Any], bool] = field(default=lambda a, b: a == b)
+
+    def variant(self, name: str) -> Variant:
+        try:
+            return self.variants[name]
+        except KeyError:
+            raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.variants)}") from None
+
+
+_APPS: dict[str, Application] = {}
+
+
+def register(app: Application) -> Application:
+    if app.baseline not in app.variants:
+        raise ValueError(f"baseline {app.baseline!r} of {app.name!r} is not one of its variants {list(app.variants)}")
+    _APPS[app.name] = app
+    return app
+
+
+def _load_builtin() -> None:
+    import workbench.apps.histogram  # noqa: F401  (registers itself)
+
+
+def get(name: str) -> Application:
+    """The application ``name``; a close-match suggestion when there is none."""
+    _load_builtin()
+    if name not in _APPS:
+        hint = difflib.get_close_matches(name, _APPS, n=1)
+        raise ValueError(f"no application {name!r}; there are {sorted(_APPS)}" + (f". Did you mean {hint[0]!r}?" if hint else ""))
+    return _APPS[name]
+
+
+def names() -> list[str]:
+    _load_builtin()
+    return sorted(_APPS)

@@ -1,0 +1,226 @@
+"""The experiment runner: an application x variants x parameter grid x repeats.
+
+For each parameter point the data is placed once (untimed), each variant runs once as warm-up
+(numba compile, first connections; excluded from the results and reported apart, and its answer
+checked against the baseline's), then the variants run interleaved, A B A B ..., so a noisy
+machine slows all of them alike. Every timed run records its wall time, the application's phases
+and a trace (Dask's task stream, transfer bytes, workbench events).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from distributed import get_task_stream
+
+import workbench
+from workbench import machine
+from workbench.apps import registry
+from workbench.lab import stats
+from workbench.runtime import trace as tracing
+from workbench.runtime.session import Session, node_id
+
+import datasets
+
+
+@dataclass
+class Experiment:
+    """What a run of the runner produced; ``save``/``load`` round-trip it through a directory."""
+
+    app: str
+    baseline: str
+    parameters: list[str]
+    results: pd.DataFrame
+    warmups: pd.DataFrame
+    traces: dict[str, pd.DataFrame] = field(default_factory=dict)
+    locality: dict[str, dict[str, str]] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def stats(self) -> pd.DataFrame:
+        """Each variant against the baseline at each parameter point (see :mod:`workbench.lab.stats`)."""
+        return stats.compare(self.results, self.baseline, self.parameters)
+
+    def stats_table(self) -> str:
+        return stats.format_table(self.stats(), self.parameters)
+
+    def save(self, out: str | Path) -> Path:
+        """Write results (CSV and JSON), warm-ups, statistics, metadata and one trace per run."""
+        out = Path(out)
+        (out / "traces").mkdir(parents=True, exist_ok=True)
+        table = self.stats() if len(self.results["variant"].unique()) > 1 else pd.DataFrame()
+        self.results.to_csv(out / "results.csv", index=False)
+        self.warmups.to_csv(out / "warmups.csv", index=False)
+        table.to_csv(out / "stats.csv", index=False)
+        document = {
+            "metadata": self.metadata,
+            "baseline": self.baseline,
+            "parameters": self.parameters,
+            "locality": self.locality,
+            "results": json.loads(self.results.to_json(orient="records")),
+            "warmups": json.loads(self.warmups.to_json(orient="records")),
+            "stats": json.loads(table.to_json(orient="records")) if not table.empty else [],
+        }
+        (out / "results.json").write_text(json.dumps(document, indent=1, default=str))
+        for run_id, frame in self.traces.items():
+            tracing.write(frame, out / "traces" / run_id, name=f"{self.app} {run_id}")
+        return out
+
+    @classmethod
+    def load(cls, out: str | Path) -> Experiment:
+        """Read a directory written by :meth:`save`."""
+        out = Path(out)
+        document_path = out / "results.json"
+        if not document_path.exists():
+            raise FileNotFoundError(f"{out} holds no results.json: is it the --out directory of 'workbench run'?")
+        document = json.loads(document_path.read_text())
+        traces = {
+            p.name.removesuffix(".json"): tracing.read(p)
+            for p in sorted((out / "traces").glob("*.json"))
+            if not p.name.endswith(".perfetto.json")
+        }
+        return cls(
+            app=document["metadata"]["app"],
+            baseline=document["baseline"],
+            parameters=document["parameters"],
+            results=pd.DataFrame(document["results"]),
+            warmups=pd.DataFrame(document["warmups"]),
+            traces=traces,
+            locality=document["locality"],
+            metadata=document["metadata"],
+        )
+
+
+def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in order."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
+
+    return tqdm(total=total, disable=not enabled, desc="runs", unit="run", leave=False)
+
+
+def run_experiment(
+    session: Session,
+    app: str,
+    variants: Sequence[str] | None = None,
+    size: str = "ci",
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    repeats: int = 3,
+    seed: int = 0,
+    trace: bool = True,
+    progress: bool = True,
+) -> Experiment:
+    """Run ``app`` in ``variants`` over ``grid`` (the app's grid for ``size`` by default).
+
+    The baseline variant is always run, first, because every other variant is compared with it.
+    """
+    application = registry.get(app)
+    variants = list(dict.fromkeys(variants or application.variants))
+    for name in variants:
+        application.variant(name)  # a clear error for a misspelt variant, before anything runs
+    if application.baseline not in variants:
+        variants.insert(0, application.baseline)
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    dataset = datasets.get(application.dataset, size, seed)
+    grid = dict(grid if grid is not None else application.grids[size])
+    points = grid_points(grid)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    nodes = {**session.worker_nodes(), tracing.CLIENT: node_id()}
+    session.client.get_task_stream()  # switches the scheduler's task-stream plugin on before any run
+
+    results, warmups, traces, locality = [], [], {}, {}
+    bar = _progress(len(points) * len(variants) * (repeats + 1), progress)
+    try:
+        for point_index, params in enumerate(points):
+            prepared = application.prepare(session, dataset, params)
+            try:
+                locality[json.dumps(params, sort_keys=True)] = prepared.locality()
+                answers = {}
+                for name in variants:
+                    row, answers[name], _ = _run_once(session, application, name, prepared, params, trace=False)
+                    warmups.append({**row, "run_id": f"warmup-p{point_index}-{name}"})
+                    bar.update()
+                for name in variants:
+                    if not application.same_answer(answers[name], answers[application.baseline]):
+                        raise AssertionError(
+                            f"{app}: variant {name!r} gives a different answer from the baseline "
+                            f"{application.baseline!r} at {params}"
+                        )
+                for repeat in range(repeats):
+                    for name in variants:
+                        run_id = f"run-{len(results):04d}"
+                        row, _, frame = _run_once(session, application, name, prepared, params, trace=trace, nodes=nodes)
+                        results.append({"run_id": run_id, **row, "repeat": repeat})
+                        if frame is not None:
+                            traces[run_id] = frame
+                        bar.update()
+            finally:
+                prepared.release()
+    finally:
+        bar.close()
+
+    metadata = {
+        "app": app,
+        "description": application.description,
+        "size": size,
+        "seed": seed,
+        "repeats": repeats,
+        "variants": variants,
+        "grid": grid,
+        "dataset_bytes": dataset.nbytes,
+        "started": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "workbench": workbench.__version__,
+        "cluster": session.describe(),
+        "machine": machine.describe(),
+    }
+    return Experiment(
+        app=app,
+        baseline=application.baseline,
+        parameters=list(grid),
+        results=pd.DataFrame(results),
+        warmups=pd.DataFrame(warmups),
+        traces=traces,
+        locality=locality,
+        metadata=metadata,
+    )
+
+
+def _run_once(
+    session: Session,
+    application: registry.Application,
+    variant: str,
+    prepared: Any,
+    params: dict[str, Any],
+    trace: bool,
+    nodes: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], Any, pd.DataFrame | None]:
+    """One timed call of a variant: its result row, its answer, and its trace (or None)."""
+    recorder = tracing.Recorder()
+    function = application.variant(variant)
+    since = time.time()
+    with get_task_stream(session.client) as stream:
+        start = time.perf_counter()
+        answer = function(session, prepared, recorder)
+        seconds = time.perf_counter() - start
+    row: dict[str, Any] = {"variant": variant, **params, "seconds": seconds}
+    row.update({f"phase_{name}_s": value for name, value in recorder.phases.items()})
+    frame = None
+    if trace:
+        records = tracing.from_task_stream(stream.data, tracing.incoming_transfer_logs(session, since))
+        records += tracing.worker_events(session, since) + recorder.records
+        frame = tracing.normalise(records, nodes)
+        row["tasks"] = int(((frame["action"] == "compute") & (frame["worker"] != tracing.CLIENT)).sum())
+        row["bytes_transferred"] = int(frame.loc[frame["action"] == "transfer", "bytes"].sum())
+    return row, answer, frame

@@ -1,0 +1,90 @@
+"""A standalone HTML report of an experiment: opens offline (BokehJS is inlined)."""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+from bokeh.embed import file_html
+from bokeh.layouts import column
+from bokeh.models import Div
+from bokeh.resources import INLINE
+
+from workbench import machine
+from workbench.lab import stats as statistics
+from workbench.lab.runner import Experiment
+from workbench.runtime import trace as tracing
+from workbench.viz.gantt import gantt
+from workbench.viz.locality import block_map, bytes_matrix
+from workbench.viz.timing import comparison_figure
+
+
+def median_run(results: pd.DataFrame, variant: str, params: dict) -> str:
+    """The run id whose time is the median of ``variant`` at ``params`` (the typical run)."""
+    rows = results[results["variant"] == variant]
+    for name, value in params.items():
+        rows = rows[rows[name] == value]
+    rows = rows.sort_values("seconds")
+    return str(rows.iloc[len(rows) // 2]["run_id"])
+
+
+def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
+    if table.empty:
+        return "<p>(one variant only: nothing to compare)</p>"
+    shown = table.assign(
+        ci_s=[f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(table.ci_low_s, table.ci_high_s)],
+        ci_pct=[f"[{a:+.1f}%, {b:+.1f}%]" for a, b in zip(table.ci_low_pct, table.ci_high_pct)],
+        p=[f"{p:.3g}{' *' if s else ''}" for p, s in zip(table.p_value, table.significant)],
+    )[[*parameters, "variant", "baseline", "runs", "time_variant_s", "time_baseline_s", "ci_s", "ci_pct", "p"]]
+    shown.columns = [*parameters, "variant", "baseline", "runs", "time variant (s)", "time baseline (s)", "95% CI of difference (s)", "(%)", "p-value"]
+    return shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) + (
+        f"<p><small>* p &lt; {statistics.ALPHA} (Welch's t-test); % of the baseline's mean.</small></p>"
+    )
+
+
+def build(experiment: Experiment):
+    """The report's bokeh layout: header, statistics, comparison, Gantts, locality."""
+    meta = experiment.metadata
+    parts = [
+        Div(text=(
+            f"<h1>{html.escape(meta['app'])}: {html.escape(', '.join(meta['variants']))}</h1>"
+            f"<p>{html.escape(meta.get('description', ''))}</p>"
+            f"<p>size <b>{meta['size']}</b>, {meta['repeats']} repeats per point, seed {meta['seed']}, "
+            f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
+            "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
+        ), width=900),
+        Div(text="<h2>Each variant against the baseline</h2>" + stats_html(
+            experiment.stats() if experiment.results["variant"].nunique() > 1 else pd.DataFrame(), experiment.parameters
+        ), width=900),
+        comparison_figure(experiment.results, experiment.parameters),
+    ]
+    points = experiment.results[experiment.parameters].drop_duplicates().to_dict("records") if experiment.parameters else [{}]
+    last = points[-1]
+    if experiment.traces:
+        parts.append(Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900))
+        combined = []
+        for variant in meta["variants"]:
+            run_id = median_run(experiment.results, variant, last)
+            if run_id in experiment.traces:
+                frame = experiment.traces[run_id]
+                parts.append(gantt(frame, title=f"{variant} ({run_id})"))
+                combined.append(frame)
+        if combined:
+            parts.append(bytes_matrix(tracing.bytes_moved(pd.concat(combined)), title="bytes moved in those runs (source -> destination)"))
+    key = next((k for k in experiment.locality if k == _key(last)), None)
+    if key is not None:
+        parts.append(block_map(experiment.locality[key], title=f"where the blocks were at {key}"))
+    return column(*parts)
+
+
+def _key(params: dict) -> str:
+    import json
+
+    return json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}, sort_keys=True)
+
+
+def write_report(experiment: Experiment, path: str | Path) -> Path:
+    """Write the report to ``path`` (one self-contained HTML file)."""
+    path = Path(path)
+    path.write_text(file_html(build(experiment), resources=INLINE, title=f"workbench: {experiment.app}"))
+    return path
