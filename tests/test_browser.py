@@ -86,6 +86,34 @@ def _prompts(page) -> list[str]:
     return page.eval_on_selector_all(".jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())")
 
 
+def _wait_for_kernel(page, seconds: float = 120) -> None:
+    """Wait until the notebook's Python 3 kernel is idle, answering what a learner would answer.
+
+    When the notebook opens before JupyterLab has listed the kernels, it asks "Select Kernel" with
+    Python 3 proposed: accept it. The news toast gets "No". Any other dialog fails the test.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        news = page.get_by_role("button", name="No", exact=True)  # "get notified about news?"
+        if news.count():
+            news.first.click()
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():
+            text = dialog.first.inner_text()
+            if "Select Kernel" not in text:
+                page.screenshot(path=str(ARTIFACTS / "01-locality-tour-dialog.png"))
+                pytest.fail("JupyterLab opened a dialog: " + text[:1000])
+            page.locator(".jp-Dialog").get_by_role("button", name="Select", exact=True).click()
+        kernel = page.locator(".jp-Toolbar-kernelName").first.inner_text() if page.locator(".jp-Toolbar-kernelName").count() else ""
+        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
+        if "Python 3" in kernel and idle:
+            return
+        if time.monotonic() > deadline:
+            page.screenshot(path=str(ARTIFACTS / "01-locality-tour-no-kernel.png"))
+            pytest.fail(f"the notebook's kernel did not start within {seconds} s (toolbar says {kernel!r})")
+        time.sleep(0.5)
+
+
 def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
     url, token = jupyter_lab
@@ -96,10 +124,7 @@ def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-            news = page.get_by_role("button", name="No")  # JupyterLab's "get notified about news?" toast
-            if news.count():
-                news.first.click()
+            _wait_for_kernel(page)
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
