@@ -60,6 +60,28 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shm(args: argparse.Namespace) -> int:
+    from workbench.memory import shm
+
+    if args.action == "clean":
+        removed = shm.clean(args.dir, everything=args.all, prefix=args.prefix)
+        print("\n".join(f"removed {name}" for name in removed) or "nothing to remove")
+        return 0
+    infos = shm.list_segments(args.dir)
+    if args.json:
+        print(json.dumps([{**info.__dict__, "path": str(info.path)} for info in infos], indent=2))
+        return 0
+    if not infos:
+        print(f"no workbench segments in {args.dir or shm.SHM_DIR}")
+    for info in infos:
+        users = ",".join(map(str, info.mapped_by)) or "-"
+        print(
+            f"{info.name:<48} {info.state:<9} {info.nbytes / 2**20:>9.2f} MiB  {str(info.shape or ''):<16} "
+            f"{info.dtype or '':<10} age {info.age_s:>7.0f} s  used by {users}"
+        )
+    return 0
+
+
 def _datasets(args: argparse.Namespace) -> int:
     import datasets
 
@@ -112,6 +134,14 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--output", help="HTML file (default DIR/report.html)")
     rep.set_defaults(func=_report)
 
+    sh = commands.add_parser("shm", help="list or clean the workbench's shared-memory segments")
+    sh.add_argument("action", choices=("list", "clean"))
+    sh.add_argument("--dir", help="segment directory (default /dev/shm)")
+    sh.add_argument("--all", action="store_true", help="clean: also remove complete segments no process uses")
+    sh.add_argument("--prefix", default="", help="clean: only names starting with this")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=_shm)
+
     d = commands.add_parser("datasets", help="list the dataset catalogue")
     d.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
     d.add_argument("--json", action="store_true")
@@ -127,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError, FileNotFoundError) as error:
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,1 @@
+"""Where bytes live: named shared arrays (``shm``); memory tiers come later."""
