@@ -178,8 +178,8 @@ DESCRIPTIONS = {
 }
 
 
-def _build(name: str, size: str, seed: int) -> Dataset:
-    s = SHAPES[name][size]
+def _build(name: str, size: str, seed: int, overrides: dict[str, int]) -> Dataset:
+    s = {**SHAPES[name][size], **overrides}
     if name == "kmeans":
         arrays = {
             "points": _uniform_spec(seed, 0, (s["points"], s["dims"]), (s["block"], s["dims"])),
@@ -218,8 +218,12 @@ def names() -> list[str]:
     return sorted(SHAPES)
 
 
-def get(name: str, size: str = "ci", seed: int = 0) -> Dataset:
-    """The dataset ``name`` at ``size`` (``ci``, ``lab`` or ``full``) generated from ``seed``."""
+def get(name: str, size: str = "ci", seed: int = 0, **shape: int) -> Dataset:
+    """The dataset ``name`` at ``size`` (``ci``, ``lab`` or ``full``) generated from ``seed``.
+
+    Keyword arguments override the size's shape (``get("kmeans", "lab", dims=128)``): the
+    reproduction sweeps vary one of them at a time.
+    """
     if name not in SHAPES:
         hint = difflib.get_close_matches(name, SHAPES, n=1)
         suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
@@ -228,7 +232,13 @@ def get(name: str, size: str = "ci", seed: int = 0) -> Dataset:
         raise ValueError(f"size must be one of {SIZES}, got {size!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    return _build(name, size, int(seed))
+    known = SHAPES[name][size]
+    for key, value in shape.items():
+        if key not in known:
+            raise ValueError(f"dataset {name!r} has no shape parameter {key!r}; it has {sorted(known)}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    return _build(name, size, int(seed), {k: int(v) for k, v in shape.items()})
 
 
 def describe(size: str = "ci") -> list[dict[str, Any]]:

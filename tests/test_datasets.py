@@ -73,3 +73,13 @@ def test_bad_requests_say_what_to_do(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+def test_shape_overrides_for_sweeps():
+    ds = datasets.get("kmeans", "ci", dims=3, centres=2, points=1000, block=100)
+    assert ds.spec("points").shape == (1000, 3) and ds.spec("centres").shape == (2, 3)
+    assert ds.chunks("points")[0] == (100,) * 10
+    with pytest.raises(ValueError, match="has no shape parameter 'colour'"):
+        datasets.get("kmeans", "ci", colour=3)
+    with pytest.raises(ValueError, match="dims must be a positive integer"):
+        datasets.get("kmeans", "ci", dims=0)

@@ -148,7 +148,7 @@ def test_experiment_panel_runs_and_scales(session):
 
     panel = ExperimentPanel(session, "ci")
     assert panel.workers.disabled is False and panel.variants.value == ("blocks", "fetch")
-    panel.blocks.value = 2
+    panel.knobs["blocks_per_worker"].value = 2
     experiment = panel.run()
     assert len(panel.figures.children) == 5 and "done" in panel.status.value and "fetch" in panel.table.value
     assert set(experiment.results["blocks_per_worker"]) == {2}
@@ -158,3 +158,19 @@ def test_experiment_panel_runs_and_scales(session):
         small_panel.variants.value = ("blocks",)
         small_panel.run()
         assert len(small.workers()) == 2 and small_panel.table.value == ""
+
+
+def test_panel_knobs_follow_the_application(session):
+    from workbench.viz.panels import ExperimentPanel
+
+    panel = ExperimentPanel(session, "ci", app="kmeans")
+    assert set(panel.knobs) == {"points", "dims", "centres", "iterations"}
+    assert panel.variants.value == ("files", "dask", "rro")
+    panel.knobs["points"].value = 65_536
+    panel.knobs["dims"].value = 8
+    panel.knobs["iterations"].value = 3
+    panel.variants.value = ("files", "rro")
+    experiment = panel.run()
+    assert set(experiment.results["variant"]) == {"files", "rro"} and "rro" in panel.table.value
+    panel.app.value = "matmul"
+    assert set(panel.knobs) == {"blocks", "block_size"} and len(panel.knob_box.children) == 2

@@ -82,6 +82,14 @@ def _shm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_shm(args: argparse.Namespace) -> int:
+    from workbench.bench import shm as bench_shm
+
+    report = bench_shm.run(size_mb=args.size_mb, tasks=args.tasks, workers=args.workers, only=args.only)
+    print(json.dumps(report, indent=2) if args.json else bench_shm.format_report(report))
+    return 0
+
+
 def _datasets(args: argparse.Namespace) -> int:
     import datasets
 
@@ -114,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--repeat", type=int, default=5, help="timed calls per kernel (median is reported)")
     k.add_argument("--only", nargs="+", metavar="KERNEL", help="measure only these kernels")
     k.set_defaults(func=_bench_kernels)
+    bs = benches.add_parser("shm", help="one read-only array to every worker: workbench RRO vs Dask, files and peers")
+    bs.add_argument("--json", action="store_true")
+    bs.add_argument("--size-mb", type=int, default=256, help="array size in MB (default 256)")
+    bs.add_argument("--tasks", type=int, default=10, help="tasks per worker (default 10)")
+    bs.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    bs.add_argument("--only", nargs="+", metavar="WAY", help="measure only these ways")
+    bs.set_defaults(func=_bench_shm)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

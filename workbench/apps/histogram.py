@@ -90,5 +90,6 @@ APP = register(
             "full": {"blocks_per_worker": [1, 8, 48, 200]},
         },
         same_answer=lambda a, b: bool(np.array_equal(a, b)),
+        knobs={"blocks_per_worker": [1, 2, 4, 8, 16, 32, 64, 128, 256]},
     )
 )

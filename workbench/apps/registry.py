@@ -7,6 +7,7 @@ that compute the same answer in different ways. The runner times only the varian
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -41,12 +42,24 @@ class Application:
     baseline: str
     grids: Mapping[str, Mapping[str, Sequence[Any]]]  # size -> parameter -> values
     same_answer: Callable[[Any, Any], bool] = field(default=lambda a, b: a == b)
+    knobs: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # parameter -> choices for live panels
 
     def variant(self, name: str) -> Variant:
         try:
             return self.variants[name]
         except KeyError:
             raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.variants)}") from None
+
+
+def per_mode(function: Callable[[Session, Any, str, Recorder], Any]) -> dict[str, Variant]:
+    """One variant per task-runtime mode (files, dask, rro) of ``function(session, data, mode, recorder)``."""
+    from workbench.runtime.tasks import MODES
+
+    return {mode: functools.partial(_in_mode, function, mode) for mode in MODES}
+
+
+def _in_mode(function: Callable[..., Any], mode: str, session: Session, data: Any, recorder: Recorder) -> Any:
+    return function(session, data, mode, recorder)
 
 
 _APPS: dict[str, Application] = {}
@@ -60,7 +73,9 @@ def register(app: Application) -> Application:
 
 
 def _load_builtin() -> None:
-    import workbench.apps.histogram  # noqa: F401  (registers itself)
+    import workbench.apps.histogram  # noqa: F401  (each registers itself)
+    import workbench.apps.kmeans  # noqa: F401
+    import workbench.apps.matmul  # noqa: F401
 
 
 def get(name: str) -> Application:

@@ -55,13 +55,12 @@ class BlockSweepPanel:
 class ExperimentPanel:
     """Controls for an experiment and a Run button; the figures below it are redrawn in place.
 
-    Application, variants, blocks per worker, workers, size and repeats; Run calls the experiment
-    runner on the session's cluster, then shows the statistics table, the comparison with 95 %
-    confidence intervals, the Gantt of the median run of each variant and where the blocks were.
+    Application, variants, the application's own knobs (blocks per worker; points, dims, centres;
+    ...), workers, size and repeats. Run calls the experiment runner on the session's cluster, then
+    shows the statistics table, the comparison with 95 % confidence intervals, the Gantt of the
+    median run of each variant, the bytes moved and where the blocks were.
     ``panel.run()`` does what the button does; ``panel.experiment`` holds the last result.
     """
-
-    BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
     def __init__(self, session: Session, size: str = "ci", app: str = "histogram"):
         import os
@@ -72,39 +71,50 @@ class ExperimentPanel:
         self.experiment = None
         self.app = widgets.Dropdown(options=registry.names(), value=app, description="application")
         self.variants = widgets.SelectMultiple(description="variants", rows=3)
-        self.blocks = widgets.SelectionSlider(options=list(self.BLOCK_CHOICES), value=8, description="blocks/worker")
+        self.knobs: dict[str, widgets.SelectionSlider] = {}
+        self.knob_box = widgets.VBox()
         owned_local = session.cluster is not None and type(session.cluster).__name__ == "LocalCluster"
         self.workers = widgets.IntSlider(
             value=len(session.workers()), min=1, max=max(os.cpu_count() or 1, len(session.workers())),
             description="workers", disabled=not owned_local,
         )
-        self.size = widgets.Dropdown(options=["ci", "lab", "full"], value=size, description="size")
         self.repeats = widgets.IntSlider(value=3, min=2, max=10, description="repeats")
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
         self.status = widgets.HTML("Choose, then press <b>Run</b>.")
         self.table = widgets.HTML()
         self.figures = widgets.VBox()
-        self.app.observe(lambda _: self._fill_variants(), names="value")
-        self._fill_variants()
+        self.size = widgets.Dropdown(options=["ci", "lab", "full"], value=size, description="size")
+        self.app.observe(lambda _: self._fill_app(), names="value")
+        self._fill_app()
         self.button.on_click(lambda _: self.run())
         controls = widgets.HBox([
             widgets.VBox([self.app, self.variants]),
-            widgets.VBox([self.blocks, self.workers, self.size, self.repeats, self.button]),
+            self.knob_box,
+            widgets.VBox([self.workers, self.size, self.repeats, self.button]),
         ])
         self.widget = widgets.VBox([controls, self.status, self.table, self.figures])
 
-    def _fill_variants(self) -> None:
+    def _fill_app(self) -> None:
+        """Variants and knobs of the chosen application; knobs start at its grid's first values."""
         from workbench.apps import registry
 
-        names = list(registry.get(self.app.value).variants)
-        self.variants.options = names
-        self.variants.value = tuple(names)
+        app = registry.get(self.app.value)
+        self.variants.options = list(app.variants)
+        self.variants.value = tuple(app.variants)
+        start = {name: values[0] for name, values in app.grids[self.size.value].items()}
+        self.knobs = {
+            name: widgets.SelectionSlider(
+                options=list(choices), value=start.get(name, choices[len(choices) // 2]),
+                description=name, style={"description_width": "initial"},
+            )
+            for name, choices in app.knobs.items()
+        }
+        self.knob_box.children = list(self.knobs.values())
 
     def run(self):
         """Run the experiment with the controls' values and redraw; returns the Experiment."""
         from jupyter_bokeh.widgets import BokehModel
 
-        from workbench.apps import registry
         from workbench.lab.runner import run_experiment
         from workbench.runtime import trace as tracing
         from workbench.viz.gantt import gantt
@@ -117,17 +127,15 @@ class ExperimentPanel:
             if not self.workers.disabled and self.workers.value != len(self.session.workers()):
                 self.status.value = f"scaling the cluster to {self.workers.value} workers ..."
                 self.session.scale(self.workers.value)
-            app = registry.get(self.app.value)
-            parameter = next(iter(app.grids[self.size.value]))
-            self.status.value = f"running {self.app.value} ({', '.join(self.variants.value)}) ..."
+            point = {name: knob.value for name, knob in self.knobs.items()}
+            self.status.value = f"running {self.app.value} ({', '.join(self.variants.value)}) at {point} ..."
             experiment = run_experiment(
                 self.session, self.app.value, variants=list(self.variants.value), size=self.size.value,
-                grid={parameter: [self.blocks.value]}, repeats=self.repeats.value, progress=False,
+                grid={name: [value] for name, value in point.items()}, repeats=self.repeats.value, progress=False,
             )
             self.experiment = experiment
             compared = experiment.results["variant"].nunique() > 1
             self.table.value = stats_html(experiment.stats(), experiment.parameters) if compared else ""
-            point = {parameter: self.blocks.value}
             figures = [comparison_figure(experiment.results, experiment.parameters)]
             frames = []
             for variant in experiment.metadata["variants"]:

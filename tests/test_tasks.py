@@ -1,0 +1,199 @@
+"""The task runtime (IN / INOUT / RRO in the files, dask and rro modes) and the paper's two applications."""
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import datasets
+import kernels
+import workbench
+from workbench.apps import kmeans as kmeans_app
+from workbench.apps import matmul as matmul_app
+from workbench.memory import shm
+from workbench.runtime import rro, trace
+from workbench.runtime.tasks import IN, INOUT, MODES, RRO, TaskRuntime, task
+
+
+@task(a=RRO, b=RRO, c=INOUT)
+def multiply(a, b, c):
+    kernels.multiply_accumulate(a, b, c)
+
+
+@task(x=RRO)
+def total(x, scale):
+    return float(x.sum()) * scale
+
+
+@task(c=INOUT)
+def bad_inout(c):
+    c += 1
+    return "not allowed"
+
+
+def _events(session, since):
+    time.sleep(0.3)  # worker events travel through the scheduler's batched stream
+    return Counter((e["action"], e["task"]) for e in trace.worker_events(session, since))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_gives_the_same_product(session, mode):
+    rng = np.random.default_rng(3)
+    a = [[rng.random((32, 32)) for _ in range(3)] for _ in range(3)]
+    b = [[rng.random((32, 32)) for _ in range(3)] for _ in range(3)]
+    with TaskRuntime(session, mode):
+        af = [[session.client.scatter(x, hash=False) for x in row] for row in a]
+        bf = [[session.client.scatter(x, hash=False) for x in row] for row in b]
+        c = [[np.zeros((32, 32)) for _ in range(3)] for _ in range(3)]
+        for i in range(3):
+            for j in range(3):
+                for k in range(3):
+                    c[i][j] = multiply(af[i][k], bf[k][j], c[i][j])
+        product = np.block(session.gather(c))
+    np.testing.assert_allclose(product, np.block(a) @ np.block(b), rtol=1e-12)
+
+
+def test_inout_is_a_renaming_the_old_version_stays(session):
+    base = np.ones((8, 8))
+    with TaskRuntime(session, "dask"):
+        first = session.client.scatter(base, hash=False)
+        second = multiply(np.eye(8), np.eye(8), first)  # c + I
+        np.testing.assert_array_equal(session.gather(first), base)  # untouched
+        np.testing.assert_array_equal(session.gather(second), base + np.eye(8))
+        with pytest.raises(TypeError, match="INOUT parameters \\['c'\\] and returned a value"):
+            session.gather(bad_inout(base))
+
+
+def test_rro_publishes_once_per_node_and_hits_the_table(session):
+    x = session.client.scatter(np.arange(100_000.0), hash=False)  # in the cluster, like a task result
+    since = time.time()
+    with TaskRuntime(session, "rro") as runtime:
+        results = session.gather([total(x, s) for s in range(12)])
+        segments = [i for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix)]
+        assert len(segments) == 1  # one node, one copy
+        assert set(segments[0].mapped_by) >= set(session.run(__import__("os").getpid).values())
+    assert results == [np.arange(100_000.0).sum() * s for s in range(12)]
+    events = _events(session, since)
+    assert events[("shm-create", "rro-publish")] == 1  # one copy for the node
+    assert events[("shm-attach", "rro-attach")] == 1  # the other worker maps it
+    assert events[("table-hit", "rro-attach")] == 1  # the publisher has it already
+    assert events[("table-hit", "rro")] == 12  # every task: a lookup, no copy
+    assert not [i for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix)]  # released
+    assert set(session.run(rro.table_size).values()) == {0}
+
+
+def test_a_client_array_is_shared_by_the_client_itself(session):
+    x = np.arange(100_000.0)
+    recorder = trace.Recorder()
+    since = time.time()
+    with TaskRuntime(session, "rro", recorder=recorder):
+        assert session.gather([total(x, 1.0) for _ in range(4)]) == [x.sum()] * 4
+    assert [r["action"] for r in recorder.records] == ["shm-create"]  # made here, not sent to a worker
+    events = _events(session, since)
+    assert events[("shm-attach", "rro-attach")] == 2 and events[("table-hit", "rro")] == 4
+
+
+def test_each_simulated_node_builds_its_own_copy():
+    x = np.arange(50_000.0)
+    with workbench.start(nodes=["n1", "n1", "n2"], timeout=60) as session:
+        with TaskRuntime(session, "rro") as runtime:
+            assert session.gather([total(x, 1.0) for _ in range(9)]) == [x.sum()] * 9
+            names = sorted(i.name for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix))
+            assert [n.rsplit("-", 1)[-1] for n in names] == ["n1", "n2"]
+        assert not [i for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix)]
+
+
+def test_files_mode_reads_the_file_every_task(session):
+    x = np.arange(10_000.0)
+    since = time.time()
+    with TaskRuntime(session, "files") as runtime:
+        assert session.gather([total(x, 2.0) for _ in range(5)]) == [x.sum() * 2.0] * 5
+        directory = runtime._files_dir
+        assert len(list(directory.glob("*.npy"))) == 1  # one version, one file
+    assert not directory.exists()  # removed with the runtime
+    assert _events(session, since)[("file-read", "file-read")] == 5
+
+
+def test_task_declaration_errors():
+    with pytest.raises(TypeError, match="names parameters \\['y'\\]"):
+        task(y=RRO)(lambda x: x)
+    with pytest.raises(TypeError, match="must be IN, INOUT or RRO"):
+        task(x="RRO")(lambda x: x)
+    with pytest.raises(RuntimeError, match="inside 'with TaskRuntime"):
+        total(np.zeros(3), 1.0)
+
+
+def test_mode_must_be_known(session):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        TaskRuntime(session, "mpi")
+
+
+@pytest.mark.parametrize("app", ["kmeans", "matmul"])
+def test_applications_agree_across_variants(session, app):
+    from workbench.apps import registry
+
+    application = registry.get(app)
+    params = {k: v[0] for k, v in application.grids["ci"].items()}
+    shape = {k: v for k, v in params.items() if k != "iterations"}
+    dataset = datasets.get(application.dataset, "ci", **shape)
+    data = application.prepare(session, dataset, params)
+    try:
+        answers = {mode: application.variant(mode)(session, data, trace.Recorder()) for mode in MODES}
+    finally:
+        data.release()
+    for mode in MODES:
+        assert application.same_answer(answers[mode], answers["files"]), mode
+    if app == "matmul":
+        expected = dataset.load("A") @ dataset.load("B")
+        np.testing.assert_allclose(answers["rro"], expected, rtol=1e-12)
+    else:
+        points, centres = dataset.load("points"), dataset.load("centres")
+        for _ in range(answers["rro"][1]):  # the same number of Lloyd steps on the whole array
+            _, sums, counts = kernels.kmeans_partial(points, centres)
+            centres = kernels.kmeans_update(sums, counts, centres)
+        np.testing.assert_allclose(answers["rro"][0], centres, atol=1e-9)
+
+
+def test_kmeans_stops_at_convergence(session):
+    dataset = datasets.get("kmeans", "ci", points=4096, dims=2, centres=2, block=1024)
+    data = kmeans_app.prepare(session, dataset, {"iterations": 100})
+    try:
+        centres, iterations = kmeans_app.kmeans(session, data, "dask")
+    finally:
+        data.release()
+    assert iterations < 100  # Lloyd converges long before
+    assert centres.shape == (2, 2)
+
+
+def test_reproductions_run_and_line_up_with_the_paper(session):
+    from workbench.lab import reproduce
+
+    t1 = reproduce.table1(session, "ci", repeats=2)
+    assert set(t1["sweep"]) == {"centres", "dims"} and set(t1["variant"]) == {"rro"}
+    assert (t1["baseline"] == "files").all() and t1["p_value"].between(0, 1).all()
+    assert t1.loc[(t1.sweep == "dims") & (t1.value == 64), "paper_ci_pct"].item() == "[-10.4%, -9.3%]"
+    t2 = reproduce.table2(session, "ci", repeats=2)
+    assert list(zip(t2["blocks"], t2["block_size"])) == [(2, 64), (4, 32)]
+    assert not [i for i in shm.list_segments() if i.name.startswith("rro-")]  # every run released its copies
+
+
+def test_bench_shm_reports_every_way_it_can_run(session):
+    from workbench.bench import shm as bench_shm
+
+    report = bench_shm.run(size_mb=4, tasks=2, session=session, only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"])
+    ways = {r["way"]: r for r in report["ways"]}
+    assert set(ways) == {"workbench-rro", "dask", "files", "multiprocessing.shared_memory"}
+    assert ways["workbench-rro"]["time_vs_workbench"] == 1.0
+    assert all(r["tasks"] == 2 * len(session.workers()) for r in ways.values())
+    assert set(report["attach_seconds_by_size"]) == {"16MB", "64MB", "256MB"}
+    assert "workbench-rro" in bench_shm.format_report(report)
+    with pytest.raises(ValueError, match="unknown peers \\['redis'\\]"):
+        bench_shm.run(size_mb=1, only=["redis"], session=session)
+
+
+def test_missing_peers_are_skipped_with_how_to_install(session, monkeypatch):
+    from workbench.bench import shm as bench_shm
+
+    monkeypatch.setitem(bench_shm.PEERS, "imaginary", (lambda *a: [], "no_such_module_xyz"))
+    report = bench_shm.run(size_mb=1, tasks=1, session=session, only=["workbench-rro", "imaginary"])
+    assert "pip install no_such_module_xyz" in report["skipped"]["imaginary"]

@@ -1,0 +1,88 @@
+"""Reproductions of published tables, scaled to one machine, next to the published numbers.
+
+Tables I and II of Foyer et al., *Enabling System Wide Shared Memory for Performance Improvement
+in PyCOMPSs Applications* (PyHPC 2020): k-means and blocked matmul, with shared memory (RRO)
+against without (PyCOMPSs' objects as files). Each table is a set of one-factor-at-a-time sweeps
+around a centre point; each point is an experiment with interleaved repeats and Welch's test.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from workbench.lab.runner import run_experiment
+from workbench.runtime.session import Session
+
+# The paper's Table I (16 workers; 4,194,304 points, 20 iterations, 64 dims, 4 centres at the
+# centre point): the 95 % CI of (with - without) in percent of "without".
+PAPER_TABLE1 = {
+    ("centres", 1): (-9.51, -6.95), ("centres", 2): (-15.37, -13.50), ("centres", 3): (-13.12, -12.15),
+    ("centres", 4): (-10.38, -9.26), ("centres", 5): (-10.33, -9.13),
+    ("dims", 8): (-0.38, 1.31), ("dims", 16): (-2.14, -0.71), ("dims", 32): (-0.54, 0.63),
+    ("dims", 64): (-10.38, -9.26), ("dims", 96): (-32.62, -31.46), ("dims", 128): (-41.09, -40.19),
+    ("iterations", 10): (-11.59, -10.27), ("iterations", 20): (-10.38, -9.26), ("iterations", 30): (-12.14, -8.98),
+    ("iterations", 40): (-11.96, -10.73), ("iterations", 50): (-11.32, -10.13),
+}
+# The paper's Table II (only significant rows were printed): blocks per dimension x block size.
+PAPER_TABLE2 = {(8, 4096): (-16.7, -13.4), (20, 512): (6.0, 14.0)}
+
+# One-factor-at-a-time sweeps per size: the factor varies, the others stay at the centre point.
+TABLE1_SWEEPS: dict[str, dict[str, Any]] = {
+    "ci": {
+        "centre": {"points": 32_768, "dims": 16, "centres": 4, "iterations": 3, "block": 4_096},
+        "sweeps": {"centres": [1, 4], "dims": [8, 64]},
+    },
+    "lab": {
+        "centre": {"points": 262_144, "dims": 64, "centres": 4, "iterations": 10, "block": 32_768},
+        "sweeps": {"centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30]},
+    },
+    "full": {
+        "centre": {"points": 4_194_304, "dims": 64, "centres": 4, "iterations": 20, "block": 262_144},
+        "sweeps": {"centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30, 40, 50]},
+    },
+}
+TABLE2_POINTS = {  # (blocks per dimension, block size): few large blocks reuse each often; many small, rarely
+    "ci": [(2, 64), (4, 32)],
+    "lab": [(4, 1024), (8, 512), (16, 128)],
+    "full": [(8, 2048), (20, 512)],
+}
+
+
+def table1(
+    session: Session, size: str = "ci", repeats: int = 3, variants: Sequence[str] = ("files", "rro"), progress: bool = False
+) -> pd.DataFrame:
+    """Table I scaled: each sweep of k-means, variants against ``files``, with the paper's interval."""
+    plan = TABLE1_SWEEPS[size]
+    tables = []
+    for factor, values in plan["sweeps"].items():
+        grid = {k: [v] for k, v in plan["centre"].items() if k != factor}
+        grid[factor] = list(values)
+        experiment = run_experiment(session, "kmeans", variants=list(variants), size=size, grid=grid, repeats=repeats, progress=progress)
+        table = experiment.stats()
+        table.insert(0, "sweep", factor)
+        table.insert(1, "value", table[factor])
+        tables.append(table[["sweep", "value", "variant", "baseline", "runs", "time_variant_s", "time_baseline_s",
+                             "ci_low_s", "ci_high_s", "ci_low_pct", "ci_high_pct", "p_value", "significant"]])
+    result = pd.concat(tables, ignore_index=True)
+    paper = [PAPER_TABLE1.get((s, int(v))) for s, v in zip(result["sweep"], result["value"])]
+    result["paper_ci_pct"] = [f"[{p[0]:+.1f}%, {p[1]:+.1f}%]" if p else "" for p in paper]
+    return result
+
+
+def table2(
+    session: Session, size: str = "ci", repeats: int = 3, variants: Sequence[str] = ("files", "rro"), progress: bool = False
+) -> pd.DataFrame:
+    """Table II scaled: blocked matmul at each (blocks, block size), with the paper's interval."""
+    tables = []
+    for blocks, block_size in TABLE2_POINTS[size]:
+        experiment = run_experiment(
+            session, "matmul", variants=list(variants), size=size,
+            grid={"blocks": [blocks], "block_size": [block_size]}, repeats=repeats, progress=progress,
+        )
+        tables.append(experiment.stats())
+    result = pd.concat(tables, ignore_index=True)
+    paper = [PAPER_TABLE2.get((int(b), int(s))) for b, s in zip(result["blocks"], result["block_size"])]
+    result["paper_ci_pct"] = [f"[{p[0]:+.1f}%, {p[1]:+.1f}%]" if p else "" for p in paper]
+    return result
