@@ -24,6 +24,8 @@ PAPER_TABLE1 = {
     ("dims", 64): (-10.38, -9.26), ("dims", 96): (-32.62, -31.46), ("dims", 128): (-41.09, -40.19),
     ("iterations", 10): (-11.59, -10.27), ("iterations", 20): (-10.38, -9.26), ("iterations", 30): (-12.14, -8.98),
     ("iterations", 40): (-11.96, -10.73), ("iterations", 50): (-11.32, -10.13),
+    ("points", 262_144): (-0.87, 0.41), ("points", 1_048_576): (1.33, 2.49), ("points", 4_194_304): (-10.38, -9.26),
+    ("points", 8_388_608): (-25.72, -24.75),
 }
 # The paper's Table II (only significant rows were printed): blocks per dimension x block size.
 PAPER_TABLE2 = {(8, 4096): (-16.7, -13.4), (20, 512): (6.0, 14.0)}
@@ -36,11 +38,17 @@ TABLE1_SWEEPS: dict[str, dict[str, Any]] = {
     },
     "lab": {
         "centre": {"points": 262_144, "dims": 64, "centres": 4, "iterations": 10, "block": 32_768},
-        "sweeps": {"centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30]},
+        "sweeps": {
+            "centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30],
+            "points": [32_768, 131_072, 262_144, 1_048_576],
+        },
     },
     "full": {
         "centre": {"points": 4_194_304, "dims": 64, "centres": 4, "iterations": 20, "block": 262_144},
-        "sweeps": {"centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30, 40, 50]},
+        "sweeps": {
+            "centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30, 40, 50],
+            "points": [262_144, 1_048_576, 4_194_304, 8_388_608],
+        },
     },
 }
 TABLE2_POINTS = {  # (blocks per dimension, block size): few large blocks reuse each often; many small, rarely
@@ -51,12 +59,20 @@ TABLE2_POINTS = {  # (blocks per dimension, block size): few large blocks reuse 
 
 
 def table1(
-    session: Session, size: str = "ci", repeats: int = 3, variants: Sequence[str] = ("files", "rro"), progress: bool = False
+    session: Session,
+    size: str = "ci",
+    repeats: int = 3,
+    variants: Sequence[str] = ("files", "rro"),
+    progress: bool = False,
+    sweeps: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Table I scaled: each sweep of k-means, variants against ``files``, with the paper's interval."""
+    """Table I scaled: each sweep of k-means (or those named in ``sweeps``), variants against
+    ``files``, with the paper's interval where the paper has the same point."""
     plan = TABLE1_SWEEPS[size]
     tables = []
     for factor, values in plan["sweeps"].items():
+        if sweeps is not None and factor not in sweeps:
+            continue
         grid = {k: [v] for k, v in plan["centre"].items() if k != factor}
         grid[factor] = list(values)
         experiment = run_experiment(session, "kmeans", variants=list(variants), size=size, grid=grid, repeats=repeats, progress=progress)
