@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     with workbench.start(n_workers=args.workers, timeout=args.timeout) as session:
         experiment = run_experiment(
             session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
-            seed=args.seed, trace=not args.no_trace, progress=not args.json,
+            seed=args.seed, trace=not args.no_trace, progress=not args.json, baseline=args.baseline,
         )
     experiment.save(out)
     table = experiment.stats_table() if experiment.results["variant"].nunique() > 1 else experiment.results.to_string()
@@ -132,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")
-    r.add_argument("--variants", help="comma-separated variants (default: all); the baseline is always run")
+    r.add_argument("--variants", help="comma-separated variants (default: all)")
+    r.add_argument("--baseline", help="the variant the others are compared with (default: the app's, else the first named)")
     r.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
     r.add_argument("--repeat", type=int, default=5, help="timed runs per variant and parameter point")
     r.add_argument("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter")

@@ -1,9 +1,12 @@
-"""The n-dimensional histogram of a blocked point set, in two variants.
+"""The n-dimensional histogram of a blocked point set, in five variants.
 
 * ``blocks``: code goes to the data. One ``histogramdd`` task per block, on the worker that holds
   it, then one task adds the partial counts. Tasks = blocks, so small blocks cost scheduling.
 * ``fetch``: data goes to the code. The caller gathers every block and runs the kernel itself:
   no task overhead, but every byte crosses to the client.
+* ``rechunk``: Dask rechunks to one block per worker (moving data), then one task per block.
+* ``split``: SplIter partitions, one per worker; each task iterates its blocks and merges locally.
+* ``split-materialized``: the same partitions, each concatenated locally and binned in one call.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import kernels
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks
 from workbench.apps.registry import Application, register
+from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
 
@@ -76,13 +80,47 @@ def run_fetch(session: Session, data: HistogramData, recorder: Recorder) -> np.n
     return counts
 
 
+def _rows_per_worker(session: Session, data: HistogramData) -> int:
+    return -(-data.array.shape[0] // len(session.workers()))
+
+
+def run_rechunk(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
+    import dask
+
+    rechunked = data.array.rechunk((_rows_per_worker(session, data), -1))
+    partials = [dask.delayed(kernels.histogramdd)(block, data.bins, data.range) for block in rechunked.to_delayed().ravel()]
+    return session.gather(session.client.compute(dask.delayed(sum_counts)(partials)))
+
+
+def _split_counts(session: Session, data: HistogramData, recorder: Recorder, materialize: bool) -> np.ndarray:
+    with recorder.phase("split"):  # building partitions, reported on its own
+        partitions = splitter.split(session, data.array, partitions_per_worker=1)
+    with recorder.phase("compute"):
+        if materialize:
+            partials = splitter.run_partitions(session, partitions, kernels.histogramdd, data.bins, data.range, materialize=True)
+        else:
+            partials = splitter.run_partitions(session, partitions, kernels.histogramdd, data.bins, data.range, merge=sum_counts)
+        return session.gather(session.client.submit(sum_counts, partials, pure=False))
+
+
+def run_split(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
+    return _split_counts(session, data, recorder, materialize=False)
+
+
+def run_split_materialized(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
+    return _split_counts(session, data, recorder, materialize=True)
+
+
 APP = register(
     Application(
         name="histogram",
         description="5-D histogram of uniform points (thesis ch. 4-5): one task per block vs fetch to the caller",
         dataset="histogram",
         prepare=prepare,
-        variants={"blocks": run_blocks, "fetch": run_fetch},
+        variants={
+            "blocks": run_blocks, "fetch": run_fetch, "rechunk": run_rechunk,
+            "split": run_split, "split-materialized": run_split_materialized,
+        },
         baseline="blocks",
         grids={
             "ci": {"blocks_per_worker": [1, 8, 64]},

@@ -1,4 +1,5 @@
-"""k-means as the PyCOMPSs paper's Algorithm 1, in the variants files, dask and rro.
+"""k-means as the PyCOMPSs paper's Algorithm 1, in the variants files, dask and rro, and in the
+granularity variants of SplIter: blocks, rechunk, split and split-materialized.
 
 The points are cut into fragments that stay on the workers. Each iteration runs one
 ``partial_sum`` task per fragment (labels, per-centre sums and counts; the fragment is the RRO
@@ -8,6 +9,7 @@ every iteration: that reuse is what RRO exploits.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import kernels
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks
 from workbench.apps.registry import Application, per_mode, register
+from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.tasks import RRO, TaskRuntime, task
 from workbench.runtime.trace import Recorder
@@ -31,11 +34,19 @@ def partial_sum(fragment: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, 
     return sums, counts
 
 
-@task
-def merge(partials: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Add the partial sums and counts of all fragments."""
+def add_partials(partials: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Add partial sums and counts (of fragments, or of a partition's blocks)."""
     sums = sum(p[0] for p in partials)
     counts = sum(p[1] for p in partials)
+    return sums, counts
+
+
+merge = task(add_partials)
+
+
+def block_partial(fragment: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plain (untyped-direction) body of ``partial_sum``, for the granularity variants."""
+    _, sums, counts = kernels.kmeans_partial(fragment, centres)
     return sums, counts
 
 
@@ -65,6 +76,62 @@ def kmeans(session: Session, data: KMeansData, mode: str, recorder: Recorder | N
     return centres, iteration
 
 
+def _iterate(
+    session: Session, data: KMeansData, recorder: Recorder, one_iteration: Callable[[np.ndarray], list[Any]]
+) -> tuple[np.ndarray, int]:
+    """Lloyd iterations where ``one_iteration(centres)`` returns futures of partial (sums, counts)."""
+    centres = data.centres
+    for iteration in range(1, data.iterations + 1):
+        with recorder.phase("first-iteration" if iteration == 1 else "later-iterations"):
+            partials = one_iteration(centres)
+            sums, counts = session.gather(session.client.submit(add_partials, partials, pure=False))
+        previous, centres = centres, kernels.kmeans_update(sums, counts, centres)
+        if np.abs(centres - previous).max() <= data.epsilon:
+            break
+    return centres, iteration
+
+
+def run_blocks(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """One task per fragment per iteration (plain client.map): SplIter's baseline."""
+    return _iterate(session, data, recorder, lambda c: session.client.map(block_partial, data.block_futures, centres=c, pure=False))
+
+
+def run_rechunk(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """Rechunk once to one block per worker (the data moves, timed), then one task per block."""
+    with recorder.phase("rechunk"):
+        rows = -(-data.array.shape[0] // len(session.workers()))
+        rechunked = PersistedBlocks(session, data.array.rechunk((rows, -1)))
+    return _iterate(session, data, recorder, lambda c: session.client.map(block_partial, rechunked.block_futures, centres=c, pure=False))
+
+
+def run_split(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """SplIter: one task per partition per iteration, iterating its blocks with a local merge."""
+    with recorder.phase("split"):
+        partitions = splitter.split(session, data.array)
+    return _iterate(
+        session, data, recorder,
+        lambda c: splitter.run_partitions(session, partitions, block_partial, c, merge=add_partials),
+    )
+
+
+def _identity(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def run_split_materialized(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """SplIter, each partition concatenated once on its worker, then reused every iteration."""
+    with recorder.phase("split"):
+        partitions = splitter.split(session, data.array)
+        materialized = splitter.run_partitions(session, partitions, _identity, materialize=True)
+    return _iterate(
+        session, data, recorder,
+        lambda c: [
+            session.client.submit(block_partial, m, c, workers=[p.worker], allow_other_workers=False, pure=False)
+            for m, p in zip(materialized, partitions)
+        ],
+    )
+
+
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMeansData:
     shape = {k: int(params[k]) for k in SHAPE_PARAMETERS if k in params}
     if shape:
@@ -83,7 +150,10 @@ APP = register(
         description="k-means, PyCOMPSs Algorithm 1: fragments RRO, centres IN; files vs dask vs rro",
         dataset="kmeans",
         prepare=prepare,
-        variants=per_mode(kmeans),
+        variants={
+            **per_mode(kmeans),
+            "blocks": run_blocks, "rechunk": run_rechunk, "split": run_split, "split-materialized": run_split_materialized,
+        },
         baseline="files",
         grids={
             "ci": {"dims": [8, 32], "iterations": [3]},

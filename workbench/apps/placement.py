@@ -19,7 +19,7 @@ class PersistedBlocks:
         self.array = session.client.persist(array)
         by_key = {f.key: f for f in futures_of(self.array)}
         self.block_futures: list[Future] = [by_key[k] for k in _flat(self.array.__dask_keys__())]
-        session.gather(self.block_futures)  # wait (bounded) until every block exists
+        session.wait(self.block_futures)  # bounded wait until every block exists (nothing is fetched)
 
     @property
     def nbytes(self) -> int:

@@ -119,17 +119,22 @@ def run_experiment(
     seed: int = 0,
     trace: bool = True,
     progress: bool = True,
+    baseline: str | None = None,
 ) -> Experiment:
     """Run ``app`` in ``variants`` over ``grid`` (the app's grid for ``size`` by default).
 
-    The baseline variant is always run, first, because every other variant is compared with it.
+    Every variant is compared with ``baseline``: by default the application's own when it is among
+    the variants asked for (or no variants were named), else the first variant named.
     """
     application = registry.get(app)
     variants = list(dict.fromkeys(variants or application.variants))
     for name in variants:
         application.variant(name)  # a clear error for a misspelt variant, before anything runs
-    if application.baseline not in variants:
-        variants.insert(0, application.baseline)
+    if baseline is None:
+        baseline = application.baseline if application.baseline in variants else variants[0]
+    application.variant(baseline)
+    if baseline not in variants:
+        variants.insert(0, baseline)
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     dataset = datasets.get(application.dataset, size, seed)
@@ -152,10 +157,9 @@ def run_experiment(
                     warmups.append({**row, "run_id": f"warmup-p{point_index}-{name}"})
                     bar.update()
                 for name in variants:
-                    if not application.same_answer(answers[name], answers[application.baseline]):
+                    if not application.same_answer(answers[name], answers[baseline]):
                         raise AssertionError(
-                            f"{app}: variant {name!r} gives a different answer from the baseline "
-                            f"{application.baseline!r} at {params}"
+                            f"{app}: variant {name!r} gives a different answer from the baseline {baseline!r} at {params}"
                         )
                 for repeat in range(repeats):
                     for name in variants:
@@ -177,6 +181,7 @@ def run_experiment(
         "seed": seed,
         "repeats": repeats,
         "variants": variants,
+        "baseline": baseline,
         "grid": grid,
         "dataset_bytes": dataset.nbytes,
         "started": started,
@@ -187,7 +192,7 @@ def run_experiment(
     }
     return Experiment(
         app=app,
-        baseline=application.baseline,
+        baseline=baseline,
         parameters=list(grid),
         results=pd.DataFrame(results),
         warmups=pd.DataFrame(warmups),

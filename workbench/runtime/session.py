@@ -108,6 +108,10 @@ class Session:
                 raise TimeoutError(f"the cluster did not reach {n_workers} workers within {self.timeout} s")
             time.sleep(0.05)
 
+    def wait(self, futures: Future | Iterable[Future], timeout: float | None = None) -> None:
+        """Wait until ``futures`` are done (at most ``timeout`` s, the session's by default), fetching nothing."""
+        wait(futures, timeout=self.timeout if timeout is None else timeout)
+
     def gather(self, futures: Future | Iterable[Future], timeout: float | None = None) -> Any:
         """Wait for ``futures`` (at most ``timeout`` s, the session's by default) and return results."""
         timeout = self.timeout if timeout is None else timeout

@@ -1,0 +1,121 @@
+"""SplIter partitions over a persisted Dask array, and the granularity variants of the applications."""
+import dask.array as da
+import numpy as np
+import pytest
+
+import datasets
+import kernels
+from workbench.apps.placement import PersistedBlocks
+from workbench.lab.runner import run_experiment
+from workbench.runtime import splitter
+
+
+def _where(block):
+    from distributed import get_worker
+
+    return get_worker().address
+
+
+def _where_all(blocks):
+    return _where(None)
+
+
+@pytest.fixture(scope="module")
+def points(session):
+    ds = datasets.get("histogram", "ci", seed=7)
+    placed = PersistedBlocks(session, ds.to_dask("points", 9_000))  # 23 blocks, the last one short
+    yield ds, placed
+    placed.release()
+
+
+def test_partitions_cover_every_block_once_on_its_worker(session, points):
+    ds, placed = points
+    partitions = splitter.split(session, placed.array)
+    assert len(partitions) == len(session.workers())  # one per worker: tasks follow the resources
+    indexes = sorted(i for p in partitions for i in p.get_indexes())
+    assert indexes == list(range(placed.array.numblocks[0]))
+    who_has = session.client.who_has([f for p in partitions for f in p.block_futures])
+    for p in partitions:
+        assert all(p.worker in who_has[f.key] for f in p.block_futures)  # no block moves
+    items = np.sort(np.concatenate([p.get_item_indexes() for p in partitions]))
+    np.testing.assert_array_equal(items, np.arange(ds.spec("points").shape[0]))
+
+
+def test_partition_tasks_run_where_their_blocks_are(session, points):
+    _, placed = points
+    partitions = splitter.split(session, placed.array, partitions_per_worker=3)
+    assert all(len(p) >= 1 for p in partitions) and len(partitions) <= 3 * len(session.workers())
+    ran_on = session.gather(splitter.run_partitions(session, partitions, _where_all))
+    assert ran_on == [p.worker for p in partitions]
+
+
+def test_three_ways_to_run_a_partition_agree(session, points):
+    ds, placed = points
+    bins, ranges = ds.params["bins"], ds.params["range"]
+    partitions = splitter.split(session, placed.array)
+    expected = kernels.histogramdd(ds.load("points"), bins, ranges)
+    merged = session.gather(splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, merge=lambda parts: sum(parts)))
+    materialized = session.gather(splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, materialize=True))
+    listed = session.gather(splitter.run_partitions(session, partitions, lambda blocks: sum(kernels.histogramdd(b, bins, ranges) for b in blocks)))
+    for result in (merged, materialized, listed):
+        np.testing.assert_array_equal(sum(result), expected)
+    with pytest.raises(ValueError, match="not both"):
+        splitter.run_partitions(session, partitions, kernels.histogramdd, materialize=True, merge=sum)
+
+
+def test_repeated_calls_are_new_computations(session, points):
+    _, placed = points
+    partitions = splitter.split(session, placed.array)
+    first = session.gather(splitter.run_partitions(session, partitions, lambda blocks, k: k, 1))
+    second = session.gather(splitter.run_partitions(session, partitions, lambda blocks, k: k, 2))
+    assert set(first) == {1} and set(second) == {2}
+
+
+def test_defined_results_for_odd_inputs(session):
+    unpersisted = da.arange(100, chunks=10).reshape(50, 2).rechunk((10, 2))
+    partitions = splitter.split(session, unpersisted)  # persisted for you
+    assert sorted(i for p in partitions for i in p.get_indexes()) == list(range(5))
+    assert splitter.split(session, da.zeros((0, 3), chunks=(5, 3))) == []
+    single = session.client.persist(da.ones((10, 2), chunks=(10, 2)))
+    many = splitter.split(session, single, partitions_per_worker=8)  # more partitions than blocks
+    assert len(many) == 1 and many[0].get_indexes() == [0]
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda s: splitter.split(s, np.zeros((4, 2))), TypeError, "takes a dask.array.Array"),
+        (lambda s: splitter.split(s, da.zeros((4, 4), chunks=(2, 2))), ValueError, "make every other axis one block"),
+        (lambda s: splitter.split(s, da.zeros((4, 2), chunks=2), partitions_per_worker=0), ValueError, "positive integer"),
+    ],
+)
+def test_bad_input_says_what_to_do(session, call, error, words):
+    with pytest.raises(error, match=words):
+        call(session)
+
+
+def test_labels_align_with_points_by_block_index(session):
+    ds = datasets.get("csvm", "ci")
+    points = session.client.persist(ds.to_dask("points"))
+    labels = session.client.persist(ds.to_dask("labels"))
+    splitter.check_same_blocks(points, labels)
+    all_labels = ds.load("labels")
+    for partition in splitter.split(session, points):
+        got = np.concatenate(session.gather(splitter.aligned(partition, labels, session)))
+        np.testing.assert_array_equal(got, all_labels[partition.get_item_indexes()])
+    with pytest.raises(ValueError, match="different row blocks"):
+        splitter.check_same_blocks(points, ds.to_dask("labels", 333))
+
+
+@pytest.mark.parametrize("app", ["histogram", "kmeans"])
+def test_granularity_variants_give_the_same_answer(session, app):
+    from workbench.apps import registry
+
+    grid = {k: v[-1:] for k, v in registry.get(app).grids["ci"].items()}
+    experiment = run_experiment(
+        session, app, variants=["blocks", "rechunk", "split", "split-materialized"], size="ci", grid=grid, repeats=2, progress=False
+    )  # the runner checks every variant's answer against the baseline's before timing
+    assert experiment.baseline == "blocks"
+    split_runs = experiment.results[experiment.results.variant == "split"]
+    assert (split_runs["tasks"] < experiment.results[experiment.results.variant == "blocks"]["tasks"].min()).all()
+    assert "phase_split_s" in experiment.results
