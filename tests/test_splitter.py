@@ -119,3 +119,15 @@ def test_granularity_variants_give_the_same_answer(session, app):
     split_runs = experiment.results[experiment.results.variant == "split"]
     assert (split_runs["tasks"] < experiment.results[experiment.results.variant == "blocks"]["tasks"].min()).all()
     assert "phase_split_s" in experiment.results
+
+
+def test_bench_splitter_reports_ratios_to_split(session):
+    from workbench.bench import splitter as bench_splitter
+
+    report = bench_splitter.run(size="ci", repeats=2, blocks_per_core=(1, 4), apps=("histogram",), session=session)
+    rows = {(r["blocks_per_core"], r["variant"]): r for r in report["rows"]}
+    assert set(rows) == {(b, v) for b in (1, 4) for v in bench_splitter.VARIANTS}
+    assert rows[(4, "split")]["ratio_to_split"] == 1.0 and rows[(4, "split")]["partition_building_s"] > 0
+    assert rows[(4, "blocks")]["tasks"] > rows[(4, "split")]["tasks"]
+    assert any("5 % slower" in g["goal"] for g in report["goals"])
+    assert "blocks/core" in bench_splitter.format_report(report)

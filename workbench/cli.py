@@ -90,6 +90,14 @@ def _bench_shm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_splitter(args: argparse.Namespace) -> int:
+    from workbench.bench import splitter as bench_splitter
+
+    report = bench_splitter.run(size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core)
+    print(json.dumps(report, indent=2) if args.json else bench_splitter.format_report(report))
+    return 0
+
+
 def _datasets(args: argparse.Namespace) -> int:
     import datasets
 
@@ -129,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     bs.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bs.add_argument("--only", nargs="+", metavar="WAY", help="measure only these ways")
     bs.set_defaults(func=_bench_shm)
+    bsp = benches.add_parser("splitter", help="one task per block vs rechunk vs SplIter at 1, 48, 200 blocks per core")
+    bsp.add_argument("--json", action="store_true")
+    bsp.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bsp.add_argument("--repeat", type=int, default=3)
+    bsp.add_argument("--blocks-per-core", type=int, nargs="+", default=[1, 48, 200])
+    bsp.set_defaults(func=_bench_splitter)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

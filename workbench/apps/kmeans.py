@@ -134,6 +134,9 @@ def run_split_materialized(session: Session, data: KMeansData, recorder: Recorde
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMeansData:
     shape = {k: int(params[k]) for k in SHAPE_PARAMETERS if k in params}
+    if "blocks_per_worker" in params:  # fragments per worker, as SplIter's sweeps count them
+        points = shape.get("points", dataset.spec("points").shape[0])
+        shape["block"] = max(1, -(-points // (int(params["blocks_per_worker"]) * len(session.workers()))))
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
     iterations = int(params.get("iterations", dataset.params["iterations"]))
