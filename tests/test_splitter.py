@@ -107,7 +107,7 @@ def test_labels_align_with_points_by_block_index(session):
         splitter.check_same_blocks(points, ds.to_dask("labels", 333))
 
 
-@pytest.mark.parametrize("app", ["histogram", "kmeans"])
+@pytest.mark.parametrize("app", ["histogram", "kmeans", "csvm", "knn"])
 def test_granularity_variants_give_the_same_answer(session, app):
     from workbench.apps import registry
 
@@ -131,3 +131,41 @@ def test_bench_splitter_reports_ratios_to_split(session):
     assert rows[(4, "blocks")]["tasks"] > rows[(4, "split")]["tasks"]
     assert any("5 % slower" in g["goal"] for g in report["goals"])
     assert "blocks/core" in bench_splitter.format_report(report)
+
+
+def test_knn_finds_the_true_neighbours(session):
+    from sklearn.neighbors import NearestNeighbors
+
+    from workbench.apps import knn
+    from workbench.runtime.trace import Recorder
+
+    ds = datasets.get("knn", "ci")
+    data = knn.prepare(session, ds, {"blocks_per_worker": 4})
+    try:
+        found = knn.run_split(session, data, Recorder())
+    finally:
+        data.release()
+    expected = NearestNeighbors(n_neighbors=ds.params["neighbours"]).fit(ds.load("points")).kneighbors(ds.load("queries"))[1]
+    np.testing.assert_array_equal(found, expected)
+
+
+def test_csvm_cascade_is_accurate(session):
+    from workbench.apps import csvm
+    from workbench.runtime.trace import Recorder
+
+    data = csvm.prepare(session, datasets.get("csvm", "ci"), {"blocks_per_worker": 4})
+    try:
+        accuracy = csvm.run_split(session, data, Recorder())
+    finally:
+        data.release()
+    assert 0.8 < accuracy <= 1.0  # two overlapping boxes: most, not all, points are separable
+
+
+def test_aligned_arrays_must_match_and_be_persisted(session, points):
+    _, placed = points
+    partitions = splitter.split(session, placed.array)
+    with pytest.raises(ValueError, match="different row blocks"):
+        splitter.run_partitions(session, partitions, np.sum, with_arrays=[da.zeros(placed.array.shape[0], chunks=1000)])
+    same_blocks = da.zeros(placed.array.shape[0], chunks=placed.array.chunks[0])
+    with pytest.raises(ValueError, match="is not persisted"):
+        splitter.aligned(partitions[0], same_blocks, session)

@@ -73,8 +73,10 @@ def register(app: Application) -> Application:
 
 
 def _load_builtin() -> None:
-    import workbench.apps.histogram  # noqa: F401  (each registers itself)
+    import workbench.apps.csvm  # noqa: F401  (each registers itself)
+    import workbench.apps.histogram  # noqa: F401
     import workbench.apps.kmeans  # noqa: F401
+    import workbench.apps.knn  # noqa: F401
     import workbench.apps.matmul  # noqa: F401
 
 

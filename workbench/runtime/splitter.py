@@ -100,20 +100,25 @@ def split(session: Session, x: da.Array, partitions_per_worker: int = 1) -> list
     return partitions
 
 
+def _concatenate(blocks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+
+
 def _run_partition(
     function: Callable[..., Any],
     blocks: list[np.ndarray],
+    others: list[list[np.ndarray]],
     materialize: bool,
     merge: Callable[[list[Any]], Any] | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Task body: the partition's blocks are already local (they were its dependencies)."""
+    """Task body: the partition's blocks (and aligned blocks of other arrays) are already local."""
     if materialize:
-        return function(np.concatenate(blocks) if len(blocks) > 1 else blocks[0], *args, **kwargs)
+        return function(_concatenate(blocks), *(_concatenate(o) for o in others), *args, **kwargs)
     if merge is not None:
-        return merge([function(block, *args, **kwargs) for block in blocks])
-    return function(blocks, *args, **kwargs)
+        return merge([function(b, *(o[i] for o in others), *args, **kwargs) for i, b in enumerate(blocks)])
+    return function(blocks, *others, *args, **kwargs)
 
 
 def run_partitions(
@@ -123,6 +128,7 @@ def run_partitions(
     *args: Any,
     merge: Callable[[list[Any]], Any] | None = None,
     materialize: bool = False,
+    with_arrays: Sequence[da.Array] = (),
     **kwargs: Any,
 ) -> list[Future]:
     """One task per partition, pinned to its worker; returns their futures.
@@ -130,16 +136,22 @@ def run_partitions(
     - ``materialize=True``: ``function(concatenated blocks, *args, **kwargs)``;
     - ``merge`` given: ``merge([function(block, ...) for block in partition])``, a local merge;
     - otherwise ``function(list of blocks, ...)``.
+    ``with_arrays``: other persisted arrays cut into the same row blocks (labels ...); their blocks
+    with the partition's indexes come after each block argument, the same way.
     The block futures are the task's dependencies (the scheduler sees them); pinning with
     ``allow_other_workers=False`` keeps work stealing from moving the task away from its blocks.
     """
     if materialize and merge is not None:
         raise ValueError("choose materialize=True (one call on the concatenated blocks) or merge= (one call per block), not both")
     client = session.client
+    source = partitions[0].source if partitions else None
+    for other in with_arrays:
+        if source is not None:
+            check_same_blocks(source, other, ("the split array", "an aligned array"))
     call = uuid.uuid4().hex  # every call is a new computation (a fixed key would return the last result)
     return [
         client.submit(
-            _run_partition, function, p.block_futures, materialize, merge, args, kwargs,
+            _run_partition, function, p.block_futures, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs,
             workers=[p.worker], allow_other_workers=False, pure=False,
             key=f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
         )
@@ -150,8 +162,10 @@ def run_partitions(
 def aligned(partition: Partition, other: da.Array, session: Session) -> list[Future]:
     """The futures of ``other``'s blocks with the same indexes as ``partition``'s (e.g. labels).
 
-    ``other`` must have the same row blocks as the partitioned array.
+    ``other`` must have the same row blocks as the partitioned array, and be persisted.
     """
+    if not futures_of(other):
+        raise ValueError("the aligned array is not persisted: session.client.persist(array) it first")
     other_blocks = _block_futures_in_order(session, other)
     return [other_blocks[i] for i in partition.get_indexes()]
 
