@@ -169,3 +169,14 @@ def test_aligned_arrays_must_match_and_be_persisted(session, points):
     same_blocks = da.zeros(placed.array.shape[0], chunks=placed.array.chunks[0])
     with pytest.raises(ValueError, match="is not persisted"):
         splitter.aligned(partitions[0], same_blocks, session)
+
+
+def test_weak_scaling_and_knn_fit_sweep(session):
+    from workbench.lab import granularity
+
+    scaling = granularity.weak_scaling(session, "histogram", "ci", workers=(1, 2), blocks_per_worker=2, repeats=2, variants=["blocks", "split"])
+    assert set(scaling["workers"]) == {1, 2} and len(session.workers()) == 2  # restored
+    assert (scaling.loc[scaling.workers == 1, "efficiency"] == 1.0).all()
+    assert list(scaling.loc[scaling.workers == 2, "points"].unique()) == [2 * scaling.loc[scaling.workers == 1, "points"].iloc[0]]
+    sweep = granularity.knn_fit_sweep(session, "ci", fit_points=(4_000, 8_000), blocks_per_worker=2, repeats=2)
+    assert set(sweep["points"]) == {4_000, 8_000} and (sweep["blocks_per_second"] > 0).all()

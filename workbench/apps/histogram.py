@@ -20,7 +20,7 @@ from distributed import Future
 import kernels
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks
-from workbench.apps.registry import Application, register
+from workbench.apps.registry import Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
@@ -61,7 +61,7 @@ class HistogramData(PersistedBlocks):
 
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> HistogramData:
-    return HistogramData(session, dataset, int(params["blocks_per_worker"]))
+    return HistogramData(session, resized(dataset, params), int(params["blocks_per_worker"]))
 
 
 def run_blocks(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks
-from workbench.apps.registry import Application, register
+from workbench.apps.registry import Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
@@ -92,7 +92,7 @@ def run_split_materialized(session: Session, data: KNNData, recorder: Recorder) 
 
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KNNData:
-    return KNNData(session, dataset, int(params["blocks_per_worker"]))
+    return KNNData(session, resized(dataset, params), int(params["blocks_per_worker"]))
 
 
 APP = register(

@@ -51,6 +51,14 @@ class Application:
             raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.variants)}") from None
 
 
+def resized(dataset: Dataset, params: dict[str, Any], shape_keys: Sequence[str] = ("points",)) -> Dataset:
+    """The dataset with the shape parameters found in ``params`` (e.g. ``points``) overriding its size's."""
+    import datasets
+
+    shape = {k: int(params[k]) for k in shape_keys if k in params}
+    return datasets.get(dataset.name, dataset.size, dataset.seed, **shape) if shape else dataset
+
+
 def per_mode(function: Callable[[Session, Any, str, Recorder], Any]) -> dict[str, Variant]:
     """One variant per task-runtime mode (files, dask, rro) of ``function(session, data, mode, recorder)``."""
     from workbench.runtime.tasks import MODES
