@@ -15,6 +15,7 @@ import dask.array as da
 import numpy as np
 
 from datasets import Dataset
+from workbench.apps.placement import PersistedBlocks
 from workbench.apps.registry import Application, register
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
@@ -51,26 +52,27 @@ def accuracy_of(support: tuple[np.ndarray, np.ndarray], points: np.ndarray, labe
     return float(SVC(**SVC_OPTIONS).fit(*support).score(points, labels))
 
 
-class CSVMData:
+class CSVMData(PersistedBlocks):
+    """Points and labels in worker memory, cut into the same row blocks."""
+
     def __init__(self, session: Session, dataset: Dataset, blocks_per_worker: int):
         n = dataset.spec("points").shape[0]
         rows = max(1, -(-n // (blocks_per_worker * len(session.workers()))))
-        self.points = session.client.persist(dataset.to_dask("points", rows))
-        self.labels = session.client.persist(dataset.to_dask("labels", rows))
-        session.wait([*self._futures(self.points), *self._futures(self.labels)])
+        super().__init__(session, dataset.to_dask("points", rows))
+        self.placed_labels = PersistedBlocks(session, dataset.to_dask("labels", rows))
         self.check = (dataset.load("points"), dataset.load("labels"))  # the answer: accuracy on all data
 
-    @staticmethod
-    def _futures(x: da.Array) -> list[Any]:
-        from distributed import futures_of
+    @property
+    def points(self) -> da.Array:
+        return self.array
 
-        return futures_of(x)
-
-    def locality(self, session: Session | None = None) -> dict[str, str]:
-        return {}  # the block map is drawn for histogram and k-means; here the cascade is the story
+    @property
+    def labels(self) -> da.Array:
+        return self.placed_labels.array
 
     def release(self) -> None:
-        self.points = self.labels = None
+        super().release()
+        self.placed_labels.release()
 
 
 def _cascade(session: Session, pieces: list[Any]) -> tuple[np.ndarray, np.ndarray]:
