@@ -17,7 +17,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import as_array, bin_range, positive_int, require_ndim, require_real
+from kernels._checks import as_array, bin_range, positive_int, require_ndim, require_real, require_writeable
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -65,7 +65,8 @@ def _histdd(points, edges, n_bins, scales, counts, one_step, n_chunks):
     """
     n = points.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
-    local = np.zeros((n_chunks, counts.size), dtype=np.int64)
+    # one chunk counts straight into the result: no table to zero and add (it is as big as a small block)
+    local = counts.reshape((1, counts.size)) if n_chunks == 1 else np.zeros((n_chunks, counts.size), dtype=np.int64)
     for c in prange(n_chunks):
         flat = np.empty(BATCH, np.int64)
         outside = np.empty(BATCH, np.int64)
@@ -110,8 +111,9 @@ def _histdd(points, edges, n_bins, scales, counts, one_step, n_chunks):
             for j in range(m):
                 if outside[j] == 0:
                     local[c, flat[j]] += 1
-    for c in range(n_chunks):
-        counts += local[c]
+    if n_chunks > 1:
+        for c in range(n_chunks):
+            counts += local[c]
 
 
 def _one_step_suffices(edges: np.ndarray, n_bins: np.ndarray) -> bool:
@@ -181,20 +183,33 @@ def histogramdd(
     range: Sequence[tuple[float, float]],
     *,
     parallel: bool = False,
+    add_to: np.ndarray | None = None,
 ) -> np.ndarray:
     """Count ``points`` (n points x d dimensions) in a d-dimensional grid of equal-width bins.
 
     Returns int64 counts of shape ``bins``; the same numbers as ``numpy.histogramdd(points, bins,
-    range)[0]``. ``parallel=True`` splits the points over all numba threads.
+    range)[0]``. ``parallel=True`` splits the points over all numba threads. ``add_to``: an int64
+    array of shape ``bins`` that the counts are *added* to (and which is returned), so many blocks
+    accumulate into one table without a new one per block.
     """
     points = _as_float("points", points)
     require_ndim("points", points, 2)
     edges, n_bins, scales = _dd_layout(points.shape[1], bins, range)
-    counts = np.zeros(int(np.prod(n_bins)), dtype=np.int64)
+    if add_to is None:
+        counts = np.zeros(int(np.prod(n_bins)), dtype=np.int64)
+    else:
+        add_to = as_array("add_to", add_to)
+        if add_to.dtype != np.int64 or add_to.shape != tuple(n_bins) or not add_to.flags.c_contiguous:
+            raise ValueError(
+                f"add_to must be a C-contiguous int64 array of shape {tuple(int(b) for b in n_bins)}, "
+                f"got {add_to.dtype} {add_to.shape}"
+            )
+        require_writeable("add_to", add_to)
+        counts = add_to.reshape(-1)
     one_step = _one_step_suffices(edges, n_bins)
     points = np.ascontiguousarray(points)
     _histdd(points, edges, n_bins, scales, counts, one_step, numba.get_num_threads() if parallel else 1)
-    return counts.reshape(tuple(n_bins))
+    return add_to if add_to is not None else counts.reshape(tuple(n_bins))
 
 
 def histogram1d_reference(x: np.ndarray, bins: int, range: tuple[float, float]) -> np.ndarray:

@@ -93,3 +93,16 @@ def test_histogram_bad_input_names_the_argument(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+def test_histogramdd_adds_to_a_table(rng):
+    a, b = rng.random((1000, 3)), rng.random((777, 3))
+    table = kernels.histogramdd(a, 4, [(0, 1)] * 3)
+    assert kernels.histogramdd(b, 4, [(0, 1)] * 3, add_to=table) is table
+    np.testing.assert_array_equal(table, kernels.histogramdd_reference(np.vstack([a, b]), 4, [(0, 1)] * 3))
+    with pytest.raises(ValueError, match="add_to must be a C-contiguous int64 array of shape \\(4, 4, 4\\)"):
+        kernels.histogramdd(a, 4, [(0, 1)] * 3, add_to=np.zeros((4, 4), np.int64))
+    frozen = np.zeros((4, 4, 4), np.int64)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="add_to is read-only"):
+        kernels.histogramdd(a, 4, [(0, 1)] * 3, add_to=frozen)

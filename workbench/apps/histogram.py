@@ -5,7 +5,7 @@
 * ``fetch``: data goes to the code. The caller gathers every block and runs the kernel itself:
   no task overhead, but every byte crosses to the client.
 * ``rechunk``: Dask rechunks to one block per worker (moving data), then one task per block.
-* ``split``: SplIter partitions, one per worker; each task iterates its blocks and merges locally.
+* ``split``: SplIter partitions, one per worker; each task iterates its blocks into one table.
 * ``split-materialized``: the same partitions, each concatenated locally and binned in one call.
 """
 from __future__ import annotations
@@ -92,6 +92,14 @@ def run_rechunk(session: Session, data: HistogramData, recorder: Recorder) -> np
     return session.gather(session.client.compute(dask.delayed(sum_counts)(partials)))
 
 
+def histogram_of_blocks(blocks: list[np.ndarray], bins: int | Sequence[int], range: Sequence[tuple[float, float]]) -> np.ndarray:
+    """A partition's task body: iterate its blocks, counting all of them into one table."""
+    counts = kernels.histogramdd(blocks[0], bins, range)
+    for block in blocks[1:]:
+        kernels.histogramdd(block, bins, range, add_to=counts)
+    return counts
+
+
 def _split_counts(session: Session, data: HistogramData, recorder: Recorder, materialize: bool) -> np.ndarray:
     with recorder.phase("split"):  # building partitions, reported on its own
         partitions = splitter.split(session, data.array, partitions_per_worker=1)
@@ -99,7 +107,7 @@ def _split_counts(session: Session, data: HistogramData, recorder: Recorder, mat
         if materialize:
             partials = splitter.run_partitions(session, partitions, kernels.histogramdd, data.bins, data.range, materialize=True)
         else:
-            partials = splitter.run_partitions(session, partitions, kernels.histogramdd, data.bins, data.range, merge=sum_counts)
+            partials = splitter.run_partitions(session, partitions, histogram_of_blocks, data.bins, data.range)
         return session.gather(session.client.submit(sum_counts, partials, pure=False))
 
 
