@@ -291,14 +291,31 @@ def share(
     The paper's copy constructor. If ``name`` already exists (another process shared it first,
     with the same bytes by construction), the existing copy is attached instead.
     """
+    view, _ = copy_in(name, array, directory=directory, writable=writable, populate=populate, timeout=timeout)
+    return view
+
+
+def copy_in(
+    name: str,
+    array: np.ndarray,
+    *,
+    directory: str | Path | None = None,
+    writable: bool = False,
+    populate: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[np.ndarray, bool]:
+    """``share``, also saying whether this call made the segment: ``(view, created)``.
+
+    C- and Fortran-ordered arrays are copied as they are stored; any other layout is made
+    C-contiguous first.
+    """
     array = np.asarray(array)
     fortran = array.flags.f_contiguous and not array.flags.c_contiguous
-    view, _ = attach_or_create(
-        name, array.shape, array.dtype, array if (fortran or array.flags.c_contiguous) else np.ascontiguousarray(array),
-        order="F" if fortran else "C",
+    source = array if (fortran or array.flags.c_contiguous) else np.ascontiguousarray(array)
+    return attach_or_create(
+        name, array.shape, array.dtype, source, order="F" if fortran else "C",
         directory=directory, writable=writable, populate=populate, timeout=timeout,
     )
-    return view
 
 
 def attach(

@@ -40,12 +40,8 @@ def publish_on_node(array: np.ndarray, segment: str) -> SharedRef:
     from workbench.runtime.session import node_id
 
     start = time.time()
-    fortran = array.flags.f_contiguous and not array.flags.c_contiguous
-    source = array if (fortran or array.flags.c_contiguous) else np.ascontiguousarray(array)
     # populate: the tasks read all of it, every time; fault the pages in once, here
-    view, created = shm.attach_or_create(
-        segment, array.shape, array.dtype, source, order="F" if fortran else "C", populate=True
-    )
+    view, created = shm.copy_in(segment, array, populate=True)
     trace.emit("shm-create" if created else "shm-attach", start, time.time(), task="rro-publish", nbytes=array.nbytes)
     _TABLE[segment] = view
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
@@ -56,9 +52,7 @@ def publish_here(array: np.ndarray, segment: str) -> SharedRef:
     workers): the array is copied once, straight into shared memory, never sent to a worker."""
     from workbench.runtime.session import node_id
 
-    fortran = array.flags.f_contiguous and not array.flags.c_contiguous
-    source = array if (fortran or array.flags.c_contiguous) else np.ascontiguousarray(array)
-    shm.attach_or_create(segment, array.shape, array.dtype, source, order="F" if fortran else "C")
+    shm.copy_in(segment, array)
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
 
 
