@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks
+from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, register
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
@@ -57,7 +57,7 @@ class CSVMData(PersistedBlocks):
 
     def __init__(self, session: Session, dataset: Dataset, blocks_per_worker: int):
         n = dataset.spec("points").shape[0]
-        rows = max(1, -(-n // (blocks_per_worker * len(session.workers()))))
+        rows = rows_per_block(session, n, blocks_per_worker)
         super().__init__(session, dataset.to_dask("points", rows))
         self.placed_labels = PersistedBlocks(session, dataset.to_dask("labels", rows))
         self.check = (dataset.load("points"), dataset.load("labels"))  # the answer: accuracy on all data
@@ -100,7 +100,7 @@ def run_blocks(session: Session, data: CSVMData, recorder: Recorder) -> float:
 def run_rechunk(session: Session, data: CSVMData, recorder: Recorder) -> float:
     import dask
 
-    rows = -(-data.points.shape[0] // len(session.workers()))
+    rows = rows_per_block(session, data.points.shape[0])
     points, labels = data.points.rechunk((rows, -1)), data.labels.rechunk(rows)
     first = session.client.compute(
         [dask.delayed(fit_support)(p, l) for p, l in zip(points.to_delayed().ravel(), labels.to_delayed().ravel())]

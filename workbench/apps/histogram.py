@@ -19,7 +19,7 @@ from distributed import Future
 
 import kernels
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks
+from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
@@ -54,8 +54,7 @@ class HistogramData(PersistedBlocks):
         if blocks_per_worker < 1:
             raise ValueError(f"blocks_per_worker must be at least 1, got {blocks_per_worker}")
         n_points = dataset.spec("points").shape[0]
-        n_blocks = min(n_points, blocks_per_worker * len(session.workers()))
-        super().__init__(session, dataset.to_dask("points", -(-n_points // n_blocks)))
+        super().__init__(session, dataset.to_dask("points", rows_per_block(session, n_points, blocks_per_worker)))
         self.bins = dataset.params["bins"]
         self.range = dataset.params["range"]
 
@@ -80,14 +79,10 @@ def run_fetch(session: Session, data: HistogramData, recorder: Recorder) -> np.n
     return counts
 
 
-def _rows_per_worker(session: Session, data: HistogramData) -> int:
-    return -(-data.array.shape[0] // len(session.workers()))
-
-
 def run_rechunk(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
     import dask
 
-    rechunked = data.array.rechunk((_rows_per_worker(session, data), -1))
+    rechunked = data.array.rechunk((rows_per_block(session, data.array.shape[0]), -1))
     partials = [dask.delayed(kernels.histogramdd)(block, data.bins, data.range) for block in rechunked.to_delayed().ravel()]
     return session.gather(session.client.compute(dask.delayed(sum_counts)(partials)))
 

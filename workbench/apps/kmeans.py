@@ -17,7 +17,7 @@ import numpy as np
 import datasets
 import kernels
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks
+from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, per_mode, register
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
@@ -99,8 +99,7 @@ def run_blocks(session: Session, data: KMeansData, recorder: Recorder) -> tuple[
 def run_rechunk(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
     """Rechunk once to one block per worker (the data moves, timed), then one task per block."""
     with recorder.phase("rechunk"):
-        rows = -(-data.array.shape[0] // len(session.workers()))
-        rechunked = PersistedBlocks(session, data.array.rechunk((rows, -1)))
+        rechunked = PersistedBlocks(session, data.array.rechunk((rows_per_block(session, data.array.shape[0]), -1)))
     return _iterate(session, data, recorder, lambda c: session.client.map(block_partial, rechunked.block_futures, centres=c, pure=False))
 
 
@@ -136,7 +135,7 @@ def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMean
     shape = {k: int(params[k]) for k in SHAPE_PARAMETERS if k in params}
     if "blocks_per_worker" in params:  # fragments per worker, as SplIter's sweeps count them
         points = shape.get("points", dataset.spec("points").shape[0])
-        shape["block"] = max(1, -(-points // (int(params["blocks_per_worker"]) * len(session.workers()))))
+        shape["block"] = rows_per_block(session, points, int(params["blocks_per_worker"]))
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
     iterations = int(params.get("iterations", dataset.params["iterations"]))

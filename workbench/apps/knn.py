@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks
+from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
@@ -45,7 +45,7 @@ def top_k(pieces: list[tuple[np.ndarray, np.ndarray]], global_rows: list[np.ndar
 class KNNData(PersistedBlocks):
     def __init__(self, session: Session, dataset: Dataset, blocks_per_worker: int):
         n = dataset.spec("points").shape[0]
-        super().__init__(session, dataset.to_dask("points", max(1, -(-n // (blocks_per_worker * len(session.workers()))))))
+        super().__init__(session, dataset.to_dask("points", rows_per_block(session, n, blocks_per_worker)))
         self.queries = dataset.load("queries")
         self.k = dataset.params["neighbours"]
 
@@ -67,8 +67,7 @@ def run_blocks(session: Session, data: KNNData, recorder: Recorder) -> np.ndarra
 
 def run_rechunk(session: Session, data: KNNData, recorder: Recorder) -> np.ndarray:
     with recorder.phase("rechunk"):
-        rows = -(-data.array.shape[0] // len(session.workers()))
-        rechunked = PersistedBlocks(session, data.array.rechunk((rows, -1)))
+        rechunked = PersistedBlocks(session, data.array.rechunk((rows_per_block(session, data.array.shape[0]), -1)))
     return _per_block(session, rechunked.block_futures, rechunked.array.chunks[0], data)
 
 

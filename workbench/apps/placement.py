@@ -7,6 +7,11 @@ from distributed import Future, futures_of
 from workbench.runtime.session import Session
 
 
+def rows_per_block(session: Session, n_rows: int, blocks_per_worker: int = 1) -> int:
+    """Rows per block so that ``n_rows`` make ``blocks_per_worker`` blocks on every worker (at least 1)."""
+    return max(1, -(-n_rows // (blocks_per_worker * len(session.workers()))))
+
+
 class PersistedBlocks:
     """A Dask array computed into worker memory, with its block futures in block order.
 
