@@ -7,10 +7,20 @@ import workbench
 
 
 @pytest.fixture(scope="session")
-def session():
-    """Two worker processes, one thread each: the shape of this 2-core machine."""
+def session(tmp_path_factory):
+    """Two worker processes, one thread each: the shape of this 2-core machine.
+
+    Its active store lives in a temporary directory, and must be empty when the tests end
+    (every test and application variant deletes what it put in the store).
+    """
+    from workbench.runtime.store import Store
+
     with workbench.start(n_workers=2, timeout=60) as s:
+        store = Store(s, tmp_path_factory.mktemp("store"))
         yield s
+        left = store.objects()
+        store.close()
+        assert left.empty, f"the tests left {len(left)} objects in the active store:\n{left}"
 
 
 @pytest.fixture

@@ -34,9 +34,9 @@ def test_partitions_cover_every_block_once_on_its_worker(session, points):
     assert len(partitions) == len(session.workers())  # one per worker: tasks follow the resources
     indexes = sorted(i for p in partitions for i in p.get_indexes())
     assert indexes == list(range(placed.array.numblocks[0]))
-    who_has = session.client.who_has([f for p in partitions for f in p.block_futures])
+    who_has = session.client.who_has([f for p in partitions for f in p.blocks])
     for p in partitions:
-        assert all(p.worker in who_has[f.key] for f in p.block_futures)  # no block moves
+        assert all(p.worker in who_has[f.key] for f in p.blocks)  # no block moves
     items = np.sort(np.concatenate([p.get_item_indexes() for p in partitions]))
     np.testing.assert_array_equal(items, np.arange(ds.spec("points").shape[0]))
 

@@ -7,6 +7,10 @@
 * ``rechunk``: Dask rechunks to one block per worker (moving data), then one task per block.
 * ``split``: SplIter partitions, one per worker; each task iterates its blocks into one table.
 * ``split-materialized``: the same partitions, each concatenated locally and binned in one call.
+* ``active``: the blocks are objects of the active store; ``partial_histogram`` is an active
+  method, run on the backend that holds each block (thesis Listing 4.7).
+* ``non-active``: the same method, but each task fetches its block through the store (a copy)
+  and bins it where the task runs, as an object store without active methods does.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
+from workbench.runtime.store import ArrayBlock, active
 from workbench.runtime.trace import Recorder
 
 
@@ -114,6 +119,31 @@ def run_split_materialized(session: Session, data: HistogramData, recorder: Reco
     return _split_counts(session, data, recorder, materialize=True)
 
 
+class PointsBlock(ArrayBlock):
+    """A block of points in the store, able to bin itself where it lives."""
+
+    @active
+    def partial_histogram(self, bins: int | Sequence[int], range: Sequence[tuple[float, float]]) -> np.ndarray:
+        return kernels.histogramdd(self.data, bins, range)
+
+
+def _store_counts(session: Session, data: HistogramData, active_methods: bool) -> np.ndarray:
+    blocks = data.in_store(PointsBlock)
+    if active_methods:
+        partials = blocks.call("partial_histogram", data.bins, data.range)
+    else:
+        partials = blocks.call_non_active("partial_histogram", data.bins, data.range)
+    return session.gather(session.client.submit(sum_counts, partials, pure=False))
+
+
+def run_active(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
+    return _store_counts(session, data, active_methods=True)
+
+
+def run_non_active(session: Session, data: HistogramData, recorder: Recorder) -> np.ndarray:
+    return _store_counts(session, data, active_methods=False)
+
+
 APP = register(
     Application(
         name="histogram",
@@ -123,6 +153,7 @@ APP = register(
         variants={
             "blocks": run_blocks, "fetch": run_fetch, "rechunk": run_rechunk,
             "split": run_split, "split-materialized": run_split_materialized,
+            "active": run_active, "non-active": run_non_active,
         },
         baseline="blocks",
         grids={

@@ -6,6 +6,10 @@ The points are cut into fragments that stay on the workers. Each iteration runs 
 argument, the centres IN), merges the partial results, and moves the centres; it stops when no
 centre moves more than ``epsilon`` (1e-9) or after ``iterations``. The fragment is read again
 every iteration: that reuse is what RRO exploits.
+
+In the store variants (thesis Listing 4.9) the fragments are objects of the active store:
+``active`` runs ``partial_sum`` as an active method where each fragment lives; ``non-active``
+fetches every fragment through the store, every iteration, to the task that computes on it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, per_mode, register
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
+from workbench.runtime.store import ArrayBlock, active
 from workbench.runtime.tasks import RRO, TaskRuntime, task
 from workbench.runtime.trace import Recorder
 
@@ -131,6 +136,26 @@ def run_split_materialized(session: Session, data: KMeansData, recorder: Recorde
     )
 
 
+class Fragment(ArrayBlock):
+    """A fragment of points in the store; its partial sum runs where it lives."""
+
+    @active
+    def partial_sum(self, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return block_partial(self.data, centres)
+
+
+def run_active(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """Active methods: one ``partial_sum`` call per fragment per iteration, on its backend."""
+    fragments = data.in_store(Fragment)
+    return _iterate(session, data, recorder, lambda c: fragments.call("partial_sum", c))
+
+
+def run_non_active(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
+    """Non-active: every iteration, each task fetches its fragment through the store."""
+    fragments = data.in_store(Fragment)
+    return _iterate(session, data, recorder, lambda c: fragments.call_non_active("partial_sum", c))
+
+
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMeansData:
     shape = {k: int(params[k]) for k in SHAPE_PARAMETERS if k in params}
     if "blocks_per_worker" in params:  # fragments per worker, as SplIter's sweeps count them
@@ -155,6 +180,7 @@ APP = register(
         variants={
             **per_mode(kmeans),
             "blocks": run_blocks, "rechunk": run_rechunk, "split": run_split, "split-materialized": run_split_materialized,
+            "active": run_active, "non-active": run_non_active,
         },
         baseline="files",
         grids={

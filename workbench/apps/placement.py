@@ -1,6 +1,8 @@
 """Data placed in worker memory for a run: a persisted Dask array and its block futures, in order."""
 from __future__ import annotations
 
+from typing import Any
+
 import dask.array as da
 from distributed import Future, futures_of
 
@@ -25,6 +27,19 @@ class PersistedBlocks:
         by_key = {f.key: f for f in futures_of(self.array)}
         self.block_futures: list[Future] = [by_key[k] for k in _flat(self.array.__dask_keys__())]
         session.wait(self.block_futures)  # bounded wait until every block exists (nothing is fetched)
+        self._collections: dict[type, Any] = {}
+
+    def in_store(self, block_class: type) -> Any:
+        """The same blocks as store objects of ``block_class``, made where each block already is.
+
+        Made once per class and kept until :meth:`release` (the first, untimed warm-up run of a
+        store variant pays for it, like placement in ``prepare``).
+        """
+        if block_class not in self._collections:
+            from workbench.runtime.store import store_for
+
+            self._collections[block_class] = store_for(self.session).persist_blocks(self.array, block_class=block_class)
+        return self._collections[block_class]
 
     @property
     def nbytes(self) -> int:
@@ -39,6 +54,9 @@ class PersistedBlocks:
 
     def release(self) -> None:
         """Drop the references; Dask frees the blocks once no client holds them."""
+        for collection in self._collections.values():
+            collection.delete()
+        self._collections = {}
         self.block_futures = []
         self.array = None
 

@@ -3,7 +3,8 @@
 The block size of a dataset sets its number of tasks, and a fragmented dataset buries the
 scheduler. ``split`` groups the blocks that one worker already holds into a few partitions (by
 default one per worker), so the number of tasks follows the compute resources, not the block
-size, and no block moves. ``run_partitions`` runs one task per partition on its worker, with the
+size, and no block moves. A store collection (:class:`~workbench.runtime.store.BlockCollection`)
+is split the same way, from the store's location query instead of Dask's ``who_has``. ``run_partitions`` runs one task per partition on its worker, with the
 partition's block futures as real dependencies; the task iterates the blocks (with a local merge)
 or, with ``materialize=True``, concatenates them locally first (the thesis's extension for
 compute-bound codes).
@@ -26,10 +27,13 @@ from workbench.runtime.session import Session
 
 @dataclass
 class Partition:
-    """Blocks of one array that one worker holds: their futures, block indexes and item ranges."""
+    """Blocks of one array that one worker holds: the blocks, their indexes and item ranges.
+
+    ``blocks`` are Dask futures for a Dask array, store proxies for a store collection.
+    """
 
     worker: str
-    block_futures: list[Future]
+    blocks: list[Any]
     block_indexes: list[int]  # global block index along the first axis
     item_ranges: list[tuple[int, int]] = field(repr=False)  # global [start, stop) rows of each block
     source: Any = field(default=None, repr=False)  # the persisted array: keeps its blocks alive
@@ -45,7 +49,7 @@ class Partition:
         return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.item_ranges])
 
     def __len__(self) -> int:
-        return len(self.block_futures)
+        return len(self.blocks)
 
 
 def _block_futures_in_order(session: Session, x: da.Array) -> list[Future]:
@@ -54,17 +58,29 @@ def _block_futures_in_order(session: Session, x: da.Array) -> list[Future]:
     return [by_key[k] for k in keys]
 
 
-def split(session: Session, x: da.Array, partitions_per_worker: int = 1) -> list[Partition]:
+def _is_collection(x: Any) -> bool:
+    from workbench.runtime.store import BlockCollection
+
+    return isinstance(x, BlockCollection)
+
+
+def _row_chunks(x: Any) -> tuple[int, ...]:
+    return tuple(x.chunks) if _is_collection(x) else tuple(x.chunks[0])
+
+
+def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Partition]:
     """Partitions of ``x``'s row blocks, grouped by the worker holding them, ``partitions_per_worker`` each.
 
-    ``x`` is persisted (and waited for) if it is not already. Blocks are cut along the first axis
-    only (columns must be one block). A worker holding fewer blocks than ``partitions_per_worker``
-    gets one partition per block; an array with no rows gives no partitions.
+    ``x`` is a Dask array (persisted, and waited for, if it is not already; cut along the first
+    axis only) or a store :class:`~workbench.runtime.store.BlockCollection`. A worker holding fewer
+    blocks than ``partitions_per_worker`` gets one partition per block; no rows, no partitions.
     """
+    if _is_collection(x):
+        _check_partitions_per_worker(partitions_per_worker)
+        return _group(x, x.blocks, x.holders(), partitions_per_worker)
     if not isinstance(x, da.Array):
-        raise TypeError(f"split takes a dask.array.Array, got {type(x).__name__}")
-    if isinstance(partitions_per_worker, bool) or not isinstance(partitions_per_worker, (int, np.integer)) or partitions_per_worker < 1:
-        raise ValueError(f"partitions_per_worker must be a positive integer, got {partitions_per_worker!r}")
+        raise TypeError(f"split takes a dask.array.Array or a store BlockCollection, got {type(x).__name__}")
+    _check_partitions_per_worker(partitions_per_worker)
     if x.ndim == 0 or any(n != 1 for n in x.numblocks[1:]):
         raise ValueError(
             f"split groups row blocks; this array has {x.numblocks} blocks: make every other axis one "
@@ -77,20 +93,30 @@ def split(session: Session, x: da.Array, partitions_per_worker: int = 1) -> list
     blocks = _block_futures_in_order(session, x)
     session.wait(blocks)  # bounded wait until every block exists (nothing is fetched)
     who_has = session.client.who_has(blocks)
-    offsets = np.concatenate([[0], np.cumsum(x.chunks[0])]).astype(int)
+    return _group(x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], partitions_per_worker)
+
+
+def _check_partitions_per_worker(partitions_per_worker: Any) -> None:
+    if isinstance(partitions_per_worker, bool) or not isinstance(partitions_per_worker, (int, np.integer)) or partitions_per_worker < 1:
+        raise ValueError(f"partitions_per_worker must be a positive integer, got {partitions_per_worker!r}")
+
+
+def _group(x: Any, blocks: list[Any], holders: list[str | None], partitions_per_worker: int) -> list[Partition]:
+    """Blocks grouped by holder into ``partitions_per_worker`` partitions per worker, in block order."""
+    _check_partitions_per_worker(partitions_per_worker)
+    offsets = np.concatenate([[0], np.cumsum(_row_chunks(x))]).astype(int)
     by_worker: dict[str, list[int]] = {}
-    for index, future in enumerate(blocks):
-        holders = sorted(who_has.get(future.key, ()))
-        if not holders:
+    for index, holder in enumerate(holders):
+        if holder is None:
             raise RuntimeError(f"block {index} of the array is on no worker (lost?): persist the array again")
-        by_worker.setdefault(holders[0], []).append(index)
+        by_worker.setdefault(holder, []).append(index)
     partitions = []
     for worker, indexes in sorted(by_worker.items()):
         for group in np.array_split(np.asarray(indexes), min(partitions_per_worker, len(indexes))):
             partitions.append(
                 Partition(
                     worker=worker,
-                    block_futures=[blocks[i] for i in group],
+                    blocks=[blocks[i] for i in group],
                     block_indexes=[int(i) for i in group],
                     item_ranges=[(int(offsets[i]), int(offsets[i + 1])) for i in group],
                     source=x,
@@ -102,6 +128,26 @@ def split(session: Session, x: da.Array, partitions_per_worker: int = 1) -> list
 
 def _concatenate(blocks: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+
+
+def _run_store_partition(
+    function: Callable[..., Any],
+    blocks: list[Any],
+    others: list[list[Any]],
+    materialize: bool,
+    merge: Callable[[list[Any]], Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Task body for a store collection: its blocks are objects of this worker's backend (no copy)."""
+    from workbench.runtime.store.backend import local_backend
+
+    backend = local_backend()
+
+    def data(proxies: list[Any]) -> list[np.ndarray]:
+        return [backend.obtain(p.ref, "partition", for_write=False)[1].obj.data for p in proxies]
+
+    return _run_partition(function, data(blocks), [data(o) for o in others], materialize, merge, args, kwargs)
 
 
 def _run_partition(
@@ -149,9 +195,10 @@ def run_partitions(
         if source is not None:
             check_same_blocks(source, other, ("the split array", "an aligned array"))
     call = uuid.uuid4().hex  # every call is a new computation (a fixed key would return the last result)
+    body = _run_store_partition if _is_collection(source) else _run_partition
     return [
         client.submit(
-            _run_partition, function, p.block_futures, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs,
+            body, function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs,
             workers=[p.worker], allow_other_workers=False, pure=False,
             key=f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
         )
@@ -159,21 +206,25 @@ def run_partitions(
     ]
 
 
-def aligned(partition: Partition, other: da.Array, session: Session) -> list[Future]:
-    """The futures of ``other``'s blocks with the same indexes as ``partition``'s (e.g. labels).
+def aligned(partition: Partition, other: Any, session: Session) -> list[Any]:
+    """The blocks of ``other`` with the same indexes as ``partition``'s (e.g. labels).
 
-    ``other`` must have the same row blocks as the partitioned array, and be persisted.
+    ``other`` must have the same row blocks as the partitioned array, and be persisted (a Dask
+    array gives block futures, a store collection block proxies).
     """
+    if _is_collection(other):
+        return [other.blocks[i] for i in partition.get_indexes()]
     if not futures_of(other):
         raise ValueError("the aligned array is not persisted: session.client.persist(array) it first")
     other_blocks = _block_futures_in_order(session, other)
     return [other_blocks[i] for i in partition.get_indexes()]
 
 
-def check_same_blocks(x: da.Array, y: da.Array, names: tuple[str, str] = ("points", "labels")) -> None:
+def check_same_blocks(x: Any, y: Any, names: tuple[str, str] = ("points", "labels")) -> None:
     """Raise a clear error unless ``x`` and ``y`` are cut into the same row blocks."""
-    if x.chunks[0] != y.chunks[0]:
+    cx, cy = _row_chunks(x), _row_chunks(y)
+    if cx != cy:
         raise ValueError(
-            f"{names[0]} and {names[1]} have different row blocks ({len(x.chunks[0])} vs {len(y.chunks[0])} blocks, "
-            f"first {x.chunks[0][:3]} vs {y.chunks[0][:3]}): rechunk {names[1]} to {names[0]}.chunks[0]"
+            f"{names[0]} and {names[1]} have different row blocks ({len(cx)} vs {len(cy)} blocks, "
+            f"first {cx[:3]} vs {cy[:3]}): rechunk {names[1]} to {names[0]}.chunks[0]"
         )

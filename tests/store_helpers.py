@@ -1,0 +1,62 @@
+"""Persistent classes used by the store tests (importable by workers: the tests directory is on their path)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from workbench.runtime.store import PersistentObject, active
+
+
+class Counter(PersistentObject):
+    """Small state with read-only and writing active methods."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = np.asarray(values, dtype=np.float64)
+        self.hits = 0
+
+    @active
+    def total(self) -> float:
+        return float(self.values.sum())
+
+    @active
+    def scaled_total(self, factor: float, offset: float = 0.0) -> float:
+        return float(self.values.sum() * factor + offset)
+
+    @active(writes=True)
+    def scale(self, factor: float) -> None:
+        self.values *= factor
+
+    @active
+    def sneaky_write(self) -> None:
+        self.values[0] = -1.0  # a "read-only" method that writes: must fail
+
+    @active(writes=True)
+    def slow_increment(self) -> int:
+        seen = self.hits
+        time.sleep(0.02)  # a race would lose increments without the object's write lock
+        self.hits = seen + 1
+        return self.hits
+
+    @active
+    def slow_read(self, seconds: float) -> tuple[float, float]:
+        start = time.time()
+        time.sleep(seconds)
+        return start, time.time()
+
+    @active
+    def combined(self, other: Counter) -> float:
+        return float(self.values.sum() + other.values.sum())
+
+    @active
+    def thread_name(self) -> str:
+        return threading.current_thread().name
+
+
+class WithLock(Counter):
+    """State that cannot be pickled: a lock."""
+
+    def __init__(self) -> None:
+        super().__init__(np.ones(3))
+        self.lock = threading.Lock()

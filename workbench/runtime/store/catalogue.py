@@ -1,0 +1,282 @@
+"""The store's catalogue: a scheduler plugin that knows every object, persisted in SQLite.
+
+It holds, per object id and version: the class, its active methods, size, kind (object or block
+collection), disk copy, which version is current, and aliases; these are written to an SQLite file
+so they survive a cluster restart. Locations (which workers hold a copy in memory) live only in
+memory: a restarted cluster has new workers, and an object comes back from its disk copy when it is
+next used. Clients and backends reach the catalogue through one scheduler handler,
+``workbench_store``; a departed worker is dropped from every location at once.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+PLUGIN_NAME = "workbench-store"
+HANDLER = "workbench_store"
+ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the caller to raise
+ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see backend.task_key)
+logger = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    oid TEXT NOT NULL, version INTEGER NOT NULL, class_label TEXT NOT NULL, kind TEXT NOT NULL,
+    nbytes INTEGER NOT NULL, methods TEXT NOT NULL, meta TEXT NOT NULL, disk_path TEXT,
+    created REAL NOT NULL, PRIMARY KEY (oid, version));
+CREATE TABLE IF NOT EXISTS current (oid TEXT PRIMARY KEY, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, oid TEXT NOT NULL);
+"""
+
+
+class StoreCatalogue(SchedulerPlugin):
+    """Scheduler-side catalogue of the store, kept in ``directory/catalogue.sqlite``."""
+
+    name = PLUGIN_NAME
+    idempotent = True  # registering again (a second Store on the same cluster) keeps this one
+
+    def __init__(self, directory: str):
+        self.directory = str(directory)
+        self.objects: dict[tuple[str, int], dict[str, Any]] = {}
+        self.current: dict[str, int] = {}
+        self.aliases: dict[str, str] = {}
+        self.locations: dict[tuple[str, int], set[str]] = {}
+        self.departed: dict[str, float] = {}  # worker address -> when it left (for error messages)
+        self._turn = 0
+        self._db: sqlite3.Connection | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(Path(self.directory) / "catalogue.sqlite", check_same_thread=False)
+        self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;" + SCHEMA)
+        for row in self._db.execute("SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects"):
+            oid, version, class_label, kind, nbytes, methods, meta, disk_path, created = row
+            self.objects[(oid, version)] = {
+                "class_label": class_label, "kind": kind, "nbytes": nbytes, "methods": json.loads(methods),
+                "meta": json.loads(meta), "disk_path": disk_path, "created": created,
+            }
+        self.current = dict(self._db.execute("SELECT oid, version FROM current"))
+        self.aliases = dict(self._db.execute("SELECT alias, oid FROM aliases"))
+        scheduler.handlers[HANDLER] = self.handle
+
+    async def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        """Forget ``worker``'s copies; active calls stuck waiting for it may run elsewhere."""
+        self.departed[worker] = time.time()
+        for holders in self.locations.values():
+            holders.discard(worker)
+        stuck = [
+            ts for ts in list(scheduler.unrunnable)
+            if isinstance(ts.key, str) and ACTIVE_KEY_MARK in ts.key
+            and ts.worker_restrictions and not (ts.worker_restrictions & set(scheduler.workers))
+        ]
+        for ts in stuck:
+            # The body finds the object gone from its backend and either uses a replica or a disk
+            # copy, or fails with an error naming the object and the lost backend.
+            ts.worker_restrictions = None
+            ts.loose_restrictions = True
+        if stuck:
+            scheduler.transitions({ts.key: "processing" for ts in stuck}, stimulus_id=f"workbench-store-relax-{time.time()}")
+
+    # -- the handler -----------------------------------------------------------------------------
+    def handle(self, action: str, **kwargs: Any) -> Any:
+        op = action
+        try:
+            method = getattr(self, f"op_{op}")
+        except AttributeError:
+            raise ValueError(f"the store catalogue has no operation {op!r}") from None
+        try:
+            return method(**kwargs)
+        except (KeyError, ValueError, RuntimeError) as error:  # expected: sent back, not logged as a crash
+            return {ERROR_KEY: {"type": type(error).__name__, "message": error.args[0] if error.args else str(error)}}
+
+    def _commit(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        assert self._db is not None
+        with self._db:
+            for sql, params in statements:
+                self._db.execute(sql, params)
+
+    def _live_workers(self) -> list[str]:
+        return sorted(self.scheduler.workers)
+
+    # -- operations (each op_x is reached as handle(op="x", ...)) ---------------------------------
+    def op_backends(self, n: int = 1, exclude: list[str] | None = None) -> list[str]:
+        """``n`` backends in round-robin order (skipping ``exclude`` when others exist)."""
+        workers = self._live_workers()
+        if not workers:
+            raise RuntimeError("the cluster has no workers: the store has no backend to place objects on")
+        candidates = [w for w in workers if w not in set(exclude or ())] or workers
+        chosen = [candidates[(self._turn + i) % len(candidates)] for i in range(n)]
+        self._turn += n
+        return chosen
+
+    def op_register(self, entries: list[dict[str, Any]]) -> int:
+        """Add objects (id, version, class, methods, size, kind, meta, worker, alias) in one commit."""
+        for e in entries:
+            alias = e.get("alias")
+            if alias is not None and alias in self.aliases and self.aliases[alias] != e["oid"]:
+                raise ValueError(
+                    f"alias {alias!r} is already taken by object {self.aliases[alias][:8]}: choose another alias, "
+                    f"or delete that object first (store.get_by_alias({alias!r}).delete())"
+                )
+        statements = []
+        now = time.time()
+        for e in entries:
+            key = (e["oid"], int(e["version"]))
+            record = {
+                "class_label": e["class_label"], "kind": e.get("kind", "object"), "nbytes": int(e["nbytes"]),
+                "methods": e.get("methods", {}), "meta": e.get("meta", {}), "disk_path": e.get("disk_path"), "created": now,
+            }
+            self.objects[key] = record
+            if e.get("worker"):
+                self.locations.setdefault(key, set()).add(e["worker"])
+            statements.append((
+                "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)",
+                (key[0], key[1], record["class_label"], record["kind"], record["nbytes"], json.dumps(record["methods"]),
+                 json.dumps(record["meta"]), record["disk_path"], now),
+            ))
+            if e.get("current", True):
+                self.current[key[0]] = key[1]
+                statements.append(("INSERT OR REPLACE INTO current VALUES (?,?)", key))
+            if e.get("alias") is not None:
+                self.aliases[e["alias"]] = key[0]
+                statements.append(("INSERT OR REPLACE INTO aliases VALUES (?,?)", (e["alias"], key[0])))
+        self._commit(statements)
+        return len(entries)
+
+    def op_alias(self, alias: str) -> str:
+        """The object id of ``alias``; an error with close matches when there is none."""
+        if alias in self.aliases:
+            return self.aliases[alias]
+        hint = difflib.get_close_matches(alias, list(self.aliases), n=3)
+        raise KeyError(
+            f"no object has alias {alias!r}"
+            + (f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)")
+        )
+
+    def op_set_alias(self, alias: str, oid: str) -> None:
+        if alias in self.aliases and self.aliases[alias] != oid:
+            raise ValueError(f"alias {alias!r} is already taken by object {self.aliases[alias][:8]}")
+        self.aliases[alias] = oid
+        self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
+
+    def op_resolve(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
+        """For each ``[oid, version or None]``: its record, live holders, and why it is missing if so."""
+        live = set(self.scheduler.workers)
+        out = []
+        for oid, version in refs:
+            if version is None:
+                if oid not in self.current:
+                    out.append({"oid": oid, "missing": "deleted"})
+                    continue
+                version = self.current[oid]
+            key = (oid, int(version))
+            record = self.objects.get(key)
+            if record is None:
+                out.append({"oid": oid, "version": version, "missing": "deleted"})
+                continue
+            holders = sorted(self.locations.get(key, set()) & live)
+            out.append({
+                "oid": oid, "version": key[1], "workers": holders, "current": self.current.get(oid) == key[1],
+                "aliases": sorted(a for a, o in self.aliases.items() if o == oid),
+                **record,
+            })
+        return out
+
+    def op_add_location(self, oid: str, version: int, worker: str) -> None:
+        self.locations.setdefault((oid, int(version)), set()).add(worker)
+
+    def op_remove_location(self, oid: str, version: int, worker: str) -> None:
+        self.locations.get((oid, int(version)), set()).discard(worker)
+
+    def op_departed(self) -> dict[str, float]:
+        return dict(self.departed)
+
+    def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> None:
+        key = (oid, int(version))
+        if key in self.objects:
+            self.objects[key]["disk_path"] = disk_path
+            self._commit([("UPDATE objects SET disk_path=? WHERE oid=? AND version=?", (disk_path, oid, int(version)))])
+
+    def op_set_nbytes(self, oid: str, version: int, nbytes: int) -> None:
+        key = (oid, int(version))
+        if key in self.objects:
+            self.objects[key]["nbytes"] = int(nbytes)
+            self._commit([("UPDATE objects SET nbytes=? WHERE oid=? AND version=?", (int(nbytes), oid, int(version)))])
+
+    def op_new_version(self, oid: str, version: int, worker: str) -> int:
+        """Register version ``max + 1`` of ``oid``, copied from ``version`` on ``worker`` (not current yet)."""
+        source = self.objects.get((oid, int(version)))
+        if source is None:
+            raise KeyError(f"object {oid[:8]} has no version {version}")
+        new = 1 + max(v for (o, v) in self.objects if o == oid)
+        self.op_register([{**source, "oid": oid, "version": new, "worker": worker, "current": False, "disk_path": None}])
+        return new
+
+    def op_consolidate(self, oid: str, version: int) -> list[dict[str, Any]]:
+        """Make ``version`` current; the replaced version is dropped. Returns what backends must drop."""
+        if (oid, int(version)) not in self.objects:
+            raise KeyError(f"object {oid[:8]} has no version {version} (consolidated or deleted already?)")
+        old = self.current.get(oid)
+        self.current[oid] = int(version)
+        statements: list[tuple[str, tuple[Any, ...]]] = [("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))]
+        dropped = []
+        if old is not None and old != int(version):
+            dropped.append(self._forget((oid, old), statements))
+        self._commit(statements)
+        return dropped
+
+    def op_delete(self, oids: list[str]) -> list[dict[str, Any]]:
+        """Forget every version of ``oids`` and their aliases; returns what backends must drop."""
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        dropped = []
+        for oid in oids:
+            for key in [k for k in self.objects if k[0] == oid]:
+                dropped.append(self._forget(key, statements))
+            self.current.pop(oid, None)
+            statements.append(("DELETE FROM current WHERE oid=?", (oid,)))
+            for alias in [a for a, o in self.aliases.items() if o == oid]:
+                del self.aliases[alias]
+                statements.append(("DELETE FROM aliases WHERE alias=?", (alias,)))
+        self._commit(statements)
+        return dropped
+
+    def _forget(self, key: tuple[str, int], statements: list[tuple[str, tuple[Any, ...]]]) -> dict[str, Any]:
+        record = self.objects.pop(key)
+        holders = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
+        statements.append(("DELETE FROM objects WHERE oid=? AND version=?", key))
+        return {"oid": key[0], "version": key[1], "workers": holders, "disk_path": record["disk_path"]}
+
+    def op_list(self) -> list[dict[str, Any]]:
+        """Every object version: id, version, class, kind, size, holders, disk copy, aliases."""
+        live = set(self.scheduler.workers)
+        by_oid: dict[str, list[str]] = {}
+        for alias, oid in self.aliases.items():
+            by_oid.setdefault(oid, []).append(alias)
+        return [
+            {
+                "oid": oid, "version": version, "current": self.current.get(oid) == version,
+                "class": r["class_label"], "kind": r["kind"], "nbytes": r["nbytes"],
+                "workers": sorted(self.locations.get((oid, version), set()) & live),
+                "disk_path": r["disk_path"], "aliases": sorted(by_oid.get(oid, [])),
+            }
+            for (oid, version), r in sorted(self.objects.items(), key=lambda kv: kv[1]["created"])
+        ]
+
+    def op_aliases(self) -> dict[str, str]:
+        return dict(self.aliases)
+
+    def op_directory(self) -> str:
+        return self.directory

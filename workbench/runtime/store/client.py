@@ -1,0 +1,640 @@
+"""The store as a user sees it: ``Store``, object proxies, active methods and block collections.
+
+``store = Store(session)`` registers the catalogue on the scheduler and a backend on every worker
+(idempotent: a second ``Store`` on the same cluster shares them). ``proxy = store.make_persistent(obj)``
+places ``obj`` on a backend; ``proxy.method(*args)`` runs there and returns a Dask future;
+``proxy.method.value(*args)`` returns the value in one direct round trip to the backend (no
+scheduler); ``proxy.method.local(*args)`` is the non-active path: fetch the object, run here.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+from distributed import Future, futures_of
+from distributed.protocol import to_serialize
+
+from workbench.runtime.session import Session
+from workbench.runtime.store.backend import StoreBackend, local_backend, raise_error, run_active, run_non_active, task_key
+from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue
+from workbench.runtime.store.errors import ObjectLost, StoreError, UnknownAlias
+from workbench.runtime.store.model import (
+    ObjectRef,
+    PersistentObject,
+    active,
+    catalogue_entry,
+    check_method,
+    class_name,
+    ship_by_value,
+    state_nbytes,
+)
+
+STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
+_current: Store | None = None
+
+
+def default_directory() -> Path:
+    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
+    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+
+
+def store_for(session: Session) -> Store:
+    """The current store when it belongs to ``session``, else the store of ``session``'s cluster."""
+    if _current is not None and _current.session is session:
+        return _current
+    return Store(session)
+
+
+def current_store() -> Store:
+    """The store opened last in this process (what ``PersistentObject.make_persistent`` uses)."""
+    if _current is None:
+        raise StoreError("no store is open: store = workbench.runtime.store.Store(session) first")
+    return _current
+
+
+class Store:
+    """The active object store of a Dask cluster: catalogue on the scheduler, backends on workers.
+
+    directory: where the SQLite catalogue and the disk tier live (shared by every node for a
+        multi-node cluster); ``$WORKBENCH_STORE_DIR`` or ``~/.cache/locality-workbench/store``.
+    memory_limit: bytes of objects a backend keeps in memory before evicting the least recently
+        used to disk (default: half the worker's memory limit).
+    """
+
+    def __init__(self, session: Session, directory: str | Path | None = None, memory_limit: int | None = None):
+        global _current
+        self.session = session
+        self.client = session.client
+        wanted = Path(directory or default_directory()).expanduser().resolve()
+        if memory_limit is not None and memory_limit < 0:
+            raise ValueError(f"memory_limit is bytes per backend, got {memory_limit}")
+        self.client.register_plugin(StoreCatalogue(str(wanted)), name=PLUGIN_NAME)
+        in_use = Path(self.catalogue("directory"))
+        self.directory = in_use if directory is None else wanted  # no directory named: join the cluster's store
+        if in_use != self.directory:
+            raise StoreError(
+                f"this cluster's store already uses {in_use}; one cluster has one store. "
+                f"Open Store(session, directory={in_use!r}), or start another cluster for {self.directory}"
+            )
+        self.client.register_plugin(StoreBackend(str(self.directory), memory_limit), name=PLUGIN_NAME)
+        _current = self
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def catalogue(self, op: str, **kwargs: Any) -> Any:
+        """One catalogue operation (a message to the scheduler, bounded by the session timeout)."""
+        async def ask() -> Any:
+            return await asyncio.wait_for(self.client.scheduler.workbench_store(action=op, **kwargs), self.session.timeout)
+
+        try:
+            return raise_error(self.client.sync(ask))
+        except KeyError as error:
+            if op == "alias":
+                raise UnknownAlias(error.args[0] if error.args else str(error)) from None
+            raise
+
+    def backend(self, address: str, op: str, **kwargs: Any) -> Any:
+        """One operation on the backend at ``address`` (a direct message, no scheduler)."""
+        async def ask() -> Any:
+            return await asyncio.wait_for(self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout)
+
+        return raise_error(self.client.sync(ask))
+
+    def backends(self) -> list[str]:
+        return self.session.workers()
+
+    def close(self) -> None:
+        """Stop being the current store (objects stay on the cluster, the catalogue on disk)."""
+        global _current
+        if _current is self:
+            _current = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- placing objects -------------------------------------------------------------------------
+    def make_persistent(self, obj: PersistentObject, alias: str | None = None, backend: str | None = None) -> Proxy:
+        """Place ``obj`` on ``backend`` (default: round-robin) and return its proxy."""
+        return self.make_persistent_many([obj], [alias], [backend] if backend else None)[0]
+
+    def make_persistent_many(
+        self, objs: Sequence[PersistentObject], aliases: Sequence[str | None] | None = None, backends: Sequence[str] | None = None
+    ) -> list[Proxy]:
+        """Place many objects (round-robin unless ``backends`` says where); returns their proxies in order."""
+        objs = list(objs)
+        aliases = list(aliases) if aliases is not None else [None] * len(objs)
+        if len(aliases) != len(objs):
+            raise ValueError(f"{len(objs)} objects but {len(aliases)} aliases: give one alias (or None) per object")
+        for obj in objs:
+            _check_persistable(obj)
+        for alias in aliases:
+            if alias is not None and (not isinstance(alias, str) or not alias):
+                raise ValueError(f"an alias is a non-empty string, got {alias!r}")
+        known = set(self.backends())
+        if backends is None:
+            backends = self.catalogue("backends", n=len(objs))
+        backends = list(backends)
+        for b in backends:
+            if b not in known:
+                raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
+        taken = self.catalogue("aliases")
+        for alias in aliases:
+            if alias is not None and alias in taken:
+                raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that object (store.get_by_alias({alias!r}).delete())")
+        if len({a for a in aliases if a is not None}) != len([a for a in aliases if a is not None]):
+            raise ValueError(f"the aliases {aliases} repeat a name: each alias names one object")
+        entries = []
+        for obj, alias, b in zip(objs, aliases, backends):
+            ship_by_value(type(obj))
+            entry = _entry(obj, uuid.uuid4().hex, 0, b, 0, alias)
+            # In the catalogue first: the backend may evict other objects to disk while taking this
+            # one, and tells the catalogue about objects it knows.
+            self.catalogue("register", entries=[entry])
+            try:
+                self.backend(b, "put", oid=entry["oid"], version=0, obj=to_serialize(obj))
+            except BaseException as error:
+                self.catalogue("delete", oids=[entry["oid"]])
+                if _is_pickling_error(error):
+                    raise TypeError(
+                        f"{type(obj).__name__} object cannot be pickled to ship it to a backend ({error}). Store only "
+                        "picklable state: drop open files, locks, sockets or lambdas from its attributes, or recreate them in a method"
+                    ) from error
+                raise
+            entries.append(entry)
+        return [Proxy(ObjectRef(e["oid"], 0, e["alias"], e["class_label"]), e["methods"], self) for e in entries]
+
+    def persist_blocks(self, array: da.Array | Sequence[np.ndarray], alias: str | None = None, block_class: type[PersistentObject] | None = None) -> BlockCollection:
+        """A collection whose blocks are store objects (``ArrayBlock`` by default), one per row block.
+
+        A Dask array is persisted if needed and each block becomes an object on the worker that
+        already holds it (nothing moves); a list of numpy blocks is placed round-robin.
+        """
+        block_class = block_class or ArrayBlock
+        if not (isinstance(block_class, type) and issubclass(block_class, PersistentObject)):
+            raise TypeError(f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}")
+        ship_by_value(block_class)
+        if isinstance(array, da.Array):
+            if array.ndim == 0 or any(n != 1 for n in array.numblocks[1:]):
+                raise ValueError(f"persist_blocks takes row blocks; this array has {array.numblocks} blocks: rechunk({{1: -1}}) first")
+            if not futures_of(array):
+                array = self.client.persist(array)
+            by_key = {f.key: f for f in futures_of(array)}
+            blocks = [by_key[k] for row in array.__dask_keys__() for k in (row if isinstance(row, list) else [row])]
+            self.session.wait(blocks)
+            who_has = self.client.who_has(blocks)
+            oids = [uuid.uuid4().hex for _ in blocks]
+            placed = [
+                self.client.submit(
+                    _store_block, block, oid, block_class, workers=sorted(who_has[block.key])[:1],
+                    allow_other_workers=False, pure=False, key=f"persist-block-{oid}",
+                )
+                for block, oid in zip(blocks, oids)
+            ]
+            try:
+                self.session.gather(placed)
+            except BaseException:
+                self._drop(self.catalogue("delete", oids=oids))
+                raise
+            entries = []
+            chunks, shape, dtype = list(array.chunks[0]), list(array.shape), str(array.dtype)
+        else:
+            arrays = [np.asarray(a) for a in array]
+            if not arrays:
+                raise ValueError("persist_blocks got no blocks")
+            proxies = self.make_persistent_many([block_class(a) for a in arrays])
+            entries = []
+            oids = [p.ref.oid for p in proxies]
+            chunks = [len(a) for a in arrays]
+            shape, dtype = [sum(chunks), *arrays[0].shape[1:]], str(arrays[0].dtype)
+        collection_oid = uuid.uuid4().hex
+        meta = {"blocks": oids, "chunks": chunks, "shape": shape, "dtype": dtype, "block_class": class_name(block_class)}
+        entries.append({
+            "oid": collection_oid, "version": 0, "class_label": "BlockCollection", "kind": "collection",
+            "nbytes": 0, "methods": {}, "meta": meta, "alias": alias, "worker": None,
+        })
+        if alias is not None and alias in self.catalogue("aliases"):
+            raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
+        self.catalogue("register", entries=entries)
+        return self._collection(collection_oid, alias, meta)
+
+    def _collection(self, oid: str, alias: str | None, meta: dict[str, Any]) -> BlockCollection:
+        infos = self.catalogue("resolve", refs=[[b, None] for b in meta["blocks"]])
+        blocks = [Proxy(ObjectRef(i["oid"], i.get("version"), None, i.get("class_label", "")), i.get("methods", {}), self) for i in infos]
+        return BlockCollection(self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"]))
+
+    # -- finding objects -------------------------------------------------------------------------
+    def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
+        """The object (or block collection) called ``alias``; ``UnknownAlias`` with close matches if none."""
+        oid = self.catalogue("alias", alias=alias)
+        (info,) = self.catalogue("resolve", refs=[[oid, None]])
+        if "missing" in info:
+            raise UnknownAlias(f"alias {alias!r} names object {oid[:8]}, which was {info['missing']}")
+        if info["kind"] == "collection":
+            return self._collection(oid, alias, info["meta"])
+        return Proxy(ObjectRef(oid, info["version"], alias, info["class_label"]), info["methods"], self)
+
+    def locate(self, objects: Iterable[Proxy]) -> list[list[str]]:
+        """Backends holding each object in memory, for many objects in one catalogue query."""
+        return [info.get("workers", []) for info in self.resolve([p.ref for p in objects])]
+
+    def resolve(self, refs: Sequence[ObjectRef]) -> list[dict[str, Any]]:
+        """The catalogue's record of each object (current version unless pinned), with live holders."""
+        infos = self.catalogue("resolve", refs=[[r.oid, r.version if r.pinned else None] for r in refs])
+        for info in infos:  # messages carry lists as tuples
+            info["workers"] = list(info.get("workers", ()))
+            info["aliases"] = list(info.get("aliases", ()))
+        return infos
+
+    def holders(self, refs: Sequence[ObjectRef]) -> list[tuple[ObjectRef, list[str]]]:
+        """Each object's current version and live holders; objects only on disk are loaded first."""
+        out = []
+        for ref, info in zip(refs, self.resolve(refs)):
+            if "missing" in info:
+                raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
+            ref = ObjectRef(ref.oid, info["version"], ref.alias, info["class_label"], ref.pinned)
+            workers = info["workers"]
+            if not workers:
+                workers = [self._reload(ref, info)]
+            out.append((ref, workers))
+        return out
+
+    def _reload(self, ref: ObjectRef, info: dict[str, Any]) -> str:
+        if info.get("disk_path") and Path(info["disk_path"]).exists():
+            (target,) = self.catalogue("backends", n=1)
+            self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=info["disk_path"])
+            return target
+        departed = self.catalogue("departed")
+        raise ObjectLost(
+            f"{ref.label()} of class {info['class_label']} is lost: it was held only in memory by backend(s) that left "
+            f"the cluster ({', '.join(sorted(departed)) or 'a previous cluster'}), with no replica and no disk copy. "
+            "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
+        )
+
+    def objects(self) -> pd.DataFrame:
+        """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
+        return pd.DataFrame(self.catalogue("list"), columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"])
+
+    def aliases(self) -> dict[str, str]:
+        return dict(self.catalogue("aliases"))
+
+    def flush(self, objects: Iterable[Proxy] | None = None) -> int:
+        """Write objects (default: every object in memory) to the disk tier; returns how many."""
+        refs = [p.ref for p in objects] if objects is not None else [
+            ObjectRef(r["oid"], r["version"], pinned=True) for r in self.catalogue("list") if r["workers"] and r["kind"] == "object"
+        ]
+        count = 0
+        for ref, workers in self.holders(refs):
+            self.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
+            count += 1
+        return count
+
+    def delete(self, objects: Iterable[Proxy]) -> None:
+        """Delete objects (every version, alias, replica and disk copy)."""
+        self._drop(self.catalogue("delete", oids=[p.ref.oid for p in objects]))
+
+    def _drop(self, dropped: list[dict[str, Any]]) -> None:
+        for d in dropped:
+            for worker in d["workers"]:
+                try:
+                    self.backend(worker, "drop", oid=d["oid"], version=d["version"])
+                except OSError:  # the backend left meanwhile: nothing to drop there
+                    pass
+            if d["disk_path"]:
+                Path(d["disk_path"]).unlink(missing_ok=True)
+
+    def clear(self) -> int:
+        """Delete every object of the store; returns how many objects were deleted."""
+        oids = sorted({r["oid"] for r in self.catalogue("list")})
+        self._drop(self.catalogue("delete", oids=oids))
+        return len(oids)
+
+    def backend_tables(self) -> pd.DataFrame:
+        """What each backend holds in memory right now (asked of the backends themselves)."""
+        rows = []
+        for worker in self.backends():
+            rows += [{"worker": worker, **r} for r in self.backend(worker, "table")]
+        return pd.DataFrame(rows, columns=["worker", "oid", "version", "class", "nbytes", "on_disk"])
+
+
+class ActiveMethod:
+    """``proxy.method``: call it for a future (runs on the holder); ``.value``, ``.local``, ``.non_active``."""
+
+    def __init__(self, proxy: Proxy, name: str, writes: bool):
+        self.proxy, self.name, self.writes = proxy, name, writes
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Future:
+        """Run on the backend holding the object, as a Dask task; returns its future."""
+        ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
+        return submit_active(self.proxy.store, ref, workers, self.name, self.writes, args, kwargs)
+
+    def value(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the backend holding the object and return the plain value (one direct round trip)."""
+        store = self.proxy.store
+        args, kwargs = _gather_futures(store, args, kwargs)
+        for attempt in (0, 1):
+            ref, workers = self.proxy._cached_holders(refresh=attempt == 1)
+            _check_writable(ref, workers, self.name, self.writes)
+            try:
+                return store.backend(workers[0], "call", oid=ref.oid, version=ref.version, method=self.name,
+                                     writes=self.writes, args=_message(args), kwargs=_message(kwargs), pinned=ref.pinned)
+            except (StoreError, OSError) as error:
+                if isinstance(error, ObjectLost) or attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def local(self, *args: Any, **kwargs: Any) -> Any:
+        """Non-active: fetch a copy of the object to this process and run the method here."""
+        args, kwargs = _gather_futures(self.proxy.store, args, kwargs)
+        args = tuple(a.fetch() if isinstance(a, Proxy) else a for a in args)
+        kwargs = {k: v.fetch() if isinstance(v, Proxy) else v for k, v in kwargs.items()}
+        return getattr(self.proxy.fetch(), self.name)(*args, **kwargs)
+
+    def non_active(self, *args: Any, **kwargs: Any) -> Future:
+        """Non-active as a task: wherever it runs, it fetches a copy through the store and computes there."""
+        return self.proxy.store.client.submit(
+            run_non_active, self.proxy.ref, self.name, args, kwargs, pure=False, key=task_key(self.name, active=False)
+        )
+
+    def __repr__(self) -> str:
+        return f"<active method {self.name} ({'writes' if self.writes else 'read-only'}) of {self.proxy!r}>"
+
+
+def submit_active(store: Store, ref: ObjectRef, workers: list[str], method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future:
+    """The task of one active call, pinned to the object's holders (any of them, for a read)."""
+    _check_writable(ref, workers, method, writes)
+    return store.client.submit(
+        run_active, ref, method, writes, args, kwargs,
+        workers=workers, allow_other_workers=False, pure=False, key=task_key(method, active=True),
+    )
+
+
+class Proxy:
+    """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
+
+    def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Store | None = None):
+        self.ref = ref
+        self.methods = dict(methods)
+        self._store = store
+        self._holders: list[str] | None = None
+
+    @property
+    def store(self) -> Store:
+        return self._store or current_store()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids and method names
+        return (Proxy, (self.ref, self.methods))
+
+    def __getattr__(self, name: str) -> ActiveMethod:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        writes = check_method(self.ref.class_label.rsplit(".", 1)[-1] or "this object", self.methods, name)
+        return ActiveMethod(self, name, writes)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.methods))
+
+    def __repr__(self) -> str:
+        return f"<Proxy {self.ref.class_label.rsplit('.', 1)[-1]} {self.ref.label().removeprefix('object ')}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Proxy) and (self.ref.oid, self.ref.version) == (other.ref.oid, other.ref.version)
+
+    def __hash__(self) -> int:
+        return hash((self.ref.oid, self.ref.version))
+
+    @property
+    def oid(self) -> str:
+        return self.ref.oid
+
+    @property
+    def version(self) -> int | None:
+        return self.ref.version
+
+    def _cached_holders(self, refresh: bool = False) -> tuple[ObjectRef, list[str]]:
+        if refresh or not self._holders:
+            ((self.ref, self._holders),) = self.store.holders([self.ref])
+        return self.ref, self._holders
+
+    def locations(self) -> list[str]:
+        """Backends holding the object in memory now (empty when it is only on disk)."""
+        return self.store.locate([self])[0]
+
+    def info(self) -> dict[str, Any]:
+        """The catalogue's record: class, size, holders, disk copy, aliases, version."""
+        (info,) = self.store.resolve([self.ref])
+        return info
+
+    def fetch(self) -> Any:
+        """A copy of the object, here (the non-active way to read it)."""
+        ref, workers = self._cached_holders(refresh=True)
+        return self.store.backend(workers[0], "get", oid=ref.oid, version=ref.version)
+
+    def move(self, backend: str) -> Proxy:
+        """Move the object to ``backend`` (copied backend to backend, then dropped at the source)."""
+        ref, workers = self._cached_holders(refresh=True)
+        self._check_backend(backend)
+        if workers == [backend]:
+            return self
+        self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)
+        self.store.catalogue("add_location", oid=ref.oid, version=ref.version, worker=backend)
+        for w in workers:
+            if w != backend:
+                self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
+                self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
+        self._holders = [backend]
+        return self
+
+    def replicate(self, backend: str | None = None) -> str:
+        """Copy the object to another backend (default: one that does not hold it); returns where."""
+        ref, workers = self._cached_holders(refresh=True)
+        if backend is None:
+            (backend,) = self.store.catalogue("backends", n=1, exclude=workers)
+        self._check_backend(backend)
+        if backend not in workers:
+            self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)
+            self.store.catalogue("add_location", oid=ref.oid, version=ref.version, worker=backend)
+        self._holders = None
+        return backend
+
+    def drop_replicas(self) -> None:
+        """Keep one copy only (before calling a writing method on a replicated object)."""
+        ref, workers = self._cached_holders(refresh=True)
+        for w in workers[1:]:
+            self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
+            self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
+        self._holders = None
+
+    def new_version(self) -> Proxy:
+        """A copy of the object as a new version on the same backend; change it, then ``consolidate()``."""
+        ref, workers = self._cached_holders(refresh=True)
+        new = self.store.catalogue("new_version", oid=ref.oid, version=ref.version, worker=workers[0])
+        self.store.backend(workers[0], "copy_version", oid=ref.oid, version=ref.version, new_version=new)
+        return Proxy(ObjectRef(ref.oid, new, ref.alias, ref.class_label, pinned=True), self.methods, self.store)
+
+    def consolidate(self) -> Proxy:
+        """Make this version the object's current one (its alias now names it); the old one is dropped."""
+        if not self.ref.pinned:
+            raise StoreError(f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()")
+        self.store._drop(self.store.catalogue("consolidate", oid=self.ref.oid, version=self.ref.version))
+        return Proxy(ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store)
+
+    def flush(self) -> str:
+        """Write the object to the disk tier (it also stays in memory); returns the file."""
+        ref, workers = self._cached_holders(refresh=True)
+        return self.store.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
+
+    def evict(self) -> None:
+        """Move the object to the disk tier only (reloaded into memory on its next use)."""
+        ref, workers = self._cached_holders(refresh=True)
+        for w in workers:
+            self.store.backend(w, "evict", oid=ref.oid, version=ref.version)
+        self._holders = None
+
+    def delete(self) -> None:
+        """Delete the object: every version, replica, disk copy and alias."""
+        self.store.delete([self])
+
+    def _check_backend(self, backend: str) -> None:
+        known = self.store.backends()
+        if backend not in known:
+            raise ValueError(f"backend {backend!r} is not a worker of this cluster; backends are {known}")
+
+
+class ArrayBlock(PersistentObject):
+    """One row block of a persistent collection: ``data`` is the block's numpy array."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+
+    @active
+    def apply(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(self.data, *args, **kwargs)`` where the block is (any kernel, no new class)."""
+        return function(self.data, *args, **kwargs)
+
+    @active
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+class BlockCollection:
+    """A blocked array whose row blocks are store objects; SplIter can partition it by location."""
+
+    def __init__(self, store: Store, oid: str, alias: str | None, blocks: list[Proxy], chunks: tuple[int, ...], shape: tuple[int, ...], dtype: np.dtype):
+        self.store, self.oid, self.alias = store, oid, alias
+        self.blocks, self.chunks, self.shape, self.dtype = blocks, chunks, shape, dtype
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> Proxy:
+        return self.blocks[index]
+
+    def __iter__(self):
+        return iter(self.blocks)
+
+    def __repr__(self) -> str:
+        return f"<BlockCollection {self.alias or self.oid[:8]}: {len(self.blocks)} blocks, shape {self.shape}, {self.dtype}>"
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def offsets(self) -> np.ndarray:
+        """Global first row of each block (and the total at the end)."""
+        return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
+
+    def locations(self) -> list[list[str]]:
+        """Backends holding each block, in block order, from one catalogue query."""
+        return self.store.locate(self.blocks)
+
+    def holders(self) -> list[str]:
+        """One backend holding each block (blocks only on disk are loaded first), in block order."""
+        return [workers[0] for _, workers in self.store.holders([b.ref for b in self.blocks])]
+
+    def locality(self) -> dict[str, str]:
+        """Block index (as text) -> the backend holding it (as PersistedBlocks.locality gives)."""
+        return {f"({i}, 0)": (w or [""])[0] for i, w in enumerate(self.locations())}
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
+        """``block.method(*args)`` on every block where it lives: one location query, one task per block."""
+        if self.blocks:
+            check_method("the blocks", self.blocks[0].methods, method)
+        writes = self.blocks[0].methods.get(method, False) if self.blocks else False
+        return [submit_active(self.store, ref, workers, method, writes, args, kwargs) for ref, workers in self.store.holders([b.ref for b in self.blocks])]
+
+    def call_non_active(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
+        """The same calls, non-active: each task fetches its block through the store and computes where it runs."""
+        return [getattr(b, method).non_active(*args, **kwargs) for b in self.blocks]
+
+    def fetch(self) -> np.ndarray:
+        """The whole array, here (every block copied to the caller)."""
+        return np.concatenate([b.fetch().data for b in self.blocks]) if self.blocks else np.empty(self.shape, self.dtype)
+
+    def delete(self) -> None:
+        """Delete the collection and its blocks."""
+        self.store.delete([*self.blocks, Proxy(ObjectRef(self.oid), {}, self.store)])
+        self.blocks = []
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _store_block(block: np.ndarray, oid: str, block_class: type) -> int:
+    """Task body: make this worker's block an object of the store, in place (no copy)."""
+    return local_backend().register_and_add(block_class(block), oid, None)
+
+
+def _check_persistable(obj: Any) -> None:
+    if isinstance(obj, Proxy):
+        raise TypeError(f"{obj!r} is already persistent: it is a proxy of a stored object")
+    if not isinstance(obj, PersistentObject):
+        raise TypeError(
+            f"make_persistent takes an instance of a PersistentObject subclass, got {type(obj).__name__}: "
+            "derive your class from workbench.runtime.store.PersistentObject and mark methods with @active"
+        )
+    if not type(obj).active_methods():
+        raise TypeError(f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active")
+
+
+def _entry(obj: PersistentObject, oid: str, version: int, worker: str, nbytes: int, alias: str | None) -> dict[str, Any]:
+    return catalogue_entry(type(obj), oid, version, worker, nbytes or state_nbytes(obj), alias)
+
+
+def _check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
+    if writes and len(workers) > 1:
+        raise StoreError(
+            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); the writing method {method!r} would make "
+            "them differ. Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
+        )
+
+
+def _gather_futures(store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    futures = [a for a in (*args, *kwargs.values()) if isinstance(a, Future)]
+    if not futures:
+        return args, kwargs
+    values = dict(zip([f.key for f in futures], store.session.gather(futures)))
+    pick = lambda a: values[a.key] if isinstance(a, Future) else a  # noqa: E731
+    return tuple(pick(a) for a in args), {k: pick(v) for k, v in kwargs.items()}
+
+
+def _message(value: tuple[Any, ...] | dict[str, Any]) -> Any:
+    """Arguments as a message part: empty ones as they are, others serialised by Dask (numpy as frames)."""
+    return value if not value else to_serialize(value)
+
+
+def _is_pickling_error(error: BaseException) -> bool:
+    import pickle
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (pickle.PicklingError, TypeError, AttributeError)) and "pickle" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,0 +1,210 @@
+"""What a persistent class is: a ``PersistentObject`` subclass whose ``@active`` methods run in the store.
+
+An *active* method runs on the backend (Dask worker) that holds the object, next to its data, and
+sends back only its result. ``@active`` marks read-only methods (they may run concurrently on one
+object); ``@active(writes=True)`` marks methods that change the object (they run alone on it).
+Between calls the object's numpy attributes are kept read-only, so a "read-only" method that
+writes into ``self`` fails loudly instead of corrupting a shared object.
+
+This module has no Dask imports: a class written in a notebook only needs this base class.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+ACTIVE_ATTRIBUTE = "__workbench_active__"  # on a function: {"writes": bool}
+PROJECT_MODULES = ("workbench", "kernels", "datasets")  # installed on every worker with the workbench
+
+
+@overload
+def active(function: F) -> F: ...
+@overload
+def active(*, writes: bool = False) -> Callable[[F], F]: ...
+def active(function: Callable[..., Any] | None = None, *, writes: bool = False) -> Any:
+    """Mark a method of a :class:`PersistentObject` as active (runs where the object is).
+
+    ``@active`` is a read-only method (concurrent calls on one object are allowed);
+    ``@active(writes=True)`` changes the object (calls on one object run one at a time, and a
+    replicated object refuses it, since its replicas would differ).
+    """
+    def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(f):
+            raise TypeError(f"@active decorates a method, got {type(f).__name__}")
+        setattr(f, ACTIVE_ATTRIBUTE, {"writes": bool(writes)})
+        return f
+
+    return mark(function) if function is not None else mark
+
+
+class PersistentObject:
+    """Base class of objects that can live in the store (see :mod:`workbench.runtime.store`).
+
+    ``obj.make_persistent(alias=None, backend=None)`` places it on a backend of the current store
+    and returns a :class:`~workbench.runtime.store.Proxy`; calling an active method on the proxy
+    runs it there. Attributes are the object's state; keep them picklable (numpy arrays travel
+    without copies through Dask's serialisation).
+    """
+
+    def make_persistent(self, alias: str | None = None, backend: str | None = None) -> Any:
+        """Persist this object and return its proxy.
+
+        In a client: in the current store (the last one opened), on ``backend`` or round-robin.
+        Inside a task on a worker: on that worker's backend (the object does not move).
+        """
+        from workbench.runtime.store.backend import persist_here
+        from workbench.runtime.store.client import current_store
+
+        try:
+            from distributed import get_worker
+
+            get_worker()
+        except ValueError:
+            return current_store().make_persistent(self, alias=alias, backend=backend)
+        if backend is not None:
+            raise ValueError("inside a task an object is persisted on the task's own worker: leave backend=None")
+        return persist_here(self, alias)
+
+    @classmethod
+    def active_methods(cls) -> dict[str, bool]:
+        """Active method name -> whether it writes."""
+        found: dict[str, bool] = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                mark = getattr(value, ACTIVE_ATTRIBUTE, None)
+                if mark is not None:
+                    found[name] = mark["writes"]
+        return found
+
+
+def class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def catalogue_entry(cls: type, oid: str, version: int, worker: str | None, nbytes: int, alias: str | None) -> dict[str, Any]:
+    """What the catalogue records when an object of ``cls`` is placed on ``worker``."""
+    return {
+        "oid": oid, "version": version, "class_label": class_name(cls), "kind": "object", "nbytes": int(nbytes),
+        "methods": cls.active_methods(), "meta": {}, "alias": alias, "worker": worker,
+    }
+
+
+def check_method(class_label: str, methods: dict[str, bool], name: str) -> bool:
+    """Whether active method ``name`` writes; a clear error with a close match when there is none."""
+    if name in methods:
+        return methods[name]
+    hint = difflib.get_close_matches(name, list(methods), n=1)
+    raise AttributeError(
+        f"{class_label} has no active method {name!r}; its active methods are {sorted(methods)}"
+        + (f". Did you mean {hint[0]!r}?" if hint else ". Mark a method with @active to call it in the store.")
+    )
+
+
+def state_nbytes(obj: Any) -> int:
+    """Bytes of an object's state: numpy attributes exactly, other attributes by Dask's ``sizeof``."""
+    from dask.sizeof import sizeof
+
+    state = getattr(obj, "__dict__", None)
+    if state is None:
+        return int(sizeof(obj))
+    return int(sum(v.nbytes if isinstance(v, np.ndarray) else sizeof(v) for v in state.values()))
+
+
+def set_arrays_writeable(obj: Any, writeable: bool) -> None:
+    """Make the numpy attributes of ``obj`` (not) writeable; a read-only buffer is copied to allow writes."""
+    state = getattr(obj, "__dict__", None) or {}
+    for name, value in list(state.items()):
+        if not isinstance(value, np.ndarray) or value.flags.writeable == writeable:
+            continue
+        try:
+            value.flags.writeable = writeable
+        except ValueError:  # a view of an immutable buffer (e.g. received bytes): own a copy
+            state[name] = value.copy()
+
+
+def ship_by_value(cls: type) -> list[str]:
+    """Have cloudpickle send ``cls`` (and its bases) by value when their module is not installed.
+
+    A class from ``__main__`` (a notebook, a script) already travels by value. A class from a
+    module next to the user's code (not in site-packages, not the workbench) is registered by
+    value, so workers need no copy of that module. Returns the modules registered.
+    """
+    import cloudpickle
+
+    registered = []
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    for klass in cls.__mro__:
+        module_name = klass.__module__
+        if module_name in ("__main__", "builtins") or module_name.split(".")[0] in PROJECT_MODULES:
+            continue
+        module = sys.modules.get(module_name)
+        path = getattr(module, "__file__", None)
+        if module is None or path is None or any(path.startswith(p) for p in installed):
+            continue
+        spec = importlib.util.find_spec(module_name.split(".")[0])
+        if spec is not None and spec.origin and any(spec.origin.startswith(p) for p in installed):
+            continue
+        try:
+            cloudpickle.register_pickle_by_value(module)
+        except (ValueError, TypeError):
+            continue
+        registered.append(module_name)
+    return registered
+
+
+class ReadWriteLock:
+    """Many readers or one writer (writers are not starved: a waiting writer blocks new readers)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    def acquire(self, write: bool, timeout: float | None = None) -> bool:
+        with self._condition:
+            if write:
+                self._writers_waiting += 1
+                try:
+                    ok = self._condition.wait_for(lambda: not self._writer and self._readers == 0, timeout)
+                finally:
+                    self._writers_waiting -= 1
+                if ok:
+                    self._writer = True
+                return ok
+            ok = self._condition.wait_for(lambda: not self._writer and self._writers_waiting == 0, timeout)
+            if ok:
+                self._readers += 1
+            return ok
+
+    def release(self, write: bool) -> None:
+        with self._condition:
+            if write:
+                self._writer = False
+            else:
+                self._readers -= 1
+            self._condition.notify_all()
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What travels in a task or a message to name a stored object: id, version, alias, class."""
+
+    oid: str
+    version: int | None = None  # None: the current version
+    alias: str | None = None
+    class_label: str = ""
+    pinned: bool = False  # True: exactly this version; False: whatever version is current
+
+    def label(self) -> str:
+        name = f"{self.alias!r} ({self.oid[:8]})" if self.alias else self.oid[:8]
+        return f"object {name}" + (f" v{self.version}" if self.version is not None else "")
