@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # Jupyter refuses to run as root without --allow-root (containers, CI); no browser without a display.
 LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test install bench clean distclean
+.PHONY: lab test install bench peers clean distclean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/workbench bench kernels
+
+# The peers the benchmarks measure against (optional; each benchmark skips a missing one, saying so).
+peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,peers,dataclay]"
+	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq redis-server; } \
+	  || echo "redis-server is missing (apt-get install redis-server as root): the dataClay peer will be skipped"
 
 clean:
 	rm -rf build .pytest_cache .ipynb_checkpoints notebooks/.ipynb_checkpoints

@@ -43,3 +43,36 @@ def test_datasets_and_machine_commands():
     assert listing.returncode == 0 and "kmeans" in listing.stdout and "MB" in listing.stdout
     info = json.loads(_workbench("machine", "--json").stdout)
     assert info["logical_cores"] >= 1 and "numba" in info["packages"]
+
+
+def test_run_store_variants_json(tmp_path):
+    result = _workbench(
+        "run", "knn", "--variants", "active,non-active,active-split", "--size", "ci", "--repeat", "2",
+        "--param", "blocks_per_worker=4", "--json", "--out", str(tmp_path / "knn"), "--workers", "2",
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert {r["variant"] for r in document["results"]} == {"active", "non-active", "active-split"}
+    assert document["baseline"] == "active"  # the first named: knn's own baseline (blocks) was not asked for
+
+
+def test_store_list_reads_the_catalogue_without_a_cluster(tmp_path):
+    import numpy as np
+
+    import workbench
+    from workbench.runtime.store import ArrayBlock, Store
+
+    with workbench.start(n_workers=1, timeout=60) as session:
+        store = Store(session, tmp_path)
+        kept = store.make_persistent(ArrayBlock(np.zeros(1000)), alias="zeros")
+        kept.flush()
+        store.make_persistent(ArrayBlock(np.ones(10)), alias="ones")
+        store.close()
+    result = _workbench("store", "list", "--dir", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    listing = json.loads(result.stdout)
+    assert sorted(a for o in listing["objects"] for a in o["aliases"]) == ["ones", "zeros"]
+    text = _workbench("store", "list", "--dir", str(tmp_path)).stdout
+    assert "zeros" in text and "memory only (lost when its cluster stopped)" in text
+    missing = _workbench("store", "list", "--dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "holds no store catalogue" in missing.stderr

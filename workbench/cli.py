@@ -19,8 +19,11 @@ def _run(args: argparse.Namespace) -> int:
     from datetime import datetime
     from pathlib import Path
 
+    import tempfile
+
     import workbench
     from workbench.lab.runner import run_experiment
+    from workbench.runtime.store import Store
 
     grid = None
     if args.param:
@@ -32,7 +35,9 @@ def _run(args: argparse.Namespace) -> int:
             grid[name] = [int(v) for v in values.split(",")]
     variants = args.variants.split(",") if args.variants else None
     out = Path(args.out or f"runs/{args.app}-{datetime.now():%Y%m%d-%H%M%S}")
-    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session:
+    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session, \
+            tempfile.TemporaryDirectory(prefix="workbench-run-store-") as store_directory:
+        Store(session, store_directory)  # the store variants' data is this run's only: a throwaway store
         experiment = run_experiment(
             session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
             seed=args.seed, trace=not args.no_trace, progress=not args.json, baseline=args.baseline,
@@ -98,6 +103,30 @@ def _bench_splitter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_store(args: argparse.Namespace) -> int:
+    from workbench.bench import store as bench_store
+
+    report = bench_store.run(size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay)
+    print(json.dumps(report, indent=2, default=str) if args.json else bench_store.format_report(report))
+    return 0
+
+
+def _store(args: argparse.Namespace) -> int:
+    from workbench.runtime.store import catalogue_file
+
+    listing = catalogue_file.read(args.dir)
+    if args.json:
+        print(json.dumps(listing, indent=2))
+    elif not listing["objects"]:
+        print(f"the store in {listing['directory']} holds no objects")
+    else:
+        for o in listing["objects"]:
+            where = "disk" if o["disk_path"] else "memory only (lost when its cluster stopped)"
+            print(f"{o['oid'][:12]} v{o['version']}{' (current)' if o['current'] else ''}  {o['class_label']:<40} "
+                  f"{o['nbytes'] / 1e6:>9.3f} MB  {where}  {', '.join(o['aliases'])}")
+    return 0
+
+
 def _datasets(args: argparse.Namespace) -> int:
     import datasets
 
@@ -144,6 +173,14 @@ def _parser() -> argparse.ArgumentParser:
     bsp.add_argument("--blocks-per-core", type=int, nargs="+", default=[1, 48, 200])
     bsp.set_defaults(func=_bench_splitter)
 
+    bst = benches.add_parser("store", help="active store: null-call latency vs Dask and dataClay; active vs non-active apps")
+    bst.add_argument("--json", action="store_true")
+    bst.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bst.add_argument("--repeat", type=int, default=3)
+    bst.add_argument("--calls", type=int, default=2000, help="null calls per path (default 2000)")
+    bst.add_argument("--no-dataclay", action="store_true", help="skip the dataClay peer even when it is installed")
+    bst.set_defaults(func=_bench_store)
+
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")
     r.add_argument("--variants", help="comma-separated variants (default: all)")
@@ -171,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("--prefix", default="", help="clean: only names starting with this")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=_shm)
+
+    st = commands.add_parser("store", help="list what a store's catalogue holds (read from its SQLite file, no cluster)")
+    st.add_argument("action", choices=("list",))
+    st.add_argument("--dir", help="the store directory (default $WORKBENCH_STORE_DIR or ~/.cache/locality-workbench/store)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_store)
 
     d = commands.add_parser("datasets", help="list the dataset catalogue")
     d.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
