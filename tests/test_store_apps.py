@@ -1,0 +1,27 @@
+"""The store variants of the applications: the same answers as plain Dask, and what moved."""
+from __future__ import annotations
+
+import pytest
+
+from workbench.lab import store_experiments
+from workbench.lab.runner import run_experiment
+
+
+@pytest.mark.parametrize("app", ["histogram", "kmeans", "knn"])
+def test_store_variants_agree_with_plain_dask(session, app):
+    grid = {"kmeans": {"dims": [8], "iterations": [3]}}.get(app, {"blocks_per_worker": [4]})
+    # The runner raises AssertionError when a variant's answer differs from the baseline's.
+    experiment = run_experiment(session, app, store_experiments.VARIANTS[app], size="ci", grid=grid, repeats=1, progress=False, baseline="blocks")
+    moved = store_experiments.moved(experiment)
+    assert list(moved.index) == store_experiments.VARIANTS[app]
+    assert moved.loc["non-active", "MB_moved"] > moved.loc["active", "MB_moved"]  # non-active copies its objects
+    matrix = store_experiments.bytes_moved(experiment, "non-active")
+    assert matrix.values.sum() > 0
+
+
+def test_knn_partitions_need_fewer_lookups_than_blocks(session):
+    experiment = run_experiment(
+        session, "knn", ["active", "active-split"], size="ci", grid={"blocks_per_worker": [4]}, repeats=1, progress=False
+    )
+    tasks = experiment.results.groupby("variant")["tasks"].mean()
+    assert tasks["active-split"] < tasks["active"]  # one tree per worker instead of one per block
