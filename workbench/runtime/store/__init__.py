@@ -32,5 +32,5 @@ from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [
     "ActiveMethod", "ArrayBlock", "BlockCollection", "ObjectLost", "PersistentObject", "Proxy", "Store",
-    "StoreError", "UnknownAlias", "active", "current_store", "default_directory",
+    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "store_for",
 ]

@@ -32,7 +32,7 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME
-from workbench.runtime.store.errors import ObjectLost, StoreError
+from workbench.runtime.store.errors import StoreError, object_lost
 from workbench.runtime.store.model import ObjectRef, ReadWriteLock, set_arrays_writeable, state_nbytes
 from workbench.runtime.trace import EVENT_TOPIC, record
 
@@ -198,12 +198,7 @@ class StoreBackend(WorkerPlugin):
             entry = self.local(ref)
             assert entry is not None
             return ref, entry
-        departed = self.catalogue("departed")
-        raise ObjectLost(
-            f"{ref.label()} of class {info['class_label']} is lost: it was held only in memory by backend(s) that "
-            f"left the cluster ({', '.join(sorted(departed)) or 'a previous cluster'}), with no replica and no disk copy. "
-            "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
-        )
+        raise object_lost(ref.label(), info["class_label"], self.catalogue("departed"))
 
     def fetch_copy(self, ref: ObjectRef, task: str) -> Any:
         """A copy of the object through the store's API, even from this backend (the non-active way)."""

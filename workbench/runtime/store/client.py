@@ -23,8 +23,8 @@ from distributed.protocol import to_serialize
 
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend, local_backend, raise_error, run_active, run_non_active, task_key
-from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue
-from workbench.runtime.store.errors import ObjectLost, StoreError, UnknownAlias
+from workbench.runtime.store.catalogue import PLUGIN_NAME, StoreCatalogue
+from workbench.runtime.store.errors import ObjectLost, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
@@ -143,6 +143,8 @@ class Store:
         if backends is None:
             backends = self.catalogue("backends", n=len(objs))
         backends = list(backends)
+        if len(backends) != len(objs):
+            raise ValueError(f"{len(objs)} objects but {len(backends)} backends: give one backend per object, or none (round-robin)")
         for b in backends:
             if b not in known:
                 raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
@@ -272,12 +274,7 @@ class Store:
             (target,) = self.catalogue("backends", n=1)
             self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=info["disk_path"])
             return target
-        departed = self.catalogue("departed")
-        raise ObjectLost(
-            f"{ref.label()} of class {info['class_label']} is lost: it was held only in memory by backend(s) that left "
-            f"the cluster ({', '.join(sorted(departed)) or 'a previous cluster'}), with no replica and no disk copy. "
-            "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
-        )
+        raise object_lost(ref.label(), info["class_label"], self.catalogue("departed"))
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
