@@ -25,3 +25,16 @@ def test_knn_partitions_need_fewer_lookups_than_blocks(session):
     )
     tasks = experiment.results.groupby("variant")["tasks"].mean()
     assert tasks["active-split"] < tasks["active"]  # one tree per worker instead of one per block
+
+
+def test_weak_scaling_table_and_figure(session):
+    from workbench.viz.timing import scaling_figure
+
+    table = store_experiments.weak_scaling(session, "histogram", "ci", workers=(1, 2), repeats=1)
+    assert len(session.workers()) == 2  # the cluster is restored
+    assert sorted(table["workers"].unique()) == [1, 2]
+    assert set(table["variant"]) == set(store_experiments.VARIANTS["histogram"])
+    assert (table.loc[table["workers"] == 2, "points"] == 2 * table.loc[table["workers"] == 1, "points"].iloc[0]).all()
+    assert (table.loc[table["workers"] == 1, "efficiency"] == 1.0).all()
+    figure = scaling_figure(table)
+    assert len(figure.renderers) == 2 * 3  # a line and its points per variant

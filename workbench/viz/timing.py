@@ -76,3 +76,20 @@ def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str =
     fig.xaxis.major_label_orientation = 0.8
     fig.xgrid.grid_line_color = None
     return fig
+
+
+def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds"):
+    """One line per variant: ``y`` (seconds, or efficiency) against the number of workers."""
+    y_label = {"seconds": "mean seconds per run", "efficiency": "efficiency t(first) / t(n)"}.get(y, y)
+    fig = figure(height=300, width=520, title=title, x_axis_label="workers (points grow with them)", y_axis_label=y_label,
+                 tools="hover,save", tooltips=[("variant", "@variant"), ("workers", "@workers"), (y, f"@{y}{{0.000}}")])
+    for i, (variant, rows) in enumerate(table.groupby("variant", sort=False)):
+        rows = rows.sort_values("workers").assign(variant=variant)
+        source = _columns(rows, "workers", y, "variant")
+        colour = PALETTE[i % len(PALETTE)]
+        fig.line("workers", y, source=source, line_width=2, color=colour, legend_label=str(variant))
+        fig.scatter("workers", y, source=source, size=7, color=colour)
+    fig.xaxis.ticker = sorted(table["workers"].unique().tolist())
+    fig.y_range.start = 0
+    fig.legend.location = "bottom_left"
+    return fig
