@@ -213,3 +213,40 @@ def test_the_current_store_is_the_one_opened_last(store):
         assert proxy.shape.value() == (3,)
     finally:
         proxy.delete()
+
+
+def test_more_bad_input_is_refused_clearly(session, store, tmp_path):
+    from workbench.runtime.store import PersistentObject, Store, active
+
+    class Plain(PersistentObject):  # no active method
+        pass
+
+    with pytest.raises(TypeError, match="no @active method"):
+        store.make_persistent(Plain())
+    with pytest.raises(TypeError, match="decorates a method"):
+        active(42)
+    with pytest.raises(StoreError, match="already uses"):
+        Store(session, tmp_path / "another")  # one cluster, one store
+    with pytest.raises(ValueError, match="bytes per backend"):
+        Store(session, memory_limit=-1)
+    with pytest.raises(ValueError, match="row blocks"):
+        store.persist_blocks(da.zeros((10, 10), chunks=(5, 5)))
+    with pytest.raises(ValueError, match="no blocks"):
+        store.persist_blocks([])
+    with pytest.raises(ValueError, match="one backend per object"):
+        store.make_persistent_many([Counter(np.ones(2))] * 2, backends=session.workers()[:1])
+    with pytest.raises(ValueError, match="repeat a name"):
+        store.make_persistent_many([Counter(np.ones(2)), Counter(np.ones(2))], aliases=["twin", "twin"])
+    assert current_store() is store  # a refused Store did not replace the current one
+
+
+def test_calls_on_a_deleted_object_and_a_current_version_fail_clearly(store):
+    proxy = store.make_persistent(Counter(np.ones(3)), alias="short-lived")
+    with pytest.raises(StoreError, match="current version already"):
+        proxy.consolidate()
+    proxy.delete()
+    with pytest.raises(StoreError, match="deleted"):
+        proxy.total.value()
+    with pytest.raises(StoreError, match="deleted"):
+        proxy.total()
+    assert "short-lived" not in store.aliases()
