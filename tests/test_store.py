@@ -250,3 +250,25 @@ def test_calls_on_a_deleted_object_and_a_current_version_fail_clearly(store):
     with pytest.raises(StoreError, match="deleted"):
         proxy.total()
     assert "short-lived" not in store.aliases()
+
+
+def test_a_collection_alias_that_is_taken_places_no_block(store, counter):
+    before = len(store.objects())
+    with pytest.raises(ValueError, match="already taken"):
+        store.persist_blocks(da.ones((40, 2), chunks=(10, 2)), alias="counter")
+    with pytest.raises(ValueError, match="already taken"):
+        store.persist_blocks([np.ones((4, 2))] * 3, alias="counter")
+    assert len(store.objects()) == before and len(store.backend_tables()) == before
+
+
+def test_a_method_error_is_raised_once_not_retried(store):
+    proxy = store.make_persistent(Counter(np.ones(3)))
+    try:
+        with pytest.raises(ValueError, match="read-only"):
+            proxy.sneaky_write.value()
+        assert proxy.slow_increment.value() == 1  # a writing method ran exactly once per call
+        with pytest.raises(TypeError):
+            proxy.scale.value()  # missing argument: the method's own error, raised as it is
+        assert proxy.slow_increment.value() == 2
+    finally:
+        proxy.delete()

@@ -27,10 +27,10 @@ from workbench.runtime.store.client import (
     default_directory,
     store_for,
 )
-from workbench.runtime.store.errors import ObjectLost, StoreError, UnknownAlias
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
 from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [
-    "ActiveMethod", "ArrayBlock", "BlockCollection", "ObjectLost", "PersistentObject", "Proxy", "Store",
+    "ActiveMethod", "ArrayBlock", "BackendUnreachable", "BlockCollection", "NotHere", "ObjectLost", "PersistentObject", "Proxy", "Store",
     "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "store_for",
 ]

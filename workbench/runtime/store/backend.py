@@ -32,7 +32,7 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME
-from workbench.runtime.store.errors import StoreError, object_lost
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
 from workbench.runtime.store.model import ObjectRef, ReadWriteLock, set_arrays_writeable, state_nbytes
 from workbench.runtime.trace import EVENT_TOPIC, record
 
@@ -125,7 +125,11 @@ class StoreBackend(WorkerPlugin):
         async def ask() -> Any:
             return await asyncio.wait_for(self.worker.rpc(address).workbench_store(action=op, **kwargs), WAIT_SECONDS)
 
-        return raise_error(sync(self.worker.loop, ask))
+        try:
+            reply = sync(self.worker.loop, ask)
+        except (OSError, asyncio.TimeoutError) as error:
+            raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
+        return raise_error(reply)
 
     def trace(self, action: str, start: float, nbytes: int, task: str, source: str = "") -> None:
         self.worker.log_event(
@@ -169,6 +173,13 @@ class StoreBackend(WorkerPlugin):
             entry.last_used = time.monotonic()
         return entry
 
+    def here(self, oid: str, version: int) -> Entry:
+        """This backend's entry for the object, or ``NotHere``."""
+        entry = self.local(ObjectRef(oid, version))
+        if entry is None:
+            raise NotHere(f"object {oid[:8]} v{version} is not on backend {self.worker.address}")
+        return entry
+
     def obtain(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
         """The entry for ``ref`` here: local, reloaded from disk, or (for reads) a copy from its holder."""
         entry = self.local(ref)
@@ -189,7 +200,7 @@ class StoreBackend(WorkerPlugin):
             self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
             return ref, entry  # a copy for this call only: the object stays where it lives
         if info["workers"]:
-            raise StoreError(
+            raise NotHere(
                 f"{ref.label()} is held by {info['workers']}, not by this backend {self.worker.address}: a writing "
                 "method runs only where the object is. Call it again (the proxy asks the catalogue for the new location)"
             )
@@ -258,25 +269,19 @@ class StoreBackend(WorkerPlugin):
         return self.add(oid, version, obj)
 
     def op_get(self, oid: str, version: int) -> Any:
-        entry = self.local(ObjectRef(oid, version))
-        if entry is None:
-            raise StoreError(f"object {oid[:8]} v{version} is not on backend {self.worker.address}")
+        entry = self.here(oid, version)
         return entry.obj
 
     def op_push(self, oid: str, version: int, target: str) -> int:
         """Send a copy of the object to backend ``target`` (a move or a replica)."""
-        entry = self.local(ObjectRef(oid, version))
-        if entry is None:
-            raise StoreError(f"object {oid[:8]} v{version} is not on backend {self.worker.address}")
+        entry = self.here(oid, version)
         start = time.time()
         self.backend(target, "put", oid=oid, version=version, obj=to_serialize(entry.obj))
         self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
         return entry.nbytes
 
     def op_copy_version(self, oid: str, version: int, new_version: int) -> int:
-        entry = self.local(ObjectRef(oid, version))
-        if entry is None:
-            raise StoreError(f"object {oid[:8]} v{version} is not on backend {self.worker.address}")
+        entry = self.here(oid, version)
         copy = pickle.loads(cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL))
         return self.add(oid, new_version, copy)
 
@@ -286,9 +291,7 @@ class StoreBackend(WorkerPlugin):
 
     def op_flush(self, oid: str, version: int) -> str:
         """Write the object to the disk tier (it stays in memory too); returns the file."""
-        entry = self.local(ObjectRef(oid, version))
-        if entry is None:
-            raise StoreError(f"object {oid[:8]} v{version} is not on backend {self.worker.address}")
+        entry = self.here(oid, version)
         if entry.disk_path is None or not Path(entry.disk_path).exists():
             path = disk_path(self.directory, oid, int(version))
             start = time.time()

@@ -24,7 +24,7 @@ from distributed.protocol import to_serialize
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend, local_backend, raise_error, run_active, run_non_active, task_key
 from workbench.runtime.store.catalogue import PLUGIN_NAME, StoreCatalogue
-from workbench.runtime.store.errors import ObjectLost, StoreError, UnknownAlias, object_lost
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
@@ -100,11 +100,19 @@ class Store:
             raise
 
     def backend(self, address: str, op: str, **kwargs: Any) -> Any:
-        """One operation on the backend at ``address`` (a direct message, no scheduler)."""
+        """One operation on the backend at ``address`` (a direct message, no scheduler).
+
+        Errors of the operation itself (a method's exception) are raised as they are; a backend
+        that does not answer raises ``BackendUnreachable``.
+        """
         async def ask() -> Any:
             return await asyncio.wait_for(self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout)
 
-        return raise_error(self.client.sync(ask))
+        try:
+            reply = self.client.sync(ask)
+        except (OSError, asyncio.TimeoutError) as error:
+            raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
+        return raise_error(reply)
 
     def backends(self) -> list[str]:
         return self.session.workers()
@@ -183,6 +191,8 @@ class Store:
         block_class = block_class or ArrayBlock
         if not (isinstance(block_class, type) and issubclass(block_class, PersistentObject)):
             raise TypeError(f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}")
+        if alias is not None and alias in self.catalogue("aliases"):
+            raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
         ship_by_value(block_class)
         if isinstance(array, da.Array):
             if array.ndim == 0 or any(n != 1 for n in array.numblocks[1:]):
@@ -206,26 +216,25 @@ class Store:
             except BaseException:
                 self._drop(self.catalogue("delete", oids=oids))
                 raise
-            entries = []
             chunks, shape, dtype = list(array.chunks[0]), list(array.shape), str(array.dtype)
         else:
             arrays = [np.asarray(a) for a in array]
             if not arrays:
                 raise ValueError("persist_blocks got no blocks")
             proxies = self.make_persistent_many([block_class(a) for a in arrays])
-            entries = []
             oids = [p.ref.oid for p in proxies]
             chunks = [len(a) for a in arrays]
             shape, dtype = [sum(chunks), *arrays[0].shape[1:]], str(arrays[0].dtype)
         collection_oid = uuid.uuid4().hex
         meta = {"blocks": oids, "chunks": chunks, "shape": shape, "dtype": dtype, "block_class": class_name(block_class)}
-        entries.append({
-            "oid": collection_oid, "version": 0, "class_label": "BlockCollection", "kind": "collection",
-            "nbytes": 0, "methods": {}, "meta": meta, "alias": alias, "worker": None,
-        })
-        if alias is not None and alias in self.catalogue("aliases"):
-            raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
-        self.catalogue("register", entries=entries)
+        try:
+            self.catalogue("register", entries=[{
+                "oid": collection_oid, "version": 0, "class_label": "BlockCollection", "kind": "collection",
+                "nbytes": 0, "methods": {}, "meta": meta, "alias": alias, "worker": None,
+            }])
+        except BaseException:  # e.g. the alias was taken meanwhile: the blocks go too
+            self._drop(self.catalogue("delete", oids=oids))
+            raise
         return self._collection(collection_oid, alias, meta)
 
     def _collection(self, oid: str, alias: str | None, meta: dict[str, Any]) -> BlockCollection:
@@ -303,7 +312,7 @@ class Store:
             for worker in d["workers"]:
                 try:
                     self.backend(worker, "drop", oid=d["oid"], version=d["version"])
-                except OSError:  # the backend left meanwhile: nothing to drop there
+                except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
                     pass
             if d["disk_path"]:
                 Path(d["disk_path"]).unlink(missing_ok=True)
@@ -343,8 +352,8 @@ class ActiveMethod:
             try:
                 return store.backend(workers[0], "call", oid=ref.oid, version=ref.version, method=self.name,
                                      writes=self.writes, args=_message(args), kwargs=_message(kwargs), pinned=ref.pinned)
-            except (StoreError, OSError) as error:
-                if isinstance(error, ObjectLost) or attempt == 1:
+            except (NotHere, BackendUnreachable):  # moved, or its backend left: ask the catalogue again, once
+                if attempt == 1:
                     raise
         raise AssertionError("unreachable")
 

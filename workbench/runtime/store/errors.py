@@ -6,6 +6,14 @@ class StoreError(RuntimeError):
     """Something the store cannot do for this object (the message says why and what to do)."""
 
 
+class NotHere(StoreError):
+    """The object is not (or no longer) on the backend asked: ask the catalogue where it is now."""
+
+
+class BackendUnreachable(StoreError):
+    """A backend did not answer (it left the cluster, or the connection failed)."""
+
+
 class ObjectLost(StoreError):
     """Every copy of an object was on backends that left the cluster, and none is on disk."""
 
