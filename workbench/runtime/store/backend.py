@@ -209,7 +209,7 @@ class StoreBackend(WorkerPlugin):
             entry = self.local(ref)
             assert entry is not None
             return ref, entry
-        raise object_lost(ref.label(), info["class_label"], self.catalogue("departed"))
+        raise object_lost(ref.label(), info["class_label"], list(info.get("lost_from", ())))
 
     def fetch_copy(self, ref: ObjectRef, task: str) -> Any:
         """A copy of the object through the store's API, even from this backend (the non-active way)."""

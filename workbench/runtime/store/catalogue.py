@@ -5,7 +5,7 @@ collection), disk copy, which version is current, and aliases; these are written
 so they survive a cluster restart. Locations (which workers hold a copy in memory) live only in
 memory: a restarted cluster has new workers, and an object comes back from its disk copy when it is
 next used. Clients and backends reach the catalogue through one scheduler handler,
-``workbench_store``; a departed worker is dropped from every location at once.
+``workbench_store``; a worker that leaves is dropped from every location at once.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class StoreCatalogue(SchedulerPlugin):
         self.current: dict[str, int] = {}
         self.aliases: dict[str, str] = {}
         self.locations: dict[tuple[str, int], set[str]] = {}
-        self.departed: dict[str, float] = {}  # worker address -> when it left (for error messages)
+        self.lost_from: dict[tuple[str, int], list[str]] = {}  # the last holders of objects no live worker holds
         self._turn = 0
         self._db: sqlite3.Connection | None = None
 
@@ -74,9 +74,11 @@ class StoreCatalogue(SchedulerPlugin):
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         """Forget ``worker``'s copies; active calls stuck waiting for it may run elsewhere."""
-        self.departed[worker] = time.time()
-        for holders in self.locations.values():
-            holders.discard(worker)
+        for key, holders in self.locations.items():
+            if worker in holders:
+                holders.discard(worker)
+                if not holders:  # remembered for the error that names the backend it was lost with
+                    self.lost_from[key] = [worker]
         stuck = [
             ts for ts in list(scheduler.unrunnable)
             if isinstance(ts.key, str) and ACTIVE_KEY_MARK in ts.key
@@ -190,6 +192,7 @@ class StoreCatalogue(SchedulerPlugin):
             holders = sorted(self.locations.get(key, set()) & live)
             out.append({
                 "oid": oid, "version": key[1], "workers": holders, "current": self.current.get(oid) == key[1],
+                "lost_from": [] if holders else self.lost_from.get(key, []),
                 "aliases": sorted(a for a, o in self.aliases.items() if o == oid),
                 **record,
             })
@@ -197,12 +200,10 @@ class StoreCatalogue(SchedulerPlugin):
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
         self.locations.setdefault((oid, int(version)), set()).add(worker)
+        self.lost_from.pop((oid, int(version)), None)
 
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
         self.locations.get((oid, int(version)), set()).discard(worker)
-
-    def op_departed(self) -> dict[str, float]:
-        return dict(self.departed)
 
     def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> None:
         key = (oid, int(version))
@@ -255,6 +256,7 @@ class StoreCatalogue(SchedulerPlugin):
 
     def _forget(self, key: tuple[str, int], statements: list[tuple[str, tuple[Any, ...]]]) -> dict[str, Any]:
         record = self.objects.pop(key)
+        self.lost_from.pop(key, None)
         holders = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
         statements.append(("DELETE FROM objects WHERE oid=? AND version=?", key))
         return {"oid": key[0], "version": key[1], "workers": holders, "disk_path": record["disk_path"]}

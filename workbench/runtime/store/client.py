@@ -283,7 +283,7 @@ class Store:
             (target,) = self.catalogue("backends", n=1)
             self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=info["disk_path"])
             return target
-        raise object_lost(ref.label(), info["class_label"], self.catalogue("departed"))
+        raise object_lost(ref.label(), info["class_label"], list(info.get("lost_from", ())))
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""

@@ -18,11 +18,11 @@ class ObjectLost(StoreError):
     """Every copy of an object was on backends that left the cluster, and none is on disk."""
 
 
-def object_lost(label: str, class_label: str, departed: dict[str, float]) -> ObjectLost:
+def object_lost(label: str, class_label: str, lost_from: list[str]) -> ObjectLost:
     """The error for an object no live backend holds and no disk copy keeps."""
+    where = f"backend {', '.join(lost_from)}, which left the cluster" if lost_from else "the backends of a previous cluster"
     return ObjectLost(
-        f"{label} of class {class_label} is lost: it was held only in memory by backend(s) that left the cluster "
-        f"({', '.join(sorted(departed)) or 'a previous cluster'}), with no replica and no disk copy. "
+        f"{label} of class {class_label} is lost: it was held only in memory by {where}, with no replica and no disk copy. "
         "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
     )
 
