@@ -165,7 +165,7 @@ class Store:
         entries = []
         for obj, alias, b in zip(objs, aliases, backends):
             ship_by_value(type(obj))
-            entry = _entry(obj, uuid.uuid4().hex, 0, b, 0, alias)
+            entry = catalogue_entry(type(obj), uuid.uuid4().hex, 0, b, state_nbytes(obj), alias)
             # In the catalogue first: the backend may evict other objects to disk while taking this
             # one, and tells the catalogue about objects it knows.
             self.catalogue("register", entries=[entry])
@@ -607,10 +607,6 @@ def _check_persistable(obj: Any) -> None:
         )
     if not type(obj).active_methods():
         raise TypeError(f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active")
-
-
-def _entry(obj: PersistentObject, oid: str, version: int, worker: str, nbytes: int, alias: str | None) -> dict[str, Any]:
-    return catalogue_entry(type(obj), oid, version, worker, nbytes or state_nbytes(obj), alias)
 
 
 def _check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
