@@ -36,9 +36,15 @@ from kernels.histogram import (  # noqa: E402
     histogram1d,
     histogram1d_reference,
     histogramdd,
+    histogramdd_blocks,
     histogramdd_reference,
 )
-from kernels.kmeans import kmeans_partial, kmeans_partial_reference, kmeans_update  # noqa: E402
+from kernels.kmeans import (  # noqa: E402
+    kmeans_partial,
+    kmeans_partial_blocks,
+    kmeans_partial_reference,
+    kmeans_update,
+)
 from kernels.linalg import (  # noqa: E402
     matrix_add,
     matrix_add_reference,
@@ -52,8 +58,10 @@ __all__ = [
     "histogram1d",
     "histogram1d_reference",
     "histogramdd",
+    "histogramdd_blocks",
     "histogramdd_reference",
     "kmeans_partial",
+    "kmeans_partial_blocks",
     "kmeans_partial_reference",
     "kmeans_update",
     "matrix_add",

@@ -10,7 +10,10 @@ from numba import njit, prange
 
 from kernels._checks import (
     as_array,
+    native,
+    require_apart,
     require_float,
+    require_native,
     require_ndim,
     require_same_dtype,
     require_shape,
@@ -41,15 +44,21 @@ def matrix_add(
     a, b = as_array("a", a), as_array("b", b)
     require_ndim("a", a, 2)
     require_float("a", a)
+    require_float("b", b)
     require_shape("b", b, a.shape)
+    a, b = native(a), native(b)
     require_same_dtype(("a", "b"), (a, b))
     if out is None:
-        out = np.empty_like(a)
+        out = np.empty(a.shape, dtype=a.dtype)
     else:
         out = as_array("out", out)
+        require_float("out", out)
         require_shape("out", out, a.shape)
+        require_native("out", out)
         require_same_dtype(("a", "out"), (a, out))
         require_writeable("out", out)
+        require_apart(("a", "out"), (a, out), same_ok=True)  # out = a is element-wise: fine
+        require_apart(("b", "out"), (b, out), same_ok=True)
     _add(a, b, out, numba.get_num_threads() if parallel else 1)
     return out
 
@@ -60,6 +69,8 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarr
     for name, array in (("a", a), ("b", b), ("c", c)):
         require_ndim(name, array, 2)
         require_float(name, array)
+    require_native("c", c)
+    a, b = native(a), native(b)  # (a @ b is made apart first, so c may even be a or b)
     require_same_dtype(("a", "b", "c"), (a, b, c))
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"b must have {a.shape[1]} rows to multiply a of shape {a.shape}, got {b.shape}")

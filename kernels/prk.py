@@ -11,8 +11,11 @@ from numba import njit, prange
 
 from kernels._checks import (
     as_array,
+    native,
     positive_int,
+    require_apart,
     require_float,
+    require_native,
     require_ndim,
     require_same_dtype,
     require_shape,
@@ -33,11 +36,16 @@ def nstream(a: np.ndarray, b: np.ndarray, c: np.ndarray, scalar: float) -> None:
     """One STREAM-triad-like update ``a += b + scalar * c`` over three equal 1-D vectors."""
     a, b, c = as_array("a", a), as_array("b", b), as_array("c", c)
     require_ndim("a", a, 1)
-    require_float("a", a)
+    for name, array in (("a", a), ("b", b), ("c", c)):
+        require_float(name, array)
     require_shape("b", b, a.shape)
     require_shape("c", c, a.shape)
-    require_same_dtype(("a", "b", "c"), (a, b, c))
+    require_native("a", a)
     require_writeable("a", a)
+    b, c = native(b), native(c)
+    require_same_dtype(("a", "b", "c"), (a, b, c))
+    require_apart(("b", "a"), (b, a), same_ok=True)  # element-wise: a += a + s*c is still right
+    require_apart(("c", "a"), (c, a), same_ok=True)
     _nstream(a, b, c, float(scalar))
 
 
@@ -57,10 +65,12 @@ def _square_pair(a: object, b: object) -> tuple[np.ndarray, np.ndarray]:
     a, b = as_array("a", a), as_array("b", b)
     require_ndim("a", a, 2)
     require_float("a", a)
+    require_float("b", b)
     if a.shape[0] != a.shape[1]:
         raise ValueError(f"a must be square, got shape {a.shape}")
     require_shape("b", b, a.shape)
-    require_same_dtype(("a", "b"), (a, b))
+    require_native("b", b)  # written by both kernels
+    require_apart(("a", "b"), (a, b))  # b gets a's transpose / a's neighbours: a must not change meanwhile
     return a, b
 
 
@@ -84,6 +94,8 @@ def _transpose(a, b, tile):
 def transpose(a: np.ndarray, b: np.ndarray, tile: int = TRANSPOSE_TILE) -> None:
     """One PRK transpose iteration on square matrices: ``B += A.T; A += 1``, cache-tiled."""
     a, b = _square_pair(a, b)
+    require_native("a", a)  # A += 1 in place
+    require_same_dtype(("a", "b"), (a, b))
     require_writeable("a", a)
     require_writeable("b", b)
     _transpose(a, b, positive_int("tile", tile))
@@ -136,6 +148,8 @@ def _stencil_star(a, b, weights, radius):
 def stencil_star(a: np.ndarray, b: np.ndarray, radius: int = 2) -> None:
     """Apply the star stencil of ``radius`` to ``a``, adding into the interior of ``b``."""
     a, b = _square_pair(a, b)
+    a = native(a)
+    require_same_dtype(("a", "b"), (a, b))
     require_writeable("b", b)
     radius = positive_int("radius", radius)
     if a.shape[0] <= 2 * radius:
@@ -171,19 +185,41 @@ def _vector_reduce(vectors, out):
 
 
 def vector_reduce(vectors: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Element-wise sum of the rows of ``vectors`` (P ranks x n), written to ``out`` (n,)."""
+    """Element-wise sum of the rows of ``vectors`` (P ranks x n), written to ``out`` (n,).
+
+    ``out`` may be one of the rows (the PRK's root keeps its vector there); any other overlap with
+    ``vectors`` is refused.
+    """
     vectors = as_array("vectors", vectors)
     require_ndim("vectors", vectors, 2)
     require_float("vectors", vectors)
+    vectors = native(vectors)
     if out is None:
         out = np.empty(vectors.shape[1], dtype=vectors.dtype)
     else:
         out = as_array("out", out)
+        require_float("out", out)
         require_shape("out", out, (vectors.shape[1],))
+        require_native("out", out)
         require_same_dtype(("vectors", "out"), (vectors, out))
         require_writeable("out", out)
+        if not _is_row_of(out, vectors):  # a row is safe: each column is summed before its element is written
+            require_apart(("vectors", "out"), (vectors, out))
     _vector_reduce(vectors, out)
     return out
+
+
+def _is_row_of(out: np.ndarray, vectors: np.ndarray) -> bool:
+    """True when ``out`` is one row of ``vectors`` (``out[j]`` is ``vectors[p, j]`` for one ``p``)."""
+    offset = out.__array_interface__["data"][0] - vectors.__array_interface__["data"][0]
+    step = vectors.strides[0]
+    row = offset // step if step else 0
+    return (
+        out.dtype == vectors.dtype
+        and 0 <= row < vectors.shape[0]
+        and row * step == offset
+        and (vectors.shape[1] <= 1 or out.strides == vectors.strides[1:])
+    )
 
 
 def reduce_expected(iterations: int, ranks: int) -> float:

@@ -5,7 +5,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import as_array, require_float, require_ndim
+from kernels._checks import as_array, native, require_float, require_ndim
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -25,4 +25,4 @@ def stream_sum(x: np.ndarray, *, parallel: bool = True) -> float:
     x = as_array("x", x)
     require_ndim("x", x, 1)
     require_float("x", x)
-    return float(_stream_sum(x, numba.get_num_threads() if parallel else 1))
+    return float(_stream_sum(native(x), numba.get_num_threads() if parallel else 1))

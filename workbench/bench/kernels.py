@@ -4,6 +4,10 @@ For every kernel: the first call (numba compile, or load from the cache) timed a
 median of repeated calls for the numba kernel on one thread and on all threads, and for its numpy
 reference. Ratios: numpy time / numba time, and numba throughput / streaming-read bandwidth
 measured in the same run (the practical memory limit of this machine).
+
+``histogramdd`` also runs a *plain loop*: the naive parallel numba loop that takes the arithmetic bin
+and corrects nothing (so it can be off by one near edges). It is what this CPU gives a histogram
+without exactness; the kernel's time against it shows what exactness costs here, on any machine.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba import njit, prange
 
 import kernels
 from kernels import prk
@@ -39,6 +44,40 @@ class Case:
     dispatchers: tuple[Any, ...]
     has_serial: bool = True
     rate: Callable[[tuple[Any, ...], float], tuple[float, str]] | None = None
+    plain_call: Callable[..., np.ndarray] | None = None  # (*inputs): the naive loop, a reference line
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _plain_histdd(points, n_bins, low, high, scale, counts, n_chunks):
+    """The naive loop: arithmetic bin per coordinate, no correction near edges (not exact)."""
+    n, dims = points.shape
+    chunk = (n + n_chunks - 1) // n_chunks
+    local = np.zeros((n_chunks, counts.size), dtype=np.int64)
+    for c in prange(n_chunks):
+        for i in range(c * chunk, min(n, (c + 1) * chunk)):
+            flat = 0
+            inside = True
+            for d in range(dims):
+                v = points[i, d]
+                if not (v >= low[d] and v <= high[d]):
+                    inside = False
+                    break
+                flat = flat * n_bins[d] + min(int((v - low[d]) * scale[d]), n_bins[d] - 1)
+            if inside:
+                local[c, flat] += 1
+    for c in range(n_chunks):
+        counts += local[c]
+
+
+def plain_histogramdd(points: np.ndarray, bins: int, range: list[tuple[float, float]]) -> np.ndarray:
+    """``_plain_histdd`` on all numba threads: counts of shape ``(bins,) * d`` (C-contiguous float64 points)."""
+    dims = points.shape[1]
+    n_bins = np.full(dims, bins, dtype=np.int64)
+    low = np.array([r[0] for r in range], dtype=np.float64)
+    high = np.array([r[1] for r in range], dtype=np.float64)
+    counts = np.zeros(bins**dims, dtype=np.int64)
+    _plain_histdd(points, n_bins, low, high, n_bins / (high - low), counts, numba.get_num_threads())
+    return counts.reshape((bins,) * dims)
 
 
 def _rng() -> np.random.Generator:
@@ -56,7 +95,7 @@ def _cases() -> list[Case]:
             lambda x, parallel: kernels.histogram1d(x, 100, (0.0, 1.0), parallel=parallel),
             lambda x: np.histogram(x, 100, (0.0, 1.0)),
             lambda a: a[0].nbytes,
-            (histogram._hist1d,),
+            (histogram._hist1d, histogram._count_values),
         ),
         Case(
             "histogramdd",
@@ -64,7 +103,8 @@ def _cases() -> list[Case]:
             lambda p, parallel: kernels.histogramdd(p, 8, unit, parallel=parallel),
             lambda p: np.histogramdd(p, 8, unit),
             lambda a: a[0].nbytes,
-            (histogram._histdd,),
+            (histogram._histdd, histogram._count_points),
+            plain_call=lambda p: plain_histogramdd(p, 8, unit),
         ),
         Case(
             "kmeans_partial",
@@ -72,7 +112,7 @@ def _cases() -> list[Case]:
             lambda p, c, parallel: kernels.kmeans_partial(p, c, parallel=parallel),
             kernels.kmeans_partial_reference,
             lambda a: a[0].nbytes,
-            (kmeans._partial,),
+            (kmeans._partial, kmeans._partial_serial),
         ),
         Case(
             "matrix_add",
@@ -151,6 +191,21 @@ def stream_bandwidth(scale: int = 1, repeats: int = 5) -> dict[str, float]:
     }
 
 
+def _plain_row(
+    plain_call: Callable[..., np.ndarray], args: tuple[Any, ...], row: dict[str, Any], stream: float, repeats: int
+) -> dict[str, Any]:
+    """The plain loop's figures for a kernel's ``row``: time, ratios, and the kernel's speed against it."""
+    plain_counts = plain_call(*args)  # warm-up (compile or cache load), then timed
+    plain_s = median_seconds(lambda: plain_call(*args), repeats)
+    return {
+        "plain_loop_s": plain_s,
+        "plain_loop_ratio_numpy": row["numpy_s"] / plain_s,
+        "plain_loop_fraction_of_stream": row["bytes"] / plain_s / GB / stream,
+        "kernel_speed_vs_plain_loop": plain_s / row["numba_s"],
+        "plain_loop_counts_equal_kernel": bool(np.array_equal(plain_counts, row.pop("_counts"))),
+    }
+
+
 def run(quick: bool = False, repeats: int = 5, only: list[str] | None = None) -> dict[str, Any]:
     """Measure every kernel (or those named in ``only``); returns a JSON-ready report."""
     scale = 64 if quick else 1
@@ -188,6 +243,9 @@ def run(quick: bool = False, repeats: int = 5, only: list[str] | None = None) ->
         }
         if case.rate is not None:
             row["rate"], row["rate_unit"] = case.rate(args, parallel_s)
+        if case.plain_call is not None:
+            row["_counts"] = case.numba_call(*args, parallel=True)
+            row.update(_plain_row(case.plain_call, args, row, stream["all_threads"], repeats))
         goals = GOALS.get(case.name)
         if goals:
             row["goals"] = {k: {"goal": v, "measured": row[k], "met": row[k] >= v} for k, v in goals.items()}
@@ -222,6 +280,15 @@ def format_report(report: dict[str, Any]) -> str:
             f"{r['kernel']:<20} {first:>11} {r['numba_s']:>9.4f} {one:>9} {r['numpy_s']:>9.4f} "
             f"{r['GBps']:>6.2f} {r['ratio_numpy']:>8.1f} {one_ratio:>10} {r['fraction_of_stream']:>9.0%}  {rate}"
         )
+    for r in report["kernels"]:
+        if "plain_loop_s" in r:  # the reference line under the table: same columns, what it is at the end
+            same = "same counts" if r["plain_loop_counts_equal_kernel"] else "counts DIFFER"
+            lines.append(
+                f"{r['kernel'] + ' plain':<20} {'-':>11} {r['plain_loop_s']:>9.4f} {'-':>9} {'-':>9} "
+                f"{r['bytes'] / r['plain_loop_s'] / GB:>6.2f} {r['plain_loop_ratio_numpy']:>8.1f} {'-':>10} "
+                f"{r['plain_loop_fraction_of_stream']:>9.0%}  naive loop, no edge correction ({same}); "
+                f"the kernel runs at {r['kernel_speed_vs_plain_loop']:.2f}x its speed"
+            )
     lines.append("first call: c = compiled now, l = loaded from the numba cache; times in seconds (medians)")
     llc = report["machine"].get("last_level_cache")
     if llc:
