@@ -3,7 +3,8 @@
 A segment is an ``.npy`` file in a directory: ``/dev/shm`` (POSIX shared memory: on Linux
 ``shm_open`` is exactly a file there, in RAM) or any other directory (``directory=...``: a file on
 disk, a DAX or network mount). The ``.npy`` header carries the dtype (structured, byte order),
-shape and C/Fortran order, so every array round-trips exactly; object arrays are refused.
+shape and C/Fortran order, so every fixed-size array round-trips exactly; dtypes that hold
+pointers (object, numpy's variable-width strings) are refused.
 
 Lifetimes belong to the project, not to a resource tracker: nothing is unlinked behind the owner's
 back, ``delete`` removes a segment, ``list_segments`` shows all of them with owner and age, and
@@ -11,22 +12,41 @@ back, ``delete`` removes a segment, ``list_segments`` shows all of them with own
 Names carry the prefix ``lwb-`` so they can always be found.
 
 Creating is race-tolerant: many processes asking for the same name at once yield exactly one
-writer (an ``flock`` that the kernel releases if the writer dies); the others wait, bounded, then
-attach. The writer fills ``<name>.partial-<pid>`` and renames it into place, so a segment that
-exists is always complete. Space is reserved with ``posix_fallocate`` before mapping: a full
+writer (an ``flock`` on ``<name>~lock`` that the kernel releases if the writer dies); the others
+wait, bounded, then attach. The writer fills ``<name>~partial-<pid>`` and renames it into place, so
+a segment that exists is always complete. Only a holder of the lock removes a lock file (the
+writer, or ``clean``/``delete`` after taking it without waiting), so a second writer can never
+start beside a live one. ``~`` is never part of a segment name, so no segment can be taken for a
+lock or partial file, nor a lock or partial file for a segment.
+
+Every file in the directory is untrusted input (anyone who can write to ``/dev/shm`` can plant
+one). The trust model: a file is used (attached, listed as ours, locked, removed by ``clean``)
+only if it is a regular file owned by this user, opened without following symlinks
+(``O_NOFOLLOW``) and without blocking (a planted FIFO cannot hang us); anything else is "foreign":
+listed, never opened, never removed. "This user" is the effective uid, root included: root trusts
+only root's files. A segment of ours is attached only if its header is this module's own: ``.npy``
+version 2.0, data on a page boundary, a fixed-size dtype without pointers, a sane shape whose
+bytes fit in the file (mapping past the end would be SIGBUS on read), and only if no other user
+may write it (they could truncate it under the mapping). The directory itself is the caller's
+choice and is trusted. Space is reserved with ``posix_fallocate`` before mapping: a full
 ``/dev/shm`` then fails with a clear error instead of killing the process with SIGBUS.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
+import io
+import math
 import mmap
+import operator
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from numpy.lib import format as npy
@@ -34,8 +54,21 @@ from numpy.lib import format as npy
 PREFIX = "lwb-"
 SHM_DIR = Path("/dev/shm")
 DEFAULT_TIMEOUT = 60.0  # seconds a process waits for another to finish writing a segment
-_NAME = re.compile(r"^[A-Za-z0-9_.=+-]{1,200}$")
+_NAME_CHARS = r"[A-Za-z0-9_.=+-]"
+_NAME = re.compile(_NAME_CHARS + r"{1,200}")  # always fullmatch: no "~" (helper files), no newline
+LOCK_SUFFIX = "~lock"
+PARTIAL_SUFFIX = "~partial-"
+_HELPER = re.compile(  # a helper file of segment <name>: its lock, or a writer's partial file
+    rf"(?P<name>{_NAME_CHARS}{{1,200}})(?:{re.escape(LOCK_SUFFIX)}|{re.escape(PARTIAL_SUFFIX)}(?P<pid>[1-9][0-9]{{0,9}}))"
+)
 _HEADER_ALIGN = 4096  # data starts on a page boundary: aligned views, page-granular faults
+# numpy reads at most 10,000 bytes of header text by default (numpy.load too): the largest
+# page-padded header under that is 8192 bytes, so every segment stays readable by numpy.load
+_HEADER_MAX = 8192
+_MAX_DIMS = 64  # numpy's limit on dimensions
+_MAX_BYTES = 2**63 - 1  # numpy sizes an array in a signed 64-bit integer (its zero dimensions aside)
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # no symlink, no hang on a planted FIFO
+_LEAF_KINDS = frozenset("biufcmMSUV")  # bool, ints, floats, complex, datetimes, bytes, str, void
 
 
 class SharedMemoryError(RuntimeError):
@@ -44,7 +77,12 @@ class SharedMemoryError(RuntimeError):
 
 @dataclass(frozen=True)
 class SegmentInfo:
-    """What ``list_segments`` reports for one segment."""
+    """What ``list_segments`` reports for one file.
+
+    ``name`` is the segment name (for a lock or partial file, the whole file name after the
+    prefix). For a "foreign" file whose name the workbench never makes, control and non-ASCII
+    characters are escaped, so the name can be printed safely; ``path`` is always the real path.
+    """
 
     name: str
     path: Path
@@ -55,7 +93,7 @@ class SegmentInfo:
     owner_alive: bool
     mapped_by: tuple[int, ...]
     age_s: float
-    state: str  # "complete", "partial" (being written, or left by a dead writer), "lock"
+    state: str  # "complete", "partial" (being written, or left by a dead writer), "lock", "unreadable", "foreign"
 
 
 # -- names and places --------------------------------------------------------------------------
@@ -66,21 +104,29 @@ def _directory(directory: str | Path | None) -> Path:
             raise SharedMemoryError(
                 "POSIX shared memory needs /dev/shm (Linux); pass directory=... to back arrays with files instead"
             )
+        if path.exists():
+            raise SharedMemoryError(f"{path} is not a directory: name the directory that holds (or will hold) the segments")
         raise SharedMemoryError(f"directory {path} does not exist: create it or choose another")
     return path
 
 
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(
-            f"segment name must be 1-200 characters of letters, digits and _ . = + -, got {name!r}"
-        )
+def _check_name(name: str, what: str = "segment name") -> str:
+    """``name`` if it is 1-200 of the allowed characters (whole string: no newline, no ``~``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{what} must be 1-200 characters of letters, digits and _ . = + -, got {name!r}")
     return name
 
 
 def segment_path(name: str, directory: str | Path | None = None) -> Path:
     """Where segment ``name`` lives (the file name carries the ``lwb-`` prefix)."""
     return _directory(directory) / f"{PREFIX}{_check_name(name)}"
+
+
+def _present(path: Path) -> bool:
+    """Whether anything (a symlink too, dangling or not) has this name: the name is taken."""
+    return os.path.lexists(path)
 
 
 # -- capacity ----------------------------------------------------------------------------------
@@ -121,78 +167,328 @@ def _require_mapping_slot() -> None:
         )
 
 
-# -- header ------------------------------------------------------------------------------------
-def _header(shape: tuple[int, ...], dtype: np.dtype, fortran: bool) -> bytes:
-    """An .npy version-2 header padded so the data starts on a page boundary."""
-    import io
+# -- dtypes and the header ---------------------------------------------------------------------
+def _dtype_problem(dtype: np.dtype) -> str | None:
+    """Why arrays of ``dtype`` cannot live in shared memory (it holds pointers), or None.
 
-    meta = {"descr": npy.dtype_to_descr(dtype), "fortran_order": fortran, "shape": tuple(shape)}
+    An allow-list, walked through fields and subarrays: only numpy's fixed-size kinds (bool,
+    numbers, datetimes, bytes, str, raw void). A pointer mapped from another process (an object,
+    a variable-width string) would be dereferenced: a crash at best.
+    """
+    if dtype.hasobject:
+        return f"dtype {dtype} holds Python object pointers, which mean nothing in another process"
+    if dtype.fields is not None:
+        for field_dtype, *_ in dtype.fields.values():
+            if problem := _dtype_problem(field_dtype):
+                return problem
+        return None
+    if dtype.subdtype is not None:
+        return _dtype_problem(dtype.subdtype[0])
+    if dtype.kind not in _LEAF_KINDS or (dtype.kind == "V" and dtype.type is not np.void):
+        return f"dtype {dtype} is not one of numpy's fixed-size types (it may hold pointers)"
+    return None
+
+
+def _check_dtype(dtype: object) -> np.dtype:
+    """``dtype`` as a numpy dtype a segment can hold; TypeError naming the problem otherwise."""
+    try:
+        checked = np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"dtype {dtype!r} is not a numpy dtype ({error})") from None
+    if problem := _dtype_problem(checked):
+        raise TypeError(
+            f"cannot share arrays of {problem}: convert to a fixed-size dtype first "
+            "(numbers, 'U20' for strings, a structured dtype for records)"
+        )
+    return checked
+
+
+def _short(dtype: np.dtype) -> str:
+    """``dtype`` for an error message: a record of hundreds of fields is cut, with its field count."""
+    text = str(dtype)
+    return text if len(text) <= 160 else f"{text[:120]}... ({len(dtype.names or ())} fields)"
+
+
+def _header(shape: tuple[int, ...], dtype: np.dtype, fortran: bool) -> bytes:
+    """An .npy version-2 header padded so the data starts on a page boundary.
+
+    Refuses (ValueError) a dtype the header cannot carry exactly, or whose header would be too
+    long for numpy to read back: such a segment could be written but never attached.
+    """
+    try:
+        descr = npy.dtype_to_descr(dtype)
+    except ValueError as error:
+        raise ValueError(
+            f"dtype {_short(dtype)} cannot be described in an .npy header ({error}): use a structured dtype whose fields "
+            "neither overlap nor go out of order"
+        ) from None
+    back = npy.descr_to_dtype(descr)
+    if back != dtype:
+        raise ValueError(
+            f"dtype {dtype} would come back from an .npy header as {back}, not exactly as it is: share it as {back}"
+        )
     buffer = io.BytesIO()
-    npy.write_array_header_2_0(buffer, meta)
+    try:
+        npy.write_array_header_2_0(buffer, {"descr": descr, "fortran_order": fortran, "shape": tuple(shape)})
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"the field names of dtype {_short(dtype)} are not all Latin-1 characters, which an .npy version-2 header "
+            "needs: rename the fields"
+        ) from None
     raw = buffer.getvalue()
+    if len(raw) > _HEADER_MAX:
+        raise ValueError(
+            f"dtype {_short(dtype)} needs a {len(raw)}-byte .npy header; the workbench allows {_HEADER_MAX} bytes (numpy reads "
+            "at most 10,000), so the segment could not be attached: use fewer or shorter fields (or several arrays)"
+        )
     total = -(-len(raw) // _HEADER_ALIGN) * _HEADER_ALIGN
     # keep it a valid .npy header: pad the dict text with spaces before its final newline
     body = raw[12:-1] + b" " * (total - len(raw)) + b"\n"
     return raw[:8] + (len(body)).to_bytes(4, "little") + body
 
 
-def _read_header(fd: int) -> tuple[tuple[int, ...], np.dtype, bool, int]:
-    with os.fdopen(os.dup(fd), "rb") as stream:
-        version = npy.read_magic(stream)
-        read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, fortran, dtype = read(stream)
-        return shape, dtype, fortran, stream.tell()
+def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """Shape, dtype, order and data offset from a segment's header, checked as untrusted input.
+
+    Refused (``SharedMemoryError``) unless the header is one this module writes: ``.npy`` 2.0 with
+    the data on a page boundary within the first ``_HEADER_MAX`` bytes (checked before numpy reads
+    the text, so a lying length cannot make us read a huge file), a fixed-size dtype without
+    pointers and not a subarray, at most 64 dimensions, no negative sizes, and data that fits in
+    the file (mapping past the end: SIGBUS on read).
+    """
+    size = os.fstat(fd).st_size
+    prefix = os.pread(fd, 12, 0)
+    if len(prefix) < 12 or prefix[:6] != npy.MAGIC_PREFIX:
+        problem = "it does not start with an .npy header"
+    elif prefix[6:8] != b"\x02\x00":
+        problem = f"its .npy format version is {prefix[6]}.{prefix[7]}, the workbench writes 2.0"
+    else:
+        offset = 12 + int.from_bytes(prefix[8:12], "little")
+        if offset % _HEADER_ALIGN or offset > _HEADER_MAX:
+            problem = f"its data starts at byte {offset}, not on a page boundary within {_HEADER_MAX} bytes as the workbench writes it"
+        else:
+            text = os.pread(fd, offset - 12, 12)
+            try:
+                shape, fortran, dtype = npy.read_array_header_2_0(io.BytesIO(prefix[8:] + text))
+            except Exception as error:  # untrusted text: whatever numpy's parser raises on it
+                problem = f"its header cannot be read ({type(error).__name__}: {error})"
+            else:
+                problem = _header_problem(shape, dtype, offset, size)
+    if problem:
+        raise SharedMemoryError(f"{path} is not a valid workbench shared array: {problem}. Delete it if it is not yours")
+    return shape, dtype, fortran, offset
 
 
-def _check_dtype(dtype: np.dtype) -> np.dtype:
-    dtype = np.dtype(dtype)
-    if dtype.hasobject:
-        raise TypeError(
-            f"arrays of dtype {dtype} hold Python object pointers, which mean nothing in another process: "
-            "convert to a fixed-size dtype first (numbers, 'U20' for strings, a structured dtype for records)"
-        )
-    return dtype
+def _shape_problem(shape: tuple[int, ...], itemsize: int) -> str | None:
+    """Why numpy cannot make an array of this shape and item size, or None.
+
+    The same rules as numpy's own (checked before it is asked, so every caller gets one clear
+    message): at most 64 dimensions, none negative, and the bytes of the non-zero dimensions
+    countable in a signed 64-bit integer, even when another dimension is zero.
+    """
+    if len(shape) > _MAX_DIMS:
+        return f"shape has {len(shape)} dimensions, more than numpy's {_MAX_DIMS}"
+    if any(n < 0 for n in shape):
+        return f"shape {shape} has negative sizes"
+    if math.prod(n for n in shape if n) * itemsize > _MAX_BYTES:
+        return f"shape {shape} of {itemsize}-byte items has more bytes than numpy can count"
+    return None
+
+
+def _header_problem(shape: tuple[int, ...], dtype: np.dtype, offset: int, size: int) -> str | None:
+    """What is wrong with a parsed header that this module would never have written, or None."""
+    if dtype.subdtype is not None:
+        return f"its dtype {dtype} is a subarray dtype, which the workbench never writes"
+    if problem := _dtype_problem(dtype):
+        return f"its {problem}"
+    if dtype.itemsize == 0:
+        return f"its dtype {dtype} holds no bytes"
+    if problem := _shape_problem(shape, dtype.itemsize):
+        return f"its {problem}"
+    count = math.prod(shape)
+    if offset + count * dtype.itemsize > size:
+        return f"its header promises {count * dtype.itemsize} bytes of data but the file holds {max(0, size - offset)} (truncated?)"
+    return None
+
+
+# -- files in an untrusted directory ----------------------------------------------------------
+def _not_ours(info: os.stat_result) -> str | None:
+    """Why a file with this (l)stat is not one the workbench may use, or None if it may."""
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_uid != _this_user():
+        return f"belongs to user {info.st_uid}, not to this user ({_this_user()})"
+    return None
+
+
+def _this_user() -> int:
+    """The user whose files the workbench trusts: the effective uid, which owns the files it creates."""
+    return os.geteuid()
+
+
+def _refusal(path: Path, reason: str) -> SharedMemoryError:
+    """The error for a file the workbench will not use: what it is, and what to do."""
+    return SharedMemoryError(
+        f"{path} {reason}: refused (the workbench uses only regular files of its own user, and never follows links). "
+        "Remove it if it is yours, ask its owner to, or use another name or directory"
+    )
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` if it is a regular file of this user, opened with ``flags``.
+
+    Symlinks are not followed (``O_NOFOLLOW``) and the open does not block (``O_NONBLOCK``: a
+    FIFO planted under the name cannot hang us). ``FileNotFoundError`` and (with ``O_EXCL``)
+    ``FileExistsError`` pass through for the caller to handle; anything else is refused. A file
+    this call created (``O_EXCL``) but cannot use, because the directory gives new files another
+    owner (a root-squashed network mount), is removed again: nothing is left behind.
+    """
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS, 0o600)
+    except (FileNotFoundError, FileExistsError):
+        raise
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _refusal(path, "is a symbolic link") from None
+        if error.errno == errno.EISDIR:
+            raise _refusal(path, "is a directory") from None
+        raise _refusal(path, f"cannot be opened ({error.strerror})") from None
+    reason = _not_ours(os.fstat(fd))
+    if reason:
+        os.close(fd)
+        if flags & os.O_EXCL:
+            path.unlink(missing_ok=True)
+            reason += " although this process has just created it (does the directory give new files another owner?)"
+        raise _refusal(path, reason)
+    return fd
+
+
+def _open_lock(path: Path) -> int:
+    """Open lock file ``path``, creating it if there is none; ``FileNotFoundError`` if its holder
+    removed it between the two tries (the caller tries again)."""
+    try:
+        return _open_own(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return _open_own(path, os.O_RDWR)
+
+
+def _create_partial(partial: Path) -> int:
+    """Create this writer's partial file. One already there with this process's id was left by an
+    earlier process of the same id (ids are reused): the caller holds the segment's lock, so it is
+    stale, and replaced if it is ours. Anything else under that name is refused."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+    try:
+        return _open_own(partial, flags)
+    except FileExistsError:
+        pass
+    try:
+        reason = _not_ours(os.lstat(partial))
+    except FileNotFoundError:
+        reason = None
+    if reason:
+        raise _refusal(partial, reason)
+    partial.unlink(missing_ok=True)
+    return _open_own(partial, flags)
 
 
 # -- the mapped array --------------------------------------------------------------------------
 def _map(path: Path, writable: bool, populate: bool) -> np.ndarray:
-    """Map a complete segment; the array's base chain owns the mapping (no use-after-unmap)."""
+    """Map a complete segment; the array's base chain owns the mapping (no use-after-unmap).
+
+    A file other users may write is refused too: they could truncate it under the mapping, and
+    reading the lost pages would kill this process with SIGBUS (the workbench makes its files 0600).
+    """
     _require_mapping_slot()
-    fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    fd = _open_own(path, os.O_RDWR if writable else os.O_RDONLY)
     try:
-        shape, dtype, fortran, offset = _read_header(fd)
-        size = os.fstat(fd).st_size
-        if size == 0:
-            raise SharedMemoryError(f"segment {path} is empty: it was not written completely; delete it")
+        mode = os.fstat(fd).st_mode
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise SharedMemoryError(
+                f"{path} is writable by other users ({stat.filemode(mode)}): they could truncate it while it is "
+                "mapped, and reading it would then crash this process. The workbench makes its segments 0600: "
+                "'chmod go-w' it if you trust them, or delete it"
+            )
+        shape, dtype, fortran, offset = _read_header(fd, path)
+        length = offset + math.prod(shape) * dtype.itemsize  # never more than the header says (checked to fit)
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
-        mapping = mmap.mmap(fd, size, flags=flags, prot=prot)
+        mapping = mmap.mmap(fd, length, flags=flags, prot=prot)
     finally:
         os.close(fd)  # the mapping stays valid after the descriptor is closed
-    view = np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset, order="F" if fortran else "C")
+    try:
+        view = np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset, order="F" if fortran else "C")
+    except BaseException:
+        mapping.close()
+        raise
     if not writable:
         view.flags.writeable = False
     return view
 
 
+def _map_new(path: Path, writable: bool, populate: bool) -> np.ndarray:
+    """Map a segment this process has just written; if that fails, remove it (nothing is left)."""
+    try:
+        return _map(path, writable=writable, populate=populate)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+class _Layout(NamedTuple):
+    """A new segment's checked shape, dtype and order, and the header that describes them."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+    header: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _layout(shape: object, dtype: object, order: str) -> _Layout:
+    """Check a new segment's shape, dtype and order before any file is made.
+
+    A subarray dtype's dimensions move into the shape, as numpy does for its own arrays (the
+    header could not carry the subarray otherwise).
+    """
+    try:
+        dims = tuple(operator.index(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if order not in ("C", "F"):
+        raise ValueError(f"order must be 'C' or 'F', got {order!r}")
+    checked = _check_dtype(dtype)
+    while checked.subdtype is not None:
+        checked, inner = checked.subdtype
+        dims += inner
+    if checked.itemsize == 0:
+        raise TypeError(f"dtype {checked} holds no bytes: there is nothing to share")
+    if problem := _shape_problem(dims, checked.itemsize):
+        raise ValueError(f"cannot make a shared array: its {problem}; use a smaller shape")
+    fortran = order == "F" and len(dims) > 1
+    return _Layout(dims, checked, fortran, _header(dims, checked, fortran))
+
+
 def _write_new(
     path: Path,
-    shape: tuple[int, ...],
-    dtype: np.dtype,
-    fortran: bool,
+    layout: _Layout,
     fill: Callable[[np.ndarray], None] | np.ndarray | None,
     directory: str | Path | None,
 ) -> None:
     """Write a complete segment at ``path`` through a partial file and an atomic rename.
 
     ``fill`` is a function that fills a writable view, or an array whose bytes are copied with
-    ``pwrite``: no mapping and so no page fault per 4 KiB (measured 3x faster for 1 GB).
+    ``pwrite``: no mapping and so no page fault per 4 KiB (measured 3x faster for 1 GB). On any
+    failure the partial file is removed.
     """
-    header = _header(shape, dtype, fortran)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    header, nbytes = layout.header, layout.nbytes
     _require_space(len(header) + nbytes, directory)
-    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    partial = path.with_name(f"{path.name}{PARTIAL_SUFFIX}{os.getpid()}")
+    fd = _create_partial(partial)
     try:
         os.write(fd, header)
         if nbytes and isinstance(fill, np.ndarray):
@@ -208,27 +504,34 @@ def _write_new(
                     "MiB free): free space ('workbench shm clean'), use a smaller size or back with files"
                 ) from None
             if fill is not None:
-                mapping = mmap.mmap(fd, len(header) + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-                try:
-                    view = np.ndarray(shape, dtype=dtype, buffer=mapping, offset=len(header), order="F" if fortran else "C")
-                    fill(view)
-                    del view
-                finally:
-                    mapping.close()
+                _fill_through_mapping(fd, layout, fill)
         os.rename(partial, path)  # atomic: readers see nothing, or the whole segment
     except BaseException:
-        try:
-            os.unlink(partial)
-        except FileNotFoundError:
-            pass
+        partial.unlink(missing_ok=True)
         raise
     finally:
         os.close(fd)
 
 
+def _fill_through_mapping(fd: int, layout: _Layout, fill: Callable[[np.ndarray], None]) -> None:
+    """Call ``fill`` on a writable view of the new file's data.
+
+    The mapping is never closed here: numpy does not count its views as users of the mapping, so
+    closing it while ``fill`` kept the view (or a slice of it) would leave that view on unmapped
+    memory, a crash on its next access. The view owns the mapping instead, which is unmapped when
+    the last view of it goes (at once, when ``fill`` kept none).
+    """
+    view = np.ndarray(
+        layout.shape, dtype=layout.dtype, offset=len(layout.header), order="F" if layout.fortran else "C",
+        buffer=mmap.mmap(fd, len(layout.header) + layout.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE),
+    )
+    fill(view)
+
+
 def _pwrite_all(fd: int, array: np.ndarray, offset: int, directory: str | Path | None) -> None:
     """Copy the array's bytes (C or Fortran order, as stored) into the file at ``offset``."""
-    data = memoryview(np.ravel(array, order="K")).cast("B")
+    # bytes in storage order; a uint8 view, since memoryview refuses some dtypes (datetime64, ...)
+    data = memoryview(np.ravel(array, order="K").view(np.uint8))
     written = 0
     try:
         while written < len(data):
@@ -242,16 +545,31 @@ def _pwrite_all(fd: int, array: np.ndarray, offset: int, directory: str | Path |
         ) from None
 
 
-def _layout(shape: object, dtype: object, order: str) -> tuple[tuple[int, ...], np.dtype, bool]:
+def _check_fill(fill: object, layout: _Layout) -> None:
+    """A fill is a function, None (zeros), or an array exactly like the segment, stored in its order."""
+    if fill is None or (callable(fill) and not isinstance(fill, np.ndarray)):
+        return
+    if not isinstance(fill, np.ndarray):
+        raise TypeError(f"fill must be a function that fills a view, or a numpy array, got {type(fill).__name__}")
+    if fill.shape != layout.shape or fill.dtype != layout.dtype:
+        raise ValueError(
+            f"the fill array has shape {fill.shape} and dtype {fill.dtype}, the segment {layout.shape} and "
+            f"{layout.dtype}: pass matching shape and dtype (copy_in/share take them from the array)"
+        )
+    if not (fill.flags.f_contiguous if layout.fortran else fill.flags.c_contiguous):
+        order = "F" if layout.fortran else "C"
+        raise ValueError(f"the fill array must be {order}-contiguous, like the segment: np.require(fill, requirements='{order}')")
+
+
+def _check_timeout(timeout: object) -> float:
+    """``timeout`` as seconds >= 0 (a NaN or negative wait would never end, or never start)."""
     try:
-        shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        seconds = float(timeout)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
-    if any(n < 0 for n in shape):
-        raise ValueError(f"shape must not have negative sizes, got {shape}")
-    if order not in ("C", "F"):
-        raise ValueError(f"order must be 'C' or 'F', got {order!r}")
-    return shape, _check_dtype(dtype), order == "F" and len(shape) > 1
+        seconds = math.nan
+    if not seconds >= 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    return seconds
 
 
 # -- public operations -------------------------------------------------------------------------
@@ -266,15 +584,16 @@ def create(
 ) -> np.ndarray:
     """Create a zeroed shared array and return a writable view of it.
 
-    Fails if ``name`` exists (``delete`` it first, or ``attach`` to it).
+    Fails if ``name`` exists (``delete`` it first, or ``attach`` to it). A failed create leaves
+    nothing behind: no segment, lock or partial file.
     """
-    shape, dtype, fortran = _layout(shape, dtype, order)
+    layout = _layout(shape, dtype, order)
     path = segment_path(name, directory)
     with _writer_lock(path, DEFAULT_TIMEOUT):
-        if path.exists():
+        if _present(path):
             raise FileExistsError(f"shared array {name!r} exists at {path}: attach() to it, or delete() it first")
-        _write_new(path, shape, dtype, fortran, None, directory)
-    return _map(path, writable=True, populate=populate)
+        _write_new(path, layout, None, directory)
+        return _map_new(path, writable=True, populate=populate)
 
 
 def share(
@@ -307,7 +626,7 @@ def copy_in(
     """``share``, also saying whether this call made the segment: ``(view, created)``.
 
     C- and Fortran-ordered arrays are copied as they are stored; any other layout is made
-    C-contiguous first.
+    C-contiguous first. Every fixed-size dtype round-trips exactly (dtype, byte order, shape).
     """
     array = np.asarray(array)
     fortran = array.flags.f_contiguous and not array.flags.c_contiguous
@@ -321,9 +640,13 @@ def copy_in(
 def attach(
     name: str, *, writable: bool = False, directory: str | Path | None = None, populate: bool = False
 ) -> np.ndarray:
-    """Map an existing shared array: read-only by default (writes raise), writable on request."""
+    """Map an existing shared array: read-only by default (writes raise), writable on request.
+
+    Only a regular file of this user whose header is the workbench's own is mapped (see the
+    module's trust model); anything else raises ``SharedMemoryError`` saying what is wrong.
+    """
     path = segment_path(name, directory)
-    if not path.exists():
+    if not _present(path):
         hint = _similar(name, directory)
         raise FileNotFoundError(f"no shared array {name!r} in {path.parent}{hint}; 'workbench shm list' shows them all")
     return _map(path, writable=writable, populate=populate)
@@ -333,7 +656,7 @@ def attach_or_create(
     name: str,
     shape: int | tuple[int, ...],
     dtype: object,
-    fill: Callable[[np.ndarray], None] | np.ndarray,
+    fill: Callable[[np.ndarray], None] | np.ndarray | None,
     *,
     order: str = "C",
     directory: str | Path | None = None,
@@ -343,84 +666,138 @@ def attach_or_create(
 ) -> tuple[np.ndarray, bool]:
     """Attach ``name``, creating it if nobody has: ``(view, created)``.
 
-    ``fill`` fills a writable view of the new segment, or is an array (in the given ``order``)
-    whose bytes are copied in.
+    ``fill`` fills a writable view of the new segment, or is an array (of this shape and dtype, in
+    the given ``order``) whose bytes are copied in; None leaves zeros.
 
     Any number of processes may call this at once: exactly one writes, the others wait (at most
     ``timeout`` seconds) until the segment is complete and attach it. If the writer dies, the next
-    waiter takes over.
+    waiter takes over. If this call fails while creating (``fill`` raised, no space), nothing of
+    it is left in the directory.
     """
-    shape, dtype, fortran = _layout(shape, dtype, order)
+    layout = _layout(shape, dtype, order)
+    _check_fill(fill, layout)
+    timeout = _check_timeout(timeout)
     path = segment_path(name, directory)
-    created = False
-    if not path.exists():
+    if not _present(path):
         with _writer_lock(path, timeout):
-            if not path.exists():  # nobody finished it while we waited for the lock
-                _write_new(path, shape, dtype, fortran, fill, directory)
-                created = True
+            if not _present(path):  # nobody finished it while we waited for the lock
+                _write_new(path, layout, fill, directory)
+                return _map_new(path, writable=writable, populate=populate), True
     view = _map(path, writable=writable, populate=populate)
-    if view.shape != shape or view.dtype != dtype:
+    if view.shape != layout.shape or view.dtype != layout.dtype:
         raise SharedMemoryError(
             f"shared array {name!r} exists with shape {view.shape} and dtype {view.dtype}, "
-            f"not {shape} and {dtype}: use another name (or version) for different data"
+            f"not {layout.shape} and {layout.dtype}: use another name (or version) for different data"
         )
-    return view, created
+    return view, False
 
 
 def exists(name: str, directory: str | Path | None = None) -> bool:
-    return segment_path(name, directory).exists()
+    """Whether the name is taken: a segment, or something planted under its name (which ``attach`` refuses)."""
+    return _present(segment_path(name, directory))
 
 
 def delete(name: str, directory: str | Path | None = None) -> bool:
-    """Remove segment ``name`` (existing views stay valid until dropped); True if it existed."""
+    """Remove segment ``name`` and a lock file a dead writer left (existing views stay valid until dropped).
+
+    True if the segment existed. Only directory entries are removed: a symlink under the name is
+    removed itself, its target never. A lock a live writer holds is left to it.
+    """
     path = segment_path(name, directory)
-    removed = False
-    for candidate in (path, path.with_name(path.name + ".lock")):
-        try:
-            candidate.unlink()
-            removed = removed or candidate == path
-        except FileNotFoundError:
-            pass
+    try:
+        os.unlink(path)
+        removed = True
+    except FileNotFoundError:
+        removed = False
+    except PermissionError:
+        raise SharedMemoryError(
+            f"{path} cannot be removed (permission denied): it belongs to another user, who must remove it, "
+            "or the directory is not writable by you"
+        ) from None
+    except IsADirectoryError:
+        raise SharedMemoryError(f"{path} is a directory, not a shared array (the workbench never makes one): remove it yourself") from None
+    _remove_free_lock(path.with_name(path.name + LOCK_SUFFIX))
     return removed
 
 
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive ``flock`` on ``fd`` if nobody holds it; False at once if someone does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a lock holder may have removed it meanwhile)."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _remove_free_lock(path: Path) -> bool:
+    """Remove the lock file ``path`` if it is ours and no writer holds it; True if removed.
+
+    Only a holder of the lock ever removes a lock file (a writer leaving, or this, after taking the
+    lock without waiting): removing a lock a writer holds would let a second writer start beside it.
+    """
+    try:
+        fd = _open_own(path, os.O_RDWR)
+    except (FileNotFoundError, SharedMemoryError):  # gone, or not ours: never removed
+        return False
+    try:
+        if not (_try_lock(fd) and _still_named(fd, path)):
+            return False
+        os.unlink(path)
+    except PermissionError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 class _writer_lock:
-    """An exclusive ``flock`` on ``<segment>.lock``, polled until ``timeout``.
+    """An exclusive ``flock`` on ``<segment>~lock``, polled until ``timeout``.
 
     The kernel drops the lock if its holder dies. The holder removes the lock file on leaving,
     success or failure; a process that locked a file which was removed meanwhile (it checks the
     inode after locking) opens the new one and tries again, so there is never more than one writer.
+    The lock file is untrusted like any other: a symlink, a FIFO or another user's file under its
+    name is refused, never followed.
     """
 
     def __init__(self, path: Path, timeout: float):
-        self.lock_path = path.with_name(path.name + ".lock")
+        self.lock_path = path.with_name(path.name + LOCK_SUFFIX)
         self.timeout = timeout
 
     def __enter__(self) -> _writer_lock:
         deadline = time.monotonic() + self.timeout
         delay = 0.001
         while True:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
+            try:
+                fd = _open_lock(self.lock_path)
+            except FileNotFoundError:
+                continue  # its holder removed it just now: create a new one
+            try:
+                while not _try_lock(fd):
                     if time.monotonic() > deadline:
-                        os.close(fd)
                         raise TimeoutError(
-                            f"waited {self.timeout} s for another process to finish writing {self.lock_path.name[:-5]}: "
-                            "it is still writing (a large array?) or stuck; raise timeout=, or 'workbench shm list' to see it"
-                        ) from None
+                            f"waited {self.timeout} s for another process to finish writing "
+                            f"{self.lock_path.name.removesuffix(LOCK_SUFFIX)}: it is still writing (a large array?) "
+                            "or stuck; raise timeout=, or 'workbench shm list' to see it"
+                        )
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
-            try:
-                current = os.stat(self.lock_path).st_ino
-            except FileNotFoundError:
-                current = None
-            if current == os.fstat(fd).st_ino:
-                self.fd = fd
-                return self
+                if _still_named(fd, self.lock_path):
+                    self.fd = fd
+                    return self
+            except BaseException:  # timed out, interrupted: never keep the descriptor
+                os.close(fd)
+                raise
             os.close(fd)  # we locked a lock file its holder had already removed: try the new one
 
     def __exit__(self, *exc_info: object) -> None:
@@ -434,11 +811,12 @@ class _writer_lock:
 
 # -- listing and cleaning ----------------------------------------------------------------------
 def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
+    """Whether process ``pid`` exists (None, 0, negative or impossibly large ids do not)."""
+    if pid is None or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
@@ -468,82 +846,138 @@ def _mappers(paths: list[Path]) -> dict[Path, set[int]]:
     return users
 
 
-_PARTIAL = re.compile(r"\.partial-(\d+)$")
+def _classify(name: str, info: os.stat_result) -> tuple[str, int | None]:
+    """The state of the file ``lwb-<name>`` from its name and lstat (before its header is read),
+    and the writer's pid for a partial file.
+
+    A file is ours only if it is a regular file of this user whose name the workbench makes: a
+    segment name, or a segment name with ``~lock`` or ``~partial-<pid>``. The two sets of names
+    are disjoint (``~`` is not allowed in segment names). Anything else is "foreign".
+    """
+    if _not_ours(info) is not None:
+        return "foreign", None
+    if _NAME.fullmatch(name):
+        return "complete", None
+    helper = _HELPER.fullmatch(name)
+    if helper is None:
+        return "foreign", None
+    if helper["pid"] is None:
+        return "lock", None
+    return "partial", int(helper["pid"])
+
+
+def _printable(name: str) -> str:
+    """``name`` as is if the workbench could have made it, else with control and non-ASCII characters escaped."""
+    return name if _NAME.fullmatch(name) or _HELPER.fullmatch(name) else ascii(name)[1:-1]
+
+
+def _scan(base: Path) -> list[os.DirEntry[str]]:
+    """The ``lwb-`` entries of directory ``base``; a clear error if it cannot be read."""
+    try:
+        with os.scandir(base) as entries:
+            return [entry for entry in entries if entry.name.startswith(PREFIX)]
+    except PermissionError:
+        raise SharedMemoryError(f"{base} cannot be read (permission denied): choose a directory you can list") from None
 
 
 def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
-    """Every workbench segment in ``directory`` (default /dev/shm), with owner, users and age."""
+    """Every ``lwb-`` file in ``directory`` (default /dev/shm), with owner, users and age.
+
+    ``state``: "complete" (a segment), "partial" (being written, or left by a dead writer),
+    "lock", "unreadable" (a file of ours whose header is not valid) or "foreign" (a symlink,
+    something not a regular file, a file of another user, or a name the workbench never makes:
+    listed, never opened, never removed). Planted files cannot make it fail or hang.
+    """
     base = _directory(directory)
-    paths = sorted(p for p in base.glob(f"{PREFIX}*") if p.is_file())
+    found = sorted(((entry.name, entry) for entry in _scan(base)), key=lambda pair: pair[0])
+    paths = [base / file_name for file_name, _ in found]
     users = _mappers(paths)
     now = time.time()
     infos = []
-    for path in paths:
-        name = path.name[len(PREFIX):]
-        stat = path.stat()
-        shape = dtype = owner = None
-        if (match := _PARTIAL.search(name)) is not None:
-            state, owner = "partial", int(match.group(1))
-        elif name.endswith(".lock"):
-            state = "lock"
-        else:
-            state = "complete"
+    for (file_name, entry), path in zip(found, paths):
+        name = file_name[len(PREFIX):]
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:  # removed while we looked
+            continue
+        state, owner = _classify(name, info)
+        shape = dtype = None
+        if state == "complete":
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = _open_own(path, os.O_RDONLY)
                 try:
-                    shape, np_dtype, _, _ = _read_header(fd)
+                    shape, np_dtype, _, _ = _read_header(fd, path)
                     dtype = str(np_dtype)
                 finally:
                     os.close(fd)
-            except (OSError, ValueError):
+            except (OSError, SharedMemoryError):
                 state = "unreadable"
         holders = tuple(sorted(users[path]))
         infos.append(SegmentInfo(
-            name=name, path=path, shape=shape, dtype=dtype, nbytes=stat.st_size,
+            name=_printable(name), path=path, shape=shape, dtype=dtype, nbytes=info.st_size,
             owner_pid=owner, owner_alive=_pid_alive(owner) if owner else bool(holders),
-            mapped_by=holders, age_s=now - stat.st_mtime, state=state,
+            mapped_by=holders, age_s=now - info.st_mtime, state=state,
         ))
     return infos
 
 
+def _remove_own(path: Path) -> bool:
+    """Unlink ``path`` if it is still a regular file of this user (checked again just before:
+    it may have been replaced since it was listed). Never follows a link; True if removed."""
+    try:
+        if _not_ours(os.lstat(path)) is not None:
+            return False
+        os.unlink(path)
+    except (FileNotFoundError, PermissionError):
+        return False
+    return True
+
+
 def clean(directory: str | Path | None = None, *, everything: bool = False, prefix: str = "") -> list[str]:
-    """Remove what no live process uses: partial files of dead writers, unused locks and, with
-    ``everything=True``, every complete segment no live process maps. Returns removed names.
+    """Remove what no live process uses: partial files of dead writers, locks no writer holds and,
+    with ``everything=True``, every complete (or unreadable) segment no live process maps.
+    Returns removed names.
 
     Without ``everything``, complete segments are kept: an unused segment may be data someone
     will attach later (``delete`` it by name, or ``clean --all``). ``prefix`` limits the sweep.
+    Foreign files (symlinks, other users' files, names the workbench never makes) are never removed.
     """
     removed = []
     for info in list_segments(directory):
-        if not info.name.startswith(prefix):
+        if not info.name.startswith(prefix) or info.state == "foreign" or info.mapped_by:
             continue
-        unused = not info.mapped_by
-        stale_partial = info.state == "partial" and not _pid_alive(info.owner_pid)
-        if stale_partial or (info.state == "lock" and unused) or (everything and unused):
-            try:
-                info.path.unlink()
-                removed.append(info.name)
-            except FileNotFoundError:
-                pass
+        if info.state == "lock":
+            gone = _remove_free_lock(info.path)  # never a lock a writer holds, even one /proc does not show
+        elif info.state == "partial":
+            gone = not _pid_alive(info.owner_pid) and _remove_own(info.path)
+        else:
+            gone = everything and _remove_own(info.path)
+        if gone:
+            removed.append(info.name)
     return removed
 
 
 def delete_prefix(prefix: str, directory: str | Path | None = None) -> list[str]:
-    """Remove every segment whose name starts with ``prefix`` (a session's own segments)."""
+    """Remove every segment (and lock or partial file) whose name starts with ``prefix``: a
+    session's own segments. Only regular files of this user are removed, and a lock only if no
+    writer holds it (a writer still writing then fails at its rename). Returns removed names."""
+    _check_name(prefix, "segment name prefix")
     base = _directory(directory)
     removed = []
-    for path in base.glob(f"{PREFIX}{prefix}*"):
-        try:
-            path.unlink()
-            removed.append(path.name[len(PREFIX):])
-        except FileNotFoundError:
-            pass
+    for entry in _scan(base):
+        name = entry.name[len(PREFIX):]
+        if not name.startswith(prefix):
+            continue
+        helper = _HELPER.fullmatch(name)
+        remove = _remove_free_lock if helper and helper["pid"] is None else _remove_own
+        if remove(base / entry.name):
+            removed.append(name)
     return removed
 
 
 def _similar(name: str, directory: str | Path | None) -> str:
     import difflib
 
-    names = [p.name[len(PREFIX):] for p in _directory(directory).glob(f"{PREFIX}*")]
+    names = [e.name[len(PREFIX):] for e in _scan(_directory(directory)) if _NAME.fullmatch(e.name[len(PREFIX):])]
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
