@@ -50,6 +50,8 @@ def test_joining_a_scheduler_by_environment_leaves_that_cluster_running(session,
         (dict(nodes=["a", "b"], n_workers=3), "nodes gives 2 node ids but n_workers is 3"),
         (dict(nodes=[]), "nodes must name at least one node id"),
         (dict(threads_per_worker=0), "threads_per_worker must be at least 1"),
+        (dict(n_workers=0), "n_workers must be a positive number"),  # not "the default", silently
+        (dict(n_workers=-2), "n_workers must be a positive number"),
     ],
 )
 def test_bad_session_arguments(kwargs, words):

@@ -81,6 +81,33 @@ def test_defined_results_for_odd_inputs(session):
     assert len(many) == 1 and many[0].get_indexes() == [0]
 
 
+@pytest.mark.parametrize("shape,chunks", [((12, 3, 4), (5, 3, 4)), ((9, 2, 3, 2), (2, 2, 3, 2))])
+def test_arrays_of_any_dimension_split_by_rows(session, shape, chunks):
+    """3-D and 4-D arrays cut along rows split like 2-D ones (their keys nest deeper)."""
+    x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    partitions = splitter.split(session, da.from_array(x, chunks=chunks))
+    assert sorted(i for p in partitions for i in p.get_indexes()) == list(range(-(-shape[0] // chunks[0])))
+    for p in partitions:
+        got = session.gather(splitter.run_partitions(session, [p], lambda block: block, materialize=True))[0]
+        np.testing.assert_array_equal(got, x[p.get_item_indexes()])
+
+
+def test_unknown_row_counts_are_measured_where_the_blocks_are(session):
+    """``y[y > 0.5]`` has NaN chunks: the partitions' item ranges are the real rows, never garbage."""
+    values = np.random.default_rng(3).random(1_000)
+    y = da.from_array(values, chunks=100)
+    selected = y[y > 0.5]
+    assert np.isnan(selected.chunks[0][0])
+    partitions = splitter.split(session, selected)
+    expected = values[values > 0.5]
+    items = np.sort(np.concatenate([p.get_item_indexes() for p in partitions]))
+    np.testing.assert_array_equal(items, np.arange(expected.size))
+    for p in partitions:
+        assert all(0 <= a <= b <= expected.size for a, b in p.item_ranges)
+        got = session.gather(splitter.run_partitions(session, [p], lambda block: block, materialize=True))[0]
+        np.testing.assert_array_equal(got, expected[p.get_item_indexes()])
+
+
 @pytest.mark.parametrize(
     "call,error,words",
     [

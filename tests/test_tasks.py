@@ -31,9 +31,15 @@ def bad_inout(c):
     return "not allowed"
 
 
-def _events(session, since):
-    time.sleep(0.3)  # worker events travel through the scheduler's batched stream
-    return Counter((e["action"], e["task"]) for e in trace.worker_events(session, since))
+def _events(session, since, at_least: int):
+    """Worker events since ``since``, once ``at_least`` of them have reached the scheduler (they travel
+    through its batched stream): a bounded wait on a state, not a fixed sleep."""
+    deadline = time.monotonic() + 30
+    while True:
+        events = trace.worker_events(session, since)
+        if len(events) >= at_least or time.monotonic() > deadline:
+            return Counter((e["action"], e["task"]) for e in events)
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -68,16 +74,17 @@ def test_rro_publishes_once_per_node_and_hits_the_table(session):
     x = session.client.scatter(np.arange(100_000.0), hash=False)  # in the cluster, like a task result
     since = time.time()
     with TaskRuntime(session, "rro") as runtime:
-        results = session.gather([total(x, s) for s in range(12)])
+        results = session.gather([total(x, s) for s in range(12)])  # submitted while publishing: spread
+        results += session.gather([total(x, s) for s in range(12, 16)])  # published: no RRO dependency
         segments = [i for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix)]
         assert len(segments) == 1  # one node, one copy
         assert set(segments[0].mapped_by) >= set(session.run(__import__("os").getpid).values())
-    assert results == [np.arange(100_000.0).sum() * s for s in range(12)]
-    events = _events(session, since)
+    assert results == [np.arange(100_000.0).sum() * s for s in range(16)]
+    events = _events(session, since, at_least=17)
     assert events[("shm-create", "rro-publish")] == 1  # one copy for the node
-    assert events[("shm-attach", "rro-attach")] == 1  # the other worker maps it
-    assert events[("table-hit", "rro-attach")] == 1  # the publisher has it already
-    assert events[("table-hit", "rro")] == 12  # every task: a lookup, no copy
+    assert events[("shm-attach", "rro")] == 1  # the other worker maps it, once
+    assert events[("table-hit", "rro")] == 15  # every other task: a lookup in the table, no copy
+    assert sum(events.values()) == 17
     assert not [i for i in shm.list_segments() if i.name.startswith(runtime.segment_prefix)]  # released
     assert set(session.run(rro.table_size).values()) == {0}
 
@@ -86,11 +93,12 @@ def test_a_client_array_is_shared_by_the_client_itself(session):
     x = np.arange(100_000.0)
     recorder = trace.Recorder()
     since = time.time()
+    workers = session.workers()
     with TaskRuntime(session, "rro", recorder=recorder):
-        assert session.gather([total(x, 1.0) for _ in range(4)]) == [x.sum()] * 4
+        assert session.gather([total.submit(x, 1.0, workers=[w]) for w in workers * 2]) == [x.sum()] * 4
     assert [r["action"] for r in recorder.records] == ["shm-create"]  # made here, not sent to a worker
-    events = _events(session, since)
-    assert events[("shm-attach", "rro-attach")] == 2 and events[("table-hit", "rro")] == 4
+    events = _events(session, since, at_least=4)
+    assert events[("shm-attach", "rro")] == 2 and events[("table-hit", "rro")] == 2  # each worker maps it once
 
 
 def test_each_simulated_node_builds_its_own_copy():
@@ -111,7 +119,7 @@ def test_files_mode_reads_the_file_every_task(session):
         directory = runtime._files_dir
         assert len(list(directory.glob("*.npy"))) == 1  # one version, one file
     assert not directory.exists()  # removed with the runtime
-    assert _events(session, since)[("file-read", "file-read")] == 5
+    assert _events(session, since, at_least=5)[("file-read", "file-read")] == 5
 
 
 def test_task_declaration_errors():

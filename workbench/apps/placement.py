@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 import dask.array as da
-from distributed import Future, futures_of
+from distributed import Future
 
+from workbench.runtime.blocks import block_futures
 from workbench.runtime.session import Session
 
 
@@ -24,8 +25,7 @@ class PersistedBlocks:
     def __init__(self, session: Session, array: da.Array):
         self.session = session
         self.array = session.client.persist(array)
-        by_key = {f.key: f for f in futures_of(self.array)}
-        self.block_futures: list[Future] = [by_key[k] for k in _flat(self.array.__dask_keys__())]
+        self.block_futures: list[Future] = block_futures(self.array)
         session.wait(self.block_futures)  # bounded wait until every block exists (nothing is fetched)
         self._collections: dict[type, Any] = {}
 
@@ -60,10 +60,3 @@ class PersistedBlocks:
         self.block_futures = []
         self.array = None
 
-
-def _flat(keys):
-    if isinstance(keys, list):
-        for item in keys:
-            yield from _flat(item)
-    else:
-        yield keys

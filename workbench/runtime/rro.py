@@ -4,6 +4,10 @@ Every worker process keeps ``(key, version) -> read-only view``. A task resolvin
 looks in the table first (``table-hit``); a miss attaches the node's segment (``shm-attach``).
 The segment itself was made once per node by :func:`publish_on_node` (``shm-create``), with the
 race-tolerant ``attach_or_create``: if two publishers meet on a node, one writes, one attaches.
+
+A task names its argument by the segment of each node (names are known before anything is
+published), so a worker finds its node's copy by its own node id: no per-worker reference, and a
+worker that joins a node later finds the node's copy too.
 """
 from __future__ import annotations
 
@@ -56,47 +60,29 @@ def publish_here(array: np.ndarray, segment: str) -> SharedRef:
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
 
 
-def attach_on_worker(ref: SharedRef) -> SharedRef:
-    """Task body, pinned to each worker of the node: attach the node's copy into the table.
+def resolve(segments: dict[str, str]) -> np.ndarray:
+    """The read-only view of this worker's node's copy: from the table, or attached on a miss.
 
-    Every worker then holds its own (tiny) reference, so the tasks that use the argument have a
-    dependency on every worker alike and the scheduler places them by load, not by where the
-    one publisher ran.
+    ``segments`` maps node ids to segment names (the task's dependencies made sure the segment of
+    every node exists before the task runs).
     """
-    start = time.time()
-    if ref.segment in _TABLE:  # this worker published it
-        trace.emit("table-hit", start, time.time(), task="rro-attach", nbytes=0)
-        return ref
-    _TABLE[ref.segment] = shm.attach(ref.segment, populate=True)
-    trace.emit("shm-attach", start, time.time(), task="rro-attach", nbytes=ref.nbytes)
-    return ref
-
-
-def resolve(refs: dict[str, SharedRef]) -> np.ndarray:
-    """The read-only view for this worker: from the table, or attached on a miss.
-
-    ``refs`` maps worker addresses to references; any reference made on this worker's node names
-    the node's segment.
-    """
-    from distributed import get_worker
-
     from workbench.runtime.session import node_id
 
     node = node_id()
-    ref = refs.get(get_worker().address) or next((r for r in refs.values() if r.node == node), None)
-    if ref is None:
+    segment = segments.get(node)
+    if segment is None:
         raise RuntimeError(
-            f"no shared copy was published for node {node!r} (published on {sorted({r.node for r in refs.values()})}): "
-            "the worker joined after the argument was published; publish it again"
+            f"no shared copy was published for node {node!r} (published on {sorted(segments)}): "
+            "this worker's node joined after the argument was published; publish it again"
         )
     start = time.time()
-    view = _TABLE.get(ref.segment)
+    view = _TABLE.get(segment)
     if view is not None:
         trace.emit("table-hit", start, time.time(), task="rro", nbytes=0)
         return view
-    view = shm.attach(ref.segment, populate=True)
-    _TABLE[ref.segment] = view
-    trace.emit("shm-attach", start, time.time(), task="rro", nbytes=ref.nbytes)
+    view = shm.attach(segment, populate=True)
+    _TABLE[segment] = view
+    trace.emit("shm-attach", start, time.time(), task="rro", nbytes=int(view.nbytes))
     return view
 
 

@@ -22,7 +22,8 @@ import dask.array as da
 import numpy as np
 from distributed import Future, futures_of
 
-from workbench.runtime.session import Session
+from workbench.runtime.blocks import block_futures, persist_row_blocks
+from workbench.runtime.session import PinnedCall, Session
 
 
 @dataclass
@@ -52,19 +53,13 @@ class Partition:
         return len(self.blocks)
 
 
-def _block_futures_in_order(session: Session, x: da.Array) -> list[Future]:
-    by_key = {f.key: f for f in futures_of(x)}
-    keys = [k for row in x.__dask_keys__() for k in (row if isinstance(row, list) else [row])]
-    return [by_key[k] for k in keys]
-
-
 def _is_collection(x: Any) -> bool:
     from workbench.runtime.store import BlockCollection
 
     return isinstance(x, BlockCollection)
 
 
-def _row_chunks(x: Any) -> tuple[int, ...]:
+def _row_chunks(x: Any) -> tuple[Any, ...]:
     return tuple(x.chunks) if _is_collection(x) else tuple(x.chunks[0])
 
 
@@ -72,28 +67,21 @@ def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Part
     """Partitions of ``x``'s row blocks, grouped by the worker holding them, ``partitions_per_worker`` each.
 
     ``x`` is a Dask array (persisted, and waited for, if it is not already; cut along the first
-    axis only) or a store :class:`~workbench.runtime.store.BlockCollection`. A worker holding fewer
-    blocks than ``partitions_per_worker`` gets one partition per block; no rows, no partitions.
+    axis only, any number of dimensions; unknown row counts, as after ``y[y > 0.5]``, are measured
+    where the blocks are) or a store :class:`~workbench.runtime.store.BlockCollection`. A worker
+    holding fewer blocks than ``partitions_per_worker`` gets one partition per block; no rows, no
+    partitions.
     """
+    _check_partitions_per_worker(partitions_per_worker)
     if _is_collection(x):
-        _check_partitions_per_worker(partitions_per_worker)
-        return _group(x, x.blocks, x.holders(), partitions_per_worker)
+        return _group(x, x.blocks, x.holders(), x.chunks, partitions_per_worker)
     if not isinstance(x, da.Array):
         raise TypeError(f"split takes a dask.array.Array or a store BlockCollection, got {type(x).__name__}")
-    _check_partitions_per_worker(partitions_per_worker)
-    if x.ndim == 0 or any(n != 1 for n in x.numblocks[1:]):
-        raise ValueError(
-            f"split groups row blocks; this array has {x.numblocks} blocks: make every other axis one "
-            "block first (x.rechunk({1: -1}))"
-        )
-    if x.shape[0] == 0:
+    x, blocks, chunks = persist_row_blocks(session, x, "split")
+    if sum(chunks) == 0:
         return []
-    if not futures_of(x):
-        x = session.client.persist(x)  # an unpersisted array: computed once into worker memory
-    blocks = _block_futures_in_order(session, x)
-    session.wait(blocks)  # bounded wait until every block exists (nothing is fetched)
     who_has = session.client.who_has(blocks)
-    return _group(x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], partitions_per_worker)
+    return _group(x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], chunks, partitions_per_worker)
 
 
 def _check_partitions_per_worker(partitions_per_worker: Any) -> None:
@@ -101,10 +89,11 @@ def _check_partitions_per_worker(partitions_per_worker: Any) -> None:
         raise ValueError(f"partitions_per_worker must be a positive integer, got {partitions_per_worker!r}")
 
 
-def _group(x: Any, blocks: list[Any], holders: list[str | None], partitions_per_worker: int) -> list[Partition]:
+def _group(
+    x: Any, blocks: list[Any], holders: list[str | None], chunks: Sequence[int], partitions_per_worker: int
+) -> list[Partition]:
     """Blocks grouped by holder into ``partitions_per_worker`` partitions per worker, in block order."""
-    _check_partitions_per_worker(partitions_per_worker)
-    offsets = np.concatenate([[0], np.cumsum(_row_chunks(x))]).astype(int)
+    offsets = np.concatenate([[0], np.cumsum(chunks)]).astype(np.int64)
     by_worker: dict[str, list[int]] = {}
     for index, holder in enumerate(holders):
         if holder is None:
@@ -189,21 +178,19 @@ def run_partitions(
     """
     if materialize and merge is not None:
         raise ValueError("choose materialize=True (one call on the concatenated blocks) or merge= (one call per block), not both")
-    client = session.client
     source = partitions[0].source if partitions else None
     for other in with_arrays:
         if source is not None:
             check_same_blocks(source, other, ("the split array", "an aligned array"))
     call = uuid.uuid4().hex  # every call is a new computation (a fixed key would return the last result)
     body = _run_store_partition if _is_collection(source) else _run_partition
-    return [
-        client.submit(
-            body, function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs,
-            workers=[p.worker], allow_other_workers=False, pure=False,
-            key=f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
+    return session.submit_pinned([
+        PinnedCall(
+            body, (function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs),
+            p.worker, f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
         )
         for i, p in enumerate(partitions)
-    ]
+    ])
 
 
 def aligned(partition: Partition, other: Any, session: Session) -> list[Any]:
@@ -216,14 +203,19 @@ def aligned(partition: Partition, other: Any, session: Session) -> list[Any]:
         return [other.blocks[i] for i in partition.get_indexes()]
     if not futures_of(other):
         raise ValueError("the aligned array is not persisted: session.client.persist(array) it first")
-    other_blocks = _block_futures_in_order(session, other)
+    other_blocks = block_futures(other)
     return [other_blocks[i] for i in partition.get_indexes()]
 
 
 def check_same_blocks(x: Any, y: Any, names: tuple[str, str] = ("points", "labels")) -> None:
-    """Raise a clear error unless ``x`` and ``y`` are cut into the same row blocks."""
+    """Raise a clear error unless ``x`` and ``y`` are cut into the same row blocks.
+
+    Where either array's row counts are unknown (NaN chunks), only the number of blocks can be
+    compared without computing them.
+    """
     cx, cy = _row_chunks(x), _row_chunks(y)
-    if cx != cy:
+    unknown = any(c != c for c in (*cx, *cy))  # NaN != NaN
+    if (len(cx) != len(cy)) if unknown else (cx != cy):
         raise ValueError(
             f"{names[0]} and {names[1]} have different row blocks ({len(cx)} vs {len(cy)} blocks, "
             f"first {cx[:3]} vs {cy[:3]}): rechunk {names[1]} to {names[0]}.chunks[0]"

@@ -41,7 +41,7 @@ from dask.base import tokenize
 from distributed import Future
 
 from workbench.runtime import rro, trace
-from workbench.runtime.session import Session, node_id
+from workbench.runtime.session import PinnedCall, Session, node_id
 
 MODES = ("files", "dask", "rro")
 FILES_DIR_ENV = "WORKBENCH_FILES_DIR"  # a directory every worker can read (a shared file system on many nodes)
@@ -59,6 +59,18 @@ _CURRENT: contextvars.ContextVar[TaskRuntime | None] = contextvars.ContextVar("w
 
 
 @dataclass(frozen=True)
+class _Published:
+    """One value's shared copies: the segment of each node, and the tasks that make them."""
+
+    segments: dict[str, str]
+    publishing: list[Future]
+
+    def running(self) -> list[Future]:
+        """Publish tasks not known to be finished (a local check of the futures, no message)."""
+        return [f for f in self.publishing if f.status != "finished"]
+
+
+@dataclass(frozen=True)
 class FileRef:
     """An array written to a file: what a ``files``-mode task receives and deserializes."""
 
@@ -68,7 +80,7 @@ class FileRef:
 
 # Markers for converted arguments. Plain dicts, because Dask finds futures nested in dicts, lists
 # and tuples (so they become real dependencies), never inside other objects.
-_RRO_MARK = "__workbench_rro__"  # {_RRO_MARK: {worker: future of SharedRef}}
+_RRO_MARK = "__workbench_rro__"  # {_RRO_MARK: ({node: segment name}, [publish futures still running])}
 _FILE_MARK = "__workbench_file__"  # {_FILE_MARK: FileRef or future of one}
 
 
@@ -86,7 +98,8 @@ def _marked(value: Any, mark: str) -> bool:
 
 def _resolve(value: Any) -> Any:
     if _marked(value, _RRO_MARK):
-        return rro.resolve(value[_RRO_MARK])
+        segments, _ = value[_RRO_MARK]  # the futures were only there to run the task after publishing
+        return rro.resolve(segments)
     if _marked(value, _FILE_MARK):
         return _load_file(value[_FILE_MARK])
     return value
@@ -141,7 +154,9 @@ class TaskRuntime:
         self.token = uuid.uuid4().hex[:8]
         base = files_dir or os.environ.get(FILES_DIR_ENV)
         self._files_dir = Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
-        self._published: dict[str, dict[str, Future]] = {}  # identity -> {worker: future of SharedRef}
+        self._published: dict[str, _Published] = {}  # identity -> its segments and publish tasks
+        self._node_workers: dict[str, list[str]] | None = None
+        self._turn = -1
         self._files: dict[str, Any] = {}  # identity -> FileRef or future of one
         self._scattered: dict[str, Future] = {}
         self._pinned: dict[str, np.ndarray] = {}  # arrays whose identity is in use
@@ -188,36 +203,43 @@ class TaskRuntime:
         return key
 
     # -- argument conversion ---------------------------------------------------------------------
-    def _publish(self, value: Any) -> dict[str, Future]:
-        """Once per node: a publish task on one of the node's workers (the value is its dependency,
-        so the scheduler runs it where the value already is, and the value crosses to a node at
-        most once), then an attach task pinned to each worker of the node, depending only on the
-        tiny reference. Every worker then holds a reference, so tasks using the argument are
-        placed by load, not drawn to the publisher. Returns {worker: future of SharedRef}."""
+    def _nodes(self) -> dict[str, list[str]]:
+        """Node id -> its workers, asked of the workers once per runtime (one ``Client.run``)."""
+        if self._node_workers is None:
+            self._node_workers = self.session.nodes()
+        return self._node_workers
+
+    def _publish(self, value: Any) -> _Published:
+        """Once per node, the node's shared copy: made by the client itself on its own node (a client
+        array is copied straight in), else by a publish task on one of the node's workers (the
+        value is its dependency, so the scheduler runs it where the value already is, and the
+        value crosses to a node at most once). Every node's publish task goes in one graph.
+
+        Tasks name the copy by its segment on each node (known before publishing) and depend on
+        the publish tasks only while those still run: later tasks have no RRO dependency at all,
+        and the scheduler places them by load.
+        """
         key = self.identity(value)
         if key not in self._published:
-            client = self.session.client
-            refs: dict[str, Future] = {}
             here = node_id()
-            for node, workers in self.session.nodes().items():
-                segment = rro.segment_name(self.token, key, 0, node)
+            segments, calls = {}, []
+            for node, workers in self._nodes().items():
+                segments[node] = segment = rro.segment_name(self.token, key, 0, node)
                 if node == here and isinstance(value, np.ndarray):
                     started = time.time()
-                    published = rro.publish_here(value, segment)  # the client's node: copy it in directly
+                    rro.publish_here(value, segment)  # the client's node: copy it in directly
                     if self.recorder is not None:
                         self.recorder.event("shm-create", started, time.time(), task="rro-publish", nbytes=value.nbytes)
                 else:
-                    published = client.submit(
-                        rro.publish_on_node, value, segment, workers=workers, allow_other_workers=False,
-                        pure=False, key=f"rro-publish-{key}-{node}",
-                    )
-                for worker in workers:
-                    refs[worker] = client.submit(
-                        rro.attach_on_worker, published, workers=[worker], allow_other_workers=False,
-                        pure=False, key=f"rro-attach-{key}-{worker}",
-                    )
-            self._published[key] = refs
+                    calls.append(PinnedCall(rro.publish_on_node, (value, segment), workers, f"rro-publish-{key}-{node}"))
+            self._published[key] = _Published(segments, self.session.submit_pinned(calls))
         return self._published[key]
+
+    def next_worker(self) -> str:
+        """Workers in turn: where a task goes while the only thing it waits for is a publish."""
+        workers = sorted(w for ws in self._nodes().values() for w in ws)
+        self._turn += 1
+        return workers[self._turn % len(workers)]
 
     def _file(self, value: Any) -> Any:
         key = self.identity(value)
@@ -244,7 +266,8 @@ class TaskRuntime:
         if self.mode == "files":
             return {_FILE_MARK: self._file(value)}
         if self.mode == "rro" and direction is RRO:
-            return {_RRO_MARK: self._publish(value)}
+            published = self._publish(value)
+            return {_RRO_MARK: (published.segments, published.running())}
         if is_array and value.nbytes > 1 << 16:
             return self._scatter(value)
         return value
@@ -289,11 +312,32 @@ class TaskFunction:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         message = {name: runtime.convert(self.directions[name], value) for name, value in bound.arguments.items()}
+        if not workers and _waits_only_on_publishing(message):
+            # Its only dependencies are publish tasks: the scheduler would draw every such task to
+            # the publishers' workers. Spread them instead (later calls have no such dependency).
+            workers = [runtime.next_worker()]
         placement = {"workers": workers, "allow_other_workers": False} if workers else {}
         return runtime.session.client.submit(
             _execute, self.function, self.inout, runtime.mode, message, pure=False,
             key=f"{self.function.__name__}-{uuid.uuid4().hex}", **placement,
         )
+
+
+def _futures_in(value: Any) -> bool:
+    if isinstance(value, Future):
+        return True
+    if isinstance(value, dict):
+        return any(_futures_in(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_futures_in(v) for v in value)
+    return False
+
+
+def _waits_only_on_publishing(message: dict[str, Any]) -> bool:
+    """True when the task's dependencies are all RRO publish tasks (and there is at least one)."""
+    rro_args = [v for v in message.values() if _marked(v, _RRO_MARK)]
+    others = [v for v in message.values() if not _marked(v, _RRO_MARK)]
+    return any(v[_RRO_MARK][1] for v in rro_args) and not _futures_in(others)
 
 
 def task(function: Callable[..., Any] | None = None, **directions: Direction):
