@@ -9,6 +9,11 @@ import numpy as np
 from workbench.runtime.store import PersistentObject, active
 
 
+# Counter.meet's meeting points, per token (no module-level lock: this module travels by value, and a
+# lock cannot be pickled; dict.setdefault is atomic on its own).
+_BARRIERS: dict[str, threading.Barrier] = {}
+
+
 class Counter(PersistentObject):
     """Small state with read-only and writing active methods."""
 
@@ -40,10 +45,27 @@ class Counter(PersistentObject):
         return self.hits
 
     @active
+    def count(self) -> int:
+        return self.hits
+
+    @active
     def slow_read(self, seconds: float) -> tuple[float, float]:
         start = time.time()
         time.sleep(seconds)
         return start, time.time()
+
+    @active
+    def meet(self, token: str, parties: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until ``parties`` calls with this ``token`` are inside the
+        object at once; True if they met. Calls run one at a time can never meet."""
+        barrier = _BARRIERS.setdefault(token, threading.Barrier(parties))
+        try:
+            barrier.wait(timeout)
+            return True
+        except threading.BrokenBarrierError:
+            return False
+        finally:
+            _BARRIERS.pop(token, None)
 
     @active
     def combined(self, other: Counter) -> float:
@@ -52,6 +74,15 @@ class Counter(PersistentObject):
     @active
     def thread_name(self) -> str:
         return threading.current_thread().name
+
+
+class SlowToLoad(Counter):
+    """A Counter whose unpickling takes a while (a large object read back from disk): it widens the
+    window in which concurrent callers could each reload it, on different backends."""
+
+    def __setstate__(self, state: dict) -> None:
+        time.sleep(0.2)
+        self.__dict__.update(state)
 
 
 class WithLock(Counter):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import dask.array as da
 import numpy as np
@@ -68,14 +70,10 @@ def test_writing_methods_on_one_object_run_one_at_a_time(counter):
 
 
 def test_read_only_methods_on_one_object_run_concurrently(counter):
-    spans = []
-    threads = [threading.Thread(target=lambda: spans.append(counter.slow_read.value(0.5))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    (a0, a1), (b0, b1) = spans
-    assert a0 < b1 and b0 < a1  # the two calls overlapped in time
+    token = uuid.uuid4().hex
+    with ThreadPoolExecutor(2) as pool:  # both calls must be inside the object at once to return True
+        met = list(pool.map(lambda _: counter.meet.value(token, 2, 30.0), range(2)))
+    assert met == [True, True]
 
 
 def test_proxy_arguments_are_resolved_on_the_backend(session, store, counter):

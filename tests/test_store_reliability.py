@@ -26,6 +26,17 @@ def _kill(session, worker: str) -> None:
         time.sleep(0.05)
 
 
+def _wait_until_executing(session, worker: str, future) -> None:
+    """Wait (bounded) until ``future``'s task runs on ``worker``."""
+    def executing(dask_worker, key=future.key) -> bool:
+        return any(ts.key == key for ts in dask_worker.state.executing)
+
+    deadline = time.monotonic() + 60
+    while not session.run(executing, workers=[worker])[worker]:
+        assert time.monotonic() < deadline, f"{future.key} did not start on {worker}"
+        time.sleep(0.05)
+
+
 def test_killed_backend_errors_name_the_object_and_replicas_survive(tmp_path):
     with workbench.start(n_workers=2, timeout=60) as session:
         store = Store(session, tmp_path)
@@ -35,8 +46,8 @@ def test_killed_backend_errors_name_the_object_and_replicas_survive(tmp_path):
         twin.replicate(survivor)
         saved = store.make_persistent(Counter(np.full(4, 2.0)), alias="saved", backend=doomed)
         saved.flush()
-        in_flight = lone.slow_read(3.0)  # running on the doomed backend when it dies
-        time.sleep(0.5)
+        in_flight = lone.slow_read(60.0)  # running on the doomed backend when it dies
+        _wait_until_executing(session, doomed, in_flight)
         _kill(session, doomed)
 
         with pytest.raises(ObjectLost, match=rf"'lone'.*{doomed}"):

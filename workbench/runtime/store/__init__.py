@@ -16,6 +16,16 @@ persisted in SQLite. See ``docs/architecture.md`` and ``notebooks/04-active-stor
     block.total()          # a Dask future: ran on the backend holding the block
     block.total.value()    # the value, one direct round trip to that backend
     block.total.local()    # non-active: the block is fetched here and summed here
+    store.close()          # takes the store off the cluster again (flushed objects stay on disk)
+
+Trust model. The store directory holds the SQLite catalogue and the disk tier: pickles, which the
+workers load, and loading a pickle runs code. So whoever can write the store directory can run
+code in every worker, as with any pickle-based store (Dask's own spill directory included). The
+store creates its directory 0700 and its files 0600, refuses a directory every user may write,
+loads a disk copy only from its own ``objects`` directory (a catalogue path elsewhere, a symlink,
+or a file owned by another user is refused), deletes no file outside it, and reports a catalogue
+that is not SQLite as such. A directory shared by several nodes must be writable only by the user
+running the cluster.
 """
 from workbench.runtime.store.client import (
     ActiveMethod,
@@ -25,6 +35,7 @@ from workbench.runtime.store.client import (
     Store,
     current_store,
     default_directory,
+    registered_directory,
     store_for,
 )
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
@@ -32,5 +43,5 @@ from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [
     "ActiveMethod", "ArrayBlock", "BackendUnreachable", "BlockCollection", "NotHere", "ObjectLost", "PersistentObject", "Proxy", "Store",
-    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "store_for",
+    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "registered_directory", "store_for",
 ]

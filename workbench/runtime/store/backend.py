@@ -16,8 +16,10 @@ version in the store directory) and come back when next used.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import pickle
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +33,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME
+from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME, RESULT_KEY
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
-from workbench.runtime.store.model import ObjectRef, ReadWriteLock, set_arrays_writeable, state_nbytes
+from workbench.runtime.store.model import ObjectRef, ReadWriteLock, detach_result, set_arrays_writeable, state_nbytes
 from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
@@ -47,6 +49,7 @@ class Entry:
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
     last_used: float = field(default_factory=time.monotonic)
     disk_path: str | None = None
+    copy: bool = False  # a copy fetched from another backend for one read-only call, not in the table
 
 
 def disk_path(directory: str, oid: str, version: int) -> Path:
@@ -54,11 +57,12 @@ def disk_path(directory: str, oid: str, version: int) -> Path:
 
 
 def write_object(path: Path, obj: Any) -> int:
-    """Pickle ``obj`` (classes by value where registered) to ``path`` atomically; returns bytes written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Pickle ``obj`` (classes by value where registered) to ``path`` atomically, readable by its
+    owner only (0600); returns bytes written."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_suffix(f".partial-{os.getpid()}-{threading.get_ident()}")
     try:
-        with open(partial, "wb") as f:
+        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
             cloudpickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(partial, path)
     finally:
@@ -66,8 +70,42 @@ def write_object(path: Path, obj: Any) -> int:
     return path.stat().st_size
 
 
-def read_object(path: str | Path) -> Any:
-    with open(path, "rb") as f:
+def in_objects_directory(directory: str | Path, path: str | Path) -> bool:
+    """Whether ``path`` names a file directly in the store's ``objects`` directory (the only place
+    its disk copies are read from or deleted)."""
+    candidate = Path(path)
+    return candidate.name not in ("", ".", "..") and candidate.parent.resolve() == (Path(directory) / "objects").resolve()
+
+
+def read_object(directory: str | Path, path: str | Path) -> Any:
+    """The object pickled in ``path``, if that is a disk copy this store may load; a ``StoreError`` if not.
+
+    Loading a pickle runs code, so the catalogue's path is untrusted input: only a regular file
+    directly in this store's ``objects`` directory, owned by this user, is read. A catalogue edited
+    to point elsewhere (``/tmp/evil.pkl``, ``../../x``), a symlink, a FIFO or another user's file is
+    refused. The checks are made on the opened file itself (no window to swap it in between).
+    """
+    candidate = Path(path)
+    if not in_objects_directory(directory, candidate):
+        raise StoreError(
+            f"the catalogue names {path} as a disk copy, outside this store's {Path(directory) / 'objects'}: refused (edited catalogue?)"
+        )
+    refused = StoreError(
+        f"the disk copy {candidate} is not a regular file owned by this user: refused (only files the store "
+        "wrote itself are loaded, since loading a pickle runs code)"
+    )
+    try:  # O_NONBLOCK: a FIFO put there must not hang the backend; it is refused below
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"the disk copy {candidate} is missing (deleted by hand?)") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a symlink
+            raise refused from None
+        raise
+    with open(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            raise refused
         return pickle.load(f)
 
 
@@ -87,6 +125,7 @@ class StoreBackend(WorkerPlugin):
         self.worker = worker
         self.table: dict[tuple[str, int], Entry] = {}
         self.table_lock = threading.RLock()
+        self.load_locks: dict[tuple[str, int], threading.Lock] = {}  # one reader of a disk copy at a time
         threads = max(2, worker.state.nthreads)
         self.calls = ThreadPoolExecutor(threads, thread_name_prefix="workbench-store-call")
         self.io = ThreadPoolExecutor(4, thread_name_prefix="workbench-store-io")
@@ -102,23 +141,23 @@ class StoreBackend(WorkerPlugin):
 
     # -- messages --------------------------------------------------------------------------------
     async def handle(self, action: str, **kwargs: Any) -> Any:
-        op = action
-        """The ``workbench_store`` handler: runs ``op_<op>`` on a thread (calls and I/O apart)."""
-        method = getattr(self, f"op_{op}", None)
+        """The ``workbench_store`` handler: runs ``op_<action>`` on a thread (calls and I/O apart)."""
+        method = getattr(self, f"op_{action}", None)
         if method is None:
-            raise ValueError(f"a store backend has no operation {op!r}")
-        pool = self.calls if op == "call" else self.io
+            raise ValueError(f"a store backend has no operation {action!r}")
+        pool = self.calls if action == "call" else self.io
         try:
             result = await asyncio.get_running_loop().run_in_executor(pool, lambda: method(**kwargs))
         except Exception as error:  # the caller raises it (Dask would log every one as a server crash)
             return {ERROR_KEY: to_serialize(_picklable(error))}
-        if op in ("call", "get") and not isinstance(result, PLAIN):
-            return to_serialize(result)  # numpy buffers travel as frames, the rest pickled
-        return result
+        if action in ("call", "get") and not isinstance(result, PLAIN):
+            result = to_serialize(result)  # numpy buffers travel as frames, the rest pickled
+        return {RESULT_KEY: result}
 
     def catalogue(self, op: str, **kwargs: Any) -> Any:
         """A catalogue operation from a worker thread (the scheduler answers over the worker's link)."""
-        return raise_error(sync(self.worker.loop, lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=op, **kwargs), WAIT_SECONDS)))
+        reply = sync(self.worker.loop, lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=op, **kwargs), WAIT_SECONDS))
+        return raise_error(reply, "the scheduler")
 
     def backend(self, address: str, op: str, **kwargs: Any) -> Any:
         """An operation on another backend (or this one), from a worker thread."""
@@ -129,7 +168,7 @@ class StoreBackend(WorkerPlugin):
             reply = sync(self.worker.loop, ask)
         except (OSError, asyncio.TimeoutError) as error:
             raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
-        return raise_error(reply)
+        return raise_error(reply, f"backend {address}")
 
     def trace(self, action: str, start: float, nbytes: int, task: str, source: str = "") -> None:
         self.worker.log_event(
@@ -138,13 +177,32 @@ class StoreBackend(WorkerPlugin):
         )
 
     # -- the table -------------------------------------------------------------------------------
-    def add(self, oid: str, version: int, obj: Any, disk: str | None = None) -> int:
+    def add(self, oid: str, version: int, obj: Any, disk: str | None = None, announce: bool = False) -> int:
+        """Take ``obj`` into the table (read-only at rest), then make room; returns its bytes.
+
+        ``announce``: also tell the catalogue this backend holds it, while its exclusive lock is
+        held. An eviction (which takes that lock) then always comes after, so the catalogue never
+        names a backend that has evicted the object already. An object deleted meanwhile is not kept.
+        """
         set_arrays_writeable(obj, False)  # read-only at rest: only writing methods may change it
-        nbytes = state_nbytes(obj)
-        with self.table_lock:
-            self.table[(oid, int(version))] = Entry(obj, nbytes, disk_path=disk)
-        self.make_room(keep=(oid, int(version)))
-        return nbytes
+        key = (oid, int(version))
+        entry = Entry(obj, state_nbytes(obj), disk_path=disk)
+        entry.lock.acquire(True)  # a new lock: free at once
+        try:
+            with self.table_lock:
+                self.table[key] = entry
+            if announce:
+                try:
+                    self.catalogue("add_location", oid=oid, version=key[1], worker=self.worker.address)
+                except BaseException:
+                    with self.table_lock:
+                        if self.table.get(key) is entry:
+                            del self.table[key]
+                    raise
+        finally:
+            entry.lock.release(True)
+        self.make_room(keep=key)
+        return entry.nbytes
 
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
@@ -163,8 +221,7 @@ class StoreBackend(WorkerPlugin):
         for _, key in victims:
             if used <= self.memory_limit:
                 break
-            freed = self.op_evict(*key)
-            used -= freed
+            used -= self.op_evict(*key, wait=0.0)  # a busy object stays: evict an idle one instead
 
     def local(self, ref: ObjectRef) -> Entry | None:
         with self.table_lock:
@@ -192,24 +249,34 @@ class StoreBackend(WorkerPlugin):
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
-        if info["workers"] and not for_write:
-            source = info["workers"][0]
-            start = time.time()
-            obj = self.backend(source, "get", oid=ref.oid, version=ref.version)
-            entry = Entry(obj, state_nbytes(obj))
-            self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
-            return ref, entry  # a copy for this call only: the object stays where it lives
-        if info["workers"]:
+        workers = info["workers"]
+        if not workers:  # only on disk (or lost): the catalogue says which one backend reads it back
+            claim = self.catalogue("claim_load", oid=ref.oid, version=ref.version, worker=self.worker.address)
+            if "load_on" not in claim and not claim["workers"]:
+                raise object_lost(ref.label(), info["class_label"], list(claim.get("lost_from", info.get("lost_from", ()))))
+            if "load_on" in claim:
+                target = claim["load_on"]
+                if target == self.worker.address:
+                    self.op_load(ref.oid, ref.version, claim["disk_path"])
+                else:  # loaded there (once, however many ask), then used there or copied from there
+                    self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=claim["disk_path"])
+                workers = [target]
+            else:
+                workers = claim["workers"]
+            entry = self.local(ref)
+            if entry is not None:
+                return ref, entry
+        if for_write:
             raise NotHere(
-                f"{ref.label()} is held by {info['workers']}, not by this backend {self.worker.address}: a writing "
+                f"{ref.label()} is held by {workers}, not by this backend {self.worker.address}: a writing "
                 "method runs only where the object is. Call it again (the proxy asks the catalogue for the new location)"
             )
-        if info["disk_path"] and Path(info["disk_path"]).exists():
-            self.op_load(ref.oid, ref.version, info["disk_path"])
-            entry = self.local(ref)
-            assert entry is not None
-            return ref, entry
-        raise object_lost(ref.label(), info["class_label"], list(info.get("lost_from", ())))
+        source = workers[0]
+        start = time.time()
+        obj = self.backend(source, "get", oid=ref.oid, version=ref.version)
+        entry = Entry(obj, state_nbytes(obj), copy=True)
+        self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
+        return ref, entry  # a copy for this call only: the object stays where it lives
 
     def fetch_copy(self, ref: ObjectRef, task: str) -> Any:
         """A copy of the object through the store's API, even from this backend (the non-active way)."""
@@ -226,10 +293,20 @@ class StoreBackend(WorkerPlugin):
     # -- running methods -------------------------------------------------------------------------
     def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
-        ref, entry = self.obtain(ref, method, for_write=writes)
         args, kwargs = self.resolve_arguments(args, kwargs, method)
-        if not entry.lock.acquire(writes, timeout=WAIT_SECONDS):
-            raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {method!r}")
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            ref, entry = self.obtain(ref, method, for_write=writes)
+            if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {method!r}")
+            with self.table_lock:
+                current = self.table.get((ref.oid, ref.version))  # type: ignore[arg-type]
+            if current is entry or entry.copy:
+                break
+            # Evicted (or replaced) between finding it and locking it: a write to this entry would be lost.
+            entry.lock.release(writes)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {method!r} waited")
         try:
             bound = getattr(entry.obj, method, None)
             if bound is None:
@@ -237,7 +314,7 @@ class StoreBackend(WorkerPlugin):
             if writes:
                 set_arrays_writeable(entry.obj, True)
             try:
-                return bound(*args, **kwargs)
+                return detach_result(bound(*args, **kwargs), entry.obj)
             finally:
                 if writes:
                     set_arrays_writeable(entry.obj, False)
@@ -265,18 +342,20 @@ class StoreBackend(WorkerPlugin):
     def op_call(self, oid: str, version: int, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any], pinned: bool = False) -> Any:
         return self.invoke(ObjectRef(oid, version, pinned=pinned), method, writes, tuple(args), dict(kwargs))
 
-    def op_put(self, oid: str, version: int, obj: Any) -> int:
-        return self.add(oid, version, obj)
+    def op_put(self, oid: str, version: int, obj: Any, announce: bool = False) -> int:
+        """Take a copy of an object (a move or a replica); ``announce``: record this backend as a holder."""
+        return self.add(oid, version, obj, announce=announce)
 
     def op_get(self, oid: str, version: int) -> Any:
         entry = self.here(oid, version)
         return entry.obj
 
     def op_push(self, oid: str, version: int, target: str) -> int:
-        """Send a copy of the object to backend ``target`` (a move or a replica)."""
+        """Send a copy of the object to backend ``target`` (a move or a replica), which records itself
+        in the catalogue as a holder."""
         entry = self.here(oid, version)
         start = time.time()
-        self.backend(target, "put", oid=oid, version=version, obj=to_serialize(entry.obj))
+        self.backend(target, "put", oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
         self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
         return entry.nbytes
 
@@ -292,40 +371,75 @@ class StoreBackend(WorkerPlugin):
     def op_flush(self, oid: str, version: int) -> str:
         """Write the object to the disk tier (it stays in memory too); returns the file."""
         entry = self.here(oid, version)
+        if not entry.lock.acquire(False, timeout=WAIT_SECONDS):  # no writing method runs meanwhile
+            raise TimeoutError(f"object {oid[:8]}: a writing method held it for {WAIT_SECONDS} s")
+        try:
+            return self._write_to_disk(oid, int(version), entry)
+        finally:
+            entry.lock.release(False)
+
+    def _write_to_disk(self, oid: str, version: int, entry: Entry) -> str:
+        """The disk copy of ``entry`` (written unless it has an up-to-date one); the caller holds its lock."""
         if entry.disk_path is None or not Path(entry.disk_path).exists():
-            path = disk_path(self.directory, oid, int(version))
+            path = disk_path(self.directory, oid, version)
             start = time.time()
-            if not entry.lock.acquire(False, timeout=WAIT_SECONDS):
-                raise TimeoutError(f"object {oid[:8]}: a writing method held it for {WAIT_SECONDS} s")
-            try:
-                written = write_object(path, entry.obj)
-            finally:
-                entry.lock.release(False)
+            written = write_object(path, entry.obj)
             self.trace("tier-write", start, written, "store-flush")
+            if not self.catalogue("set_disk", oid=oid, version=version, disk_path=str(path)):
+                path.unlink(missing_ok=True)  # deleted meanwhile: no file outlives its object
+                raise StoreError(f"object {oid[:8]} v{version} was deleted while it was written to disk")
             entry.disk_path = str(path)
-            self.catalogue("set_disk", oid=oid, version=int(version), disk_path=str(path))
         return entry.disk_path
 
-    def op_evict(self, oid: str, version: int) -> int:
-        """Move the object to the disk tier (written first if it has no disk copy); returns bytes freed."""
-        if self.local(ObjectRef(oid, version)) is None:
+    def op_evict(self, oid: str, version: int, wait: float = WAIT_SECONDS) -> int:
+        """Move the object to the disk tier (written first if it has no disk copy); returns bytes freed.
+
+        Under the object's exclusive lock, so no call is half-way through it: a writing method
+        either finished before (and the copy has its change) or starts after, finds the entry
+        gone and reloads it. ``wait``: how long to wait for calls in progress (0: skip a busy object).
+        """
+        key = (oid, int(version))
+        entry = self.local(ObjectRef(oid, version))
+        if entry is None or not entry.lock.acquire(True, timeout=wait):
             return 0
-        self.op_flush(oid, version)
-        with self.table_lock:
-            entry = self.table.pop((oid, int(version)), None)
-        self.catalogue("remove_location", oid=oid, version=int(version), worker=self.worker.address)
-        return entry.nbytes if entry else 0
+        try:
+            with self.table_lock:
+                if self.table.get(key) is not entry:  # evicted or dropped meanwhile
+                    return 0
+            try:
+                self._write_to_disk(oid, key[1], entry)
+            except StoreError:  # deleted meanwhile: nothing to keep, on disk or here
+                self.op_drop(oid, key[1])
+                return entry.nbytes
+            # The catalogue first, the table after: while the catalogue names this backend, the
+            # object is in its table (a call arriving meanwhile waits for the lock, then reloads).
+            self.catalogue("remove_location", oid=oid, version=key[1], worker=self.worker.address)
+            with self.table_lock:
+                self.table.pop(key, None)
+            return entry.nbytes
+        finally:
+            entry.lock.release(True)
 
     def op_load(self, oid: str, version: int, disk_path: str) -> int:
-        """Read the object from the disk tier into this backend's memory."""
-        if self.local(ObjectRef(oid, version)) is not None:
-            return 0
-        start = time.time()
-        obj = read_object(disk_path)
-        nbytes = self.add(oid, version, obj, disk=disk_path)
-        self.trace("tier-read", start, nbytes, "store-load")
-        self.catalogue("add_location", oid=oid, version=int(version), worker=self.worker.address)
-        return nbytes
+        """Read the object from the disk tier into this backend's memory (once, however many ask)."""
+        key = (oid, int(version))
+        with self.table_lock:
+            load_lock = self.load_locks.setdefault(key, threading.Lock())
+        if not load_lock.acquire(timeout=WAIT_SECONDS):
+            raise TimeoutError(f"object {oid[:8]} v{version}: another call read it from disk for over {WAIT_SECONDS} s")
+        try:
+            if self.local(ObjectRef(oid, version)) is not None:
+                return 0
+            start = time.time()
+            obj = read_object(self.directory, disk_path)
+            nbytes = self.add(oid, key[1], obj, disk=str(disk_path), announce=True)
+            self.trace("tier-read", start, nbytes, "store-load")
+            return nbytes
+        finally:  # callers already waiting hold the lock object, take it in turn and find the object loaded
+            with self.table_lock:
+                if self.load_locks.get(key) is load_lock:
+                    del self.load_locks[key]
+            load_lock.release()
 
     def op_table(self) -> list[dict[str, Any]]:
         with self.table_lock:
@@ -349,14 +463,23 @@ def _picklable(error: Exception) -> Exception:
 ERROR_TYPES = {"KeyError": KeyError, "ValueError": ValueError, "RuntimeError": RuntimeError}
 
 
-def raise_error(reply: Any) -> Any:
-    """Raise the exception a catalogue or backend reply carries; otherwise return the reply."""
+def raise_error(reply: Any, where: str) -> Any:
+    """The result a catalogue or backend reply carries, or the exception it carries raised.
+
+    Dask answers a message for a handler that is not there with a bare None: ``where`` (the
+    scheduler, a backend) has no store, because it was closed (taken off the cluster).
+    """
     if isinstance(reply, dict) and ERROR_KEY in reply:
         error = reply[ERROR_KEY]
         if isinstance(error, dict):  # from the catalogue: a type name and a message
             raise ERROR_TYPES.get(error["type"], RuntimeError)(error["message"])
         raise error
-    return reply
+    if not isinstance(reply, dict) or RESULT_KEY not in reply:
+        raise StoreError(
+            f"{where} has no store: the store was closed (taken off the cluster by the Store that opened it). "
+            "Open it again with Store(session, directory)"
+        )
+    return reply[RESULT_KEY]
 
 
 def local_backend() -> StoreBackend:
@@ -373,9 +496,10 @@ def persist_here(obj: Any, alias: str | None = None) -> Any:
     import uuid
 
     from workbench.runtime.store.client import Proxy, _check_persistable
-    from workbench.runtime.store.model import class_name, ship_by_value
+    from workbench.runtime.store.model import check_alias, class_name, ship_by_value
 
     _check_persistable(obj)
+    check_alias(alias)
     ship_by_value(type(obj))
     oid = uuid.uuid4().hex
     local_backend().register_and_add(obj, oid, alias)

@@ -12,16 +12,21 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import os
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from workbench.runtime.store.model import check_alias
+
 PLUGIN_NAME = "workbench-store"
 HANDLER = "workbench_store"
 ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the caller to raise
+RESULT_KEY = "__workbench_result__"  # a reply carrying a result (a bare None means: no store handler there)
 ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see backend.task_key)
 logger = logging.getLogger(__name__)
 
@@ -35,6 +40,40 @@ CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, oid TEXT NOT NULL);
 """
 
 
+def _of(kind: type, value: Any, what: str) -> Any:
+    """``value`` if it is of ``kind``; a ``ValueError`` naming ``what`` otherwise (a catalogue row is untrusted)."""
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise ValueError(f"{what} should be {kind.__name__}, found {value!r}")
+    return value
+
+
+def _checked_record(
+    oid: Any, version: Any, class_label: Any, kind: Any, nbytes: Any, methods: Any, meta: Any, disk_path: Any, created: Any
+) -> dict[str, Any]:
+    """One ``objects`` row as the catalogue keeps it, every field checked: a ``ValueError`` if any is
+    not what the store writes (an edited or damaged file fails here, not later inside a call)."""
+    where = f"object {oid!r} v{version!r}"
+    _of(str, oid, "an object id")
+    _of(int, version, f"the version of {where}")
+    _of(str, class_label, f"the class of {where}")
+    if kind not in ("object", "collection"):
+        raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {kind!r}")
+    _of(int, nbytes, f"the size of {where}")
+    if not isinstance(methods, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in methods.items()):
+        raise ValueError(f"the active methods of {where} should map names to true/false, found {methods!r}")
+    _of(dict, meta, f"the metadata of {where}")
+    if kind == "collection":
+        for field, item in (("blocks", str), ("chunks", int), ("shape", int)):
+            if not isinstance(meta.get(field), list) or not all(isinstance(v, item) for v in meta[field]):
+                raise ValueError(f"the collection {where} should list its {field}, found {meta.get(field)!r}")
+        _of(str, meta.get("dtype"), f"the dtype of {where}")
+    if disk_path is not None:
+        _of(str, disk_path, f"the disk copy of {where}")
+    if not isinstance(created, (int, float)):
+        raise ValueError(f"the creation time of {where} should be a number, found {created!r}")
+    return {"class_label": class_label, "kind": kind, "nbytes": nbytes, "methods": methods, "meta": meta, "disk_path": disk_path, "created": created}
+
+
 class StoreCatalogue(SchedulerPlugin):
     """Scheduler-side catalogue of the store, kept in ``directory/catalogue.sqlite``."""
 
@@ -43,31 +82,63 @@ class StoreCatalogue(SchedulerPlugin):
 
     def __init__(self, directory: str):
         self.directory = str(directory)
+        self.token = uuid.uuid4().hex  # tells this registration from a later one of the same directory
         self.objects: dict[tuple[str, int], dict[str, Any]] = {}
         self.current: dict[str, int] = {}
         self.aliases: dict[str, str] = {}
         self.locations: dict[tuple[str, int], set[str]] = {}
         self.lost_from: dict[tuple[str, int], list[str]] = {}  # the last holders of objects no live worker holds
+        self.loading: dict[tuple[str, int], str] = {}  # objects being read back from disk -> the one backend doing it
+        self.last_holder: dict[tuple[str, int], str] = {}  # objects evicted to disk -> the backend they left
         self._turn = 0
         self._db: sqlite3.Connection | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
-        Path(self.directory).mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(Path(self.directory) / "catalogue.sqlite", check_same_thread=False)
+        Path(self.directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = Path(self.directory) / "catalogue.sqlite"
+        try:  # private from the start (an older store's file is made private), never through a symlink
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                if os.fstat(fd).st_uid == os.getuid():
+                    os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise RuntimeError(
+                f"cannot open the store catalogue {path} ({error.strerror or error}; a symlink is refused): "
+                "use a store directory of your own"
+            ) from None
+        self._db = sqlite3.connect(path, check_same_thread=False)
+        try:
+            self._load(path)
+        except (sqlite3.DatabaseError, ValueError, TypeError) as error:  # the file is untrusted input
+            self.close_database()
+            raise RuntimeError(
+                f"{path} is not a workbench store catalogue (corrupt? {error}): move it away, or open the store in another directory"
+            ) from None
+        scheduler.handlers[HANDLER] = self.handle
+
+    def _load(self, path: Path) -> None:
+        """Create the tables if new; read objects, current versions and aliases into memory."""
+        assert self._db is not None
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;" + SCHEMA)
         for row in self._db.execute("SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects"):
             oid, version, class_label, kind, nbytes, methods, meta, disk_path, created = row
-            self.objects[(oid, version)] = {
-                "class_label": class_label, "kind": kind, "nbytes": nbytes, "methods": json.loads(methods),
-                "meta": json.loads(meta), "disk_path": disk_path, "created": created,
-            }
-        self.current = dict(self._db.execute("SELECT oid, version FROM current"))
-        self.aliases = dict(self._db.execute("SELECT alias, oid FROM aliases"))
-        scheduler.handlers[HANDLER] = self.handle
+            self.objects[(oid, version)] = _checked_record(
+                oid, version, class_label, kind, nbytes, json.loads(methods), json.loads(meta), disk_path, created
+            )
+        self.current = {_of(str, oid, "an object id"): _of(int, version, "a version")
+                        for oid, version in self._db.execute("SELECT oid, version FROM current")}
+        self.aliases = {_of(str, alias, "an alias"): _of(str, oid, "an object id")
+                        for alias, oid in self._db.execute("SELECT alias, oid FROM aliases")}
 
     async def close(self) -> None:
+        self.close_database()
+
+    def close_database(self) -> None:
+        """Close the SQLite file (the scheduler closes, or the store is taken off the cluster)."""
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -100,7 +171,7 @@ class StoreCatalogue(SchedulerPlugin):
         except AttributeError:
             raise ValueError(f"the store catalogue has no operation {op!r}") from None
         try:
-            return method(**kwargs)
+            return {RESULT_KEY: method(**kwargs)}
         except (KeyError, ValueError, RuntimeError) as error:  # expected: sent back, not logged as a crash
             return {ERROR_KEY: {"type": type(error).__name__, "message": error.args[0] if error.args else str(error)}}
 
@@ -128,6 +199,7 @@ class StoreCatalogue(SchedulerPlugin):
         """Add objects (id, version, class, methods, size, kind, meta, worker, alias) in one commit."""
         for e in entries:
             alias = e.get("alias")
+            check_alias(alias)  # the clients check first; a message from elsewhere is checked here too
             if alias is not None and alias in self.aliases and self.aliases[alias] != e["oid"]:
                 raise ValueError(
                     f"alias {alias!r} is already taken by object {self.aliases[alias][:8]}: choose another alias, "
@@ -169,6 +241,7 @@ class StoreCatalogue(SchedulerPlugin):
         )
 
     def op_set_alias(self, alias: str, oid: str) -> None:
+        check_alias(alias)
         if alias in self.aliases and self.aliases[alias] != oid:
             raise ValueError(f"alias {alias!r} is already taken by object {self.aliases[alias][:8]}")
         self.aliases[alias] = oid
@@ -199,17 +272,58 @@ class StoreCatalogue(SchedulerPlugin):
         return out
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
-        self.locations.setdefault((oid, int(version)), set()).add(worker)
-        self.lost_from.pop((oid, int(version)), None)
+        """``worker`` holds the object now; a ``KeyError`` if it was deleted meanwhile (the backend then
+        drops its copy: a location of a deleted object would keep that copy alive for ever)."""
+        key = (oid, int(version))
+        if key not in self.objects:
+            raise KeyError(f"object {oid[:8]} v{version} was deleted meanwhile: it is no longer in the store")
+        self.locations.setdefault(key, set()).add(worker)
+        for pending in (self.lost_from, self.loading, self.last_holder):
+            pending.pop(key, None)
+
+    def op_claim_load(self, oid: str, version: int, worker: str | None = None) -> dict[str, Any]:
+        """Where an object only on disk comes back: one backend, whoever asks.
+
+        This handler runs on the scheduler's one event loop, so the choice is atomic: it is
+        recorded, and every later caller until the object is loaded gets the same backend. (Two
+        callers that each reloaded on their own backend made two diverging copies, and concurrent
+        writes were lost.) The backend is the one the object was evicted from while it lives, so
+        calls already pinned there still find it; else the asking backend ``worker``; else the
+        next in turn. Returns ``{"workers": [...]}`` when it is in memory somewhere already, else
+        ``{"load_on": backend, "disk_path": ...}``.
+        """
+        key = (oid, int(version))
+        record = self.objects.get(key)
+        if record is None:
+            raise KeyError(f"object {oid[:8]} v{version} is not in the store (deleted?)")
+        live = set(self.scheduler.workers)
+        holders = sorted(self.locations.get(key, set()) & live)
+        if holders:
+            return {"workers": holders}
+        if not record["disk_path"]:
+            return {"workers": [], "lost_from": self.lost_from.get(key, [])}
+        target = self.loading.get(key)
+        if target not in live:
+            preferred = [w for w in (self.last_holder.get(key), worker) if w in live]
+            target = preferred[0] if preferred else self.op_backends(1)[0]
+            self.loading[key] = target
+        return {"load_on": target, "disk_path": record["disk_path"]}
 
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
-        self.locations.get((oid, int(version)), set()).discard(worker)
-
-    def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> None:
         key = (oid, int(version))
-        if key in self.objects:
-            self.objects[key]["disk_path"] = disk_path
-            self._commit([("UPDATE objects SET disk_path=? WHERE oid=? AND version=?", (disk_path, oid, int(version)))])
+        holders = self.locations.get(key, set())
+        holders.discard(worker)
+        if not holders and key in self.objects:  # evicted: it comes back here (see op_claim_load)
+            self.last_holder[key] = worker
+
+    def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> bool:
+        """Record the object's disk copy (None: it has none); False when the object was deleted meanwhile."""
+        key = (oid, int(version))
+        if key not in self.objects:
+            return False
+        self.objects[key]["disk_path"] = disk_path
+        self._commit([("UPDATE objects SET disk_path=? WHERE oid=? AND version=?", (disk_path, oid, int(version)))])
+        return True
 
     def op_set_nbytes(self, oid: str, version: int, nbytes: int) -> None:
         key = (oid, int(version))
@@ -256,7 +370,8 @@ class StoreCatalogue(SchedulerPlugin):
 
     def _forget(self, key: tuple[str, int], statements: list[tuple[str, tuple[Any, ...]]]) -> dict[str, Any]:
         record = self.objects.pop(key)
-        self.lost_from.pop(key, None)
+        for pending in (self.lost_from, self.loading, self.last_holder):
+            pending.pop(key, None)
         holders = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
         statements.append(("DELETE FROM objects WHERE oid=? AND version=?", key))
         return {"oid": key[0], "version": key[1], "workers": holders, "disk_path": record["disk_path"]}

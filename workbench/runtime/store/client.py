@@ -1,7 +1,8 @@
 """The store as a user sees it: ``Store``, object proxies, active methods and block collections.
 
-``store = Store(session)`` registers the catalogue on the scheduler and a backend on every worker
-(idempotent: a second ``Store`` on the same cluster shares them). ``proxy = store.make_persistent(obj)``
+``store = Store(session)`` registers the catalogue on the scheduler and a backend on every worker;
+a second ``Store`` on the same cluster joins them, and ``store.close()`` takes them off again when
+this ``Store`` registered them (``store.owns_registration``). ``proxy = store.make_persistent(obj)``
 places ``obj`` on a backend; ``proxy.method(*args)`` runs there and returns a Dask future;
 ``proxy.method.value(*args)`` returns the value in one direct round trip to the backend (no
 scheduler); ``proxy.method.local(*args)`` is the non-active path: fetch the object, run here.
@@ -10,26 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
 import pandas as pd
-from distributed import Future, futures_of
+from distributed import Future
 from distributed.protocol import to_serialize
 
-from workbench.runtime.session import Session
-from workbench.runtime.store.backend import StoreBackend, local_backend, raise_error, run_active, run_non_active, task_key
-from workbench.runtime.store.catalogue import PLUGIN_NAME, StoreCatalogue
+from workbench.runtime.blocks import persist_row_blocks
+from workbench.runtime.session import PinnedCall, Session
+from workbench.runtime.store.backend import (
+    StoreBackend,
+    in_objects_directory,
+    local_backend,
+    raise_error,
+    run_active,
+    run_non_active,
+    task_key,
+)
+from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
     active,
     catalogue_entry,
+    check_alias,
     check_method,
     class_name,
     ship_by_value,
@@ -43,6 +55,92 @@ _current: Store | None = None
 def default_directory() -> Path:
     """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
     return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+
+
+class Registration(NamedTuple):
+    """The store registered on a cluster: its directory, whether that exists, and its token."""
+
+    directory: Path
+    exists: bool
+    token: str
+
+
+def _registration_on_scheduler(dask_scheduler: Any = None) -> tuple[str, bool, str] | None:
+    """On the scheduler: the registered store's directory, whether it still exists there, its token."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    return None if plugin is None else (plugin.directory, os.path.isdir(plugin.directory), plugin.token)
+
+
+def _registration(session: Session) -> Registration | None:
+    """The store registered on ``session``'s cluster, or None."""
+    found = session.run_on_scheduler(_registration_on_scheduler)
+    return None if found is None else Registration(Path(found[0]), bool(found[1]), str(found[2]))
+
+
+def registered_directory(session: Session) -> Path | None:
+    """The directory of the store on ``session``'s cluster; None when the cluster has no usable store.
+
+    A registration whose directory no longer exists (as the scheduler sees it) counts as none: it
+    is the throwaway store of a run that crashed, and the next ``Store(session, directory)``
+    replaces it. So ``Store(session, mine if registered_directory(session) is None else None)``
+    opens a store of one's own, or joins the one the cluster has.
+    """
+    found = _registration(session)
+    return found.directory if found is not None and found.exists else None
+
+
+def _detach_catalogue(dask_scheduler: Any = None) -> bool:
+    """On the scheduler: remove the catalogue plugin and its handler, closing its SQLite file.
+
+    (Dask's ``unregister_scheduler_plugin`` only forgets the plugin: the handler would stay and the
+    file would stay open.)"""
+    plugin = dask_scheduler.plugins.pop(PLUGIN_NAME, None)
+    dask_scheduler.handlers.pop(HANDLER, None)
+    if plugin is not None:
+        plugin.close_database()
+    return plugin is not None
+
+
+def _has_backends(dask_scheduler: Any = None) -> bool:
+    """On the scheduler: whether the store's worker plugin is registered."""
+    return PLUGIN_NAME in dask_scheduler.worker_plugins
+
+
+def detach(session: Session) -> None:
+    """Take the store off ``session``'s cluster: backends drop their tables, the catalogue closes."""
+    if session.run_on_scheduler(_has_backends):  # (asked first: the scheduler logs a refused unregistration as an error)
+        try:
+            session.bounded(session.client.unregister_worker_plugin, PLUGIN_NAME, where="removing the store's backends")
+        except ValueError:  # removed meanwhile by another client
+            pass
+    session.run_on_scheduler(_detach_catalogue)
+
+
+def _create_private_directory(directory: Path) -> None:
+    """The store directory, created private (0700), and its ``objects`` directory, kept private.
+
+    Its pickles are loaded by the workers, so whoever may write there may run code in them (see
+    the trust model in :mod:`workbench.runtime.store`). A directory the user chose and that exists
+    keeps its mode; the store's own ``objects`` directory is made 0700 (an older store made it 0755).
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    objects = directory / "objects"
+    objects.mkdir(mode=0o700, exist_ok=True)
+    if objects.is_symlink() or not objects.is_dir():
+        raise StoreError(f"{objects} is not a directory of the store's own (a symlink?): use another store directory")
+    if objects.stat().st_uid == os.getuid():
+        objects.chmod(0o700)
+    _refuse_world_writable(directory)
+
+
+def _refuse_world_writable(directory: Path) -> None:
+    """A ``StoreError`` if ``directory`` or its ``objects`` exist and every user may write them."""
+    for path in (directory, directory / "objects"):
+        if path.is_dir() and path.stat().st_mode & stat.S_IWOTH:
+            raise StoreError(
+                f"the store directory {path} is writable by every user, who could plant a pickle that the workers "
+                f"would load (and so run code as you): chmod o-w {str(path)!r}, or choose a directory of your own"
+            )
 
 
 def store_for(session: Session) -> Store:
@@ -72,28 +170,68 @@ class Store:
         global _current
         self.session = session
         self.client = session.client
+        self._closed = False
         wanted = Path(directory or default_directory()).expanduser().resolve()
         if memory_limit is not None and memory_limit < 0:
             raise ValueError(f"memory_limit is bytes per backend, got {memory_limit}")
-        self.client.register_plugin(StoreCatalogue(str(wanted)), name=PLUGIN_NAME)
-        in_use = Path(self.catalogue("directory"))
-        self.directory = in_use if directory is None else wanted  # no directory named: join the cluster's store
-        if in_use != self.directory:
+        if directory is not None:
+            _refuse_world_writable(wanted)  # before anything is sent
+        self._token: str | None = None  # of the registration this Store made, if it made one
+        found = _registration(session)
+        if found is not None and not found.exists:
+            # A stale registration: its directory is gone (the throwaway store of a run that
+            # crashed before closing it). Nothing in it can be used any more: replace it.
+            detach(session)
+            found = None
+        registered = None if found is None else found.directory
+        if registered is not None and directory is not None and registered != wanted:
             raise StoreError(
-                f"this cluster's store already uses {in_use}; one cluster has one store. "
-                f"Open Store(session, directory={in_use!r}), or start another cluster for {self.directory}"
+                f"this cluster's store already uses {registered}; one cluster has one store. "
+                f"Open Store(session, directory={str(registered)!r}), close that store first, or start another cluster for {wanted}"
             )
-        self.client.register_plugin(StoreBackend(str(self.directory), memory_limit), name=PLUGIN_NAME)
+        #: True when this Store put the store on the cluster (and so takes it off again in close()).
+        self.owns_registration = registered is None
+        self.directory = registered if registered is not None else wanted
+        if self.owns_registration:
+            _create_private_directory(self.directory)
+            self._register(memory_limit)
         _current = self
+
+    def _register(self, memory_limit: int | None) -> None:
+        """Put the catalogue on the scheduler and a backend on every worker (bounded waits).
+
+        If anything fails half-way, what was registered is taken off again. If another client
+        registered a store in between, registering keeps that one (idempotent): refused here.
+        """
+        catalogue = StoreCatalogue(str(self.directory))
+        try:
+            self.session.bounded(self.client.register_plugin, catalogue, name=PLUGIN_NAME,
+                                 where="registering the store's catalogue on the scheduler")
+            in_use = _registration(self.session)
+            if in_use is None or in_use.token != catalogue.token:
+                self.owns_registration = False
+                raise StoreError(
+                    f"another client put a store on this cluster meanwhile{f', in {in_use.directory}' if in_use else ''}; "
+                    "one cluster has one store. Open Store(session) to join it"
+                )
+            self._token = catalogue.token
+            self.session.bounded(self.client.register_plugin, StoreBackend(str(self.directory), memory_limit), name=PLUGIN_NAME,
+                                 where="registering the store's backends on the workers")
+        except BaseException:
+            if self.owns_registration:
+                detach(self.session)
+            raise
 
     # -- plumbing --------------------------------------------------------------------------------
     def catalogue(self, op: str, **kwargs: Any) -> Any:
         """One catalogue operation (a message to the scheduler, bounded by the session timeout)."""
+        self._check_open()
+
         async def ask() -> Any:
             return await asyncio.wait_for(self.client.scheduler.workbench_store(action=op, **kwargs), self.session.timeout)
 
         try:
-            return raise_error(self.client.sync(ask))
+            return raise_error(self.client.sync(ask), "the scheduler")
         except KeyError as error:
             if op == "alias":
                 raise UnknownAlias(error.args[0] if error.args else str(error)) from None
@@ -105,6 +243,8 @@ class Store:
         Errors of the operation itself (a method's exception) are raised as they are; a backend
         that does not answer raises ``BackendUnreachable``.
         """
+        self._check_open()
+
         async def ask() -> Any:
             return await asyncio.wait_for(self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout)
 
@@ -112,16 +252,37 @@ class Store:
             reply = self.client.sync(ask)
         except (OSError, asyncio.TimeoutError) as error:
             raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
-        return raise_error(reply)
+        return raise_error(reply, f"backend {address}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(
+                f"this store ({self.directory}) was closed: open it again with Store(session, {str(self.directory)!r}) "
+                "(flushed objects come back from disk)"
+            )
 
     def backends(self) -> list[str]:
         return self.session.workers()
 
     def close(self) -> None:
-        """Stop being the current store (objects stay on the cluster, the catalogue on disk)."""
+        """Close the store; safe to call twice.
+
+        A store that put itself on the cluster (``owns_registration``) takes itself off again: the
+        backends drop their tables and the catalogue closes its SQLite file, so objects held only
+        in memory are gone, while flushed objects and the catalogue stay in ``directory`` for a
+        later ``Store(session, directory)``. A store that joined one already on the cluster leaves
+        it there. Either way this object stops being the current store.
+        """
         global _current
         if _current is self:
             _current = None
+        if self._closed:
+            return
+        self._closed = True
+        if self.owns_registration and self.client.status != "closed":
+            found = _registration(self.session)
+            if found is not None and found.token == self._token:  # not replaced since (a stale store is)
+                detach(self.session)
 
     def __enter__(self) -> Store:
         return self
@@ -145,8 +306,7 @@ class Store:
         for obj in objs:
             _check_persistable(obj)
         for alias in aliases:
-            if alias is not None and (not isinstance(alias, str) or not alias):
-                raise ValueError(f"an alias is a non-empty string, got {alias!r}")
+            check_alias(alias)
         known = set(self.backends())
         if backends is None:
             backends = self.catalogue("backends", n=len(objs))
@@ -191,36 +351,35 @@ class Store:
         block_class = block_class or ArrayBlock
         if not (isinstance(block_class, type) and issubclass(block_class, PersistentObject)):
             raise TypeError(f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}")
+        check_alias(alias)
         if alias is not None and alias in self.catalogue("aliases"):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
         ship_by_value(block_class)
         if isinstance(array, da.Array):
-            if array.ndim == 0 or any(n != 1 for n in array.numblocks[1:]):
-                raise ValueError(f"persist_blocks takes row blocks; this array has {array.numblocks} blocks: rechunk({{1: -1}}) first")
-            if not futures_of(array):
-                array = self.client.persist(array)
-            by_key = {f.key: f for f in futures_of(array)}
-            blocks = [by_key[k] for row in array.__dask_keys__() for k in (row if isinstance(row, list) else [row])]
-            self.session.wait(blocks)
+            array, blocks, row_counts = persist_row_blocks(self.session, array, "persist_blocks")
             who_has = self.client.who_has(blocks)
             oids = [uuid.uuid4().hex for _ in blocks]
-            placed = [
-                self.client.submit(
-                    _store_block, block, oid, block_class, workers=sorted(who_has[block.key])[:1],
-                    allow_other_workers=False, pure=False, key=f"persist-block-{oid}",
-                )
+            placed = self.session.submit_pinned([
+                PinnedCall(_store_block, (block, oid, block_class), sorted(who_has[block.key])[:1], f"persist-block-{oid}")
                 for block, oid in zip(blocks, oids)
-            ]
+            ])
             try:
                 self.session.gather(placed)
             except BaseException:
                 self._drop(self.catalogue("delete", oids=oids))
                 raise
-            chunks, shape, dtype = list(array.chunks[0]), list(array.shape), str(array.dtype)
+            chunks, dtype = list(row_counts), str(array.dtype)
+            shape = [sum(chunks), *(int(n) for n in array.shape[1:])]
         else:
             arrays = [np.asarray(a) for a in array]
             if not arrays:
                 raise ValueError("persist_blocks got no blocks")
+            odd = [i for i, a in enumerate(arrays) if a.ndim == 0 or a.shape[1:] != arrays[0].shape[1:] or a.dtype != arrays[0].dtype]
+            if odd:
+                raise ValueError(
+                    f"persist_blocks takes row blocks of one array: block {odd[0]} has shape {arrays[odd[0]].shape} and dtype "
+                    f"{arrays[odd[0]].dtype}, block 0 {arrays[0].shape} and {arrays[0].dtype} (the same but for the rows, at least 1-D)"
+                )
             proxies = self.make_persistent_many([block_class(a) for a in arrays])
             oids = [p.ref.oid for p in proxies]
             chunks = [len(a) for a in arrays]
@@ -245,6 +404,7 @@ class Store:
     # -- finding objects -------------------------------------------------------------------------
     def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
         """The object (or block collection) called ``alias``; ``UnknownAlias`` with close matches if none."""
+        check_alias(alias)
         oid = self.catalogue("alias", alias=alias)
         (info,) = self.catalogue("resolve", refs=[[oid, None]])
         if "missing" in info:
@@ -274,16 +434,20 @@ class Store:
             ref = ObjectRef(ref.oid, info["version"], ref.alias, info["class_label"], ref.pinned)
             workers = info["workers"]
             if not workers:
-                workers = [self._reload(ref, info)]
+                workers = self._reload(ref, info)
             out.append((ref, workers))
         return out
 
-    def _reload(self, ref: ObjectRef, info: dict[str, Any]) -> str:
-        if info.get("disk_path") and Path(info["disk_path"]).exists():
-            (target,) = self.catalogue("backends", n=1)
-            self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=info["disk_path"])
-            return target
-        raise object_lost(ref.label(), info["class_label"], list(info.get("lost_from", ())))
+    def _reload(self, ref: ObjectRef, info: dict[str, Any]) -> list[str]:
+        """Bring an object that is only on disk back into memory: on the one backend the catalogue
+        chooses for it (every caller meanwhile gets the same one), which reads it once."""
+        claim = self.catalogue("claim_load", oid=ref.oid, version=ref.version)
+        if "load_on" in claim:
+            self.backend(claim["load_on"], "load", oid=ref.oid, version=ref.version, disk_path=claim["disk_path"])
+            return [claim["load_on"]]
+        if claim["workers"]:
+            return list(claim["workers"])
+        raise object_lost(ref.label(), info["class_label"], list(claim.get("lost_from") or info.get("lost_from", ())))
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
@@ -314,7 +478,7 @@ class Store:
                     self.backend(worker, "drop", oid=d["oid"], version=d["version"])
                 except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
                     pass
-            if d["disk_path"]:
+            if d["disk_path"] and in_objects_directory(self.directory, d["disk_path"]):  # never a file elsewhere
                 Path(d["disk_path"]).unlink(missing_ok=True)
 
     def clear(self) -> int:
@@ -375,12 +539,29 @@ class ActiveMethod:
 
 
 def submit_active(store: Store, ref: ObjectRef, workers: list[str], method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future:
-    """The task of one active call, pinned to the object's holders (any of them, for a read)."""
+    """The task of one active call, pinned to the object's holders (any of them, for a read).
+
+    One task is one graph either way; ``client.submit`` builds it with less overhead than a graph
+    of delayed calls (this is the path ``workbench bench store`` times).
+    """
     _check_writable(ref, workers, method, writes)
     return store.client.submit(
         run_active, ref, method, writes, args, kwargs,
         workers=workers, allow_other_workers=False, pure=False, key=task_key(method, active=True),
     )
+
+
+def submit_active_many(
+    store: Store, targets: Sequence[tuple[ObjectRef, list[str]]], method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[Future]:
+    """One active call per ``(object, holders)``, each pinned to its holders, submitted as one graph
+    (one scheduler message for a whole collection, not one per block)."""
+    for ref, workers in targets:
+        _check_writable(ref, workers, method, writes)
+    return store.session.submit_pinned([
+        PinnedCall(run_active, (ref, method, writes, args, kwargs), workers, task_key(method, active=True))
+        for ref, workers in targets
+    ])
 
 
 class Proxy:
@@ -450,8 +631,7 @@ class Proxy:
         self._check_backend(backend)
         if workers == [backend]:
             return self
-        self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)
-        self.store.catalogue("add_location", oid=ref.oid, version=ref.version, worker=backend)
+        self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
         for w in workers:
             if w != backend:
                 self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
@@ -466,8 +646,7 @@ class Proxy:
             (backend,) = self.store.catalogue("backends", n=1, exclude=workers)
         self._check_backend(backend)
         if backend not in workers:
-            self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)
-            self.store.catalogue("add_location", oid=ref.oid, version=ref.version, worker=backend)
+            self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
         self._holders = None
         return backend
 
@@ -575,11 +754,17 @@ class BlockCollection:
         if self.blocks:
             check_method("the blocks", self.blocks[0].methods, method)
         writes = self.blocks[0].methods.get(method, False) if self.blocks else False
-        return [submit_active(self.store, ref, workers, method, writes, args, kwargs) for ref, workers in self.store.holders([b.ref for b in self.blocks])]
+        return submit_active_many(self.store, self.store.holders([b.ref for b in self.blocks]), method, writes, args, kwargs)
 
     def call_non_active(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
         """The same calls, non-active: each task fetches its block through the store and computes where it runs."""
-        return [getattr(b, method).non_active(*args, **kwargs) for b in self.blocks]
+        if self.blocks:
+            check_method("the blocks", self.blocks[0].methods, method)
+        refs = [b.ref for b in self.blocks]
+        return self.store.client.map(  # one graph for the whole collection
+            run_non_active, refs, method=method, args=args, kwargs=kwargs, pure=False,
+            key=[task_key(method, active=False) for _ in refs],
+        )
 
     def fetch(self) -> np.ndarray:
         """The whole array, here (every block copied to the caller)."""

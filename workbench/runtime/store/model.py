@@ -10,11 +10,13 @@ This module has no Dask imports: a class written in a notebook only needs this b
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib.util
 import sys
 import sysconfig
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -98,6 +100,28 @@ def catalogue_entry(cls: type, oid: str, version: int, worker: str | None, nbyte
     }
 
 
+def check_alias(alias: object) -> None:
+    """A clear error unless ``alias`` is None or a name: non-empty, printable, encodable text.
+
+    An alias travels in Dask messages (msgpack, UTF-8) and is stored in SQLite: a lone surrogate
+    (``"\\ud800"``) cannot be encoded and used to fail deep inside the scheduler's comms.
+    """
+    if alias is None:
+        return
+    if not isinstance(alias, str) or not alias:
+        raise ValueError(f"an alias is a non-empty string, got {alias!r}")
+    try:
+        alias.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"alias {alias!r} is not valid text (it holds a lone surrogate): use letters, digits and punctuation") from None
+    if not alias.isprintable() or alias != alias.strip():
+        raise ValueError(
+            f"alias {alias!r} holds control characters or leading/trailing spaces: use a plain printable name"
+        )
+    if len(alias) > 1000:
+        raise ValueError(f"an alias is a name of at most 1000 characters, got {len(alias)}")
+
+
 def check_method(class_label: str, methods: dict[str, bool], name: str) -> bool:
     """Whether active method ``name`` writes; a clear error with a close match when there is none."""
     if name in methods:
@@ -117,6 +141,73 @@ def state_nbytes(obj: Any) -> int:
     if state is None:
         return int(sizeof(obj))
     return int(sum(v.nbytes if isinstance(v, np.ndarray) else sizeof(v) for v in state.values()))
+
+
+_STATE_DEPTH = 4  # how deep detach_result looks into an object's state and into a result
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, type, types.ModuleType, types.FunctionType,
+          types.BuiltinFunctionType, types.MethodType)  # immutable, or not state: never copied
+
+
+def _state_parts(obj: Any) -> tuple[list[np.ndarray], set[int]]:
+    """What of ``obj``'s state a result could alias: its numpy arrays, and the ids of its other
+    mutable parts (``obj`` itself, lists, dicts, sets, tuples, nested objects), ``_STATE_DEPTH`` deep."""
+    arrays: list[np.ndarray] = []
+    parts: set[int] = set()
+
+    def walk(value: Any, depth: int) -> None:
+        if isinstance(value, np.ndarray):
+            arrays.append(value)
+            return
+        if isinstance(value, _ATOMS) or id(value) in parts:
+            return
+        parts.add(id(value))
+        if depth == 0:
+            return
+        if isinstance(value, (list, tuple, set, frozenset)):
+            children: Any = value
+        elif isinstance(value, dict):
+            children = value.values()
+        else:
+            children = (getattr(value, "__dict__", None) or {}).values()
+        for child in children:
+            walk(child, depth - 1)
+
+    walk(obj, _STATE_DEPTH)
+    return arrays, parts
+
+
+def detach_result(result: Any, obj: Any) -> Any:
+    """``result`` with nothing in it that is part of ``obj``'s state: such parts are copied.
+
+    A method may return ``self.data``, a view of it, ``self.items`` or ``self``; handed out as
+    they are, a finished call's result would change when a later writing method changes the
+    object (the future path keeps the result in the worker's memory, unserialised). Numpy arrays
+    that may share memory with the state's arrays are copied, and so is any other part of the state
+    (deep copy), also inside the tuples, lists and dicts of a result. New values are not copied.
+    """
+    if isinstance(result, _ATOMS):
+        return result
+    arrays, parts = _state_parts(obj)
+
+    def detach(value: Any, depth: int) -> Any:
+        if isinstance(value, np.ndarray):
+            return value.copy() if any(np.may_share_memory(value, a) for a in arrays) else value
+        if isinstance(value, _ATOMS):
+            return value
+        if id(value) in parts:
+            return copy.deepcopy(value)
+        if depth == 0:
+            return value
+        if isinstance(value, list):
+            return [detach(v, depth - 1) for v in value]
+        if isinstance(value, dict):
+            return {k: detach(v, depth - 1) for k, v in value.items()}
+        if isinstance(value, tuple):
+            items = [detach(v, depth - 1) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple keeps its type
+        return value
+
+    return detach(result, _STATE_DEPTH)
 
 
 def set_arrays_writeable(obj: Any, writeable: bool) -> None:
