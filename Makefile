@@ -9,6 +9,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Jupyter refuses to run as root without --allow-root (containers, CI); no browser without a display.
 LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root,)
+# The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
+LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
 .PHONY: lab test install bench peers clean distclean
 
@@ -24,7 +26,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
+	$(LAB_CONFIG) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -77,3 +77,22 @@ def test_notebook_follows_the_lesson_template(path):
     hidden = [c for c in code if "hide-cell" in c["metadata"].get("tags", [])]
     assert hidden and all(c["metadata"]["jupyter"]["source_hidden"] for c in hidden)
     assert "close()" in "".join(code[-1]["source"]), "the last cell closes the session"
+
+
+def test_every_jupyterlab_the_project_starts_has_no_news_toast():
+    """make lab, Binder and the browser test put jupyter-config/ first, and JupyterLab reads it there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    assert "$(LAB_CONFIG) $(BIN)/jupyter lab" in (ROOT / "Makefile").read_text()
+    assert "jupyter-config" in (ROOT / "binder/start").read_text()
+    assert "jupyter-config" in (ROOT / "tests/test_browser.py").read_text()
+    probe = (
+        "import json; from jupyterlab_server.config import get_page_config; "
+        "print(json.dumps(get_page_config([])['disabledExtensions']))"
+    )
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert "@jupyterlab/apputils-extension:announcements" in json.loads(out.stdout.strip().splitlines()[-1])
