@@ -5,9 +5,9 @@ import sys
 from workbench.bench import kernels as bench_kernels
 
 
-def _workbench(*args: str) -> subprocess.CompletedProcess:
+def _workbench(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, timeout=600, cwd=cwd
     )
 
 
@@ -76,3 +76,40 @@ def test_store_list_reads_the_catalogue_without_a_cluster(tmp_path):
     assert "zeros" in text and "memory only (lost when its cluster stopped)" in text
     missing = _workbench("store", "list", "--dir", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "holds no store catalogue" in missing.stderr
+
+
+def _bad_inputs(tmp_path):
+    """(arguments, words the error must contain): each fails at once, before any cluster starts."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    not_an_experiment = tmp_path / "not-an-experiment"
+    not_an_experiment.mkdir()
+    (not_an_experiment / "results.json").write_text('{"something": "else"}')
+    corrupt = tmp_path / "corrupt-store"
+    corrupt.mkdir()
+    (corrupt / "catalogue.sqlite").write_bytes(b"this is not an SQLite database" * 100)
+    return [
+        (["run", "histogram", "--workers", "0"], ["--workers must be at least 1"]),
+        (["run", "histogram", "--repeat", "0"], ["--repeat must be at least 1"]),
+        (["run", "histogram", "--out", str(a_file)], ["is a file", "name a directory"]),
+        (["run", "histogram", "--param", "nosuch=1"], ["no parameter 'nosuch'", "blocks_per_worker"]),
+        (["run", "histogram", "--param", "blocks_per_workers=1"], ["did you mean 'blocks_per_worker'"]),
+        (["run", "histogram", "--param", "blocks_per_worker=abc"], ["--param blocks_per_worker", "integers", "'abc'"]),
+        (["run", "histogram", "--param", "blocks_per_worker"], ["NAME=V1,V2"]),
+        (["run", "histogram", "--variants", "blocks,nosuch"], ["no variant 'nosuch'"]),
+        (["run", "histogrm"], ["no application 'histogrm'", "did you mean 'histogram'"]),
+        (["report", str(tmp_path)], ["holds no results.json"]),
+        (["report", str(not_an_experiment)], ["is not a workbench experiment", "metadata"]),
+        (["shm", "list", "--dir", str(a_file)], ["is not a directory"]),
+        (["store", "list", "--dir", str(corrupt)], ["not a workbench store catalogue"]),
+    ]
+
+
+def test_bad_input_fails_at_once_with_a_message_not_a_traceback(tmp_path):
+    for arguments, words in _bad_inputs(tmp_path):
+        result = _workbench(*arguments, cwd=tmp_path)
+        assert result.returncode == 2, (arguments, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, (arguments, result.stderr)
+        for word in words:
+            assert word.lower() in result.stderr.lower(), (arguments, word, result.stderr)
+    assert not (tmp_path / "runs").exists(), "a run refused at once still made its results directory"

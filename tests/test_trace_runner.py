@@ -120,10 +120,21 @@ def test_a_variant_with_another_answer_is_caught(session):
     registry.register(Application(
         name="disagree", description="test", dataset="histogram", prepare=lambda s, d, p: placed,
         variants={"one": lambda s, p, r: 1, "two": lambda s, p, r: 2}, baseline="one", grids={"ci": {"n": [1]}},
+        parameters={"n": "a parameter nothing reads"},
     ))
     with pytest.raises(AssertionError, match="variant 'two' gives a different answer from the baseline 'one'"):
         run_experiment(session, "disagree", progress=False)
     assert placed.released  # what was placed is released even when the run fails
+
+
+def test_an_application_must_declare_the_parameters_its_grids_use():
+    with pytest.raises(ValueError, match="has no parameter 'n'"):
+        registry.register(Application(
+            name="undeclared", description="test", dataset="histogram", prepare=lambda s, d, p: None,
+            variants={"one": lambda s, p, r: 1}, baseline="one", grids={"ci": {"n": [1]}}, parameters={},
+        ))
+    with pytest.raises(ValueError, match="no parameter 'blocks_per_workers'.*did you mean 'blocks_per_worker'"):
+        run_experiment(None, "histogram", grid={"blocks_per_workers": [1]}, progress=False)
 
 
 def test_cli_run_writes_results_traces_and_prints_the_table(tmp_path):

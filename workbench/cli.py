@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def _bench_kernels(args: argparse.Namespace) -> int:
@@ -15,35 +17,77 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from datetime import datetime
-    from pathlib import Path
+def _parse_params(items: Sequence[str]) -> dict[str, list[int]]:
+    """``--param NAME=V1,V2`` options as a grid (integers); errors name the parameter and the value."""
+    grid: dict[str, list[int]] = {}
+    for item in items:
+        name, _, values = item.partition("=")
+        if not name or not values:
+            raise ValueError(f"--param takes NAME=V1,V2,... (integers), got {item!r}")
+        try:
+            grid[name] = [int(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--param {name}: values must be integers separated by commas, got {values!r}") from None
+    return grid
 
+
+def _output_directory(out: str | None, app: str) -> Path:
+    """The ``--out`` directory, created now: a path that cannot hold results fails before the run, not after."""
+    from datetime import datetime
+
+    path = Path(out or f"runs/{app}-{datetime.now():%Y%m%d-%H%M%S}")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path} is a file: name a directory for the results (it is created if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".workbench-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"--out {path} cannot hold the results ({error.strerror or error}): choose a writable directory") from None
+    return path
+
+
+def _run(args: argparse.Namespace) -> int:
     import tempfile
 
     import workbench
+    from workbench.apps import registry
     from workbench.lab.runner import run_experiment
-    from workbench.runtime.store import Store
+    from workbench.runtime.store import Store, registered_directory
 
-    grid = None
-    if args.param:
-        grid = {}
-        for item in args.param:
-            name, _, values = item.partition("=")
-            if not values:
-                raise ValueError(f"--param takes NAME=V1,V2,... (integers), got {item!r}")
-            grid[name] = [int(v) for v in values.split(",")]
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+    application = registry.get(args.app)
     variants = args.variants.split(",") if args.variants else None
-    out = Path(args.out or f"runs/{args.app}-{datetime.now():%Y%m%d-%H%M%S}")
+    for name in variants or ():
+        application.variant(name)
+    grid = None
+    if args.param:  # the size's grid, with the parameters named here replaced
+        overrides = _parse_params(args.param)
+        application.check_parameters(list(overrides))
+        grid = {**application.grids[args.size], **overrides}
+    out = _output_directory(args.out, args.app)
     with workbench.start(n_workers=args.workers, timeout=args.timeout) as session, \
             tempfile.TemporaryDirectory(prefix="workbench-run-store-") as store_directory:
-        Store(session, store_directory)  # the store variants' data is this run's only: a throwaway store
-        experiment = run_experiment(
-            session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
-            seed=args.seed, trace=not args.no_trace, progress=not args.json, baseline=args.baseline,
-        )
+        # The store variants' data is this run's only: a throwaway store, detached again at the end.
+        # A cluster that already has a store (a user's, on a shared scheduler) keeps it: the run
+        # uses it and deletes what it placed, as every variant does.
+        store = Store(session, store_directory if registered_directory(session) is None else None)
+        try:
+            experiment = run_experiment(
+                session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
+                seed=args.seed, trace=not args.no_trace, progress=not args.json, baseline=args.baseline,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # the run's own error is the one to report
+                store.close()
+            raise
+        store.close()
     experiment.save(out)
-    table = experiment.stats_table() if experiment.results["variant"].nunique() > 1 else experiment.results.to_string()
+    table = experiment.stats_table()
     where = f"results, statistics and traces (JSON + Perfetto) in {out}/; 'workbench report {out}' makes an HTML page"
     if args.json:  # stdout stays one JSON document; the table goes to stderr for the person watching
         print((out / "results.json").read_text())
@@ -54,8 +98,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from workbench.lab.runner import Experiment
     from workbench.viz.report import write_report
 
@@ -98,7 +140,7 @@ def _bench_shm(args: argparse.Namespace) -> int:
 def _bench_splitter(args: argparse.Namespace) -> int:
     from workbench.bench import splitter as bench_splitter
 
-    report = bench_splitter.run(size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core)
+    report = bench_splitter.run(size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core, workers=args.workers)
     print(json.dumps(report, indent=2) if args.json else bench_splitter.format_report(report))
     return 0
 
@@ -106,7 +148,7 @@ def _bench_splitter(args: argparse.Namespace) -> int:
 def _bench_store(args: argparse.Namespace) -> int:
     from workbench.bench import store as bench_store
 
-    report = bench_store.run(size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay)
+    report = bench_store.run(size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay, workers=args.workers)
     print(json.dumps(report, indent=2, default=str) if args.json else bench_store.format_report(report))
     return 0
 
@@ -171,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     bsp.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
     bsp.add_argument("--repeat", type=int, default=3)
     bsp.add_argument("--blocks-per-core", type=int, nargs="+", default=[1, 48, 200])
+    bsp.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bsp.set_defaults(func=_bench_splitter)
 
     bst = benches.add_parser("store", help="active store: null-call latency vs Dask and dataClay; active vs non-active apps")
@@ -179,6 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     bst.add_argument("--repeat", type=int, default=3)
     bst.add_argument("--calls", type=int, default=2000, help="null calls per path (default 2000)")
     bst.add_argument("--no-dataclay", action="store_true", help="skip the dataClay peer even when it is installed")
+    bst.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bst.set_defaults(func=_bench_store)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")

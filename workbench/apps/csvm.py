@@ -16,7 +16,7 @@ import numpy as np
 
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks, rows_per_block
-from workbench.apps.registry import Application, register
+from workbench.apps.registry import BLOCKS_PER_WORKER, Application, register
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
@@ -125,7 +125,7 @@ def run_split_materialized(session: Session, data: CSVMData, recorder: Recorder)
 
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> CSVMData:
-    return CSVMData(session, dataset, int(params["blocks_per_worker"]))
+    return CSVMData(session, dataset, int(params.get("blocks_per_worker", 1)))
 
 
 APP = register(
@@ -137,6 +137,7 @@ APP = register(
         variants={"blocks": run_blocks, "rechunk": run_rechunk, "split": run_split, "split-materialized": run_split_materialized},
         baseline="blocks",
         grids={"ci": {"blocks_per_worker": [1, 8]}, "lab": {"blocks_per_worker": [1, 8, 48]}, "full": {"blocks_per_worker": [1, 48, 200]}},
+        parameters=BLOCKS_PER_WORKER,
         # different first layers make different cascades: the same accuracy, within one percentage point
         same_answer=lambda a, b: abs(a - b) <= 0.01,
         knobs={"blocks_per_worker": [1, 2, 4, 8, 16, 48, 200]},

@@ -13,6 +13,7 @@ fetches every fragment through the store, every iteration, to the task that comp
 """
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks, rows_per_block
 from workbench.apps.registry import Application, per_mode, register
 from workbench.runtime import splitter
-from workbench.runtime.session import Session
+from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store import ArrayBlock, active
 from workbench.runtime.tasks import RRO, TaskRuntime, task
 from workbench.runtime.trace import Recorder
@@ -53,6 +54,12 @@ def block_partial(fragment: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray
     """Plain (untyped-direction) body of ``partial_sum``, for the granularity variants."""
     _, sums, counts = kernels.kmeans_partial(fragment, centres)
     return sums, counts
+
+
+def partition_partial(blocks: list[np.ndarray], centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A partition's task body: the summed partial (sums, counts) of all its blocks, in one kernel
+    call that iterates them (no partial result per block to allocate and add)."""
+    return kernels.kmeans_partial_blocks(blocks, centres)
 
 
 class KMeansData(PersistedBlocks):
@@ -109,12 +116,12 @@ def run_rechunk(session: Session, data: KMeansData, recorder: Recorder) -> tuple
 
 
 def run_split(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """SplIter: one task per partition per iteration, iterating its blocks with a local merge."""
+    """SplIter: one task per partition per iteration, iterating its blocks in one kernel call."""
     with recorder.phase("split"):
         partitions = splitter.split(session, data.array)
     return _iterate(
         session, data, recorder,
-        lambda c: splitter.run_partitions(session, partitions, block_partial, c, merge=add_partials),
+        lambda c: splitter.run_partitions(session, partitions, partition_partial, c),
     )
 
 
@@ -129,10 +136,9 @@ def run_split_materialized(session: Session, data: KMeansData, recorder: Recorde
         materialized = splitter.run_partitions(session, partitions, _identity, materialize=True)
     return _iterate(
         session, data, recorder,
-        lambda c: [
-            session.client.submit(block_partial, m, c, workers=[p.worker], allow_other_workers=False, pure=False)
-            for m, p in zip(materialized, partitions)
-        ],
+        lambda c: session.submit_pinned([
+            PinnedCall(block_partial, (m, c), p.worker, f"block_partial-{uuid.uuid4().hex}") for m, p in zip(materialized, partitions)
+        ]),
     )
 
 
@@ -187,6 +193,11 @@ APP = register(
             "ci": {"dims": [8, 32], "iterations": [3]},
             "lab": {"dims": [16, 64, 128], "iterations": [10]},
             "full": {"dims": [64, 128], "iterations": [20]},
+        },
+        parameters={
+            "points": "points clustered", "dims": "dimensions of a point", "centres": "clusters",
+            "block": "points per fragment", "blocks_per_worker": "fragments per worker (sets block)",
+            "iterations": "most Lloyd iterations (stops earlier once the centres stay put)",
         },
         same_answer=same_answer,
         knobs={

@@ -21,7 +21,7 @@ import numpy as np
 
 from datasets import Dataset
 from workbench.apps.placement import PersistedBlocks, rows_per_block
-from workbench.apps.registry import Application, register, resized
+from workbench.apps.registry import BLOCKS_PER_WORKER, Application, register, resized
 from workbench.runtime import splitter
 from workbench.runtime.session import Session
 from workbench.runtime.store import ArrayBlock, PersistentObject, active, store_for
@@ -213,7 +213,7 @@ def run_active_split(session: Session, data: KNNData, recorder: Recorder) -> np.
 
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KNNData:
-    return KNNData(session, resized(dataset, params), int(params["blocks_per_worker"]))
+    return KNNData(session, resized(dataset, params), int(params.get("blocks_per_worker", 1)))
 
 
 APP = register(
@@ -228,6 +228,7 @@ APP = register(
         },
         baseline="blocks",
         grids={"ci": {"blocks_per_worker": [1, 8]}, "lab": {"blocks_per_worker": [1, 8, 48]}, "full": {"blocks_per_worker": [1, 48, 200]}},
+        parameters={**BLOCKS_PER_WORKER, "points": "points of the fit set (default: the size's)"},
         same_answer=lambda a, b: bool(np.array_equal(a, b)),
         knobs={"blocks_per_worker": [1, 2, 4, 8, 16, 48, 200]},
     )

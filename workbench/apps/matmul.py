@@ -80,6 +80,7 @@ APP = register(
             "lab": {"blocks": [4, 8], "block_size": [256, 512]},
             "full": {"blocks": [8, 20], "block_size": [512, 2048]},
         },
+        parameters={"blocks": "blocks per side of each matrix", "block_size": "rows (= columns) of one block"},
         same_answer=lambda x, y: bool(np.allclose(x, y, rtol=1e-12, atol=0.0)),
         knobs={"blocks": [2, 4, 8, 16, 20], "block_size": [64, 128, 256, 512, 1024]},
     )

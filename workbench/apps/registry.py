@@ -28,6 +28,8 @@ class Prepared(Protocol):
 
 
 Variant = Callable[[Session, Any, Recorder], Any]
+# The granularity parameter of every blocked application (SplIter's sweeps count blocks per core).
+BLOCKS_PER_WORKER = {"blocks_per_worker": "blocks of the data per worker (more: smaller blocks; default 1)"}
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,21 @@ class Application:
     variants: Mapping[str, Variant]
     baseline: str
     grids: Mapping[str, Mapping[str, Sequence[Any]]]  # size -> parameter -> values
+    parameters: Mapping[str, str]  # every parameter ``prepare`` reads -> what it sets (unnamed ones: defaults)
     same_answer: Callable[[Any, Any], bool] = field(default=lambda a, b: a == b)
     knobs: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # parameter -> choices for live panels
+
+    def check_parameters(self, names: Sequence[str]) -> None:
+        """A clear error (with a close match) for a parameter this application does not read."""
+        for name in names:
+            if name not in self.parameters:
+                hint = difflib.get_close_matches(name, list(self.parameters), n=1)
+                raise ValueError(
+                    f"application {self.name!r} has no parameter {name!r}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + "; its parameters are "
+                    + ", ".join(f"{n} ({what})" for n, what in self.parameters.items())
+                )
 
     def variant(self, name: str) -> Variant:
         try:
@@ -76,6 +91,9 @@ _APPS: dict[str, Application] = {}
 def register(app: Application) -> Application:
     if app.baseline not in app.variants:
         raise ValueError(f"baseline {app.baseline!r} of {app.name!r} is not one of its variants {list(app.variants)}")
+    for grid in app.grids.values():
+        app.check_parameters(list(grid))
+    app.check_parameters(list(app.knobs))
     _APPS[app.name] = app
     return app
 

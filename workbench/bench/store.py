@@ -133,14 +133,18 @@ def run(
     apps: Sequence[str] = ("histogram", "kmeans"),
     dataclay: bool = True,
     session: Session | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report`.
+
+    ``workers``: local worker processes when no ``session`` is given (default: one per core).
+    """
     owned = session is None
-    with contextlib.nullcontext(session) if session is not None else start(timeout=120) as session, \
+    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session, \
             tempfile.TemporaryDirectory(prefix="workbench-bench-store-") as directory:
-        store = Store(session, directory if owned else None)  # a given session keeps its own store
-        calls_rows = null_calls(session, store, calls)
-        app_rows = active_vs_non_active(session, apps, size, repeats)
+        with Store(session, directory if owned else None) as store:  # a given session keeps its own store
+            calls_rows = null_calls(session, store, calls)
+            app_rows = active_vs_non_active(session, apps, size, repeats)
         workers = len(session.workers())
     peer: dict[str, Any] = {"available": False, "reason": "not asked for (--no-dataclay)"}
     if dataclay:

@@ -43,18 +43,33 @@ class Experiment:
     locality: dict[str, dict[str, str]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def compared(self) -> bool:
+        """Whether there are statistics to show: more than one variant, at least two runs of each."""
+        runs = self.results.groupby([*self.parameters, "variant"]).size() if len(self.results) else pd.Series(dtype=int)
+        return self.results["variant"].nunique() > 1 and bool(len(runs)) and int(runs.min()) >= 2
+
     def stats(self) -> pd.DataFrame:
-        """Each variant against the baseline at each parameter point (see :mod:`workbench.lab.stats`)."""
-        return stats.compare(self.results, self.baseline, self.parameters)
+        """Each variant against the baseline at each parameter point (see :mod:`workbench.lab.stats`);
+        empty when there is nothing to compare (see :attr:`compared`)."""
+        return stats.compare(self.results, self.baseline, self.parameters) if self.compared else pd.DataFrame()
+
+    def summary(self) -> pd.DataFrame:
+        """Mean seconds and runs of each variant at each parameter point (also for a single run)."""
+        return self.results.groupby([*self.parameters, "variant"])["seconds"].agg(["mean", "count"]).rename(
+            columns={"mean": "mean_s", "count": "runs"}).reset_index()
 
     def stats_table(self) -> str:
-        return stats.format_table(self.stats(), self.parameters)
+        """The papers' table format when there are statistics, else the mean time of each variant."""
+        if self.compared:
+            return stats.format_table(self.stats(), self.parameters)
+        return self.summary().to_string(index=False) + "\n(one run per variant, or one variant: no statistics; use --repeat 2 or more)"
 
     def save(self, out: str | Path) -> Path:
         """Write results (CSV and JSON), warm-ups, statistics, metadata and one trace per run."""
         out = Path(out)
         (out / "traces").mkdir(parents=True, exist_ok=True)
-        table = self.stats() if len(self.results["variant"].unique()) > 1 else pd.DataFrame()
+        table = self.stats()
         self.results.to_csv(out / "results.csv", index=False)
         self.warmups.to_csv(out / "warmups.csv", index=False)
         table.to_csv(out / "stats.csv", index=False)
@@ -79,7 +94,19 @@ class Experiment:
         document_path = out / "results.json"
         if not document_path.exists():
             raise FileNotFoundError(f"{out} holds no results.json: is it the --out directory of 'workbench run'?")
-        document = json.loads(document_path.read_text())
+        try:
+            document = json.loads(document_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{document_path} is not a workbench experiment ({error}): was it written by 'workbench run'?") from None
+        document = document if isinstance(document, dict) else {}
+        missing = [k for k in ("metadata", "baseline", "parameters", "results", "warmups", "locality") if k not in document]
+        if not missing and not (isinstance(document["metadata"], dict) and "app" in document["metadata"]):
+            missing = ["metadata.app"]
+        if missing:
+            raise ValueError(
+                f"{document_path} is not a workbench experiment (it has no {', '.join(missing)}): "
+                "give the --out directory of 'workbench run'"
+            )
         traces = {
             p.name.removesuffix(".json"): tracing.read(p)
             for p in sorted((out / "traces").glob("*.json"))
@@ -139,6 +166,10 @@ def run_experiment(
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     dataset = datasets.get(application.dataset, size, seed)
     grid = dict(grid if grid is not None else application.grids[size])
+    application.check_parameters(list(grid))
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
     points = grid_points(grid)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     nodes = {**session.worker_nodes(), tracing.CLIENT: node_id()}

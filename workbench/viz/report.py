@@ -30,7 +30,7 @@ def median_run(results: pd.DataFrame, variant: str, params: dict) -> str:
 
 def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
     if table.empty:
-        return "<p>(one variant only: nothing to compare)</p>"
+        return "<p>(one variant, or one run of each: nothing to compare; run at least two repeats)</p>"
     shown = table.assign(
         ci_s=[f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(table.ci_low_s, table.ci_high_s)],
         ci_pct=[f"[{a:+.1f}%, {b:+.1f}%]" for a, b in zip(table.ci_low_pct, table.ci_high_pct)],
@@ -53,9 +53,7 @@ def build(experiment: Experiment):
             f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
             "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
         ), width=900),
-        Div(text="<h2>Each variant against the baseline</h2>" + stats_html(
-            experiment.stats() if experiment.results["variant"].nunique() > 1 else pd.DataFrame(), experiment.parameters
-        ), width=900),
+        Div(text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters), width=900),
         comparison_figure(experiment.results, experiment.parameters),
     ]
     points = experiment.results[experiment.parameters].drop_duplicates().to_dict("records") if experiment.parameters else [{}]
