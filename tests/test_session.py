@@ -6,8 +6,9 @@ import psutil
 import pytest
 
 import workbench
-from workbench.apps.histogram import histogram_blocks
-from workbench.apps.placement import PersistedBlocks
+from workbench.apps import histogram
+from workbench.runtime import strategies
+from workbench.runtime.blocks import PlacedBlocks
 from workbench.lab.sweep import histogram_block_sweep
 from workbench.runtime import session as session_module
 import datasets
@@ -74,14 +75,16 @@ def test_unreachable_scheduler_fails_within_the_timeout():
 
 def test_blocked_histogram_equals_the_kernel(session):
     ds = datasets.get("histogram", "ci", seed=5)
-    points = PersistedBlocks(session, ds.to_dask("points", 7_001))
+    points = PlacedBlocks(session, ds.to_dask("points", 7_001))
     assert [f.key[1:] for f in points.block_futures] == [(i, 0) for i in range(29)]  # block order
     assert set(points.locality().values()) <= set(session.workers())
-    counts = histogram_blocks(session, points.block_futures, ds.params["bins"], ds.params["range"])
+    with strategies.get("blocks").open(session, points) as plan:
+        counts = plan.reduce(histogram.WORK, ds.params["bins"], ds.params["range"])
     expected = kernels.histogramdd(ds.load("points"), ds.params["bins"], ds.params["range"])
     np.testing.assert_array_equal(counts, expected)
-    with pytest.raises(ValueError, match="no blocks: place the points first"):
-        histogram_blocks(session, [], ds.params["bins"], ds.params["range"])
+    empty = PlacedBlocks(session, ds.to_dask("points", 7_001)[:0])  # one block of no rows
+    with strategies.get("blocks").open(session, empty) as plan:
+        assert plan.reduce(histogram.WORK, ds.params["bins"], ds.params["range"]).sum() == 0
 
 
 def test_block_sweep_records_every_run(session):

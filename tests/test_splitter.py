@@ -5,7 +5,7 @@ import pytest
 
 import datasets
 import kernels
-from workbench.apps.placement import PersistedBlocks
+from workbench.runtime.blocks import PlacedBlocks
 from workbench.lab.runner import run_experiment
 from workbench.runtime import splitter
 
@@ -23,7 +23,7 @@ def _where_all(blocks):
 @pytest.fixture(scope="module")
 def points(session):
     ds = datasets.get("histogram", "ci", seed=7)
-    placed = PersistedBlocks(session, ds.to_dask("points", 9_000))  # 23 blocks, the last one short
+    placed = PlacedBlocks(session, ds.to_dask("points", 9_000))  # 23 blocks, the last one short
     yield ds, placed
     placed.release()
 
@@ -111,7 +111,7 @@ def test_unknown_row_counts_are_measured_where_the_blocks_are(session):
 @pytest.mark.parametrize(
     "call,error,words",
     [
-        (lambda s: splitter.split(s, np.zeros((4, 2))), TypeError, "takes a dask.array.Array"),
+        (lambda s: splitter.split(s, np.zeros((4, 2))), TypeError, "split takes PlacedBlocks, a dask.array.Array"),
         (lambda s: splitter.split(s, da.zeros((4, 4), chunks=(2, 2))), ValueError, "make every other axis one block"),
         (lambda s: splitter.split(s, da.zeros((4, 2), chunks=2), partitions_per_worker=0), ValueError, "positive integer"),
     ],
@@ -169,7 +169,7 @@ def test_knn_finds_the_true_neighbours(session):
     ds = datasets.get("knn", "ci")
     data = knn.prepare(session, ds, {"blocks_per_worker": 4})
     try:
-        found = knn.run_split(session, data, Recorder())
+        found = knn.APP.variant("split")(session, data, Recorder())
     finally:
         data.release()
     expected = NearestNeighbors(n_neighbors=ds.params["neighbours"]).fit(ds.load("points")).kneighbors(ds.load("queries"))[1]
@@ -182,7 +182,7 @@ def test_csvm_cascade_is_accurate(session):
 
     data = csvm.prepare(session, datasets.get("csvm", "ci"), {"blocks_per_worker": 4})
     try:
-        accuracy = csvm.run_split(session, data, Recorder())
+        accuracy = csvm.APP.variant("split")(session, data, Recorder())
     finally:
         data.release()
     assert 0.8 < accuracy <= 1.0  # two overlapping boxes: most, not all, points are separable

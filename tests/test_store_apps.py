@@ -12,10 +12,10 @@ def test_store_variants_agree_with_plain_dask(session, app):
     grid = {"kmeans": {"dims": [8], "iterations": [3]}}.get(app, {"blocks_per_worker": [4]})
     # The runner raises AssertionError when a variant's answer differs from the baseline's.
     experiment = run_experiment(session, app, store_experiments.VARIANTS[app], size="ci", grid=grid, repeats=1, progress=False, baseline="blocks")
-    moved = store_experiments.moved(experiment)
+    moved = experiment.moved(experiment.points()[0])
     assert list(moved.index) == store_experiments.VARIANTS[app]
     assert moved.loc["non-active", "MB_moved"] > moved.loc["active", "MB_moved"]  # non-active copies its objects
-    matrix = store_experiments.bytes_moved(experiment, "non-active")
+    matrix = experiment.bytes_moved("non-active")
     assert matrix.values.sum() > 0
 
 
@@ -30,7 +30,11 @@ def test_knn_partitions_need_fewer_lookups_than_blocks(session):
 def test_weak_scaling_table_and_figure(session):
     from workbench.viz.timing import scaling_figure
 
-    table = store_experiments.weak_scaling(session, "histogram", "ci", workers=(1, 2), repeats=1)
+    from workbench.lab import granularity
+
+    table = granularity.weak_scaling(
+        session, "histogram", "ci", workers=(1, 2), blocks_per_worker=1, repeats=1, variants=store_experiments.VARIANTS["histogram"]
+    )
     assert len(session.workers()) == 2  # the cluster is restored
     assert sorted(table["workers"].unique()) == [1, 2]
     assert set(table["variant"]) == set(store_experiments.VARIANTS["histogram"])

@@ -166,7 +166,7 @@ def test_kmeans_stops_at_convergence(session):
     dataset = datasets.get("kmeans", "ci", points=4096, dims=2, centres=2, block=1024)
     data = kmeans_app.prepare(session, dataset, {"iterations": 100})
     try:
-        centres, iterations = kmeans_app.kmeans(session, data, "dask")
+        centres, iterations = kmeans_app.APP.variant("dask")(session, data, trace.Recorder())
     finally:
         data.release()
     assert iterations < 100  # Lloyd converges long before

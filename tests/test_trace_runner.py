@@ -10,6 +10,8 @@ import pytest
 
 from workbench.apps import registry
 from workbench.apps.registry import Application
+from workbench.runtime import strategies
+from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.lab.runner import Experiment, grid_points, run_experiment
 from workbench.runtime import trace
 from workbench.viz.report import write_report
@@ -107,31 +109,50 @@ def test_runner_refuses_bad_requests(session):
     assert grid_points({"a": [1, 2], "b": [3]}) == [{"a": 1, "b": 3}, {"a": 2, "b": 3}]
 
 
-class _Nothing:
-    def locality(self):
-        return {}
+class _DropsABlock(strategies.Strategy):
+    """A strategy with a bug: the last block's result is lost."""
 
-    def release(self):
-        self.released = True
+    name = "drops-a-block"
+    description = "one task per block, but the last block's result is lost"
+
+    class plan(DaskPlan):  # noqa: N801
+        def map(self, work, *args):
+            return super().map(work, *args)[:-1]
 
 
 def test_a_variant_with_another_answer_is_caught(session):
-    placed = _Nothing()
+    from workbench.apps import histogram
+
+    released = []
+
+    def prepare(session, dataset, params):
+        data = histogram.prepare(session, dataset, {"blocks_per_worker": 2})
+        original = data.release
+        data.release = lambda: (released.append(True), original())
+        return data
+
+    strategies.register(_DropsABlock())
     registry.register(Application(
-        name="disagree", description="test", dataset="histogram", prepare=lambda s, d, p: placed,
-        variants={"one": lambda s, p, r: 1, "two": lambda s, p, r: 2}, baseline="one", grids={"ci": {"n": [1]}},
+        name="disagree", description="test", dataset="histogram", prepare=prepare, work=histogram.WORK,
+        strategies=["blocks", "drops-a-block"], baseline="blocks", grids={"ci": {"n": [1]}}, same_answer=histogram.APP.same_answer,
         parameters={"n": "a parameter nothing reads"},
     ))
-    with pytest.raises(AssertionError, match="variant 'two' gives a different answer from the baseline 'one'"):
-        run_experiment(session, "disagree", progress=False)
-    assert placed.released  # what was placed is released even when the run fails
+    try:
+        with pytest.raises(AssertionError, match="variant 'drops-a-block' gives a different answer from the baseline 'blocks'"):
+            run_experiment(session, "disagree", progress=False)
+    finally:
+        registry.unregister("disagree")
+        strategies.unregister("drops-a-block")
+    assert released  # what was placed is released even when the run fails
 
 
 def test_an_application_must_declare_the_parameters_its_grids_use():
+    from workbench.apps import histogram
+
     with pytest.raises(ValueError, match="has no parameter 'n'"):
         registry.register(Application(
-            name="undeclared", description="test", dataset="histogram", prepare=lambda s, d, p: None,
-            variants={"one": lambda s, p, r: 1}, baseline="one", grids={"ci": {"n": [1]}}, parameters={},
+            name="undeclared", description="test", dataset="histogram", prepare=lambda s, d, p: None, work=histogram.WORK,
+            strategies=["blocks"], baseline="blocks", grids={"ci": {"n": [1]}}, parameters={},
         ))
     with pytest.raises(ValueError, match="no parameter 'blocks_per_workers'.*did you mean 'blocks_per_worker'"):
         run_experiment(None, "histogram", grid={"blocks_per_workers": [1]}, progress=False)

@@ -1,1 +1,9 @@
-"""The seed applications, each written once over the kernels and run in every variant."""
+"""The seed applications, each declared once (its work, its algorithm, its strategies) and
+registered on import: ``workbench.apps.get("kmeans")``. Importing any module of this package
+registers them all."""
+from workbench.apps import csvm, histogram, kmeans, knn, matmul
+from workbench.apps.registry import Application, PlacedData, get, names, register, unregister
+
+BUILTIN = (csvm.APP, histogram.APP, kmeans.APP, knn.APP, matmul.APP)
+
+__all__ = ["Application", "BUILTIN", "PlacedData", "get", "names", "register", "unregister"]

@@ -1,20 +1,20 @@
-"""k-means as the PyCOMPSs paper's Algorithm 1, in the variants files, dask and rro, and in the
-granularity variants of SplIter: blocks, rechunk, split and split-materialized.
+"""k-means as the PyCOMPSs paper's Algorithm 1, one Lloyd loop under every strategy.
 
-The points are cut into fragments that stay on the workers. Each iteration runs one
-``partial_sum`` task per fragment (labels, per-centre sums and counts; the fragment is the RRO
-argument, the centres IN), merges the partial results, and moves the centres; it stops when no
-centre moves more than ``epsilon`` (1e-9) or after ``iterations``. The fragment is read again
-every iteration: that reuse is what RRO exploits.
+The points are cut into fragments that stay on the workers. Each iteration maps ``partial_sum``
+over the fragments (per-centre sums and counts; the labels stay on the worker), merges the
+partial results, and moves the centres; it stops when no centre moves more than ``epsilon``
+(1e-9) or after ``iterations``. The fragment is read again every iteration: that reuse is what
+RRO exploits, and what SplIter's materialized partitions keep in one piece.
 
-In the store variants (thesis Listing 4.9) the fragments are objects of the active store:
-``active`` runs ``partial_sum`` as an active method where each fragment lives; ``non-active``
-fetches every fragment through the store, every iteration, to the task that computes on it.
+``partial_sum`` is a PyCOMPSs-style task whose fragment is ``RRO`` (``@task(fragment=RRO)``): in
+the ``files``, ``dask`` and ``rro`` variants the direction decides how the fragment reaches each
+task; the other variants (``blocks``, ``rechunk``, ``split``, ``split-materialized``, ``active``,
+``non-active``; thesis Listing 4.9 for the store) run the same function with their own locality.
+A partition's fragments are summed in one kernel call (``kernels.kmeans_partial_blocks``).
 """
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,11 @@ import numpy as np
 import datasets
 import kernels
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks, rows_per_block
-from workbench.apps.registry import Application, per_mode, register
-from workbench.runtime import splitter
-from workbench.runtime.session import PinnedCall, Session
-from workbench.runtime.store import ArrayBlock, active
-from workbench.runtime.tasks import RRO, TaskRuntime, task
-from workbench.runtime.trace import Recorder
+from workbench.apps.registry import Application, PlacedData, register
+from workbench.runtime.blocks import PlacedBlocks, rows_per_block
+from workbench.runtime.session import Session
+from workbench.runtime.strategies import BlockWork, Plan
+from workbench.runtime.tasks import RRO, task
 
 SHAPE_PARAMETERS = ("points", "dims", "centres", "block")
 
@@ -41,139 +39,54 @@ def partial_sum(fragment: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, 
 
 
 def add_partials(partials: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Add partial sums and counts (of fragments, or of a partition's blocks)."""
+    """Add partial sums and counts (of fragments, or of a partition's fragments)."""
     sums = sum(p[0] for p in partials)
     counts = sum(p[1] for p in partials)
     return sums, counts
 
 
-merge = task(add_partials)
+WORK = BlockWork(block=partial_sum, blocks=kernels.kmeans_partial_blocks, merge=add_partials)
 
 
-def block_partial(fragment: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Plain (untyped-direction) body of ``partial_sum``, for the granularity variants."""
-    _, sums, counts = kernels.kmeans_partial(fragment, centres)
-    return sums, counts
+@dataclass(kw_only=True)
+class KMeansData(PlacedData):
+    """Fragments of points in worker memory, the initial centres, and the stopping rule."""
+
+    centres: np.ndarray
+    iterations: int
+    epsilon: float
 
 
-def partition_partial(blocks: list[np.ndarray], centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A partition's task body: the summed partial (sums, counts) of all its blocks, in one kernel
-    call that iterates them (no partial result per block to allocate and add)."""
-    return kernels.kmeans_partial_blocks(blocks, centres)
-
-
-class KMeansData(PersistedBlocks):
-    """Fragments of points in worker memory, initial centres, and the stopping rule."""
-
-    def __init__(self, session: Session, dataset: Dataset, iterations: int, epsilon: float):
-        super().__init__(session, dataset.to_dask("points"))
-        self.centres = dataset.load("centres")
-        self.iterations = iterations
-        self.epsilon = epsilon
-
-
-def kmeans(session: Session, data: KMeansData, mode: str, recorder: Recorder | None = None) -> tuple[np.ndarray, int]:
-    """Run Algorithm 1 in ``mode``; returns ``(centres, iterations run)``."""
-    recorder = recorder or Recorder()
-    centres = data.centres
-    with TaskRuntime(session, mode, recorder=recorder):
-        for iteration in range(1, data.iterations + 1):
-            # the first iteration carries the one-off costs (publishing, writing files): phase apart
-            with recorder.phase("first-iteration" if iteration == 1 else "later-iterations"):
-                partials = [partial_sum(fragment, centres) for fragment in data.block_futures]
-                sums, counts = session.gather(merge(partials))
-            previous, centres = centres, kernels.kmeans_update(sums, counts, centres)
-            if np.abs(centres - previous).max() <= data.epsilon:
-                break
-    return centres, iteration
-
-
-def _iterate(
-    session: Session, data: KMeansData, recorder: Recorder, one_iteration: Callable[[np.ndarray], list[Any]]
-) -> tuple[np.ndarray, int]:
-    """Lloyd iterations where ``one_iteration(centres)`` returns futures of partial (sums, counts)."""
+def lloyd(plan: Plan, data: KMeansData) -> tuple[np.ndarray, int]:
+    """Algorithm 1 over ``plan``: returns ``(centres, iterations run)``."""
     centres = data.centres
     for iteration in range(1, data.iterations + 1):
-        with recorder.phase("first-iteration" if iteration == 1 else "later-iterations"):
-            partials = one_iteration(centres)
-            sums, counts = session.gather(session.client.submit(add_partials, partials, pure=False))
+        # the first iteration carries the one-off costs (publishing, writing files): phase apart
+        with plan.recorder.phase("first-iteration" if iteration == 1 else "later-iterations"):
+            sums, counts = plan.reduce(WORK, centres)
         previous, centres = centres, kernels.kmeans_update(sums, counts, centres)
         if np.abs(centres - previous).max() <= data.epsilon:
             break
     return centres, iteration
 
 
-def run_blocks(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """One task per fragment per iteration (plain client.map): SplIter's baseline."""
-    return _iterate(session, data, recorder, lambda c: session.client.map(block_partial, data.block_futures, centres=c, pure=False))
-
-
-def run_rechunk(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """Rechunk once to one block per worker (the data moves, timed), then one task per block."""
-    with recorder.phase("rechunk"):
-        rechunked = PersistedBlocks(session, data.array.rechunk((rows_per_block(session, data.array.shape[0]), -1)))
-    return _iterate(session, data, recorder, lambda c: session.client.map(block_partial, rechunked.block_futures, centres=c, pure=False))
-
-
-def run_split(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """SplIter: one task per partition per iteration, iterating its blocks in one kernel call."""
-    with recorder.phase("split"):
-        partitions = splitter.split(session, data.array)
-    return _iterate(
-        session, data, recorder,
-        lambda c: splitter.run_partitions(session, partitions, partition_partial, c),
-    )
-
-
-def _identity(array: np.ndarray) -> np.ndarray:
-    return array
-
-
-def run_split_materialized(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """SplIter, each partition concatenated once on its worker, then reused every iteration."""
-    with recorder.phase("split"):
-        partitions = splitter.split(session, data.array)
-        materialized = splitter.run_partitions(session, partitions, _identity, materialize=True)
-    return _iterate(
-        session, data, recorder,
-        lambda c: session.submit_pinned([
-            PinnedCall(block_partial, (m, c), p.worker, f"block_partial-{uuid.uuid4().hex}") for m, p in zip(materialized, partitions)
-        ]),
-    )
-
-
-class Fragment(ArrayBlock):
-    """A fragment of points in the store; its partial sum runs where it lives."""
-
-    @active
-    def partial_sum(self, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return block_partial(self.data, centres)
-
-
-def run_active(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """Active methods: one ``partial_sum`` call per fragment per iteration, on its backend."""
-    fragments = data.in_store(Fragment)
-    return _iterate(session, data, recorder, lambda c: fragments.call("partial_sum", c))
-
-
-def run_non_active(session: Session, data: KMeansData, recorder: Recorder) -> tuple[np.ndarray, int]:
-    """Non-active: every iteration, each task fetches its fragment through the store."""
-    fragments = data.in_store(Fragment)
-    return _iterate(session, data, recorder, lambda c: fragments.call_non_active("partial_sum", c))
-
-
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMeansData:
+    """Fragments placed on the workers (``blocks_per_worker`` of them each, when given)."""
     shape = {k: int(params[k]) for k in SHAPE_PARAMETERS if k in params}
     if "blocks_per_worker" in params:  # fragments per worker, as SplIter's sweeps count them
         points = shape.get("points", dataset.spec("points").shape[0])
-        shape["block"] = rows_per_block(session, points, int(params["blocks_per_worker"]))
+        shape["block"] = rows_per_block(len(session.workers()), points, int(params["blocks_per_worker"]))
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
     iterations = int(params.get("iterations", dataset.params["iterations"]))
-    return KMeansData(session, dataset, iterations, dataset.params["epsilon"])
+    return KMeansData(
+        blocks=PlacedBlocks(session, dataset.to_dask("points")), centres=dataset.load("centres"),
+        iterations=iterations, epsilon=dataset.params["epsilon"],
+    )
 
 
 def same_answer(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> bool:
+    """The same number of iterations and the same centres (to 1e-9: partial sums add in other orders)."""
     return a[1] == b[1] and bool(np.allclose(a[0], b[0], rtol=0.0, atol=1e-9))
 
 
@@ -183,11 +96,9 @@ APP = register(
         description="k-means, PyCOMPSs Algorithm 1: fragments RRO, centres IN; files vs dask vs rro",
         dataset="kmeans",
         prepare=prepare,
-        variants={
-            **per_mode(kmeans),
-            "blocks": run_blocks, "rechunk": run_rechunk, "split": run_split, "split-materialized": run_split_materialized,
-            "active": run_active, "non-active": run_non_active,
-        },
+        work=WORK,
+        solve=lloyd,
+        strategies=["files", "dask", "rro", "blocks", "rechunk", "split", "split-materialized", "active", "non-active"],
         baseline="files",
         grids={
             "ci": {"dims": [8, 32], "iterations": [3]},

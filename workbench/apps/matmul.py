@@ -3,10 +3,12 @@
 ``C[i][j] += A[i][k] @ B[k][j]`` for all i, j, k: one task per block triple. A and B blocks are
 RRO arguments (each is read by ``blocks`` tasks), C blocks INOUT (renamed: every update is a new
 version). With few large blocks each A/B block is reused often; with many small ones, rarely:
-the paper found RRO helps the first and costs in the second.
+the paper found RRO helps the first and costs in the second. The algorithm is written with
+``@task`` functions, so it runs under the strategies that run such tasks (the RRO modes).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,57 +16,60 @@ import numpy as np
 import datasets
 import kernels
 from datasets import Dataset
-from workbench.apps.placement import PersistedBlocks
-from workbench.apps.registry import Application, per_mode, register
+from workbench.apps.registry import Application, PlacedData, register
+from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
-from workbench.runtime.tasks import INOUT, RRO, TaskRuntime, task
-from workbench.runtime.trace import Recorder
+from workbench.runtime.strategies import Plan
+from workbench.runtime.tasks import INOUT, RRO, task
 
 
 @task(a=RRO, b=RRO, c=INOUT)
 def multiply(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """``c += a @ b`` (a task: ``c`` is renamed, ``a`` and ``b`` are read by many tasks)."""
     kernels.multiply_accumulate(a, b, c)
 
 
-class MatmulData:
-    """A and B in worker memory as grids of block futures."""
+@dataclass(kw_only=True)
+class MatmulData(PlacedData):
+    """A (the placed blocks) and B in worker memory, each a grid of ``n x n`` blocks."""
 
-    def __init__(self, session: Session, dataset: Dataset):
-        self.blocks = dataset.params["blocks"]
-        self.block_size = dataset.params["block_size"]
-        self.a = PersistedBlocks(session, dataset.to_dask("A"))
-        self.b = PersistedBlocks(session, dataset.to_dask("B"))
+    b: PlacedBlocks
+    n: int
+    block_size: int
 
-    def grid(self, placed: PersistedBlocks) -> list[list[Any]]:
-        n = self.blocks
-        return [placed.block_futures[i * n : (i + 1) * n] for i in range(n)]
+    def grid(self, placed: PlacedBlocks) -> list[list[Any]]:
+        """The block futures of ``placed`` as rows of a grid."""
+        return [placed.block_futures[i * self.n : (i + 1) * self.n] for i in range(self.n)]
 
     def locality(self) -> dict[str, str]:
-        return {f"A{k}": w for k, w in self.a.locality().items()} | {f"B{k}": w for k, w in self.b.locality().items()}
+        return {f"A{k}": w for k, w in self.blocks.locality().items()} | {f"B{k}": w for k, w in self.b.locality().items()}
 
     def release(self) -> None:
-        self.a.release()
+        super().release()
         self.b.release()
 
 
-def matmul(session: Session, data: MatmulData, mode: str, recorder: Recorder | None = None) -> np.ndarray:
-    """Algorithm 2 in ``mode``; returns the whole product (gathered to the caller)."""
-    n, size = data.blocks, data.block_size
-    a, b = data.grid(data.a), data.grid(data.b)
-    with TaskRuntime(session, mode, recorder=recorder):
-        c: list[list[Any]] = [[np.zeros((size, size)) for _ in range(n)] for _ in range(n)]
-        for i in range(n):
-            for j in range(n):
-                for k in range(n):
-                    c[i][j] = multiply(a[i][k], b[k][j], c[i][j])
-        return np.block(session.gather(c))
+def solve(plan: Plan, data: MatmulData) -> np.ndarray:
+    """Algorithm 2 in the plan's task runtime; returns the whole product (gathered to the caller)."""
+    n, size = data.n, data.block_size
+    a, b = data.grid(data.blocks), data.grid(data.b)
+    c: list[list[Any]] = [[np.zeros((size, size)) for _ in range(n)] for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            for k in range(n):
+                c[i][j] = multiply(a[i][k], b[k][j], c[i][j])
+    return np.block(plan.session.gather(c))
 
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> MatmulData:
+    """A and B placed as grids of blocks (``blocks`` per side, ``block_size`` rows each)."""
     shape = {k: int(params[k]) for k in ("blocks", "block_size") if k in params}
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
-    return MatmulData(session, dataset)
+    return MatmulData(
+        blocks=PlacedBlocks(session, dataset.to_dask("A")), b=PlacedBlocks(session, dataset.to_dask("B")),
+        n=dataset.params["blocks"], block_size=dataset.params["block_size"],
+    )
 
 
 APP = register(
@@ -73,7 +78,8 @@ APP = register(
         description="blocked matmul, PyCOMPSs Algorithm 2: A, B blocks RRO, C INOUT; files vs dask vs rro",
         dataset="matmul",
         prepare=prepare,
-        variants=per_mode(matmul),
+        solve=solve,
+        strategies=["files", "dask", "rro"],
         baseline="files",
         grids={
             "ci": {"blocks": [2, 4], "block_size": [64]},

@@ -1,19 +1,25 @@
 """What an application is to the experiment runner, and the catalogue of applications.
 
-An application names its dataset, prepares the data on the cluster for one parameter point
-(untimed: generating and placing data is not what is measured), and offers variants: functions
-that compute the same answer in different ways. The runner times only the variants.
+An application names its dataset, places the data on the cluster for one parameter point
+(``prepare``: untimed, generating and placing data is not what is measured), declares its work
+once (:class:`~workbench.runtime.strategies.BlockWork`: the function of one block and the merge of
+partial results) and its algorithm (``solve(plan, data)``: by default one reduce of the work),
+and names the locality strategies it runs under. Its variants are those strategies: variant
+``split`` of ``kmeans`` is k-means' one Lloyd loop with SplIter's plan. The runner times only the
+variants and checks every variant's answer against the baseline's (``same_answer``).
 """
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from datasets import Dataset
+from workbench.runtime import strategies
+from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
+from workbench.runtime.strategies import BlockWork, Plan
 from workbench.runtime.trace import Recorder
 
 
@@ -27,25 +33,96 @@ class Prepared(Protocol):
         """Free what was placed (worker memory, segments, files)."""
 
 
+@dataclass(kw_only=True)
+class PlacedData:
+    """Data placed for one parameter point: the blocks strategies map over, blocks aligned with them
+    (labels beside points), and ``args``, the constants every block call gets after its blocks.
+
+    Applications subclass it to add what their ``solve`` reads (initial centres, a stopping rule ...).
+    """
+
+    blocks: PlacedBlocks | None
+    aligned: tuple[PlacedBlocks, ...] = ()
+    args: tuple[Any, ...] = ()
+
+    def locality(self) -> dict[str, str]:
+        """Block index -> the worker holding it (aligned arrays' blocks prefixed ``aligned<i>``)."""
+        where = self.blocks.locality() if self.blocks is not None else {}
+        for i, other in enumerate(self.aligned):
+            where |= {f"aligned{i}{k}": w for k, w in other.locality().items()}
+        return where
+
+    def release(self) -> None:
+        """Release every placed array (and the views made of it: store collections ...)."""
+        for placed in (self.blocks, *self.aligned):
+            if placed is not None:
+                placed.release()
+
+
 Variant = Callable[[Session, Any, Recorder], Any]
+Solve = Callable[[Plan, Any], Any]
 # The granularity parameter of every blocked application (SplIter's sweeps count blocks per core).
 BLOCKS_PER_WORKER = {"blocks_per_worker": "blocks of the data per worker (more: smaller blocks; default 1)"}
 
 
+def reduce_work(work: BlockWork) -> Solve:
+    """The default algorithm: one reduce of ``work`` with the data's ``args``."""
+
+    def solve(plan: Plan, data: PlacedData) -> Any:
+        return plan.reduce(work, *data.args)
+
+    solve.__doc__ = f"one reduce of {work.name} over the blocks"
+    return solve
+
+
+@dataclass(frozen=True)
+class StrategyVariant:
+    """One variant: the application's algorithm run with one strategy's plan (what the runner times)."""
+
+    application: Application
+    strategy: str
+
+    def __call__(self, session: Session, data: Any, recorder: Recorder) -> Any:
+        strategy = strategies.get(self.strategy)
+        with strategy.open(session, data.blocks, recorder, aligned=data.aligned) as plan:
+            return self.application.solver(plan, data)
+
+    @property
+    def __doc__(self) -> str:  # type: ignore[override]
+        return f"{self.application.name} with strategy {self.strategy!r}: {strategies.get(self.strategy).description}"
+
+
 @dataclass(frozen=True)
 class Application:
-    """An application: its dataset, how to place data, its variants, its parameter grids."""
+    """An application: its dataset, how to place data, its work and algorithm, its strategies and grids."""
 
     name: str
     description: str
     dataset: str
-    prepare: Callable[[Session, Dataset, dict[str, Any]], Prepared]
-    variants: Mapping[str, Variant]
+    prepare: Callable[[Session, Dataset, dict[str, Any]], Any]
+    strategies: Sequence[str]  # the variants: names of registered strategies
     baseline: str
     grids: Mapping[str, Mapping[str, Sequence[Any]]]  # size -> parameter -> values
     parameters: Mapping[str, str]  # every parameter ``prepare`` reads -> what it sets (unnamed ones: defaults)
+    work: BlockWork | None = None
+    solve: Solve | None = None  # the algorithm over a plan (default: one reduce of ``work``)
     same_answer: Callable[[Any, Any], bool] = field(default=lambda a, b: a == b)
+    check: Callable[[Any, Any], None] | None = None  # check(answer, data): raises AssertionError on a wrong answer
     knobs: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # parameter -> choices for live panels
+
+    @property
+    def solver(self) -> Solve:
+        """``solve``, or one reduce of ``work`` when the application declares only its work."""
+        if self.solve is not None:
+            return self.solve
+        if self.work is None:
+            raise ValueError(f"application {self.name!r} declares neither work nor solve")
+        return reduce_work(self.work)
+
+    @property
+    def variants(self) -> dict[str, Variant]:
+        """Variant name -> what the runner calls, one per strategy, in declared order."""
+        return {name: StrategyVariant(self, name) for name in self.strategies}
 
     def check_parameters(self, names: Sequence[str]) -> None:
         """A clear error (with a close match) for a parameter this application does not read."""
@@ -60,10 +137,10 @@ class Application:
                 )
 
     def variant(self, name: str) -> Variant:
-        try:
-            return self.variants[name]
-        except KeyError:
-            raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.variants)}") from None
+        """The variant ``name``; a clear error listing the variants there are."""
+        if name not in self.strategies:
+            raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.strategies)}")
+        return StrategyVariant(self, name)
 
 
 def resized(dataset: Dataset, params: dict[str, Any], shape_keys: Sequence[str] = ("points",)) -> Dataset:
@@ -74,23 +151,19 @@ def resized(dataset: Dataset, params: dict[str, Any], shape_keys: Sequence[str] 
     return datasets.get(dataset.name, dataset.size, dataset.seed, **shape) if shape else dataset
 
 
-def per_mode(function: Callable[[Session, Any, str, Recorder], Any]) -> dict[str, Variant]:
-    """One variant per task-runtime mode (files, dask, rro) of ``function(session, data, mode, recorder)``."""
-    from workbench.runtime.tasks import MODES
-
-    return {mode: functools.partial(_in_mode, function, mode) for mode in MODES}
-
-
-def _in_mode(function: Callable[..., Any], mode: str, session: Session, data: Any, recorder: Recorder) -> Any:
-    return function(session, data, mode, recorder)
-
-
 _APPS: dict[str, Application] = {}
 
 
 def register(app: Application) -> Application:
-    if app.baseline not in app.variants:
-        raise ValueError(f"baseline {app.baseline!r} of {app.name!r} is not one of its variants {list(app.variants)}")
+    """Check ``app`` (strategies exist, baseline among them, grids and knobs name declared parameters) and add it."""
+    if isinstance(app.strategies, str) or not app.strategies:
+        raise ValueError(f"application {app.name!r} needs a list of strategy names, got {app.strategies!r}")
+    for name in app.strategies:
+        strategies.get(name)  # a clear error for a misspelt strategy
+    if app.baseline not in app.strategies:
+        raise ValueError(f"baseline {app.baseline!r} of {app.name!r} is not one of its variants {list(app.strategies)}")
+    if app.work is None and app.solve is None:
+        raise ValueError(f"application {app.name!r} declares neither its work (BlockWork) nor a solve function")
     for grid in app.grids.values():
         app.check_parameters(list(grid))
     app.check_parameters(list(app.knobs))
@@ -98,17 +171,14 @@ def register(app: Application) -> Application:
     return app
 
 
-def _load_builtin() -> None:
-    import workbench.apps.csvm  # noqa: F401  (each registers itself)
-    import workbench.apps.histogram  # noqa: F401
-    import workbench.apps.kmeans  # noqa: F401
-    import workbench.apps.knn  # noqa: F401
-    import workbench.apps.matmul  # noqa: F401
+def unregister(name: str) -> None:
+    """Forget the application ``name`` (tests and notebooks that define their own)."""
+    _APPS.pop(name, None)
 
 
 def get(name: str) -> Application:
-    """The application ``name``; a close-match suggestion when there is none."""
-    _load_builtin()
+    """The application ``name``; a close-match suggestion when there is none (importing
+    :mod:`workbench.apps` registers the built-in applications)."""
     if name not in _APPS:
         hint = difflib.get_close_matches(name, _APPS, n=1)
         raise ValueError(f"no application {name!r}; there are {sorted(_APPS)}" + (f". Did you mean {hint[0]!r}?" if hint else ""))
@@ -116,5 +186,5 @@ def get(name: str) -> Application:
 
 
 def names() -> list[str]:
-    _load_builtin()
+    """Every registered application, sorted."""
     return sorted(_APPS)

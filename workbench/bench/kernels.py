@@ -22,7 +22,7 @@ from numba import njit, prange
 import kernels
 from kernels import prk
 from workbench import machine
-from workbench.bench.timing import median_seconds, time_once
+from workbench.lab.timing import median_seconds, time_once
 
 GB = 1e9
 # Goals from the foundation issue; printed next to the figures, never asserted in tests.

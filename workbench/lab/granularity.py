@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+import datasets
+from workbench.apps import registry
 from workbench.lab.runner import Experiment, run_experiment
 from workbench.runtime.session import Session
 from workbench.runtime.splitter import Partition
@@ -22,9 +24,10 @@ def fragmentation_sweep(session: Session, app: str, size: str = "ci", repeats: i
 
 
 def time_and_tasks(experiment: Experiment) -> pd.DataFrame:
-    """Mean seconds and tasks per run, one row per blocks-per-core, one column pair per variant."""
-    table = experiment.results.groupby(["blocks_per_worker", "variant"])[["seconds", "tasks"]].mean().unstack("variant")
-    return table.round(4)
+    """Mean seconds and tasks per run, one row per blocks-per-core, one column pair per variant
+    (``experiment.summary()`` pivoted)."""
+    summary = experiment.summary().rename(columns={"mean_s": "seconds"})
+    return summary.pivot(index="blocks_per_worker", columns="variant", values=["seconds", "tasks"]).round(4)
 
 
 def partition_table(partitions: list[Partition]) -> pd.DataFrame:
@@ -44,9 +47,6 @@ def weak_scaling(
 ) -> pd.DataFrame:
     """Points grow with the workers (the size's points per worker, times workers): mean seconds per
     variant and the efficiency t(first) / t(n). The cluster is rescaled, then restored."""
-    import datasets
-    from workbench.apps import registry
-
     application = registry.get(app)
     per_worker = datasets.get(application.dataset, size).spec("points").shape[0] // max(workers)
     original = len(session.workers())

@@ -55,9 +55,64 @@ class Experiment:
         return stats.compare(self.results, self.baseline, self.parameters) if self.compared else pd.DataFrame()
 
     def summary(self) -> pd.DataFrame:
-        """Mean seconds and runs of each variant at each parameter point (also for a single run)."""
-        return self.results.groupby([*self.parameters, "variant"])["seconds"].agg(["mean", "count"]).rename(
-            columns={"mean": "mean_s", "count": "runs"}).reset_index()
+        """Per parameter point and variant: mean seconds and runs (also for a single run), and the
+        mean tasks and MB moved between processes where the runs were traced."""
+        groups = self.results.groupby([*self.parameters, "variant"])
+        table = groups["seconds"].agg(["mean", "count"]).rename(columns={"mean": "mean_s", "count": "runs"})
+        if "tasks" in self.results:
+            table["tasks"] = groups["tasks"].mean()
+        if "bytes_transferred" in self.results:
+            table["MB_moved"] = groups["bytes_transferred"].mean() / 1e6
+        return table.reset_index()
+
+    def points(self) -> list[dict[str, Any]]:
+        """The parameter points run, in order (one empty point for an experiment without parameters)."""
+        if not self.parameters:
+            return [{}]
+        return self.results[self.parameters].drop_duplicates().to_dict("records")
+
+    def runs(self, variant: str | None = None, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """The timed runs of ``variant`` (all variants when None) at ``point`` (every point when None);
+        a clear error for a variant or parameter this experiment does not have."""
+        rows = self.results
+        if variant is not None:
+            if variant not in set(rows["variant"]):
+                raise ValueError(f"this experiment has no variant {variant!r}; it has {sorted(set(rows['variant']))}")
+            rows = rows[rows["variant"] == variant]
+        for name, value in (point or {}).items():
+            if name not in self.parameters:
+                raise ValueError(f"this experiment has no parameter {name!r}; its parameters are {self.parameters}")
+            rows = rows[rows[name] == value]
+        return rows
+
+    def median_run(self, variant: str, point: Mapping[str, Any] | None = None) -> str:
+        """The run id of ``variant``'s median-time run at ``point`` (its typical run)."""
+        rows = self.runs(variant, point).sort_values("seconds", kind="stable")
+        if rows.empty:
+            raise ValueError(f"no run of {variant!r} at {dict(point or {})}: the points run are {self.points()}")
+        return str(rows.iloc[len(rows) // 2]["run_id"])
+
+    def trace_of(self, run_id: str) -> pd.DataFrame:
+        """The trace of one run (see :mod:`workbench.runtime.trace`)."""
+        if run_id not in self.traces:
+            raise KeyError(f"no trace of run {run_id!r}: traced runs are {sorted(self.traces)[:5]}... (traces are off with trace=False)")
+        return self.traces[run_id]
+
+    def median_trace(self, variant: str, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """The trace of ``variant``'s median run at ``point``."""
+        return self.trace_of(self.median_run(variant, point))
+
+    def bytes_moved(self, variant: str, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """Source x destination bytes of ``variant``'s median run at ``point``."""
+        return tracing.bytes_moved(self.median_trace(variant, point))
+
+    def moved(self, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """Per variant (at ``point``, or at each point): mean seconds, tasks and MB moved, in run order."""
+        rows = self.runs(point=point)
+        by = [*(p for p in self.parameters if point is None or p not in point), "variant"]
+        table = rows.groupby(by, sort=False)[["seconds", "tasks", "bytes_transferred"]].mean()
+        table["MB_moved"] = table.pop("bytes_transferred") / 1e6
+        return table.round(4)
 
     def stats_table(self) -> str:
         """The papers' table format when there are statistics, else the mean time of each variant."""
@@ -187,6 +242,8 @@ def run_experiment(
                     row, answers[name], _ = _run_once(session, application, name, prepared, params, trace=False)
                     warmups.append({**row, "run_id": f"warmup-p{point_index}-{name}"})
                     bar.update()
+                if application.check is not None:
+                    application.check(answers[baseline], prepared)  # the baseline's answer is right
                 for name in variants:
                     if not application.same_answer(answers[name], answers[baseline]):
                         raise AssertionError(

@@ -1,16 +1,16 @@
-"""The active store's experiments (thesis ch. 4): weak scaling, what moved, kNN's many-to-many.
+"""The active store's experiments (thesis ch. 4): its variants against plain Dask, and kNN's many-to-many.
 
 Every variant runs through the experiment runner, so answers are checked against the baseline
-(the plain one-task-per-block Dask code, ``blocks``) and every run has a trace. ``moved`` turns
-a run's trace into the bytes each variant moved, which is where active and non-active differ.
+(the plain one-task-per-block Dask code, ``blocks``) and every run has a trace; the experiment's
+own queries (``moved()``, ``bytes_moved(variant)``, ``median_trace(variant)``) show what moved,
+which is where active and non-active differ. Weak scaling is :func:`workbench.lab.granularity.weak_scaling`
+with ``variants=VARIANTS[app]``.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.lab import granularity
 from workbench.lab.runner import Experiment, run_experiment
-from workbench.runtime import trace as tracing
 from workbench.runtime.session import Session
 
 VARIANTS = {
@@ -22,7 +22,7 @@ VARIANTS = {
 KNN_BLOCKS = {"ci": [1, 4], "lab": [1, 4, 16], "full": [1, 8, 48]}
 
 
-def compare(session: Session, app: str, size: str = "ci", repeats: int = 3, blocks_per_worker: int | None = None) -> Experiment:
+def store_variants(session: Session, app: str, size: str = "ci", repeats: int = 3, blocks_per_worker: int | None = None) -> Experiment:
     """The store variants of ``app`` against its plain Dask baseline, at one point of its grid."""
     grid = None
     if blocks_per_worker is not None:
@@ -30,36 +30,12 @@ def compare(session: Session, app: str, size: str = "ci", repeats: int = 3, bloc
     return run_experiment(session, app, VARIANTS[app], size=size, grid=grid, repeats=repeats, progress=False, baseline="blocks")
 
 
-def weak_scaling(session: Session, app: str, size: str = "ci", workers: tuple[int, ...] = (1, 2), repeats: int = 3) -> pd.DataFrame:
-    """Thesis Figs. 4.4-4.6 on one machine: one block per worker, points growing with the workers."""
-    return granularity.weak_scaling(session, app, size=size, workers=workers, blocks_per_worker=1, repeats=repeats, variants=VARIANTS[app])
-
-
-def moved(experiment: Experiment) -> pd.DataFrame:
-    """Per variant: mean seconds, tasks, and bytes moved between processes (from the traces)."""
-    table = experiment.results.groupby("variant")[["seconds", "tasks", "bytes_transferred"]].mean()
-    table["MB_moved"] = table.pop("bytes_transferred") / 1e6
-    return table.reindex([v for v in experiment.results["variant"].unique()]).round(4)
-
-
-def first_trace(experiment: Experiment, variant: str) -> pd.DataFrame:
-    """The trace of ``variant``'s first timed run (for a Gantt chart or a bytes-moved matrix)."""
-    run_id = experiment.results.loc[experiment.results["variant"] == variant, "run_id"].iloc[0]
-    return experiment.traces[run_id]
-
-
-def bytes_moved(experiment: Experiment, variant: str) -> pd.DataFrame:
-    """Source x destination bytes of ``variant``'s first timed run."""
-    return tracing.bytes_moved(first_trace(experiment, variant))
-
-
 def knn_many_to_many(session: Session, size: str = "ci", repeats: int = 3) -> tuple[Experiment, pd.DataFrame]:
     """kNN at more and more blocks per worker: active lookups pay for query blocks that travel to
-    every tree; one tree per partition (``active-split``) cuts the trees to one per worker."""
+    every tree; one tree per partition (``active-split``) cuts the trees to one per worker.
+    Returns the experiment and its ``moved()`` table (seconds, tasks, MB moved per point and variant)."""
     experiment = run_experiment(
         session, "knn", VARIANTS["knn"], size=size, grid={"blocks_per_worker": KNN_BLOCKS[size]},
         repeats=repeats, progress=False, baseline="blocks",
     )
-    table = experiment.results.groupby(["blocks_per_worker", "variant"])[["seconds", "tasks", "bytes_transferred"]].mean()
-    table["MB_moved"] = table.pop("bytes_transferred") / 1e6
-    return experiment, table.round(4)
+    return experiment, experiment.moved()

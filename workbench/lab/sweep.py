@@ -1,18 +1,19 @@
-"""Block-size sweeps: the same work cut into more and more blocks (one task per block)."""
+"""Block-size sweeps: the same work cut into more and more blocks (one task per block).
+
+A sweep is an experiment of the runner (the histogram's ``blocks`` variant at each total number of
+blocks), so warm-up, answer checks and interleaving are the runner's; this module turns its
+results into the table lesson 00 plots and fits the cost of one task.
+"""
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 import datasets
-import kernels
-from workbench.apps.histogram import histogram_blocks
-from workbench.apps.placement import PersistedBlocks
+from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session
-
 
 # Numbers of blocks to sweep per size: from one block per worker to far too many.
 BLOCKS_BY_SIZE = {"ci": (2, 8, 32, 128), "lab": (2, 8, 32, 128, 512), "full": (2, 8, 32, 128, 512, 2048)}
@@ -31,10 +32,6 @@ def per_task_cost(runs: pd.DataFrame) -> tuple[float, float]:
     return float(fixed), float(per_task)
 
 
-def _warm_up(bins: int, ranges: Sequence[tuple[float, float]]) -> None:
-    kernels.histogramdd(np.zeros((1, len(ranges))), bins, ranges)
-
-
 def histogram_block_sweep(
     session: Session,
     size: str = "ci",
@@ -44,31 +41,20 @@ def histogram_block_sweep(
 ) -> pd.DataFrame:
     """Time the blocked histogram of the ``histogram`` dataset at each number of blocks.
 
-    The points are generated on the workers and persisted before timing, so only the tasks are
-    timed. Every run is checked against the numba kernel on the whole array. One row per run:
-    blocks, rows per block, repeat, seconds.
+    The points are generated on the workers and placed before timing, so only the tasks are
+    timed; every run's counts are checked (every point counted once). One row per run: blocks,
+    rows per block, repeat, seconds.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    ds = datasets.get("histogram", size, seed)
-    n_points = ds.spec("points").shape[0]
-    bins, ranges = ds.params["bins"], ds.params["range"]
-    expected = kernels.histogramdd(ds.load("points"), bins, ranges, parallel=True) if size == "ci" else None
-    session.run(_warm_up, bins, ranges)  # numba compile or cache load, before any timing
-    rows = []
-    for n_blocks in blocks:
-        if not 1 <= n_blocks <= n_points:
-            raise ValueError(f"blocks must be between 1 and {n_points} (the number of points), got {n_blocks}")
-        block_rows = -(-n_points // n_blocks)
-        points = PersistedBlocks(session, ds.to_dask("points", block_rows))
-        for repeat in range(repeats):
-            start = time.perf_counter()
-            counts = histogram_blocks(session, points.block_futures, bins, ranges)
-            seconds = time.perf_counter() - start
-            if expected is not None and not np.array_equal(counts, expected):
-                raise AssertionError(f"blocked histogram with {n_blocks} blocks differs from the kernel")
-            if counts.sum() != n_points:
-                raise AssertionError(f"blocked histogram counted {counts.sum()} of {n_points} points")
-            rows.append(dict(blocks=len(points.block_futures), block_rows=block_rows, repeat=repeat, seconds=seconds))
-        points.release()
-    return pd.DataFrame(rows)
+    n_points = datasets.get("histogram", size, seed).spec("points").shape[0]
+    experiment = run_experiment(
+        session, "histogram", ["blocks"], size=size, grid={"blocks": [int(b) for b in blocks]},
+        repeats=repeats, seed=seed, trace=False, progress=False,
+    )
+    runs = experiment.results
+    block_rows = [-(-n_points // int(b)) for b in runs["blocks"]]
+    return pd.DataFrame({
+        "blocks": [-(-n_points // r) for r in block_rows],  # the blocks there were (the last one may be short)
+        "block_rows": block_rows,
+        "repeat": runs["repeat"].to_numpy(),
+        "seconds": runs["seconds"].to_numpy(),
+    })

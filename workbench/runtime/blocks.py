@@ -8,10 +8,11 @@ holds, also when Dask does not know (``y[y > 0.5]`` has chunks of size NaN until
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dask.array as da
+import numpy as np
 from distributed import Future, futures_of
 
 from workbench.runtime.session import Session
@@ -36,6 +37,13 @@ def check_row_blocks(array: Any, what: str) -> da.Array:
             "make every other axis one block first (x.rechunk({1: -1, ...}))"
         )
     return array
+
+
+def is_persisted(array: da.Array) -> bool:
+    """Whether every block of ``array`` is a future (a graph built on persisted blocks, such as
+    ``persisted.rechunk(...)``, holds futures too, but not of its own blocks)."""
+    held = {f.key for f in futures_of(array)}
+    return bool(held) and all(k in held for k in flat_keys(array.__dask_keys__()))
 
 
 def block_futures(array: da.Array) -> list[Future]:
@@ -66,8 +74,124 @@ def persist_row_blocks(session: Session, array: Any, what: str) -> tuple[da.Arra
     are measured where the blocks are.
     """
     array = check_row_blocks(array, what)
-    if not futures_of(array):
+    if not is_persisted(array):
         array = session.client.persist(array)
     futures = block_futures(array)
     session.wait(futures)
     return array, futures, row_chunks(session, array, futures)
+
+
+def rows_per_block(workers: int, n_rows: int, blocks_per_worker: int = 1) -> int:
+    """Rows per block so that ``n_rows`` make ``blocks_per_worker`` blocks on each of ``workers`` (at least 1)."""
+    if blocks_per_worker < 1:
+        raise ValueError(f"blocks_per_worker must be at least 1, got {blocks_per_worker}")
+    return max(1, -(-n_rows // (blocks_per_worker * max(1, workers))))
+
+
+class PlacedBlocks:
+    """A blocked Dask array computed into worker memory: its block futures in block order, where each
+    block lives, and the views made of it (a store collection ...), released together.
+
+    Every strategy maps work over these blocks; futures (not raw keys) are what tasks receive, so
+    the scheduler sees each dependency and runs a task where its block lives. Row-blocked arrays
+    (cut along the first axis only) also know their rows per block, measured on the workers where
+    Dask does not know them; a grid of blocks (a matrix cut both ways) has block futures only.
+    """
+
+    def __init__(self, session: Session, array: Any, what: str = "placed blocks"):
+        if not isinstance(array, da.Array):
+            raise TypeError(f"{what} takes a dask.array.Array, got {type(array).__name__}")
+        self.session = session
+        self.row_blocked = array.ndim > 0 and all(n == 1 for n in array.numblocks[1:])
+        if self.row_blocked:
+            self.array, self.block_futures, self.chunks = persist_row_blocks(session, array, what)
+        else:
+            self.array = array if is_persisted(array) else session.client.persist(array)
+            self.block_futures = block_futures(self.array)
+            session.wait(self.block_futures)
+            self.chunks = ()
+        self._views: dict[Any, tuple[Any, Callable[[Any], None]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.block_futures)
+
+    def __repr__(self) -> str:
+        return f"<PlacedBlocks {len(self)} blocks, shape {self.shape}, {self.dtype}>"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self.row_blocked:
+            return (int(sum(self.chunks)), *(int(n) for n in self.array.shape[1:]))
+        return tuple(int(n) for n in self.array.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def _rows_only(self, what: str) -> None:
+        if not self.row_blocked:
+            raise ValueError(
+                f"{what} needs row blocks (cut along the first axis only); these are {self.array.numblocks} blocks: "
+                "rechunk every other axis to one block first"
+            )
+
+    def offsets(self) -> np.ndarray:
+        """Global first row of each block, and the total rows at the end."""
+        self._rows_only("offsets")
+        return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
+
+    def item_ranges(self) -> list[tuple[int, int]]:
+        """Global ``[start, stop)`` rows of each block, in block order."""
+        offsets = self.offsets()
+        return [(int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:])]
+
+    def holders(self) -> list[str | None]:
+        """One worker holding each block (None for a lost block), in block order: one scheduler query."""
+        who_has = self.session.client.who_has(self.block_futures)
+        return [(sorted(who_has.get(f.key, ())) or [None])[0] for f in self.block_futures]
+
+    def locality(self) -> dict[str, str]:
+        """Block index (as text, e.g. "(3, 0)") -> the worker holding it."""
+        return {str(tuple(f.key[1:])): holder or "" for f, holder in zip(self.block_futures, self.holders())}
+
+    def check_aligned(self, other: PlacedBlocks, names: tuple[str, str] = ("the blocks", "the aligned blocks")) -> None:
+        """A clear error unless ``other`` is cut into the same row blocks (labels beside points ...)."""
+        self._rows_only("aligning")
+        other._rows_only("aligning")
+        if self.chunks != other.chunks:
+            raise ValueError(
+                f"{names[0]} and {names[1]} have different row blocks ({len(self.chunks)} vs {len(other.chunks)} blocks, "
+                f"first {self.chunks[:3]} vs {other.chunks[:3]}): place {names[1]} with the same rows per block"
+            )
+
+    def rechunked(self, rows: int) -> PlacedBlocks:
+        """The same rows in blocks of ``rows`` rows, placed (the data moves: Dask's rechunk)."""
+        self._rows_only("rechunking")
+        return PlacedBlocks(self.session, self.array.rechunk((rows, *(-1 for _ in self.array.shape[1:]))), "rechunked blocks")
+
+    def view(self, key: Any, make: Callable[[], Any], release: Callable[[Any], None]) -> Any:
+        """What ``make()`` built from these blocks (a store collection ...), made once per ``key`` and
+        released by ``release(view)`` with the blocks: the first, untimed warm-up run pays for it."""
+        if self.array is None:
+            raise RuntimeError("these blocks were released: place the data again")
+        if key not in self._views:
+            self._views[key] = (make(), release)
+        return self._views[key][0]
+
+    def release(self) -> None:
+        """Release the views, then drop the references; Dask frees the blocks once no client holds them."""
+        views, self._views = self._views, {}
+        errors = []
+        for view, release in views.values():
+            try:
+                release(view)
+            except Exception as error:  # release every view, then report the first failure
+                errors.append(error)
+        self.block_futures = []
+        self.array = None
+        if errors:
+            raise errors[0]

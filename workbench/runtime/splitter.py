@@ -22,8 +22,9 @@ import dask.array as da
 import numpy as np
 from distributed import Future, futures_of
 
-from workbench.runtime.blocks import block_futures, persist_row_blocks
+from workbench.runtime.blocks import PlacedBlocks, block_futures, persist_row_blocks
 from workbench.runtime.session import PinnedCall, Session
+from workbench.runtime.store import BlockCollection, local_object
 
 
 @dataclass
@@ -54,19 +55,17 @@ class Partition:
 
 
 def _is_collection(x: Any) -> bool:
-    from workbench.runtime.store import BlockCollection
-
     return isinstance(x, BlockCollection)
 
 
 def _row_chunks(x: Any) -> tuple[Any, ...]:
-    return tuple(x.chunks) if _is_collection(x) else tuple(x.chunks[0])
+    return tuple(x.chunks) if _is_collection(x) or isinstance(x, PlacedBlocks) else tuple(x.chunks[0])
 
 
 def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Partition]:
     """Partitions of ``x``'s row blocks, grouped by the worker holding them, ``partitions_per_worker`` each.
 
-    ``x`` is a Dask array (persisted, and waited for, if it is not already; cut along the first
+    ``x`` is :class:`~workbench.runtime.blocks.PlacedBlocks`, a Dask array (persisted, and waited for, if it is not already; cut along the first
     axis only, any number of dimensions; unknown row counts, as after ``y[y > 0.5]``, are measured
     where the blocks are) or a store :class:`~workbench.runtime.store.BlockCollection`. A worker
     holding fewer blocks than ``partitions_per_worker`` gets one partition per block; no rows, no
@@ -75,8 +74,12 @@ def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Part
     _check_partitions_per_worker(partitions_per_worker)
     if _is_collection(x):
         return _group(x, x.blocks, x.holders(), x.chunks, partitions_per_worker)
+    if isinstance(x, PlacedBlocks):
+        if not x.row_blocked:
+            raise ValueError(f"split takes row blocks (cut along the first axis only); these are {x.array.numblocks} blocks")
+        return _group(x, x.block_futures, x.holders(), x.chunks, partitions_per_worker) if sum(x.chunks) else []
     if not isinstance(x, da.Array):
-        raise TypeError(f"split takes a dask.array.Array or a store BlockCollection, got {type(x).__name__}")
+        raise TypeError(f"split takes PlacedBlocks, a dask.array.Array or a store BlockCollection, got {type(x).__name__}")
     x, blocks, chunks = persist_row_blocks(session, x, "split")
     if sum(chunks) == 0:
         return []
@@ -129,12 +132,9 @@ def _run_store_partition(
     kwargs: dict[str, Any],
 ) -> Any:
     """Task body for a store collection: its blocks are objects of this worker's backend (no copy)."""
-    from workbench.runtime.store.backend import local_backend
-
-    backend = local_backend()
 
     def data(proxies: list[Any]) -> list[np.ndarray]:
-        return [backend.obtain(p.ref, "partition", for_write=False)[1].obj.data for p in proxies]
+        return [local_object(p).data for p in proxies]
 
     return _run_partition(function, data(blocks), [data(o) for o in others], materialize, merge, args, kwargs)
 
@@ -201,6 +201,8 @@ def aligned(partition: Partition, other: Any, session: Session) -> list[Any]:
     """
     if _is_collection(other):
         return [other.blocks[i] for i in partition.get_indexes()]
+    if isinstance(other, PlacedBlocks):
+        return [other.block_futures[i] for i in partition.get_indexes()]
     if not futures_of(other):
         raise ValueError("the aligned array is not persisted: session.client.persist(array) it first")
     other_blocks = block_futures(other)

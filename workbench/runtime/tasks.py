@@ -306,6 +306,14 @@ class TaskFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Future:
         return self.submit(*args, **kwargs)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Travel by reference (module and name) when the module holds this very task function, as a
+        plain function does: a task message then carries a few bytes, not the pickled function."""
+        module, name = getattr(self.function, "__module__", None), getattr(self.function, "__qualname__", "")
+        if module and "<" not in name and _lookup(module, name) is self:
+            return (_lookup, (module, name))
+        return (TaskFunction, (self.function, self.directions))
+
     def submit(self, *args: Any, workers: list[str] | None = None, **kwargs: Any) -> Future:
         """Submit the task; ``workers`` pins it (for benchmarks that need every worker to run it)."""
         runtime = current()
@@ -321,6 +329,19 @@ class TaskFunction:
             _execute, self.function, self.inout, runtime.mode, message, pure=False,
             key=f"{self.function.__name__}-{uuid.uuid4().hex}", **placement,
         )
+
+
+def _lookup(module: str, name: str) -> Any:
+    """``module.name`` (a task function, found again where it is unpickled); None if there is none."""
+    import importlib
+
+    try:
+        target: Any = importlib.import_module(module)
+        for part in name.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError):
+        return None
+    return target
 
 
 def _futures_in(value: Any) -> bool:

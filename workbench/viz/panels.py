@@ -119,7 +119,7 @@ class ExperimentPanel:
         from workbench.runtime import trace as tracing
         from workbench.viz.gantt import gantt
         from workbench.viz.locality import block_map, bytes_matrix
-        from workbench.viz.report import median_run, stats_html
+        from workbench.viz.report import stats_html
         from workbench.viz.timing import comparison_figure
 
         self.button.disabled = True
@@ -134,19 +134,18 @@ class ExperimentPanel:
                 grid={name: [value] for name, value in point.items()}, repeats=self.repeats.value, progress=False,
             )
             self.experiment = experiment
-            compared = experiment.results["variant"].nunique() > 1
-            self.table.value = stats_html(experiment.stats(), experiment.parameters) if compared else ""
+            self.table.value = stats_html(experiment.stats(), experiment.parameters) if experiment.compared else ""
             figures = [comparison_figure(experiment.results, experiment.parameters)]
             frames = []
             for variant in experiment.metadata["variants"]:
-                run_id = median_run(experiment.results, variant, point)
-                frames.append(experiment.traces[run_id])
-                figures.append(gantt(experiment.traces[run_id], title=f"{variant}: median run ({run_id})"))
+                run_id = experiment.median_run(variant, point)
+                frames.append(experiment.trace_of(run_id))
+                figures.append(gantt(frames[-1], title=f"{variant}: median run ({run_id})"))
             figures.append(bytes_matrix(tracing.bytes_moved(pd.concat(frames))))
             figures.append(block_map(next(iter(experiment.locality.values()))))
             self.figures.children = [BokehModel(f) for f in figures]
-            means = experiment.results.groupby("variant")["seconds"].mean()
-            self.status.value = "done: " + ", ".join(f"{v} {s:.4f} s" for v, s in means.items())
+            means = experiment.summary()
+            self.status.value = "done: " + ", ".join(f"{v} {s:.4f} s" for v, s in zip(means["variant"], means["mean_s"]))
             return experiment
         except Exception as error:  # shown in the panel: a click has no traceback to read
             self.status.value = f"<b>error:</b> {error}"

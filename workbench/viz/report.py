@@ -19,16 +19,8 @@ from workbench.viz.locality import block_map, bytes_matrix
 from workbench.viz.timing import comparison_figure
 
 
-def median_run(results: pd.DataFrame, variant: str, params: dict) -> str:
-    """The run id whose time is the median of ``variant`` at ``params`` (the typical run)."""
-    rows = results[results["variant"] == variant]
-    for name, value in params.items():
-        rows = rows[rows[name] == value]
-    rows = rows.sort_values("seconds")
-    return str(rows.iloc[len(rows) // 2]["run_id"])
-
-
 def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
+    """The statistics table (``Experiment.stats()``) as HTML, the papers' columns; a note when empty."""
     if table.empty:
         return "<p>(one variant, or one run of each: nothing to compare; run at least two repeats)</p>"
     shown = table.assign(
@@ -56,15 +48,14 @@ def build(experiment: Experiment):
         Div(text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters), width=900),
         comparison_figure(experiment.results, experiment.parameters),
     ]
-    points = experiment.results[experiment.parameters].drop_duplicates().to_dict("records") if experiment.parameters else [{}]
-    last = points[-1]
+    last = experiment.points()[-1]
     if experiment.traces:
         parts.append(Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900))
         combined = []
         for variant in meta["variants"]:
-            run_id = median_run(experiment.results, variant, last)
+            run_id = experiment.median_run(variant, last)
             if run_id in experiment.traces:
-                frame = experiment.traces[run_id]
+                frame = experiment.trace_of(run_id)
                 parts.append(gantt(frame, title=f"{variant} ({run_id})"))
                 combined.append(frame)
         if combined:

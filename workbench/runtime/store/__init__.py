@@ -35,6 +35,8 @@ from workbench.runtime.store.client import (
     Store,
     current_store,
     default_directory,
+    local_object,
+    persist_here,
     registered_directory,
     store_for,
 )
@@ -43,5 +45,5 @@ from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [
     "ActiveMethod", "ArrayBlock", "BackendUnreachable", "BlockCollection", "NotHere", "ObjectLost", "PersistentObject", "Proxy", "Store",
-    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "registered_directory", "store_for",
+    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "local_object", "persist_here", "registered_directory", "store_for",
 ]

@@ -22,6 +22,7 @@ import pickle
 import stat
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,15 @@ from distributed.utils import sync
 
 from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME, RESULT_KEY
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
-from workbench.runtime.store.model import ObjectRef, ReadWriteLock, detach_result, set_arrays_writeable, state_nbytes
+from workbench.runtime.store.model import (
+    ObjectRef,
+    ReadWriteLock,
+    StoredHandle,
+    catalogue_entry,
+    detach_result,
+    set_arrays_writeable,
+    state_nbytes,
+)
 from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
@@ -206,8 +215,6 @@ class StoreBackend(WorkerPlugin):
 
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
-        from workbench.runtime.store.model import catalogue_entry
-
         self.catalogue("register", entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)])
         return self.add(oid, 0, obj)
 
@@ -328,10 +335,9 @@ class StoreBackend(WorkerPlugin):
 
     def resolve_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Proxies among the arguments become their objects (this backend's, or a fetched copy)."""
-        from workbench.runtime.store.client import Proxy
 
         def resolve(value: Any) -> Any:
-            if isinstance(value, Proxy):
+            if isinstance(value, StoredHandle):
                 _, entry = self.obtain(value.ref, task, for_write=False)
                 return entry.obj
             return value
@@ -491,21 +497,6 @@ def local_backend() -> StoreBackend:
     return plugin
 
 
-def persist_here(obj: Any, alias: str | None = None) -> Any:
-    """Inside a task: make ``obj`` an object of this worker's backend and return its proxy."""
-    import uuid
-
-    from workbench.runtime.store.client import Proxy, _check_persistable
-    from workbench.runtime.store.model import check_alias, class_name, ship_by_value
-
-    _check_persistable(obj)
-    check_alias(alias)
-    ship_by_value(type(obj))
-    oid = uuid.uuid4().hex
-    local_backend().register_and_add(obj, oid, alias)
-    return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())
-
-
 def run_active(ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Task body of an active call: the method runs on this worker, where the object lives."""
     return local_backend().invoke(ref, method, writes, args, kwargs)
@@ -521,6 +512,4 @@ def run_non_active(ref: ObjectRef, method: str, args: tuple[Any, ...], kwargs: d
 
 def task_key(method: str, active: bool) -> str:
     """A fresh key whose prefix reads ``<method>-active`` (or ``-non-active``) in task streams."""
-    import uuid
-
     return f"{method}{ACTIVE_KEY_MARK if active else '-non-active-'}{uuid.uuid4().hex}"

@@ -23,6 +23,13 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from workbench.runtime.store.model import check_alias
 
+STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
+
+
+def default_directory() -> Path:
+    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
+    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+
 PLUGIN_NAME = "workbench-store"
 HANDLER = "workbench_store"
 ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the caller to raise

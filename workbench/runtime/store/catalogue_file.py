@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench.runtime.store.catalogue import default_directory
+
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 
 
 def read(directory: str | Path | None = None) -> dict[str, Any]:
     """Objects (with current version and aliases) of the store in ``directory``."""
-    from workbench.runtime.store.client import default_directory
-
     directory = Path(directory or default_directory()).expanduser()
     path = directory / "catalogue.sqlite"
 

@@ -34,27 +34,23 @@ from workbench.runtime.store.backend import (
     run_non_active,
     task_key,
 )
-from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue
+from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, STORE_DIR_ENV, StoreCatalogue, default_directory
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
+    StoredHandle,
     active,
     catalogue_entry,
     check_alias,
     check_method,
     class_name,
+    install_persister,
     ship_by_value,
     state_nbytes,
 )
 
-STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
 _current: Store | None = None
-
-
-def default_directory() -> Path:
-    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
-    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
 
 
 class Registration(NamedTuple):
@@ -564,7 +560,7 @@ def submit_active_many(
     ])
 
 
-class Proxy:
+class Proxy(StoredHandle):
     """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
 
     def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Store | None = None):
@@ -774,6 +770,64 @@ class BlockCollection:
         """Delete the collection and its blocks."""
         self.store.delete([*self.blocks, Proxy(ObjectRef(self.oid), {}, self.store)])
         self.blocks = []
+
+
+# -- inside tasks ----------------------------------------------------------------------------------
+def persist_here(obj: Any, alias: str | None = None) -> Proxy:
+    """Inside a task: make ``obj`` an object of this worker's backend and return its proxy."""
+    _check_persistable(obj)
+    check_alias(alias)
+    ship_by_value(type(obj))
+    oid = uuid.uuid4().hex
+    local_backend().register_and_add(obj, oid, alias)
+    return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())
+
+
+def local_object(proxy: Proxy) -> Any:
+    """Inside a task on a worker: the object ``proxy`` names, from this worker's backend, no copy.
+
+    For task bodies that run where an object lives (SplIter partitions of a store collection, a
+    task pinned to a block's holder) and read it in place. No lock is held once this returns:
+    read-only use only (a writing method of the object, running at the same time, may change what
+    you read; call an ``@active(writes=True)`` method to change it). Raises :class:`NotHere` when
+    this backend does not hold the object (it lives elsewhere, or only on disk): pin the task to
+    ``proxy.locations()``, or call an active method instead, which runs where the object is.
+    """
+    if not isinstance(proxy, StoredHandle):
+        raise TypeError(f"local_object takes a store proxy, got {type(proxy).__name__}")
+    try:
+        backend = local_backend()
+    except ValueError:
+        raise RuntimeError("local_object runs inside a task on a worker (it reads that worker's backend)") from None
+    ref = proxy.ref
+    entry = backend.local(ref) if ref.version is not None else None
+    if entry is None:  # a proxy of "the current version": ask the catalogue which that is
+        (info,) = backend.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
+        if "missing" in info:
+            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
+        entry = backend.local(ObjectRef(ref.oid, info["version"]))
+    if entry is None:
+        raise NotHere(
+            f"{proxy.ref.label()} is not held by this backend ({backend.worker.address}): run the task where the object "
+            "lives (proxy.locations()), or call an active method, which does"
+        )
+    return entry.obj
+
+
+def _persist_anywhere(obj: Any, alias: str | None, backend: str | None) -> Proxy:
+    """``PersistentObject.make_persistent``: on this worker's backend inside a task, else in the current store."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except ValueError:
+        return current_store().make_persistent(obj, alias=alias, backend=backend)
+    if backend is not None:
+        raise ValueError("inside a task an object is persisted on the task's own worker: leave backend=None")
+    return persist_here(obj, alias)
+
+
+install_persister(_persist_anywhere)
 
 
 # -- helpers -------------------------------------------------------------------------------------

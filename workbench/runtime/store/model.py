@@ -48,6 +48,24 @@ def active(function: Callable[..., Any] | None = None, *, writes: bool = False) 
     return mark(function) if function is not None else mark
 
 
+# Installed by the store's client module when it is imported: persists an object from a client (in
+# the current store) or from a task (on its worker's backend). A hook, so that this module, which a
+# class written in a notebook imports, depends on nothing else in the store.
+_PERSISTER: Callable[[Any, str | None, str | None], Any] | None = None
+
+
+def install_persister(persister: Callable[[Any, str | None, str | None], Any]) -> None:
+    """Set what ``PersistentObject.make_persistent(alias, backend)`` calls (the store client does)."""
+    global _PERSISTER
+    _PERSISTER = persister
+
+
+class StoredHandle:
+    """Base class of store proxies: what a backend resolves to its object when it is an argument."""
+
+    ref: ObjectRef
+
+
 class PersistentObject:
     """Base class of objects that can live in the store (see :mod:`workbench.runtime.store`).
 
@@ -63,18 +81,9 @@ class PersistentObject:
         In a client: in the current store (the last one opened), on ``backend`` or round-robin.
         Inside a task on a worker: on that worker's backend (the object does not move).
         """
-        from workbench.runtime.store.backend import persist_here
-        from workbench.runtime.store.client import current_store
-
-        try:
-            from distributed import get_worker
-
-            get_worker()
-        except ValueError:
-            return current_store().make_persistent(self, alias=alias, backend=backend)
-        if backend is not None:
-            raise ValueError("inside a task an object is persisted on the task's own worker: leave backend=None")
-        return persist_here(self, alias)
+        if _PERSISTER is None:
+            raise RuntimeError("the store is not loaded: import workbench.runtime.store (and open a Store) first")
+        return _PERSISTER(self, alias, backend)
 
     @classmethod
     def active_methods(cls) -> dict[str, bool]:

@@ -1,4 +1,4 @@
-"""Wall-clock timing helpers for benchmarks (never used to assert in tests)."""
+"""Wall-clock timing helpers for benchmarks and kernel comparisons (never used to assert in tests)."""
 from __future__ import annotations
 
 import statistics

@@ -5,7 +5,7 @@ import pandas as pd
 
 import datasets
 import kernels
-from workbench.bench.timing import median_seconds, time_once
+from workbench.lab.timing import median_seconds, time_once
 
 
 def histogram_kernels(size: str = "ci", repeats: int = 3, seed: int = 0) -> pd.DataFrame:

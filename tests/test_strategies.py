@@ -1,0 +1,166 @@
+"""Strategies and declared applications: one block function and one merge give every variant."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import datasets
+from workbench import apps
+from workbench.lab.runner import run_experiment
+from workbench.runtime import strategies, trace
+from workbench.runtime.blocks import PlacedBlocks
+from workbench.runtime.strategies import BlockWork
+from workbench.runtime.strategies.base import merge_here
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="module")
+def example(session):
+    """The recipes' strategy and application, registered for this module only."""
+    import example_strategy  # noqa: F401  (registers "scattered")
+    import example_app
+
+    yield example_app.APP
+    apps.unregister(example_app.APP.name)
+    strategies.unregister("scattered")
+
+
+def test_a_new_application_gets_every_strategy(session, example):
+    assert list(example.variants) == strategies.names()  # "scattered" included: registered before the app
+    experiment = run_experiment(session, example.name, size="ci", repeats=1, progress=False)  # answers checked against blocks
+    assert set(experiment.results["variant"]) == set(strategies.names())
+    points = datasets.get("histogram", "ci").load("points")
+    data = example.prepare(session, datasets.get("histogram", "ci"), {"blocks_per_worker": 3})
+    try:
+        sums, rows = example.variant("rro")(session, data, trace.Recorder())
+    finally:
+        data.release()
+    assert rows == len(points)
+    np.testing.assert_allclose(sums, points.sum(axis=0), rtol=1e-12)
+
+
+def test_a_strategy_that_ignores_locality_moves_the_blocks(session, example):
+    import example_app
+
+    data = example.prepare(session, datasets.get("histogram", "ci"), {"blocks_per_worker": 3})
+    try:
+        holders = lambda: [len(h) for h in session.client.who_has(data.blocks.block_futures).values()]  # noqa: E731
+        with strategies.get("blocks").open(session, data.blocks) as plan:
+            plan.reduce(example_app.APP.work)
+        assert max(holders()) == 1  # code went to the data: no block was copied
+        with strategies.get("scattered").open(session, data.blocks) as plan:
+            plan.reduce(example_app.APP.work)
+        assert max(holders()) == 2  # blocks were copied to the workers the tasks were sent to
+    finally:
+        data.release()
+
+
+def test_block_work_and_registries_refuse_bad_declarations(session):
+    with pytest.raises(TypeError, match="BlockWork.block must be a function"):
+        BlockWork(block=1, merge=sum)
+    with pytest.raises(ValueError, match="fan_in must be None"):
+        BlockWork(block=len, merge=sum, fan_in=1)
+    with pytest.raises(ValueError, match="no strategy 'splt'.*Did you mean 'split'"):
+        strategies.get("splt")
+    with pytest.raises(ValueError, match="no strategy 'blocs'"):
+        apps.register(apps.Application(
+            name="bad", description="test", dataset="histogram", prepare=lambda s, d, p: None, work=BlockWork(block=len, merge=sum),
+            strategies=["blocs"], baseline="blocs", grids={}, parameters={},
+        ))
+    with pytest.raises(ValueError, match="declares neither"):
+        apps.register(apps.Application(
+            name="bad", description="test", dataset="histogram", prepare=lambda s, d, p: None,
+            strategies=["blocks"], baseline="blocks", grids={}, parameters={},
+        ))
+    assert "bad" not in apps.names()
+
+
+def test_merges_follow_the_fan_in():
+    merges = []
+
+    def merge(parts):
+        merges.append(len(parts))
+        return sum(parts)
+
+    assert merge_here(BlockWork(block=len, merge=merge, fan_in=2), list(range(5))) == 10
+    assert merges == [2, 2, 2, 2]  # (0+1), (2+3), 4 carried; then (1+5), 4 carried; then (6+4)
+    merges.clear()
+    assert merge_here(BlockWork(block=len, merge=merge), list(range(5))) == 10
+    assert merges == [5]
+
+
+def test_aligned_blocks_must_have_the_same_rows(session):
+    import dask.array as da
+
+    points = PlacedBlocks(session, da.ones((100, 2), chunks=(10, 2)))
+    labels = PlacedBlocks(session, da.ones(100, chunks=20))
+    try:
+        with pytest.raises(ValueError, match="different row blocks"):
+            strategies.get("blocks").open(session, points, aligned=[labels])
+    finally:
+        points.release()
+        labels.release()
+
+
+def test_plans_release_what_they_made(session):
+    import dask.array as da
+
+    placed = PlacedBlocks(session, da.arange(1000.0, chunks=100).reshape(1000, 1).rechunk((100, 1)))
+    work = BlockWork(block=lambda b: float(b.sum()), merge=sum)
+    try:
+        with strategies.get("rechunk").open(session, placed) as plan:
+            assert plan.reduce(work) == sum(range(1000))
+            rechunked = plan.placed
+            assert len(rechunked) == len(session.workers())
+        assert rechunked.array is None and placed.array is not None  # the copy released, the blocks kept
+        with strategies.get("split-materialized").open(session, placed) as plan:
+            assert plan.reduce(work) == sum(range(1000))
+        assert plan.materialized == []
+    finally:
+        placed.release()
+    with pytest.raises(RuntimeError, match="released"):
+        placed.view("x", lambda: 1, lambda v: None)
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Every module ``path`` imports, at any level of its code (function-local imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # "from package import module"
+    return {n for n in names if n == package or n.startswith(package + ".")}
+
+
+def test_no_import_cycles_in_the_runtime_package():
+    modules = {}
+    for path in (ROOT / "workbench").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {m: {i for i in _imports(p, "workbench") if i in modules and i != m} for m, p in modules.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycle = stack[stack.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)

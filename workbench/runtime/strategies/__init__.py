@@ -1,0 +1,13 @@
+"""Locality strategies: the same block work, run with different locality (see :mod:`.base`).
+
+Built in: ``blocks``, ``fetch``, ``rechunk``, ``split``, ``split-materialized`` (Dask),
+``active``, ``non-active``, ``active-split`` (the active store), ``files``, ``dask``, ``rro``
+(PyCOMPSs-style tasks, the RRO argument modes). Each lives in one module of this package and
+registers itself; ``docs/architecture.md`` has the one-file recipe for adding one.
+"""
+from workbench.runtime.strategies import blocks, fetch, modes, rechunk, split, store
+from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, get, names, register, unregister
+
+BUILTIN = (blocks, fetch, rechunk, split, store, modes)
+
+__all__ = ["BUILTIN", "BlockWork", "Broadcast", "Plan", "Strategy", "get", "names", "register", "unregister"]
