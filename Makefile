@@ -12,7 +12,7 @@ LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--al
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test install bench peers clean distclean
+.PHONY: lab test lint install bench peers clean distclean
 
 install: $(STAMP)
 
@@ -28,7 +28,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 lab: $(STAMP)
 	$(LAB_CONFIG) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
 
-test: $(STAMP)
+# The linter and the formatter (settings in pyproject.toml: 120 columns) run before the tests.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

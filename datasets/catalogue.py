@@ -6,6 +6,7 @@
   number of centres ...). Arrays are produced block by block, as numpy blocks or as a Dask array
   whose tasks generate their own block on the worker, so nothing is materialised in one process.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,6 +37,7 @@ class ArraySpec:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole array."""
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
 
@@ -56,12 +58,11 @@ class Dataset:
         return sum(spec.nbytes for spec in self.arrays.values())
 
     def spec(self, array: str) -> ArraySpec:
+        """The spec of ``array``; a clear error naming the arrays there are."""
         try:
             return self.arrays[array]
         except KeyError:
-            raise KeyError(
-                f"dataset {self.name!r} has no array {array!r}; it has {sorted(self.arrays)}"
-            ) from None
+            raise KeyError(f"dataset {self.name!r} has no array {array!r}; it has {sorted(self.arrays)}") from None
 
     def chunks(self, array: str, block: int | tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
         """Dask-style chunks for ``array``: ``block`` rows per block (an int) or a block shape."""

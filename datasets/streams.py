@@ -4,6 +4,7 @@ Each array is one PCG64 stream of uniform doubles in row-major order. A block ju
 element with ``advance`` (O(log n)) and draws only its own values, so the content of a dataset does
 not depend on the block size chosen, and no process ever holds more than the block it makes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +16,7 @@ def _generator(seed: int, stream: int, skip: int) -> np.random.Generator:
     return np.random.Generator(bit_generator)
 
 
-def uniform_region(
-    seed: int, stream: int, shape: tuple[int, ...], region: tuple[slice, ...]
-) -> np.ndarray:
+def uniform_region(seed: int, stream: int, shape: tuple[int, ...], region: tuple[slice, ...]) -> np.ndarray:
     """Elements ``region`` (slices with explicit start/stop) of a row-major uniform [0, 1) array.
 
     Supports 1-D and 2-D arrays; whole-width row ranges are one draw, column windows one per row.

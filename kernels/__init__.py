@@ -4,6 +4,7 @@ Every kernel checks its arguments in Python first (clear TypeError/ValueError), 
 ``nogil=True, cache=True`` numba function. ``parallel=True`` splits the work over all numba threads;
 the default runs on the calling thread, which is what a Dask task wants (one core per task).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,6 +33,7 @@ import numba.core.config  # noqa: E402
 if not numba.core.config.CACHE_DIR:  # numba was imported before us: tell it directly
     numba.core.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
+from kernels import prk  # noqa: E402
 from kernels.histogram import (  # noqa: E402
     histogram1d,
     histogram1d_reference,
@@ -51,7 +53,6 @@ from kernels.linalg import (  # noqa: E402
     multiply_accumulate,
     multiply_accumulate_reference,
 )
-from kernels import prk  # noqa: E402
 from kernels.stream import stream_sum  # noqa: E402
 
 __all__ = [

@@ -9,6 +9,7 @@ dispatcher matches a byte-swapped array to it and reads garbage. So an input goe
 (``read_array`` does all of an input's checks) and an array updated in place through
 ``require_native``: refused, since a converted copy would not be the caller's array.
 """
+
 from __future__ import annotations
 
 import math

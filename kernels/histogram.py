@@ -36,6 +36,7 @@ chunks with a table each. A serial call never wakes numba's thread pool, which c
 several times its counting on a loaded machine (inside Dask workers numba has one thread per worker
 thread).
 """
+
 from __future__ import annotations
 
 import functools
@@ -246,9 +247,7 @@ def _range_key(end: Any) -> tuple[type, Any]:
     return (type(end), end)
 
 
-def histogram1d(
-    x: np.ndarray, bins: int, range: tuple[float, float], *, parallel: bool = False
-) -> np.ndarray:
+def histogram1d(x: np.ndarray, bins: int, range: tuple[float, float], *, parallel: bool = False) -> np.ndarray:
     """Count the values of ``x`` in ``bins`` equal-width bins over ``range`` (int64 counts).
 
     Same counts as ``numpy.histogram(x, bins, range)[0]``, including its dtype rules (float32 data with
@@ -365,7 +364,9 @@ class _Grid:
         return math.prod(self.n_bins)
 
 
-def _grid_arguments(dims: int, bins: int | Sequence[int], range: object) -> tuple[tuple[int, ...], list[tuple[Any, Any]]]:
+def _grid_arguments(
+    dims: int, bins: int | Sequence[int], range: object
+) -> tuple[tuple[int, ...], list[tuple[Any, Any]]]:
     """Checked bins (one per dimension) and numpy's outer edges per dimension."""
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
         bins = [bins] * dims
@@ -452,8 +453,15 @@ def _table(add_to: np.ndarray | None, grid: _Grid) -> np.ndarray:
     if add_to is None:
         return np.zeros(grid.size, dtype=np.int64)
     add_to = as_array("add_to", add_to)
-    if add_to.dtype.kind != "i" or add_to.dtype.itemsize != 8 or add_to.shape != grid.shape or not add_to.flags.c_contiguous:
-        raise ValueError(f"add_to must be a C-contiguous int64 array of shape {grid.shape}, got {add_to.dtype} {add_to.shape}")
+    if (
+        add_to.dtype.kind != "i"
+        or add_to.dtype.itemsize != 8
+        or add_to.shape != grid.shape
+        or not add_to.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"add_to must be a C-contiguous int64 array of shape {grid.shape}, got {add_to.dtype} {add_to.shape}"
+        )
     require_writeable("add_to", add_to)
     require_native("add_to", add_to)
     return add_to.reshape(-1)
@@ -488,7 +496,10 @@ def histogramdd(
     """
     points = as_array("points", points)
     if points.ndim == 2 and points.shape[1] == 0:
-        raise ValueError(f"points must have at least one dimension (column), got shape {points.shape}; numpy.histogramdd fails on it too")
+        raise ValueError(
+            f"points must have at least one dimension (column), got shape {points.shape}; numpy.histogramdd fails on "
+            "it too"
+        )
     points = _points("points", points)
     grid = _grid_layout(points.shape[1], bins, range)
     counts = _table(add_to, grid)

@@ -8,6 +8,7 @@ A NaN distance never wins: a centre with a NaN coordinate attracts no point, and
 distances are all NaN (a NaN coordinate) goes to centre 0. ``numpy.argmin`` alone would pick the
 first NaN, so the reference masks NaN distances as +inf to state the same rule.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -81,7 +82,9 @@ def _partial(points, centres, labels, sums, counts, n_chunks):
     counts += local_counts[0]
 
 
-def _add_block(points: np.ndarray, centres: np.ndarray, labels: np.ndarray, sums: np.ndarray, counts: np.ndarray, parallel: bool) -> None:
+def _add_block(
+    points: np.ndarray, centres: np.ndarray, labels: np.ndarray, sums: np.ndarray, counts: np.ndarray, parallel: bool
+) -> None:
     """One block into the tables: on this thread (never waking numba's thread pool), or in chunks."""
     if parallel and numba.get_num_threads() > 1:
         _partial(points, centres, labels, sums, counts, numba.get_num_threads())
@@ -146,16 +149,16 @@ def kmeans_partial_blocks(
     """
     centres = _centres(centres)
     if isinstance(blocks, np.ndarray):
-        raise TypeError("blocks must be a sequence of 2-D arrays, got one ndarray; call kmeans_partial for a single block")
+        raise TypeError(
+            "blocks must be a sequence of 2-D arrays, got one ndarray; call kmeans_partial for a single block"
+        )
     sums, counts = _tables(centres)
     for b, block in enumerate(blocks):
         _add_block(_points(f"blocks[{b}]", block, centres), centres, NO_LABELS, sums, counts, parallel)
     return sums, counts
 
 
-def kmeans_partial_reference(
-    points: np.ndarray, centres: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kmeans_partial_reference(points: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy's answer: full distance matrix, argmin, then per-centre sums and counts."""
     points, centres = _check(points, centres)
     k = centres.shape[0]
@@ -169,9 +172,7 @@ def kmeans_partial_reference(
     return labels, sums, counts
 
 
-def kmeans_update(
-    sums: np.ndarray, counts: np.ndarray, previous: np.ndarray
-) -> np.ndarray:
+def kmeans_update(sums: np.ndarray, counts: np.ndarray, previous: np.ndarray) -> np.ndarray:
     """New centres from reduced sums and counts; a centre with no points keeps its place."""
     centres = previous.astype(np.float64, copy=True)
     filled = counts > 0

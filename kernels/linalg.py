@@ -2,6 +2,7 @@
 
 These are the task bodies of the blocked matrix applications: one call per block (or block triple).
 """
+
 from __future__ import annotations
 
 import numba
@@ -37,9 +38,7 @@ def _multiply_accumulate(a, b, c):
     c += a @ b
 
 
-def matrix_add(
-    a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, parallel: bool = False
-) -> np.ndarray:
+def matrix_add(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *, parallel: bool = False) -> np.ndarray:
     """``a + b`` for two 2-D float blocks of one shape, written to ``out`` when given."""
     a, b = as_array("a", a), as_array("b", b)
     require_ndim("a", a, 2)
@@ -83,9 +82,11 @@ def multiply_accumulate(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarr
 
 
 def matrix_add_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's ``a + b``: what ``matrix_add`` is checked against."""
     return np.add(a, b)
 
 
 def multiply_accumulate_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """numpy's ``c += a @ b`` (returns ``c``): what ``multiply_accumulate`` is checked against."""
     c += a @ b
     return c

@@ -4,6 +4,7 @@ Each kernel performs one PRK iteration in place. The ``*_expected`` / ``*_error`
 PRK's own closed-form verification (an external oracle, independent of any implementation here):
 run iteration 0 as warm-up plus ``iterations`` timed ones, then check.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -171,6 +172,7 @@ def stencil_norm(b: np.ndarray, radius: int) -> float:
 
 
 def stencil_expected_norm(iterations: int) -> float:
+    """The norm the star stencil's output must have after ``iterations`` (PRK's closed form)."""
     return 2.0 * (iterations + 1)
 
 
@@ -229,15 +231,18 @@ def reduce_expected(iterations: int, ranks: int) -> float:
 
 # -- numpy references --------------------------------------------------------------------------
 def nstream_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, scalar: float) -> None:
+    """numpy's nstream update ``a += b + scalar * c``, in place."""
     a += b + scalar * c
 
 
 def transpose_reference(a: np.ndarray, b: np.ndarray) -> None:
+    """numpy's PRK transpose step: ``b += a.T``, then ``a += 1``, in place."""
     b += a.T
     a += 1.0
 
 
 def stencil_star_reference(a: np.ndarray, b: np.ndarray, radius: int = 2) -> None:
+    """numpy's star stencil of ``radius`` on ``a``, added into ``b``'s interior."""
     n = a.shape[0]
     weights = stencil_weights(radius)
     interior = b[radius : n - radius, radius : n - radius]
@@ -249,4 +254,5 @@ def stencil_star_reference(a: np.ndarray, b: np.ndarray, radius: int = 2) -> Non
 
 
 def vector_reduce_reference(vectors: np.ndarray) -> np.ndarray:
+    """numpy's sum of the vectors (rows)."""
     return vectors.sum(axis=0)

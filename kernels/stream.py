@@ -1,4 +1,5 @@
 """A streaming read over an array: the practical memory-bandwidth limit kernels are compared to."""
+
 from __future__ import annotations
 
 import numba

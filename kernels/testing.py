@@ -3,6 +3,7 @@
 Shared memory keeps the writer's byte order and is attached read-only; slices are strided; arrays
 written by other programs may be Fortran-ordered. The dtypes listed last are refused by every kernel.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """Shared fixtures: one LocalCluster for the whole test session, always closed."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ Column means and row counts of the histogram dataset's points: the work of a blo
 sums and its rows, the merge adds them. Declaring that is all it takes to run under every
 registered strategy.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,19 +31,23 @@ def add(partials: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, int]:
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> PlacedData:
     """The points, ``blocks_per_worker`` blocks on each worker."""
-    rows = rows_per_block(len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1)))
+    rows = rows_per_block(
+        len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1))
+    )
     return PlacedData(blocks=PlacedBlocks(session, dataset.to_dask("points", rows)))
 
 
-APP = register(Application(
-    name="column-means",
-    description="column sums and rows of the histogram points (the recipe's example)",
-    dataset="histogram",
-    prepare=prepare,
-    work=BlockWork(block=column_sums, merge=add),
-    strategies=strategies.names(),  # every registered strategy
-    baseline="blocks",
-    grids={"ci": {"blocks_per_worker": [3]}},
-    parameters={"blocks_per_worker": "blocks per worker"},
-    same_answer=lambda a, b: a[1] == b[1] and bool(np.allclose(a[0], b[0], rtol=1e-12)),
-))
+APP = register(
+    Application(
+        name="column-means",
+        description="column sums and rows of the histogram points (the recipe's example)",
+        dataset="histogram",
+        prepare=prepare,
+        work=BlockWork(block=column_sums, merge=add),
+        strategies=strategies.names(),  # every registered strategy
+        baseline="blocks",
+        grids={"ci": {"blocks_per_worker": [3]}},
+        parameters={"blocks_per_worker": "blocks per worker"},
+        same_answer=lambda a, b: a[1] == b[1] and bool(np.allclose(a[0], b[0], rtol=1e-12)),
+    )
+)

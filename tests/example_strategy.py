@@ -3,10 +3,10 @@
 ``scattered``: one task per block, like ``blocks``, but each task pinned to the next worker in
 turn whatever holds its block: a strategy that ignores locality, so half the blocks move.
 """
+
 from __future__ import annotations
 
 from typing import Any
-
 
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.strategies import BlockWork, Strategy, register
@@ -20,13 +20,17 @@ class ScatteredPlan(DaskPlan):
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         placed, workers = self.blocks(), sorted(self.session.workers())
         ranges = placed.item_ranges()
-        return self.session.submit_pinned([
-            PinnedCall(
-                on_block, (work, block, [a.block_futures[i] for a in self.aligned], self.task_args(args), *ranges[i]),
-                workers[(i + 1) % len(workers)], task_key(work.name),
-            )
-            for i, block in enumerate(placed.block_futures)
-        ])
+        return self.session.submit_pinned(
+            [
+                PinnedCall(
+                    on_block,
+                    (work, block, [a.block_futures[i] for a in self.aligned], self.task_args(args), *ranges[i]),
+                    workers[(i + 1) % len(workers)],
+                    task_key(work.name),
+                )
+                for i, block in enumerate(placed.block_futures)
+            ]
+        )
 
 
 class Scattered(Strategy):

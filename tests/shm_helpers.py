@@ -1,4 +1,5 @@
 """Functions run in other processes by the shared-memory tests (importable by spawned children)."""
+
 import os
 import time
 

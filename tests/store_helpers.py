@@ -1,4 +1,5 @@
 """Persistent classes used by the store tests (importable by workers: the tests directory is on their path)."""
+
 from __future__ import annotations
 
 import threading
@@ -7,7 +8,6 @@ import time
 import numpy as np
 
 from workbench.runtime.store import PersistentObject, active
-
 
 # Counter.meet's meeting points, per token (no module-level lock: this module travels by value, and a
 # lock cannot be pickled; dict.setdefault is atomic on its own).

@@ -1,4 +1,5 @@
 """The kernels benchmark's plain-loop reference line (no timing is asserted: the bench prints ratios)."""
+
 import numpy as np
 
 import kernels
@@ -7,7 +8,10 @@ from workbench.bench import kernels as bench_kernels
 
 def test_plain_loop_counts_like_numpy_where_the_arithmetic_bin_is_exact(rng):
     points = rng.random((10_000, 3))  # edges k/8 are exact in binary: v * 8 floors to the right bin
-    assert np.array_equal(bench_kernels.plain_histogramdd(points, 8, [(0.0, 1.0)] * 3), kernels.histogramdd_reference(points, 8, [(0.0, 1.0)] * 3))
+    assert np.array_equal(
+        bench_kernels.plain_histogramdd(points, 8, [(0.0, 1.0)] * 3),
+        kernels.histogramdd_reference(points, 8, [(0.0, 1.0)] * 3),
+    )
 
 
 def test_plain_loop_is_not_exact_near_edges_which_is_why_it_is_only_a_reference():

@@ -1,4 +1,5 @@
 """``workbench bench store`` at a tiny size, and the dataClay peer (run when installed, else its reason)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,10 @@ def test_store_benchmark_reports_every_path_and_ratios(session):
     report = bench_store.run(size="ci", repeats=1, calls=50, apps=("histogram",), dataclay=False, session=session)
     paths = [r["path"] for r in report["null_calls"]]
     assert paths[:4] == [
-        "store: value (direct to the backend)", "store: future (task pinned to the backend)",
-        "dask: client.submit (null task)", "dask: actor method",
+        "store: value (direct to the backend)",
+        "store: future (task pinned to the backend)",
+        "dask: client.submit (null task)",
+        "dask: actor method",
     ]
     assert all(r["latency_ms"] > 0 for r in report["null_calls"])
     assert {r["app"] for r in report["applications"]} == {"histogram"}

@@ -8,11 +8,12 @@ The server gets the project's JupyterLab settings (``jupyter-config/``, as ``mak
 news or update toast appears; the test never clicks a notification anyway (a toast moves and
 detaches while it animates: clicking one is a race), only menus and modal dialogs, which stay put.
 """
+
 from __future__ import annotations
 
 import os
-import shutil
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,14 +29,21 @@ ARTIFACTS = ROOT / "build" / "artifacts" / "browser"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a closed network: no background connections, no component updates (env/polyglot.md).
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 
 pytestmark = [
     pytest.mark.skipif(
         not os.path.exists(CHROMIUM),
-        reason="no Chromium at /usr/bin/chromium: 'apt-get install chromium' (.ci/run does it) enables the browser test",
+        reason="no Chromium at /usr/bin/chromium: 'apt-get install chromium' (.ci/run does it) enables the browser "
+        "test",
     ),
     pytest.mark.timeout(600),
 ]
@@ -57,17 +65,30 @@ def jupyter_lab(tmp_path):
     log = open(tmp_path / "jupyter.log", "w")
     config_path = os.pathsep.join(filter(None, [str(ROOT / "jupyter-config"), os.environ.get("JUPYTER_CONFIG_PATH")]))
     env = {
-        **os.environ, "WORKBENCH_SIZE": "ci", "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        **os.environ,
+        "WORKBENCH_SIZE": "ci",
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
         "JUPYTER_CONFIG_PATH": config_path,
         # a fresh settings directory per run: no answer a person gave in their own JupyterLab applies
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
     }
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-            f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--ServerApp.token={token}",
+            f"--ServerApp.root_dir={root}",
         ],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -78,7 +99,8 @@ def jupyter_lab(tmp_path):
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "jupyter.log").read_text()[-3000:])
+                    log = (tmp_path / "jupyter.log").read_text()[-3000:]
+                    raise RuntimeError("JupyterLab did not start:\n" + log) from None
                 time.sleep(0.5)
         yield url, token
     finally:
@@ -111,7 +133,11 @@ def _wait_for_kernel(page, seconds: float = 120) -> None:
                 page.screenshot(path=str(ARTIFACTS / "01-locality-tour-dialog.png"))
                 pytest.fail("JupyterLab opened a dialog: " + text[:1000])
             page.locator(".jp-Dialog").get_by_role("button", name="Select", exact=True).click()
-        kernel = page.locator(".jp-Toolbar-kernelName").first.inner_text() if page.locator(".jp-Toolbar-kernelName").count() else ""
+        kernel = (
+            page.locator(".jp-Toolbar-kernelName").first.inner_text()
+            if page.locator(".jp-Toolbar-kernelName").count()
+            else ""
+        )
         idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
         if "Python 3" in kernel and idle:
             return
@@ -146,7 +172,9 @@ def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
                 time.sleep(1)
 
             # the shipped settings took effect: JupyterLab never asked about news
-            assert page.get_by_text("official Jupyter news").count() == 0, "the news toast appeared: jupyter-config/ not applied?"
+            assert page.get_by_text("official Jupyter news").count() == 0, (
+                "the news toast appeared: jupyter-config/ not applied?"
+            )
             errors = page.locator("[data-mime-type='application/vnd.jupyter.error']")
             if errors.count():
                 page.screenshot(path=str(ARTIFACTS / "01-locality-tour-error.png"))

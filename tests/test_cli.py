@@ -47,8 +47,21 @@ def test_datasets_and_machine_commands():
 
 def test_run_store_variants_json(tmp_path):
     result = _workbench(
-        "run", "knn", "--variants", "active,non-active,active-split", "--size", "ci", "--repeat", "2",
-        "--param", "blocks_per_worker=4", "--json", "--out", str(tmp_path / "knn"), "--workers", "2",
+        "run",
+        "knn",
+        "--variants",
+        "active,non-active,active-split",
+        "--size",
+        "ci",
+        "--repeat",
+        "2",
+        "--param",
+        "blocks_per_worker=4",
+        "--json",
+        "--out",
+        str(tmp_path / "knn"),
+        "--workers",
+        "2",
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)

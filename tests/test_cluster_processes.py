@@ -4,6 +4,7 @@ LocalCluster). Every application runs all its variants through the ``workbench``
 a row on the same cluster, and nothing is left behind: no store registration on the scheduler or
 the workers, no shared-memory segment, no process once the cluster is stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,9 @@ def _processes_mentioning(marker: str) -> list[int]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if any(marker in part for part in proc.info["cmdline"] or ()) or marker in proc.environ().get("WORKBENCH_TEST_CLUSTER", ""):
+            if any(marker in part for part in proc.info["cmdline"] or ()) or marker in proc.environ().get(
+                "WORKBENCH_TEST_CLUSTER", ""
+            ):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -74,7 +77,7 @@ def _processes_mentioning(marker: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def external_cluster(tmp_path_factory):
-    """``dask scheduler`` + two ``dask worker`` processes (nodes nodeA, nodeB); stopped, and checked gone, at the end."""
+    """``dask scheduler`` + two ``dask worker`` processes (nodes nodeA, nodeB); stopped and checked gone at the end."""
     from distributed import Client
 
     here = tmp_path_factory.mktemp("cluster")
@@ -88,18 +91,57 @@ def external_cluster(tmp_path_factory):
         log = open(here / f"{name}.log", "w")
         logs.append(log)
         return subprocess.Popen(
-            [str(BIN / "dask"), *arguments], env={**env, **extra}, stdout=log, stderr=subprocess.STDOUT,
+            [str(BIN / "dask"), *arguments],
+            env={**env, **extra},
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped as a whole, nanny and worker alike
         )
 
-    processes = [spawn("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-                                     "--scheduler-file", str(scheduler_file)], {})]
+    processes = [
+        spawn(
+            "scheduler",
+            [
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+            {},
+        )
+    ]
     try:
-        _wait_for(lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0, "the scheduler did not write its file")
+        _wait_for(
+            lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0,
+            "the scheduler did not write its file",
+        )
         address = json.loads(scheduler_file.read_text())["address"]
         for node in NODES:
-            processes.append(spawn(node, ["worker", address, "--nthreads", "1", "--nworkers", "1", "--memory-limit", "3GiB",
-                                          "--dashboard-address", ":0", "--name", node], {"WORKBENCH_NODE_ID": node}))
+            processes.append(
+                spawn(
+                    node,
+                    [
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--nworkers",
+                        "1",
+                        "--memory-limit",
+                        "3GiB",
+                        "--dashboard-address",
+                        ":0",
+                        "--name",
+                        node,
+                    ],
+                    {"WORKBENCH_NODE_ID": node},
+                )
+            )
         with Client(address, timeout=60) as client:
             client.wait_for_workers(len(NODES), timeout=START_TIMEOUT)
         yield {"address": address, "env": {**env, "WORKBENCH_SCHEDULER": address}, "dir": here}
@@ -111,7 +153,9 @@ def external_cluster(tmp_path_factory):
 
 
 def _workbench(arguments: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "workbench"), *arguments], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(BIN / "workbench"), *arguments], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def _store_registrations(address: str) -> dict[str, bool]:
@@ -151,8 +195,22 @@ def test_every_application_runs_twice_through_the_cli_on_an_external_cluster(ext
             variants = list(registry.get(app).variants)
             out = tmp_path / f"{app}-{round_}"
             result = _workbench(
-                ["run", app, "--variants", ",".join(variants), "--size", "ci", "--repeat", "1", "--out", str(out), "--json", *options],
-                external_cluster["env"], tmp_path,
+                [
+                    "run",
+                    app,
+                    "--variants",
+                    ",".join(variants),
+                    "--size",
+                    "ci",
+                    "--repeat",
+                    "1",
+                    "--out",
+                    str(out),
+                    "--json",
+                    *options,
+                ],
+                external_cluster["env"],
+                tmp_path,
             )
             assert result.returncode == 0, f"round {round_}, {app}:\n{result.stderr[-4000:]}"
             document = json.loads(result.stdout)
@@ -161,6 +219,8 @@ def test_every_application_runs_twice_through_the_cli_on_an_external_cluster(ext
             assert not document["metadata"]["cluster"]["owned"]  # it joined the scheduler; it did not start one
             if "rro" in variants:
                 _check_rro_made_one_copy_per_node(out)
-            assert not any(_store_registrations(external_cluster["address"]).values()), f"{app} left the store registered"
+            assert not any(_store_registrations(external_cluster["address"]).values()), (
+                f"{app} left the store registered"
+            )
             left = {p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}*")} - segments_before
             assert not left, f"{app} left shared-memory segments: {sorted(left)}"

@@ -123,7 +123,9 @@ def test_low_equal_high_widens_by_half_as_numpy(parallel):
     assert np.array_equal(kernels.histogram1d(x, 4, (1.0, 1.0), parallel=parallel), np.histogram(x, 4, (1.0, 1.0))[0])
     points = np.stack([x, x[::-1]], axis=1)
     ranges = [(1.0, 1.0), (0, 2)]
-    assert np.array_equal(kernels.histogramdd(points, 4, ranges, parallel=parallel), kernels.histogramdd_reference(points, 4, ranges))
+    assert np.array_equal(
+        kernels.histogramdd(points, 4, ranges, parallel=parallel), kernels.histogramdd_reference(points, 4, ranges)
+    )
 
 
 def test_narrow_range_counts_like_numpy_and_writes_nothing_outside():
@@ -133,8 +135,13 @@ def test_narrow_range_counts_like_numpy_and_writes_nothing_outside():
     assert kernels.histogram1d(points[:, 0], 5, (0.0, 1e-310)).tolist() == [100_000, 0, 0, 0, 0]
     tiny = np.array([0.0, 5e-324, 2e-311, 4e-311, 1e-310, 2e-310, -5e-324, np.nan])
     for bins in (1, 3, 5):
-        assert np.array_equal(kernels.histogramdd(tiny[:, None], bins, [(0.0, 1e-310)]), kernels.histogramdd_reference(tiny[:, None], bins, [(0.0, 1e-310)]))
-        assert np.array_equal(kernels.histogram1d(tiny, bins, (0.0, 1e-310)), np.histogram(tiny, bins, (0.0, 1e-310))[0])
+        assert np.array_equal(
+            kernels.histogramdd(tiny[:, None], bins, [(0.0, 1e-310)]),
+            kernels.histogramdd_reference(tiny[:, None], bins, [(0.0, 1e-310)]),
+        )
+        assert np.array_equal(
+            kernels.histogram1d(tiny, bins, (0.0, 1e-310)), np.histogram(tiny, bins, (0.0, 1e-310))[0]
+        )
     assert _grid((5,), [(0.0, 1e-310)]).limit == (-1.0,)  # the scale overflowed: never the fast path
 
 
@@ -147,7 +154,8 @@ def test_narrow_range_does_not_corrupt_the_heap_in_a_fresh_process():
         for parallel in (False, True):
             print(kernels.histogramdd(np.zeros((100000, 1)), 5, [(0.0, 1e-310)], parallel=parallel).tolist())
             print(kernels.histogram1d(np.zeros(100000), 5, (0.0, 1e-310), parallel=parallel).tolist())
-            print(kernels.histogramdd(np.full((1000, 2), 3.0), 4, [(3.0, 3.0 + 1e-300), (3.0, 3.0)], parallel=parallel).sum())
+            narrow = [(3.0, 3.0 + 1e-300), (3.0, 3.0)]
+            print(kernels.histogramdd(np.full((1000, 2), 3.0), 4, narrow, parallel=parallel).sum())
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -197,7 +205,10 @@ def test_histogramdd_edge_values_nan_and_float32(rng, parallel):
     expected = np.histogramdd(points, 8, [(-1, 1), (-1, 1)])[0]
     assert np.array_equal(kernels.histogramdd(points, 8, [(-1, 1), (-1, 1)], parallel=parallel), expected)
     p32 = points.astype(np.float32)
-    assert np.array_equal(kernels.histogramdd(p32, 8, [(-1, 1), (-1, 1)], parallel=parallel), np.histogramdd(p32, 8, [(-1, 1), (-1, 1)])[0])
+    assert np.array_equal(
+        kernels.histogramdd(p32, 8, [(-1, 1), (-1, 1)], parallel=parallel),
+        np.histogramdd(p32, 8, [(-1, 1), (-1, 1)])[0],
+    )
 
 
 # Ranges for the exhaustive edge test: ordinary, offset far from zero, huge, tiny, subnormal, a
@@ -290,9 +301,14 @@ def test_integer_dtypes_bin_as_numpy(rng):
     for dtype in (np.int8, np.uint16, np.int32, np.int64, np.uint64):
         x = rng.integers(0, 100, 2000).astype(dtype)
         assert np.array_equal(kernels.histogram1d(x, 7, (3, 90)), np.histogram(x, 7, (3, 90))[0]), dtype
-        assert np.array_equal(kernels.histogram1d(x, 7, (np.float32(3), np.float32(90))), np.histogram(x, 7, (np.float32(3), np.float32(90)))[0])
+        assert np.array_equal(
+            kernels.histogram1d(x, 7, (np.float32(3), np.float32(90))),
+            np.histogram(x, 7, (np.float32(3), np.float32(90)))[0],
+        )
         points = x.reshape(-1, 2)
-        assert np.array_equal(kernels.histogramdd(points, 7, [(3, 90)] * 2), kernels.histogramdd_reference(points, 7, [(3, 90)] * 2))
+        assert np.array_equal(
+            kernels.histogramdd(points, 7, [(3, 90)] * 2), kernels.histogramdd_reference(points, 7, [(3, 90)] * 2)
+        )
 
 
 @pytest.mark.parametrize(
@@ -311,15 +327,51 @@ def test_integer_dtypes_bin_as_numpy(rng):
         (lambda: kernels.histogram1d(np.zeros(3), 4, (0, np.longdouble(1))), TypeError, "range holds a"),
         (lambda: kernels.histogram1d(np.zeros(3), 4, (1.0, 1.0 + 2 * EPS)), ValueError, "cannot hold 4 bins"),
         (lambda: kernels.histogramdd(np.zeros(3), 4, [(0, 1)]), ValueError, "points must be 2-D"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2)), (4, 4, 4), [(0, 1)] * 2), ValueError, "one count per dimension (2)"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2)), 4, [(0, 1)]), ValueError, "one (low, high) pair per dimension (2)"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2)), 4, [(0, 1), (2, 1)]), ValueError, "range[1] must have low <= high"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2)), (4, -1), [(0, 1)] * 2), ValueError, "bins[1] must be a positive integer"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2)), 4, 5), ValueError, "range must be a sequence of (low, high) pairs"),
-        (lambda: kernels.histogramdd(np.zeros((3, 2), object), 4, [(0, 1)] * 2), TypeError, "points must hold real numbers"),
-        (lambda: kernels.histogramdd_blocks([np.zeros((3, 3))], 4, [(0, 1)] * 2), ValueError, "blocks[0] must have 2 columns"),
-        (lambda: kernels.histogramdd_blocks(np.zeros((3, 2)), 4, [(0, 1)] * 2), TypeError, "blocks must be a sequence of 2-D arrays"),
-        (lambda: kernels.histogramdd_blocks([[0.0, 1.0]], 4, [(0, 1)] * 2), TypeError, "blocks[0] must be a numpy.ndarray"),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2)), (4, 4, 4), [(0, 1)] * 2),
+            ValueError,
+            "one count per dimension (2)",
+        ),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2)), 4, [(0, 1)]),
+            ValueError,
+            "one (low, high) pair per dimension (2)",
+        ),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2)), 4, [(0, 1), (2, 1)]),
+            ValueError,
+            "range[1] must have low <= high",
+        ),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2)), (4, -1), [(0, 1)] * 2),
+            ValueError,
+            "bins[1] must be a positive integer",
+        ),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2)), 4, 5),
+            ValueError,
+            "range must be a sequence of (low, high) pairs",
+        ),
+        (
+            lambda: kernels.histogramdd(np.zeros((3, 2), object), 4, [(0, 1)] * 2),
+            TypeError,
+            "points must hold real numbers",
+        ),
+        (
+            lambda: kernels.histogramdd_blocks([np.zeros((3, 3))], 4, [(0, 1)] * 2),
+            ValueError,
+            "blocks[0] must have 2 columns",
+        ),
+        (
+            lambda: kernels.histogramdd_blocks(np.zeros((3, 2)), 4, [(0, 1)] * 2),
+            TypeError,
+            "blocks must be a sequence of 2-D arrays",
+        ),
+        (
+            lambda: kernels.histogramdd_blocks([[0.0, 1.0]], 4, [(0, 1)] * 2),
+            TypeError,
+            "blocks[0] must be a numpy.ndarray",
+        ),
     ],
 )
 def test_histogram_bad_input_names_the_argument(call, error, words):

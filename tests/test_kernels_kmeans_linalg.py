@@ -76,10 +76,26 @@ def test_multiply_accumulate_is_in_place(rng, dtype):
     "call,error,words",
     [
         (lambda: kernels.matrix_add(np.zeros((2, 2)), np.zeros((2, 3))), ValueError, "b must have shape (2, 2)"),
-        (lambda: kernels.matrix_add(np.zeros((2, 2)), np.zeros((2, 2), np.float32)), TypeError, "a and b must share one dtype"),
-        (lambda: kernels.matrix_add(np.zeros((2, 2)), np.zeros((2, 2)), [[0.0, 0.0], [0.0, 0.0]]), TypeError, "out must be a numpy.ndarray"),
-        (lambda: kernels.multiply_accumulate(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3))), ValueError, "b must have 3 rows"),
-        (lambda: kernels.multiply_accumulate(np.zeros((2, 3)), np.zeros((3, 4)), np.zeros((2, 3))), ValueError, "c must have shape (2, 4)"),
+        (
+            lambda: kernels.matrix_add(np.zeros((2, 2)), np.zeros((2, 2), np.float32)),
+            TypeError,
+            "a and b must share one dtype",
+        ),
+        (
+            lambda: kernels.matrix_add(np.zeros((2, 2)), np.zeros((2, 2)), [[0.0, 0.0], [0.0, 0.0]]),
+            TypeError,
+            "out must be a numpy.ndarray",
+        ),
+        (
+            lambda: kernels.multiply_accumulate(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3))),
+            ValueError,
+            "b must have 3 rows",
+        ),
+        (
+            lambda: kernels.multiply_accumulate(np.zeros((2, 3)), np.zeros((3, 4)), np.zeros((2, 3))),
+            ValueError,
+            "c must have shape (2, 4)",
+        ),
     ],
 )
 def test_linalg_bad_input(call, error, words):
@@ -191,7 +207,9 @@ def test_in_place_outputs_refuse_non_native_byte_order():
         (lambda: kernels.matrix_add(a, a, np.zeros((2, 2), ">f8")), "out"),
         (lambda: kernels.multiply_accumulate(a, a, np.zeros((2, 2), ">f8")), "c"),
     ]:
-        with pytest.raises(ValueError, match=f"{name} has non-native byte order \\(>f8\\) but this kernel updates it in place"):
+        with pytest.raises(
+            ValueError, match=f"{name} has non-native byte order \\(>f8\\) but this kernel updates it in place"
+        ):
             call()
 
 

@@ -1,4 +1,5 @@
 """The Parallel Research Kernels checked with the PRK's own closed-form verification."""
+
 import numpy as np
 import pytest
 
@@ -77,7 +78,11 @@ def test_references_agree_with_kernels(rng):
         (lambda: prk.nstream(np.zeros(3), np.zeros(4), np.zeros(3), 3.0), ValueError, "b must have shape (3,)"),
         (lambda: prk.transpose(np.zeros((3, 4)), np.zeros((3, 4))), ValueError, "a must be square"),
         (lambda: prk.stencil_star(np.zeros((4, 4)), np.zeros((4, 4)), 2), ValueError, "larger than 2 * radius = 4"),
-        (lambda: prk.stencil_star(np.zeros((9, 9)), np.zeros((9, 9)), 0), ValueError, "radius must be a positive integer"),
+        (
+            lambda: prk.stencil_star(np.zeros((9, 9)), np.zeros((9, 9)), 0),
+            ValueError,
+            "radius must be a positive integer",
+        ),
         (lambda: prk.vector_reduce(np.zeros((3, 4)), np.zeros(5)), ValueError, "out must have shape (4,)"),
         (lambda: prk.nstream_init(0), ValueError, "length must be a positive integer"),
     ],
@@ -193,4 +198,3 @@ def test_prk_and_stream_refuse_odd_dtypes_by_name(dtype, words):
         with pytest.raises(TypeError) as info:
             call()
         assert str(info.value).startswith(name) and words in str(info.value), (name, str(info.value))
-

@@ -4,6 +4,7 @@ The executed copy is kept in build/executed/ for debugging (with outputs; never 
 Cells tagged ``raises-exception`` demonstrate an error on purpose: they must raise, and nothing
 else may. (papermill reports any error output, tagged or not, so the check is done here.)
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,12 @@ def test_notebook_runs_at_ci_size(notebook: Path):
     output = EXECUTED / notebook.name
     try:
         papermill.execute_notebook(
-            str(notebook), str(output), parameters={"size": "ci"}, cwd=str(notebook.parent),
-            execution_timeout=CELL_TIMEOUT, progress_bar=False,
+            str(notebook),
+            str(output),
+            parameters={"size": "ci"},
+            cwd=str(notebook.parent),
+            execution_timeout=CELL_TIMEOUT,
+            progress_bar=False,
         )
     except papermill.PapermillExecutionError:
         pass  # judged below, cell by cell

@@ -1,4 +1,5 @@
 """The project's own files agree with each other: dependencies, commands, lesson shape."""
+
 from __future__ import annotations
 
 import json
@@ -94,5 +95,7 @@ def test_every_jupyterlab_the_project_starts_has_no_news_toast():
         "print(json.dumps(get_page_config([])['disabledExtensions']))"
     )
     env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter-config")}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     assert "@jupyterlab/apputils-extension:announcements" in json.loads(out.stdout.strip().splitlines()[-1])

@@ -5,14 +5,14 @@ import numpy as np
 import psutil
 import pytest
 
-import workbench
-from workbench.apps import histogram
-from workbench.runtime import strategies
-from workbench.runtime.blocks import PlacedBlocks
-from workbench.lab.sweep import histogram_block_sweep
-from workbench.runtime import session as session_module
 import datasets
 import kernels
+import workbench
+from workbench.apps import histogram
+from workbench.lab.sweep import histogram_block_sweep
+from workbench.runtime import session as session_module
+from workbench.runtime import strategies
+from workbench.runtime.blocks import PlacedBlocks
 
 
 def test_default_session_has_one_thread_per_worker_on_this_node(session):
@@ -97,6 +97,7 @@ def test_block_sweep_records_every_run(session):
 
 def test_per_task_cost_fits_a_line():
     import pandas as pd
+
     from workbench.lab.sweep import per_task_cost
 
     runs = pd.DataFrame(dict(blocks=[2, 2, 10, 10, 50], seconds=[0.013, 0.015, 0.03, 0.03, 0.11]))

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shm_helpers import hang_in_fill, race, write_forever
 
 import workbench
 from workbench.memory import shm
-
-from shm_helpers import hang_in_fill, race, write_forever
 
 ARRAYS = {
     "float64": np.random.default_rng(1).random((100, 7)),
@@ -41,7 +40,9 @@ ARRAYS = {
     "unicode-big-endian": np.array(["é€", "x"], dtype=">U3"),
     "void": np.array([b"\x00\x01\x02\x03"] * 2, dtype="V4"),
     "aligned-struct": np.array([(1, 2.0), (3, 4.0)], dtype=np.dtype([("a", "u1"), ("b", "<f8")], align=True)),
-    "struct-with-gaps": np.zeros(2, dtype={"names": ["a", "b"], "formats": ["<i4", ">i4"], "offsets": [0, 8], "itemsize": 16}),
+    "struct-with-gaps": np.zeros(
+        2, dtype={"names": ["a", "b"], "formats": ["<i4", ">i4"], "offsets": [0, 8], "itemsize": 16}
+    ),
     "struct-with-titles": np.zeros(2, dtype=[(("a title", "a"), "<i4")]),
     "nested-struct": np.array([((1.5, 2), 3)], dtype=[("p", [("x", ">f4"), ("y", "<i2")]), ("t", "m8[D]")]),
     "latin1-field-name": np.zeros(2, dtype=[("café", "<f8")]),
@@ -146,7 +147,9 @@ def test_writer_killed_mid_write_is_taken_over_and_cleaned(tmp_path, name):
     child.join(timeout=30)
     states = {i.state for i in shm.list_segments(tmp_path)}
     assert states == {"partial", "lock"}  # the dead writer could not tidy up
-    view, created = shm.attach_or_create(name, (100,), np.float64, lambda out: out.fill(2.0), directory=tmp_path, timeout=10)
+    view, created = shm.attach_or_create(
+        name, (100,), np.float64, lambda out: out.fill(2.0), directory=tmp_path, timeout=10
+    )
     assert created and view.sum() == 200.0  # the kernel released the dead writer's lock
     removed = shm.clean(tmp_path)
     assert any(shm.PARTIAL_SUFFIX in r for r in removed)
@@ -171,7 +174,9 @@ def test_worker_killed_while_attached_leaves_nothing_clean_cannot_remove(name):
     assert leftovers == [name]  # a complete segment nobody maps any more
     result = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "shm", "clean", "--all", "--prefix", name],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0 and f"removed {name}" in result.stdout
     assert not [i for i in shm.list_segments() if i.name.startswith(name)]
@@ -179,7 +184,9 @@ def test_worker_killed_while_attached_leaves_nothing_clean_cannot_remove(name):
 
 def test_shm_list_command_shows_owner_and_size(name):
     view = shm.share(name, np.zeros((512, 512)))
-    result = subprocess.run([sys.executable, "-m", "workbench.cli", "shm", "list"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "shm", "list"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0
     line = next(line for line in result.stdout.splitlines() if line.startswith(name))
     assert "complete" in line and "2.00 MiB" in line and str(os.getpid()) in line
@@ -215,15 +222,18 @@ def test_mapping_limit_is_known():
 
 
 # -- every fixed-size dtype round-trips; anything else is refused up front -------------------------
-@pytest.mark.parametrize("dtype, shape, stored_shape", [
-    ("<f8", (3, 2), (3, 2)),
-    (">M8[ms]", (4,), (4,)),
-    ("m8[D]", (), ()),
-    ("U5", (2,), (2,)),
-    ([("x", "<f4", (2,)), ("y", ">i2")], (3,), (3,)),
-    ("(2,)f8", (3,), (3, 2)),  # a subarray dtype's dimensions join the shape, as numpy does
-    ((("<i2", (2,)), (3,)), (4,), (4, 3, 2)),
-])
+@pytest.mark.parametrize(
+    "dtype, shape, stored_shape",
+    [
+        ("<f8", (3, 2), (3, 2)),
+        (">M8[ms]", (4,), (4,)),
+        ("m8[D]", (), ()),
+        ("U5", (2,), (2,)),
+        ([("x", "<f4", (2,)), ("y", ">i2")], (3,), (3,)),
+        ("(2,)f8", (3,), (3, 2)),  # a subarray dtype's dimensions join the shape, as numpy does
+        ((("<i2", (2,)), (3,)), (4,), (4, 3, 2)),
+    ],
+)
 def test_create_takes_every_fixed_size_dtype(tmp_path, dtype, shape, stored_shape):
     made = shm.create("made", shape, dtype, directory=tmp_path)
     again = shm.attach("made", directory=tmp_path)
@@ -240,7 +250,10 @@ REFUSED_DTYPES = {
     "struct-with-object": (np.dtype([("a", "<i8"), ("b", object)]), "object pointers"),
     "subarray-of-objects": (np.dtype([("s", object, (2,))]), "object pointers"),
     "variable-width-string": (np.dtypes.StringDType(), "pointers"),
-    "overlapping-fields": (np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i4"], "offsets": [0, 0]}), "cannot be described"),
+    "overlapping-fields": (
+        np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i4"], "offsets": [0, 0]}),
+        "cannot be described",
+    ),
     "union": (np.dtype(("<i4", [("lo", "<i2"), ("hi", "<i2")])), "would come back"),
     "non-latin1-field-names": (np.dtype([("名前", "<f8")]), "Latin-1"),
     "header-too-long": (np.dtype([(f"field_with_a_long_name_{i:04d}", "<f8") for i in range(400)]), "header"),
@@ -292,11 +305,31 @@ def _no_mapping_slot():
 
 
 FAILURES = {
-    "fill-raises": (lambda d: shm.attach_or_create("f", (4,), np.float64, _raise_in_fill, directory=d), RuntimeError, "fill failed"),
-    "fill-of-wrong-shape": (lambda d: shm.attach_or_create("f", (4,), np.float64, np.zeros(5), directory=d), ValueError, "fill array has shape"),
-    "fill-of-wrong-dtype": (lambda d: shm.attach_or_create("f", (4,), np.float64, np.zeros(4, np.float32), directory=d), ValueError, "dtype float32"),
-    "fill-in-wrong-order": (lambda d: shm.attach_or_create("f", (3, 4), np.float64, np.zeros((3, 4), order="F"), directory=d), ValueError, "C-contiguous"),
-    "fill-not-an-array": (lambda d: shm.attach_or_create("f", (4,), np.float64, [1, 2, 3, 4], directory=d), TypeError, "fill must be"),
+    "fill-raises": (
+        lambda d: shm.attach_or_create("f", (4,), np.float64, _raise_in_fill, directory=d),
+        RuntimeError,
+        "fill failed",
+    ),
+    "fill-of-wrong-shape": (
+        lambda d: shm.attach_or_create("f", (4,), np.float64, np.zeros(5), directory=d),
+        ValueError,
+        "fill array has shape",
+    ),
+    "fill-of-wrong-dtype": (
+        lambda d: shm.attach_or_create("f", (4,), np.float64, np.zeros(4, np.float32), directory=d),
+        ValueError,
+        "dtype float32",
+    ),
+    "fill-in-wrong-order": (
+        lambda d: shm.attach_or_create("f", (3, 4), np.float64, np.zeros((3, 4), order="F"), directory=d),
+        ValueError,
+        "C-contiguous",
+    ),
+    "fill-not-an-array": (
+        lambda d: shm.attach_or_create("f", (4,), np.float64, [1, 2, 3, 4], directory=d),
+        TypeError,
+        "fill must be",
+    ),
     "bad-timeout": (lambda d: shm.share("f", np.zeros(3), directory=d, timeout=float("nan")), ValueError, "timeout"),
     "float-shape": (lambda d: shm.create("f", (2.5,), directory=d), TypeError, "shape must be"),
     "bad-order": (lambda d: shm.create("f", 3, order="K", directory=d), ValueError, "order"),
@@ -351,7 +384,9 @@ print(made.tolist(), shm.attach("kept", directory=sys.argv[1]).tolist())
 
 def test_a_fill_that_keeps_its_view_still_has_valid_memory(tmp_path):
     # in a child process: if the mapping were closed under the kept view, the crash must not take pytest down
-    result = subprocess.run([sys.executable, "-c", KEEP_THE_VIEW, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", KEEP_THE_VIEW, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
     assert result.stdout.split() == ["[1.0,", "7.0,", "7.0,", "2.0]"] * 2  # the kept view writes into the segment
     assert [p.name for p in tmp_path.iterdir()] == [f"{shm.PREFIX}kept"]
@@ -424,9 +459,15 @@ def test_headers_the_workbench_does_not_write_are_refused(tmp_path):
     os.rename(tmp_path / f"{shm.PREFIX}saved.npy", tmp_path / f"{shm.PREFIX}saved")
     with open(tmp_path / f"{shm.PREFIX}plain", "wb") as plain:  # version 2.0, but numpy's 64-byte alignment
         np.lib.format.write_array(plain, np.zeros(3), version=(2, 0))
-    for name, message in [("v1", "version is 1.0"), ("v3", "version is 3.0"), ("huge-length", "page boundary"),
-                          ("empty", "does not start"), ("garbage", "version"), ("saved", "version is 1.0"),
-                          ("plain", "page boundary")]:
+    for name, message in [
+        ("v1", "version is 1.0"),
+        ("v3", "version is 3.0"),
+        ("huge-length", "page boundary"),
+        ("empty", "does not start"),
+        ("garbage", "version"),
+        ("saved", "version is 1.0"),
+        ("plain", "page boundary"),
+    ]:
         with pytest.raises(shm.SharedMemoryError, match=message):
             shm.attach(name, directory=tmp_path)
     assert {i.state for i in shm.list_segments(tmp_path)} == {"unreadable"}
@@ -546,8 +587,17 @@ def _plant_name(directory: Path, raw_name: bytes) -> None:
 
 def test_planted_names_neither_crash_nor_fool_list_and_clean(tmp_path):
     shm.share("ok", np.zeros(2), directory=tmp_path)
-    planted = [b"lwb-abc\n", b"lwb-x~lock\n", b"lwb-\xff\xfe", b"lwb-\x1b[31mred", b"lwb-", b"lwb-a~partial-0",
-               b"lwb-a~partial-99999999999", b"lwb-a~b", b"lwb-sp ace~lock"]
+    planted = [
+        b"lwb-abc\n",
+        b"lwb-x~lock\n",
+        b"lwb-\xff\xfe",
+        b"lwb-\x1b[31mred",
+        b"lwb-",
+        b"lwb-a~partial-0",
+        b"lwb-a~partial-99999999999",
+        b"lwb-a~b",
+        b"lwb-sp ace~lock",
+    ]
     for raw in planted:
         _plant_name(tmp_path, raw)
     _plant_name(tmp_path, b"lwb-gone~partial-9999999999")  # a valid partial name: its writer id cannot exist
@@ -558,15 +608,37 @@ def test_planted_names_neither_crash_nor_fool_list_and_clean(tmp_path):
     assert sorted(shm.clean(tmp_path, everything=True)) == ["gone~partial-9999999999", "ok"]
     assert len(list(tmp_path.iterdir())) == len(planted)
     for action in ("list", "clean"):
-        result = subprocess.run([sys.executable, "-m", "workbench.cli", "shm", action, "--dir", str(tmp_path)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "workbench.cli", "shm", action, "--dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
     assert "abc\\n" in result.stdout or "nothing to remove" in result.stdout
     assert len(list(tmp_path.iterdir())) == len(planted)
 
 
-@pytest.mark.parametrize("bad", ["abc\n", "a\nb", "tab\t", "cr\r", "\x1b[31m", "nul\x00", "tilde~lock", "x~partial-12",
-                                 "a~b", "", "a" * 201, "spa ce", "é", "sl/ash", "\u2028"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "abc\n",
+        "a\nb",
+        "tab\t",
+        "cr\r",
+        "\x1b[31m",
+        "nul\x00",
+        "tilde~lock",
+        "x~partial-12",
+        "a~b",
+        "",
+        "a" * 201,
+        "spa ce",
+        "é",
+        "sl/ash",
+        "\u2028",
+    ],
+)
 def test_names_are_checked_whole(tmp_path, bad):
     with pytest.raises(ValueError, match="segment name"):
         shm.create(bad, 3, directory=tmp_path)
@@ -587,12 +659,18 @@ def test_names_must_be_strings(tmp_path):
 
 
 def test_segment_names_that_look_like_helper_files_are_ordinary_segments(tmp_path):
-    keep = {n: shm.share(n, np.arange(3.0), directory=tmp_path) for n in ("keep.lock", "keep.partial-4000000", "y.lock")}
+    keep = {
+        n: shm.share(n, np.arange(3.0), directory=tmp_path) for n in ("keep.lock", "keep.partial-4000000", "y.lock")
+    }
     shm.create("y", 2, directory=tmp_path)  # must not remove segment "y.lock"
     del keep
     assert shm.clean(tmp_path) == []  # complete segments are kept: none is taken for a lock or partial file
     assert {i.name: i.state for i in shm.list_segments(tmp_path)} == {
-        "keep.lock": "complete", "keep.partial-4000000": "complete", "y": "complete", "y.lock": "complete"}
+        "keep.lock": "complete",
+        "keep.partial-4000000": "complete",
+        "y": "complete",
+        "y.lock": "complete",
+    }
     shm.delete("y", directory=tmp_path)
     assert shm.attach("y.lock", directory=tmp_path).tolist() == [0.0, 1.0, 2.0]
 
@@ -617,8 +695,11 @@ def test_a_lock_a_writer_holds_is_never_removed(tmp_path):
         with pytest.raises(TimeoutError, match="still writing"):
             shm.attach_or_create("busy", 3, np.float64, None, directory=tmp_path, timeout=0)
     assert list(tmp_path.iterdir()) == []  # the holder removed it on leaving
-    for remove in (lambda: shm.delete("busy", directory=tmp_path), lambda: shm.delete_prefix("bu", directory=tmp_path),
-                   lambda: shm.clean(tmp_path)):
+    for remove in (
+        lambda: shm.delete("busy", directory=tmp_path),
+        lambda: shm.delete_prefix("bu", directory=tmp_path),
+        lambda: shm.clean(tmp_path),
+    ):
         lock.write_bytes(b"")  # a lock file nobody holds: a dead writer's
         remove()
         assert list(tmp_path.iterdir()) == []
@@ -633,7 +714,11 @@ def test_a_file_in_place_of_the_directory_says_so(tmp_path):
         shm.create("x", 3, directory=a_file)
     with pytest.raises(shm.SharedMemoryError, match="does not exist"):
         shm.list_segments(tmp_path / "missing")
-    result = subprocess.run([sys.executable, "-m", "workbench.cli", "shm", "list", "--dir", str(a_file)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "shm", "list", "--dir", str(a_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0 and "is not a directory" in result.stderr and "does not exist" not in result.stderr
     assert a_file.read_text() == "x"

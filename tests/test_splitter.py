@@ -1,13 +1,14 @@
 """SplIter partitions over a persisted Dask array, and the granularity variants of the applications."""
+
 import dask.array as da
 import numpy as np
 import pytest
 
 import datasets
 import kernels
-from workbench.runtime.blocks import PlacedBlocks
 from workbench.lab.runner import run_experiment
 from workbench.runtime import splitter
+from workbench.runtime.blocks import PlacedBlocks
 
 
 def _where(block):
@@ -54,9 +55,17 @@ def test_three_ways_to_run_a_partition_agree(session, points):
     bins, ranges = ds.params["bins"], ds.params["range"]
     partitions = splitter.split(session, placed.array)
     expected = kernels.histogramdd(ds.load("points"), bins, ranges)
-    merged = session.gather(splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, merge=lambda parts: sum(parts)))
-    materialized = session.gather(splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, materialize=True))
-    listed = session.gather(splitter.run_partitions(session, partitions, lambda blocks: sum(kernels.histogramdd(b, bins, ranges) for b in blocks)))
+    merged = session.gather(
+        splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, merge=lambda parts: sum(parts))
+    )
+    materialized = session.gather(
+        splitter.run_partitions(session, partitions, kernels.histogramdd, bins, ranges, materialize=True)
+    )
+    listed = session.gather(
+        splitter.run_partitions(
+            session, partitions, lambda blocks: sum(kernels.histogramdd(b, bins, ranges) for b in blocks)
+        )
+    )
     for result in (merged, materialized, listed):
         np.testing.assert_array_equal(sum(result), expected)
     with pytest.raises(ValueError, match="not both"):
@@ -113,7 +122,11 @@ def test_unknown_row_counts_are_measured_where_the_blocks_are(session):
     [
         (lambda s: splitter.split(s, np.zeros((4, 2))), TypeError, "split takes PlacedBlocks, a dask.array.Array"),
         (lambda s: splitter.split(s, da.zeros((4, 4), chunks=(2, 2))), ValueError, "make every other axis one block"),
-        (lambda s: splitter.split(s, da.zeros((4, 2), chunks=2), partitions_per_worker=0), ValueError, "positive integer"),
+        (
+            lambda s: splitter.split(s, da.zeros((4, 2), chunks=2), partitions_per_worker=0),
+            ValueError,
+            "positive integer",
+        ),
     ],
 )
 def test_bad_input_says_what_to_do(session, call, error, words):
@@ -140,7 +153,13 @@ def test_granularity_variants_give_the_same_answer(session, app):
 
     grid = {k: v[-1:] for k, v in registry.get(app).grids["ci"].items()}
     experiment = run_experiment(
-        session, app, variants=["blocks", "rechunk", "split", "split-materialized"], size="ci", grid=grid, repeats=2, progress=False
+        session,
+        app,
+        variants=["blocks", "rechunk", "split", "split-materialized"],
+        size="ci",
+        grid=grid,
+        repeats=2,
+        progress=False,
     )  # the runner checks every variant's answer against the baseline's before timing
     assert experiment.baseline == "blocks"
     split_runs = experiment.results[experiment.results.variant == "split"]
@@ -172,7 +191,9 @@ def test_knn_finds_the_true_neighbours(session):
         found = knn.APP.variant("split")(session, data, Recorder())
     finally:
         data.release()
-    expected = NearestNeighbors(n_neighbors=ds.params["neighbours"]).fit(ds.load("points")).kneighbors(ds.load("queries"))[1]
+    expected = (
+        NearestNeighbors(n_neighbors=ds.params["neighbours"]).fit(ds.load("points")).kneighbors(ds.load("queries"))[1]
+    )
     np.testing.assert_array_equal(found, expected)
 
 
@@ -201,9 +222,13 @@ def test_aligned_arrays_must_match_and_be_persisted(session, points):
 def test_weak_scaling_and_knn_fit_sweep(session):
     from workbench.lab import granularity
 
-    scaling = granularity.weak_scaling(session, "histogram", "ci", workers=(1, 2), blocks_per_worker=2, repeats=2, variants=["blocks", "split"])
+    scaling = granularity.weak_scaling(
+        session, "histogram", "ci", workers=(1, 2), blocks_per_worker=2, repeats=2, variants=["blocks", "split"]
+    )
     assert set(scaling["workers"]) == {1, 2} and len(session.workers()) == 2  # restored
     assert (scaling.loc[scaling.workers == 1, "efficiency"] == 1.0).all()
-    assert list(scaling.loc[scaling.workers == 2, "points"].unique()) == [2 * scaling.loc[scaling.workers == 1, "points"].iloc[0]]
+    assert list(scaling.loc[scaling.workers == 2, "points"].unique()) == [
+        2 * scaling.loc[scaling.workers == 1, "points"].iloc[0]
+    ]
     sweep = granularity.knn_fit_sweep(session, "ci", fit_points=(4_000, 8_000), blocks_per_worker=2, repeats=2)
     assert set(sweep["points"]) == {4_000, 8_000} and (sweep["blocks_per_second"] > 0).all()

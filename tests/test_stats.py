@@ -1,4 +1,5 @@
 """Statistics checked against values computed independently of workbench.lab.stats."""
+
 import math
 import statistics as pystats
 
@@ -46,7 +47,11 @@ def test_mean_ci_of_one_sample():
 
 def test_compare_builds_one_row_per_point_and_variant():
     results = pd.DataFrame(
-        [dict(variant=v, blocks=b, seconds=s) for b in (1, 8) for v, s in (("base", 1.0), ("fast", 0.5), ("base", 1.1), ("fast", 0.6), ("base", 0.9), ("fast", 0.55))]
+        [
+            dict(variant=v, blocks=b, seconds=s)
+            for b in (1, 8)
+            for v, s in (("base", 1.0), ("fast", 0.5), ("base", 1.1), ("fast", 0.6), ("base", 0.9), ("fast", 0.55))
+        ]
     )
     table = stats.compare(results, "base", ["blocks"])
     assert list(table["blocks"]) == [1, 8] and set(table["variant"]) == {"fast"}

@@ -1,4 +1,5 @@
 """The active object store: active vs non-active calls, aliases, locations, versions, tiers, errors."""
+
 from __future__ import annotations
 
 import sys
@@ -77,7 +78,9 @@ def test_read_only_methods_on_one_object_run_concurrently(counter):
 
 
 def test_proxy_arguments_are_resolved_on_the_backend(session, store, counter):
-    other = store.make_persistent(Counter(np.ones(5)), backend=[w for w in session.workers() if w not in counter.locations()][0])
+    other = store.make_persistent(
+        Counter(np.ones(5)), backend=[w for w in session.workers() if w not in counter.locations()][0]
+    )
     try:
         assert counter.combined.value(other) == 50.0  # the other object travelled to counter's backend
         assert session.gather(counter.combined(other)) == 50.0
@@ -182,7 +185,8 @@ def test_persistent_collection_is_split_by_location(session, store):
 
 def test_classes_from_a_local_module_ship_by_value(tmp_path, store, monkeypatch):
     module = tmp_path / "lab_model_for_store_test.py"
-    module.write_text(textwrap.dedent('''
+    module.write_text(
+        textwrap.dedent("""
         from workbench.runtime.store import PersistentObject, active
 
         class Doubler(PersistentObject):
@@ -192,7 +196,8 @@ def test_classes_from_a_local_module_ship_by_value(tmp_path, store, monkeypatch)
             @active
             def twice(self):
                 return 2 * self.x
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))  # importable here, not on the workers
     import lab_model_for_store_test as model
 

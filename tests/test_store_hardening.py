@@ -1,5 +1,6 @@
 """The store under adversarial use: racing writes on evicted objects, results that must not change,
 an untrusted store directory, odd aliases and arrays, and a store that is closed and detached."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +20,16 @@ from distributed import futures_of
 from store_helpers import Counter, SlowToLoad
 
 import workbench
-from workbench.runtime.store import ArrayBlock, ObjectLost, PersistentObject, Store, StoreError, active, registered_directory, store_for
+from workbench.runtime.store import (
+    ArrayBlock,
+    ObjectLost,
+    PersistentObject,
+    Store,
+    StoreError,
+    active,
+    registered_directory,
+    store_for,
+)
 from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME
 
 
@@ -74,6 +84,7 @@ class Holder(PersistentObject):
 
 def _increment_many(session, proxy, threads: int) -> list[int]:
     """``threads`` concurrent writing increments, half through the direct path, half as tasks."""
+
     def one(i: int) -> int:
         if i % 2:
             return proxy.slow_increment.value()
@@ -129,7 +140,9 @@ def test_reads_of_an_evicted_object_reload_it_once(session, store):
     try:
         proxy.evict()
         with ThreadPoolExecutor(16) as pool:
-            totals = list(pool.map(lambda i: proxy.total.value() if i % 2 else session.gather(proxy.total()), range(32)))
+            totals = list(
+                pool.map(lambda i: proxy.total.value() if i % 2 else session.gather(proxy.total()), range(32))
+            )
         assert totals == [15.0] * 32
         assert len(proxy.locations()) == 1
     finally:
@@ -141,7 +154,9 @@ def test_a_read_heavy_mix_on_an_evicted_object_loses_no_write(session, store):
 
     def one(i: int) -> tuple[str, int | float]:
         if i % 5 == 0:  # one call in five writes
-            return "write", proxy.slow_increment.value() if i % 10 else session.gather(proxy.slow_increment(), timeout=120)
+            return "write", proxy.slow_increment.value() if i % 10 else session.gather(
+                proxy.slow_increment(), timeout=120
+            )
         if i % 2:
             return "total", proxy.total.value()
         return "count", session.gather(proxy.count(), timeout=120)
@@ -274,7 +289,9 @@ def test_bad_aliases_are_refused_before_anything_is_sent(session, store, alias):
         session.gather(session.client.submit(_persist_in_a_task, alias, pure=False))
     if alias != "\ud800":  # (a lone surrogate cannot even be sent: the clients refuse it, as above)
         with pytest.raises(ValueError, match="alias"):  # the catalogue refuses it from anyone else, too
-            store.catalogue("register", entries=[{"oid": "x" * 32, "version": 0, "class_label": "C", "nbytes": 0, "alias": alias}])
+            store.catalogue(
+                "register", entries=[{"oid": "x" * 32, "version": 0, "class_label": "C", "nbytes": 0, "alias": alias}]
+            )
     assert len(store.objects()) == before
 
 
@@ -301,7 +318,7 @@ def test_persist_blocks_measures_unknown_row_counts(store):
     collection = store.persist_blocks(y[y > 0.5])
     try:
         expected = values[values > 0.5]
-        assert collection.chunks == tuple(int((values[i:i + 50] > 0.5).sum()) for i in range(0, 500, 50))
+        assert collection.chunks == tuple(int((values[i : i + 50] > 0.5).sum()) for i in range(0, 500, 50))
         assert collection.shape == (expected.size,)
         assert (np.diff(collection.offsets()) >= 0).all() and collection.offsets()[-1] == expected.size
         np.testing.assert_array_equal(collection.fetch(), expected)
@@ -312,6 +329,7 @@ def test_persist_blocks_measures_unknown_row_counts(store):
 def _open_catalogue_files(session, under: Path) -> list[str]:
     """Files named catalogue.sqlite* under ``under`` that the scheduler's process has open (other
     clusters' schedulers may share that process: their files are not counted)."""
+
     def on_scheduler(dask_scheduler, under=str(under)):
         found = []
         for fd in os.listdir("/proc/self/fd"):
@@ -438,7 +456,9 @@ def test_a_collection_call_is_one_graph_with_active_keys(session, store):
         assert all(f.key.startswith("apply-active-") for f in futures)  # the prefix traces group by
         assert sum(session.gather(futures)) == sum(range(4000))
         holders = collection.holders()
-        assert all(session.client.who_has([f])[f.key] == (w,) for f, w in zip(futures, holders))  # ran where each block is
+        assert all(
+            session.client.who_has([f])[f.key] == (w,) for f, w in zip(futures, holders)
+        )  # ran where each block is
     finally:
         collection.delete()
 
@@ -474,7 +494,9 @@ def test_a_deleted_object_leaves_no_copy_and_no_file_behind(session, store):
     assert not list((store.directory / "objects").glob(f"{proxy.oid}*"))
 
 
-@pytest.mark.parametrize("blocks", [[np.ones((2, 2)), np.ones((2, 3))], [np.ones(2), np.ones(2, dtype=np.int32)], [np.float64(1.0)]])
+@pytest.mark.parametrize(
+    "blocks", [[np.ones((2, 2)), np.ones((2, 3))], [np.ones(2), np.ones(2, dtype=np.int32)], [np.float64(1.0)]]
+)
 def test_blocks_that_are_not_one_array_are_refused_before_anything_is_placed(store, blocks):
     before = len(store.objects())
     with pytest.raises(ValueError, match="row blocks of one array"):

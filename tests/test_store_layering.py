@@ -1,4 +1,5 @@
 """The store's layers (model <- catalogue <- backend <- client) and the local-object API of task bodies."""
+
 from __future__ import annotations
 
 import ast
@@ -52,11 +53,15 @@ def test_local_object_reads_in_place_where_the_object_lives(session):
     try:
         holder = proxy.locations()[0]
         other = next(w for w in session.workers() if w != holder)
-        total, first = session.client.submit(_read_where_it_lives, proxy, workers=[holder], pure=False).result(timeout=60)
+        total, first = session.client.submit(_read_where_it_lives, proxy, workers=[holder], pure=False).result(
+            timeout=60
+        )
         again = session.client.submit(_read_where_it_lives, proxy, workers=[holder], pure=False).result(timeout=60)[1]
         assert total == sum(range(1000)) and first == again  # the backend's own array, not a copy per call
         with pytest.raises(NotHere, match="not held by this backend"):
-            session.client.submit(_read_where_it_lives, proxy, workers=[other], allow_other_workers=False, pure=False).result(timeout=60)
+            session.client.submit(
+                _read_where_it_lives, proxy, workers=[other], allow_other_workers=False, pure=False
+            ).result(timeout=60)
     finally:
         proxy.delete()
     with pytest.raises(RuntimeError, match="inside a task on a worker"):

@@ -2,6 +2,7 @@
 
 Each test starts its own small cluster (killing workers of the shared one would disturb other tests).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ def _kill(session, worker: str) -> None:
 
 def _wait_until_executing(session, worker: str, future) -> None:
     """Wait (bounded) until ``future``'s task runs on ``worker``."""
+
     def executing(dask_worker, key=future.key) -> bool:
         return any(ts.key == key for ts in dask_worker.state.executing)
 

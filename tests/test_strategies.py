@@ -1,4 +1,5 @@
 """Strategies and declared applications: one block function and one merge give every variant."""
+
 from __future__ import annotations
 
 import ast
@@ -23,9 +24,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 @pytest.fixture(scope="module")
 def example(session):
     """The recipes' strategy and application, registered for this module only."""
-    import example_strategy  # noqa: F401  (registers "scattered")
-    import example_app
+    import importlib
 
+    # The strategy first (it registers "scattered"), then the application that lists every registered
+    # strategy; reloaded, so the order holds whatever imported them before.
+    importlib.reload(importlib.import_module("example_strategy"))
+    example_app = importlib.reload(importlib.import_module("example_app"))
     yield example_app.APP
     apps.unregister(example_app.APP.name)
     strategies.unregister("scattered")
@@ -33,7 +37,9 @@ def example(session):
 
 def test_a_new_application_gets_every_strategy(session, example):
     assert list(example.variants) == strategies.names()  # "scattered" included: registered before the app
-    experiment = run_experiment(session, example.name, size="ci", repeats=1, progress=False)  # answers checked against blocks
+    experiment = run_experiment(
+        session, example.name, size="ci", repeats=1, progress=False
+    )  # answers checked against blocks
     assert set(experiment.results["variant"]) == set(strategies.names())
     points = datasets.get("histogram", "ci").load("points")
     data = example.prepare(session, datasets.get("histogram", "ci"), {"blocks_per_worker": 3})
@@ -69,15 +75,32 @@ def test_block_work_and_registries_refuse_bad_declarations(session):
     with pytest.raises(ValueError, match="no strategy 'splt'.*Did you mean 'split'"):
         strategies.get("splt")
     with pytest.raises(ValueError, match="no strategy 'blocs'"):
-        apps.register(apps.Application(
-            name="bad", description="test", dataset="histogram", prepare=lambda s, d, p: None, work=BlockWork(block=len, merge=sum),
-            strategies=["blocs"], baseline="blocs", grids={}, parameters={},
-        ))
+        apps.register(
+            apps.Application(
+                name="bad",
+                description="test",
+                dataset="histogram",
+                prepare=lambda s, d, p: None,
+                work=BlockWork(block=len, merge=sum),
+                strategies=["blocs"],
+                baseline="blocs",
+                grids={},
+                parameters={},
+            )
+        )
     with pytest.raises(ValueError, match="declares neither"):
-        apps.register(apps.Application(
-            name="bad", description="test", dataset="histogram", prepare=lambda s, d, p: None,
-            strategies=["blocks"], baseline="blocks", grids={}, parameters={},
-        ))
+        apps.register(
+            apps.Application(
+                name="bad",
+                description="test",
+                dataset="histogram",
+                prepare=lambda s, d, p: None,
+                strategies=["blocks"],
+                baseline="blocks",
+                grids={},
+                parameters={},
+            )
+        )
     assert "bad" not in apps.names()
 
 
@@ -154,7 +177,7 @@ def test_no_import_cycles_in_the_runtime_package():
         stack.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == 1:
-                cycle = stack[stack.index(target):] + [target]
+                cycle = stack[stack.index(target) :] + [target]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target)

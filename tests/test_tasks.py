@@ -1,4 +1,5 @@
 """The task runtime (IN / INOUT / RRO in the files, dask and rro modes) and the paper's two applications."""
+
 import time
 from collections import Counter
 
@@ -9,10 +10,9 @@ import datasets
 import kernels
 import workbench
 from workbench.apps import kmeans as kmeans_app
-from workbench.apps import matmul as matmul_app
 from workbench.memory import shm
 from workbench.runtime import rro, trace
-from workbench.runtime.tasks import IN, INOUT, MODES, RRO, TaskRuntime, task
+from workbench.runtime.tasks import INOUT, MODES, RRO, TaskRuntime, task
 
 
 @task(a=RRO, b=RRO, c=INOUT)
@@ -189,7 +189,9 @@ def test_reproductions_run_and_line_up_with_the_paper(session):
 def test_bench_shm_reports_every_way_it_can_run(session):
     from workbench.bench import shm as bench_shm
 
-    report = bench_shm.run(size_mb=4, tasks=2, session=session, only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"])
+    report = bench_shm.run(
+        size_mb=4, tasks=2, session=session, only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"]
+    )
     ways = {r["way"]: r for r in report["ways"]}
     assert set(ways) == {"workbench-rro", "dask", "files", "multiprocessing.shared_memory"}
     assert ways["workbench-rro"]["time_vs_workbench"] == 1.0

@@ -1,19 +1,18 @@
 """Traces on a real LocalCluster run, the experiment runner, and the run/report commands."""
+
 import json
 import subprocess
 import sys
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from workbench.apps import registry
 from workbench.apps.registry import Application
-from workbench.runtime import strategies
-from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.lab.runner import Experiment, grid_points, run_experiment
-from workbench.runtime import trace
+from workbench.runtime import strategies, trace
+from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.viz.report import write_report
 
 KNOWN_ACTIONS = {"compute", "transfer", "deserialize", "disk-read", "disk-write", "phase:fetch", "phase:compute"}
@@ -22,7 +21,13 @@ KNOWN_ACTIONS = {"compute", "transfer", "deserialize", "disk-read", "disk-write"
 @pytest.fixture(scope="module")
 def experiment(session):
     return run_experiment(
-        session, "histogram", variants=["blocks", "fetch"], size="ci", grid={"blocks_per_worker": [1, 16]}, repeats=2, progress=False
+        session,
+        "histogram",
+        variants=["blocks", "fetch"],
+        size="ci",
+        grid={"blocks_per_worker": [1, 16]},
+        repeats=2,
+        progress=False,
     )
 
 
@@ -39,7 +44,9 @@ def test_runs_are_interleaved_and_warmups_apart(experiment):
 
 def test_trace_schema_on_a_real_cluster(experiment, session):
     workers = set(session.workers())
-    many_blocks = experiment.results[(experiment.results.variant == "blocks") & (experiment.results.blocks_per_worker == 16)]
+    many_blocks = experiment.results[
+        (experiment.results.variant == "blocks") & (experiment.results.blocks_per_worker == 16)
+    ]
     frame = experiment.traces[many_blocks.iloc[0]["run_id"]]
     assert list(frame.columns) == list(trace.FIELDS)
     assert set(frame["action"]) <= KNOWN_ACTIONS
@@ -132,13 +139,24 @@ def test_a_variant_with_another_answer_is_caught(session):
         return data
 
     strategies.register(_DropsABlock())
-    registry.register(Application(
-        name="disagree", description="test", dataset="histogram", prepare=prepare, work=histogram.WORK,
-        strategies=["blocks", "drops-a-block"], baseline="blocks", grids={"ci": {"n": [1]}}, same_answer=histogram.APP.same_answer,
-        parameters={"n": "a parameter nothing reads"},
-    ))
+    registry.register(
+        Application(
+            name="disagree",
+            description="test",
+            dataset="histogram",
+            prepare=prepare,
+            work=histogram.WORK,
+            strategies=["blocks", "drops-a-block"],
+            baseline="blocks",
+            grids={"ci": {"n": [1]}},
+            same_answer=histogram.APP.same_answer,
+            parameters={"n": "a parameter nothing reads"},
+        )
+    )
     try:
-        with pytest.raises(AssertionError, match="variant 'drops-a-block' gives a different answer from the baseline 'blocks'"):
+        with pytest.raises(
+            AssertionError, match="variant 'drops-a-block' gives a different answer from the baseline 'blocks'"
+        ):
             run_experiment(session, "disagree", progress=False)
     finally:
         registry.unregister("disagree")
@@ -150,10 +168,19 @@ def test_an_application_must_declare_the_parameters_its_grids_use():
     from workbench.apps import histogram
 
     with pytest.raises(ValueError, match="has no parameter 'n'"):
-        registry.register(Application(
-            name="undeclared", description="test", dataset="histogram", prepare=lambda s, d, p: None, work=histogram.WORK,
-            strategies=["blocks"], baseline="blocks", grids={"ci": {"n": [1]}}, parameters={},
-        ))
+        registry.register(
+            Application(
+                name="undeclared",
+                description="test",
+                dataset="histogram",
+                prepare=lambda s, d, p: None,
+                work=histogram.WORK,
+                strategies=["blocks"],
+                baseline="blocks",
+                grids={"ci": {"n": [1]}},
+                parameters={},
+            )
+        )
     with pytest.raises(ValueError, match="no parameter 'blocks_per_workers'.*did you mean 'blocks_per_worker'"):
         run_experiment(None, "histogram", grid={"blocks_per_workers": [1]}, progress=False)
 
@@ -161,18 +188,45 @@ def test_an_application_must_declare_the_parameters_its_grids_use():
 def test_cli_run_writes_results_traces_and_prints_the_table(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "workbench.cli", "run", "histogram", "--variants", "blocks,fetch", "--size", "ci", "--repeat", "2",
-         "--param", "blocks_per_worker=2", "--workers", "2", "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "run",
+            "histogram",
+            "--variants",
+            "blocks,fetch",
+            "--size",
+            "ci",
+            "--repeat",
+            "2",
+            "--param",
+            "blocks_per_worker=2",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
     assert document["stats"] and document["stats"][0]["variant"] == "fetch"
     assert "fetch vs blocks" in result.stderr and "95% CI of difference" in result.stderr
     assert len(list((out / "traces").glob("*.perfetto.json"))) == 4
-    report = subprocess.run([sys.executable, "-m", "workbench.cli", "report", str(out)], capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "report", str(out)], capture_output=True, text=True, timeout=120
+    )
     assert report.returncode == 0 and (out / "report.html").exists()
-    bad = subprocess.run([sys.executable, "-m", "workbench.cli", "report", str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "report", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "holds no results.json" in bad.stderr
 
 

@@ -3,6 +3,7 @@
 Layers, imports pointing down only: ``viz`` -> ``lab`` -> ``apps`` -> ``runtime`` -> ``memory``,
 all over ``kernels`` (numba) and ``datasets``. See docs/architecture.md.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The ``workbench`` command: benchmarks, the dataset catalogue and the machine description."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,9 @@ def _output_directory(out: str | None, app: str) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as error:
-        raise ValueError(f"--out {path} cannot hold the results ({error.strerror or error}): choose a writable directory") from None
+        raise ValueError(
+            f"--out {path} cannot hold the results ({error.strerror or error}): choose a writable directory"
+        ) from None
     return path
 
 
@@ -70,16 +73,26 @@ def _run(args: argparse.Namespace) -> int:
         application.check_parameters(list(overrides))
         grid = {**application.grids[args.size], **overrides}
     out = _output_directory(args.out, args.app)
-    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session, \
-            tempfile.TemporaryDirectory(prefix="workbench-run-store-") as store_directory:
+    with (
+        workbench.start(n_workers=args.workers, timeout=args.timeout) as session,
+        tempfile.TemporaryDirectory(prefix="workbench-run-store-") as store_directory,
+    ):
         # The store variants' data is this run's only: a throwaway store, detached again at the end.
         # A cluster that already has a store (a user's, on a shared scheduler) keeps it: the run
         # uses it and deletes what it placed, as every variant does.
         store = Store(session, store_directory if registered_directory(session) is None else None)
         try:
             experiment = run_experiment(
-                session, args.app, variants=variants, size=args.size, grid=grid, repeats=args.repeat,
-                seed=args.seed, trace=not args.no_trace, progress=not args.json, baseline=args.baseline,
+                session,
+                args.app,
+                variants=variants,
+                size=args.size,
+                grid=grid,
+                repeats=args.repeat,
+                seed=args.seed,
+                trace=not args.no_trace,
+                progress=not args.json,
+                baseline=args.baseline,
             )
         except BaseException:
             with contextlib.suppress(Exception):  # the run's own error is the one to report
@@ -140,7 +153,9 @@ def _bench_shm(args: argparse.Namespace) -> int:
 def _bench_splitter(args: argparse.Namespace) -> int:
     from workbench.bench import splitter as bench_splitter
 
-    report = bench_splitter.run(size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core, workers=args.workers)
+    report = bench_splitter.run(
+        size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core, workers=args.workers
+    )
     print(json.dumps(report, indent=2) if args.json else bench_splitter.format_report(report))
     return 0
 
@@ -148,7 +163,9 @@ def _bench_splitter(args: argparse.Namespace) -> int:
 def _bench_store(args: argparse.Namespace) -> int:
     from workbench.bench import store as bench_store
 
-    report = bench_store.run(size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay, workers=args.workers)
+    report = bench_store.run(
+        size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay, workers=args.workers
+    )
     print(json.dumps(report, indent=2, default=str) if args.json else bench_store.format_report(report))
     return 0
 
@@ -164,8 +181,10 @@ def _store(args: argparse.Namespace) -> int:
     else:
         for o in listing["objects"]:
             where = "disk" if o["disk_path"] else "memory only (lost when its cluster stopped)"
-            print(f"{o['oid'][:12]} v{o['version']}{' (current)' if o['current'] else ''}  {o['class_label']:<40} "
-                  f"{o['nbytes'] / 1e6:>9.3f} MB  {where}  {', '.join(o['aliases'])}")
+            print(
+                f"{o['oid'][:12]} v{o['version']}{' (current)' if o['current'] else ''}  {o['class_label']:<40} "
+                f"{o['nbytes'] / 1e6:>9.3f} MB  {where}  {', '.join(o['aliases'])}"
+            )
     return 0
 
 
@@ -216,7 +235,9 @@ def _parser() -> argparse.ArgumentParser:
     bsp.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bsp.set_defaults(func=_bench_splitter)
 
-    bst = benches.add_parser("store", help="active store: null-call latency vs Dask and dataClay; active vs non-active apps")
+    bst = benches.add_parser(
+        "store", help="active store: null-call latency vs Dask and dataClay; active vs non-active apps"
+    )
     bst.add_argument("--json", action="store_true")
     bst.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
     bst.add_argument("--repeat", type=int, default=3)
@@ -228,7 +249,9 @@ def _parser() -> argparse.ArgumentParser:
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")
     r.add_argument("--variants", help="comma-separated variants (default: all)")
-    r.add_argument("--baseline", help="the variant the others are compared with (default: the app's, else the first named)")
+    r.add_argument(
+        "--baseline", help="the variant the others are compared with (default: the app's, else the first named)"
+    )
     r.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
     r.add_argument("--repeat", type=int, default=5, help="timed runs per variant and parameter point")
     r.add_argument("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter")
@@ -253,9 +276,13 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=_shm)
 
-    st = commands.add_parser("store", help="list what a store's catalogue holds (read from its SQLite file, no cluster)")
+    st = commands.add_parser(
+        "store", help="list what a store's catalogue holds (read from its SQLite file, no cluster)"
+    )
     st.add_argument("action", choices=("list",))
-    st.add_argument("--dir", help="the store directory (default $WORKBENCH_STORE_DIR or ~/.cache/locality-workbench/store)")
+    st.add_argument(
+        "--dir", help="the store directory (default $WORKBENCH_STORE_DIR or ~/.cache/locality-workbench/store)"
+    )
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_store)
 
@@ -271,6 +298,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``workbench`` command; returns the exit status (errors print one line, status 2)."""
     args = _parser().parse_args(argv)
     try:
         return args.func(args)

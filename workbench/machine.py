@@ -2,6 +2,7 @@
 
 Every benchmark and result file carries this record, because a ratio means little without it.
 """
+
 from __future__ import annotations
 
 import importlib.metadata

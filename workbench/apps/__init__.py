@@ -1,6 +1,7 @@
 """The seed applications, each declared once (its work, its algorithm, its strategies) and
 registered on import: ``workbench.apps.get("kmeans")``. Importing any module of this package
 registers them all."""
+
 from workbench.apps import csvm, histogram, kmeans, knn, matmul
 from workbench.apps.registry import Application, PlacedData, get, names, register, unregister
 

@@ -9,6 +9,7 @@ or on the concatenated partition (``split-materialized``). The cascade is comput
 fit grows faster than linearly with its points), which is where the thesis found ``rechunk`` best.
 The answer is the accuracy on all the data of an SVC fitted on the final support vectors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,7 +65,9 @@ def solve(plan: Plan, data: CSVMData) -> float:
 
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> CSVMData:
     """Points and labels placed in the same row blocks, ``blocks_per_worker`` on each worker."""
-    rows = rows_per_block(len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1)))
+    rows = rows_per_block(
+        len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1))
+    )
     return CSVMData(
         blocks=PlacedBlocks(session, dataset.to_dask("points", rows)),
         aligned=(PlacedBlocks(session, dataset.to_dask("labels", rows)),),
@@ -82,7 +85,11 @@ APP = register(
         solve=solve,
         strategies=["blocks", "rechunk", "split", "split-materialized"],
         baseline="blocks",
-        grids={"ci": {"blocks_per_worker": [1, 8]}, "lab": {"blocks_per_worker": [1, 8, 48]}, "full": {"blocks_per_worker": [1, 48, 200]}},
+        grids={
+            "ci": {"blocks_per_worker": [1, 8]},
+            "lab": {"blocks_per_worker": [1, 8, 48]},
+            "full": {"blocks_per_worker": [1, 48, 200]},
+        },
         parameters=BLOCKS_PER_WORKER,
         # different first layers make different cascades: the same accuracy, within one percentage point
         same_answer=lambda a, b: abs(a - b) <= 0.01,

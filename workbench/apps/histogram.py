@@ -8,6 +8,7 @@ block and bins them itself), ``rechunk``, ``split``, ``split-materialized``, ``a
 ``non-active`` (thesis Listing 4.7: the binning as an active method where each block lives, or
 each block fetched through the store); see :mod:`workbench.runtime.strategies`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,7 +47,10 @@ def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> Place
         rows = -(-n_points // blocks)
     else:
         rows = rows_per_block(len(session.workers()), n_points, int(params.get("blocks_per_worker", 1)))
-    return PlacedData(blocks=PlacedBlocks(session, dataset.to_dask("points", rows)), args=(dataset.params["bins"], dataset.params["range"]))
+    return PlacedData(
+        blocks=PlacedBlocks(session, dataset.to_dask("points", rows)),
+        args=(dataset.params["bins"], dataset.params["range"]),
+    )
 
 
 def check(counts: np.ndarray, data: PlacedData) -> None:
@@ -70,7 +74,8 @@ APP = register(
             "full": {"blocks_per_worker": [1, 8, 48, 200]},
         },
         parameters={
-            **BLOCKS_PER_WORKER, "blocks": "blocks in all (instead of blocks_per_worker)",
+            **BLOCKS_PER_WORKER,
+            "blocks": "blocks in all (instead of blocks_per_worker)",
             "points": "points binned (default: the size's)",
         },
         same_answer=lambda a, b: bool(np.array_equal(a, b)),

@@ -12,6 +12,7 @@ task; the other variants (``blocks``, ``rechunk``, ``split``, ``split-materializ
 ``non-active``; thesis Listing 4.9 for the store) run the same function with their own locality.
 A partition's fragments are summed in one kernel call (``kernels.kmeans_partial_blocks``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,10 @@ def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KMean
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
     iterations = int(params.get("iterations", dataset.params["iterations"]))
     return KMeansData(
-        blocks=PlacedBlocks(session, dataset.to_dask("points")), centres=dataset.load("centres"),
-        iterations=iterations, epsilon=dataset.params["epsilon"],
+        blocks=PlacedBlocks(session, dataset.to_dask("points")),
+        centres=dataset.load("centres"),
+        iterations=iterations,
+        epsilon=dataset.params["epsilon"],
     )
 
 
@@ -106,8 +109,11 @@ APP = register(
             "full": {"dims": [64, 128], "iterations": [20]},
         },
         parameters={
-            "points": "points clustered", "dims": "dimensions of a point", "centres": "clusters",
-            "block": "points per fragment", "blocks_per_worker": "fragments per worker (sets block)",
+            "points": "points clustered",
+            "dims": "dimensions of a point",
+            "centres": "clusters",
+            "block": "points per fragment",
+            "blocks_per_worker": "fragments per worker (sets block)",
             "iterations": "most Lloyd iterations (stops earlier once the centres stay put)",
         },
         same_answer=same_answer,

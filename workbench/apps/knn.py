@@ -12,6 +12,7 @@ strategies, where a lookup on another backend must fetch them: the many-to-many 
 dataClay's ``active`` kNN slower than Dask's (thesis ch. 4). ``active-split`` fits one tree per
 partition of store blocks, so there are as many trees, and query fetches, as workers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,7 +73,9 @@ def solve(plan: Plan, data: KNNData) -> np.ndarray:
 def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> KNNData:
     """The fit points, ``blocks_per_worker`` blocks on each worker; the queries broadcast."""
     dataset = resized(dataset, params)
-    rows = rows_per_block(len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1)))
+    rows = rows_per_block(
+        len(session.workers()), dataset.spec("points").shape[0], int(params.get("blocks_per_worker", 1))
+    )
     return KNNData(
         blocks=PlacedBlocks(session, dataset.to_dask("points", rows)),
         args=(Broadcast(dataset.load("queries")), dataset.params["neighbours"]),
@@ -89,7 +92,11 @@ APP = register(
         solve=solve,
         strategies=["blocks", "rechunk", "split", "split-materialized", "active", "non-active", "active-split"],
         baseline="blocks",
-        grids={"ci": {"blocks_per_worker": [1, 8]}, "lab": {"blocks_per_worker": [1, 8, 48]}, "full": {"blocks_per_worker": [1, 48, 200]}},
+        grids={
+            "ci": {"blocks_per_worker": [1, 8]},
+            "lab": {"blocks_per_worker": [1, 8, 48]},
+            "full": {"blocks_per_worker": [1, 48, 200]},
+        },
         parameters={**BLOCKS_PER_WORKER, "points": "points of the fit set (default: the size's)"},
         same_answer=lambda a, b: bool(np.array_equal(a, b)),
         knobs={"blocks_per_worker": [1, 2, 4, 8, 16, 48, 200]},

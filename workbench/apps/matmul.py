@@ -6,6 +6,7 @@ version). With few large blocks each A/B block is reused often; with many small 
 the paper found RRO helps the first and costs in the second. The algorithm is written with
 ``@task`` functions, so it runs under the strategies that run such tasks (the RRO modes).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,9 +43,13 @@ class MatmulData(PlacedData):
         return [placed.block_futures[i * self.n : (i + 1) * self.n] for i in range(self.n)]
 
     def locality(self) -> dict[str, str]:
-        return {f"A{k}": w for k, w in self.blocks.locality().items()} | {f"B{k}": w for k, w in self.b.locality().items()}
+        """Block of A or B -> the worker holding it."""
+        return {f"A{k}": w for k, w in self.blocks.locality().items()} | {
+            f"B{k}": w for k, w in self.b.locality().items()
+        }
 
     def release(self) -> None:
+        """Release A and B."""
         super().release()
         self.b.release()
 
@@ -67,8 +72,10 @@ def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> Matmu
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
     return MatmulData(
-        blocks=PlacedBlocks(session, dataset.to_dask("A")), b=PlacedBlocks(session, dataset.to_dask("B")),
-        n=dataset.params["blocks"], block_size=dataset.params["block_size"],
+        blocks=PlacedBlocks(session, dataset.to_dask("A")),
+        b=PlacedBlocks(session, dataset.to_dask("B")),
+        n=dataset.params["blocks"],
+        block_size=dataset.params["block_size"],
     )
 
 

@@ -8,6 +8,7 @@ and names the locality strategies it runs under. Its variants are those strategi
 ``split`` of ``kmeans`` is k-means' one Lloyd loop with SplIter's plan. The runner times only the
 variants and checks every variant's answer against the baseline's (``same_answer``).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -83,6 +84,7 @@ class StrategyVariant:
     strategy: str
 
     def __call__(self, session: Session, data: Any, recorder: Recorder) -> Any:
+        """Run the application's algorithm with this strategy's plan over ``data``."""
         strategy = strategies.get(self.strategy)
         with strategy.open(session, data.blocks, recorder, aligned=data.aligned) as plan:
             return self.application.solver(plan, data)
@@ -181,7 +183,9 @@ def get(name: str) -> Application:
     :mod:`workbench.apps` registers the built-in applications)."""
     if name not in _APPS:
         hint = difflib.get_close_matches(name, _APPS, n=1)
-        raise ValueError(f"no application {name!r}; there are {sorted(_APPS)}" + (f". Did you mean {hint[0]!r}?" if hint else ""))
+        raise ValueError(
+            f"no application {name!r}; there are {sorted(_APPS)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
+        )
     return _APPS[name]
 
 

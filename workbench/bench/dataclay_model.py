@@ -1,4 +1,5 @@
 """The dataClay class the store benchmark calls (importable by a dataClay backend; needs ``dataclay``)."""
+
 from __future__ import annotations
 
 from dataclay import DataClayObject, activemethod
@@ -9,4 +10,5 @@ class DataClayNull(DataClayObject):
 
     @activemethod
     def nothing(self) -> None:
+        """Nothing: what is left is the cost of the call."""
         return None

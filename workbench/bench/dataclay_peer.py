@@ -6,6 +6,7 @@ backend on free local ports, runs the client in a separate process (dataClay kee
 loop and global state), and stops everything, whatever happens. Without them it reports why it
 skipped.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,20 +61,41 @@ def running_dataclay() -> Iterator[dict[str, Any]]:
         redis_port, metadata_port, backend_port = _free_port(), _free_port(), _free_port()
         env = {
             **os.environ,
-            "DATACLAY_KV_HOST": "127.0.0.1", "DATACLAY_KV_PORT": str(redis_port),
-            "DATACLAY_METADATA_HOST": "127.0.0.1", "DATACLAY_METADATA_PORT": str(metadata_port),
-            "DATACLAY_BACKEND_HOST": "127.0.0.1", "DATACLAY_BACKEND_PORT": str(backend_port),
-            "DATACLAY_BACKEND_LISTEN_ADDRESS": "127.0.0.1", "DATACLAY_METADATA_LISTEN_ADDRESS": "127.0.0.1",
-            "DATACLAY_STORAGE_PATH": str(root / "storage"), "DATACLAY_LOGLEVEL": "WARNING",
+            "DATACLAY_KV_HOST": "127.0.0.1",
+            "DATACLAY_KV_PORT": str(redis_port),
+            "DATACLAY_METADATA_HOST": "127.0.0.1",
+            "DATACLAY_METADATA_PORT": str(metadata_port),
+            "DATACLAY_BACKEND_HOST": "127.0.0.1",
+            "DATACLAY_BACKEND_PORT": str(backend_port),
+            "DATACLAY_BACKEND_LISTEN_ADDRESS": "127.0.0.1",
+            "DATACLAY_METADATA_LISTEN_ADDRESS": "127.0.0.1",
+            "DATACLAY_STORAGE_PATH": str(root / "storage"),
+            "DATACLAY_LOGLEVEL": "WARNING",
         }
         try:
             for name, command, port in (
-                ("redis-server", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], redis_port),
+                (
+                    "redis-server",
+                    [
+                        "redis-server",
+                        "--port",
+                        str(redis_port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                    redis_port,
+                ),
                 ("dataclay metadata", [sys.executable, "-m", "dataclay.metadata"], metadata_port),
                 ("dataclay backend", [sys.executable, "-m", "dataclay.backend"], backend_port),
             ):
                 log = root / f"{name.replace(' ', '-')}.log"
-                processes.append(subprocess.Popen(command, env=env, cwd=root, stdout=open(log, "wb"), stderr=subprocess.STDOUT))
+                processes.append(
+                    subprocess.Popen(command, env=env, cwd=root, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+                )
                 _wait_for_port(port, processes[-1], name, log)
             yield {"host": "127.0.0.1", "port": metadata_port, "env": env, "directory": root}
         finally:
@@ -95,8 +117,21 @@ def measure(calls: int = 2000) -> dict[str, Any]:
     try:
         with running_dataclay() as service:
             done = subprocess.run(
-                [sys.executable, "-m", "workbench.bench.dataclay_peer", "--host", service["host"], "--port", str(service["port"]), "--calls", str(calls)],
-                env=service["env"], capture_output=True, text=True, timeout=600,
+                [
+                    sys.executable,
+                    "-m",
+                    "workbench.bench.dataclay_peer",
+                    "--host",
+                    service["host"],
+                    "--port",
+                    str(service["port"]),
+                    "--calls",
+                    str(calls),
+                ],
+                env=service["env"],
+                capture_output=True,
+                text=True,
+                timeout=600,
             )
         if done.returncode != 0:
             return {"available": False, "reason": f"the dataClay client failed: {done.stderr.strip()[-1500:]}"}
@@ -131,6 +166,7 @@ def _client(host: str, port: int, calls: int) -> dict[str, float]:
         for _ in range(calls):
             obj.nothing()
         latency = (time.perf_counter() - start) / calls
+
         def in_flight(n: int) -> None:
             # dataClay's calls are synchronous: threads keep several in flight. Each call runs in a
             # copy of this thread's context, where dataClay keeps its session.

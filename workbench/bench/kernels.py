@@ -9,6 +9,7 @@ measured in the same run (the practical memory limit of this machine).
 and corrects nothing (so it can be off by one near edges). It is what this CPU gives a histogram
 without exactness; the kernel's time against it shows what exactness costs here, on any machine.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -124,7 +125,11 @@ def _cases() -> list[Case]:
         ),
         Case(
             "multiply_accumulate",
-            lambda s: (_rng().random((1024 // s, 1024 // s)), _rng().random((1024 // s, 1024 // s)), np.zeros((1024 // s, 1024 // s))),
+            lambda s: (
+                _rng().random((1024 // s, 1024 // s)),
+                _rng().random((1024 // s, 1024 // s)),
+                np.zeros((1024 // s, 1024 // s)),
+            ),
             lambda a, b, c, parallel: kernels.multiply_accumulate(a, b, c),
             lambda a, b, c: kernels.multiply_accumulate_reference(a, b, c),
             lambda a: 4 * a[0].nbytes,
@@ -219,13 +224,17 @@ def run(quick: bool = False, repeats: int = 5, only: list[str] | None = None) ->
     rows = []
     for case in cases:
         args = case.inputs(scale)
-        first_call = time_once(lambda: case.numba_call(*args, parallel=True))
+        first_call = time_once(lambda case=case, args=args: case.numba_call(*args, parallel=True))
         compiled = _compiled_fresh(case.dispatchers)
         if case.has_serial:
             case.numba_call(*args, parallel=False)  # a parallel=False call reuses the same compiled kernel
-        parallel_s = median_seconds(lambda: case.numba_call(*args, parallel=True), repeats)
-        serial_s = median_seconds(lambda: case.numba_call(*args, parallel=False), repeats) if case.has_serial else None
-        numpy_s = median_seconds(lambda: case.numpy_call(*args), repeats)
+        parallel_s = median_seconds(lambda case=case, args=args: case.numba_call(*args, parallel=True), repeats)
+        serial_s = (
+            median_seconds(lambda case=case, args=args: case.numba_call(*args, parallel=False), repeats)
+            if case.has_serial
+            else None
+        )
+        numpy_s = median_seconds(lambda case=case, args=args: case.numpy_call(*args), repeats)
         nbytes = case.input_bytes(args)
         throughput = nbytes / parallel_s / GB
         row = {

@@ -11,6 +11,7 @@ Peers: plain Dask (pickled to each worker process), objects as files (PyCOMPSs),
 and Ray's object store. A peer that is not installed (``pip install -e .[peers]``) is skipped
 with a message.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,6 +86,7 @@ class PeakMemory:
 
     @property
     def extra(self) -> int:
+        """Peak bytes of the node above the start."""
         return max(0, self.peak - self.baseline)
 
 
@@ -139,7 +141,15 @@ def _multiprocessing_shm_run(session: Session, array: np.ndarray, tasks: int, sh
     try:
         np.ndarray(array.shape, array.dtype, buffer=segment.buf)[...] = array
         futures = [
-            session.client.submit(_mp_attach_use, segment.name, array.shape, str(array.dtype), pure=False, workers=[w], allow_other_workers=False)
+            session.client.submit(
+                _mp_attach_use,
+                segment.name,
+                array.shape,
+                str(array.dtype),
+                pure=False,
+                workers=[w],
+                allow_other_workers=False,
+            )
             for w in _pinned(session, tasks)
         ]
         return session.gather(futures)
@@ -272,12 +282,21 @@ def run(
                 continue
             if not np.allclose(results, expected, rtol=1e-9):
                 raise AssertionError(f"{name} gave a wrong sum")
-            rows.append({"way": name, "seconds": measure.seconds, "extra_memory_bytes": measure.memory.extra, "tasks": len(results)})
+            rows.append(
+                {
+                    "way": name,
+                    "seconds": measure.seconds,
+                    "extra_memory_bytes": measure.memory.extra,
+                    "tasks": len(results),
+                }
+            )
         n_workers = len(session.workers())
     base = next((r for r in rows if r["way"] == "workbench-rro"), None)
     for r in rows:
         r["time_vs_workbench"] = r["seconds"] / base["seconds"] if base else None
-        r["memory_vs_workbench"] = r["extra_memory_bytes"] / base["extra_memory_bytes"] if base and base["extra_memory_bytes"] else None
+        r["memory_vs_workbench"] = (
+            r["extra_memory_bytes"] / base["extra_memory_bytes"] if base and base["extra_memory_bytes"] else None
+        )
         r["copies_per_node"] = r["extra_memory_bytes"] / array.nbytes
     return {
         "benchmark": "shm",
@@ -292,6 +311,7 @@ def run(
 
 
 def format_report(report: dict[str, Any]) -> str:
+    """The report as the text table the command prints."""
     lines = [
         f"one {report['array_bytes'] / MB:.0f} MB read-only array, {report['tasks_per_worker']} tasks on each of "
         f"{report['workers']} workers (every task reads all of it)",
@@ -302,11 +322,14 @@ def format_report(report: dict[str, Any]) -> str:
         t = f"{r['time_vs_workbench']:.2f}" if r["time_vs_workbench"] else "-"
         m = f"{r['memory_vs_workbench']:.2f}" if r["memory_vs_workbench"] else "-"
         lines.append(
-            f"{r['way']:<30} {r['seconds']:>8.3f} {t:>11} {r['extra_memory_bytes'] / MB:>9.0f} {r['copies_per_node']:>7.2f} {m:>11}"
+            f"{r['way']:<30} {r['seconds']:>8.3f} {t:>11} {r['extra_memory_bytes'] / MB:>9.0f} "
+            f"{r['copies_per_node']:>7.2f} {m:>11}"
         )
     for name, why in report["skipped"].items():
         lines.append(f"{name:<30} skipped: {why}")
-    lines.append("extra MB: peak node memory above the start (sum of PSS: shared pages count once); copies = extra / array")
+    lines.append(
+        "extra MB: peak node memory above the start (sum of PSS: shared pages count once); copies = extra / array"
+    )
     lines.append(
         "attach (map, no pre-fault): "
         + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in report["attach_seconds_by_size"].items())

@@ -12,15 +12,15 @@
    answers checked); the ratio is non-active time / active time.
 Goals from the issue are printed next to the figures, never asserted.
 """
+
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
 
 from workbench import machine
 from workbench.lab.runner import run_experiment
@@ -34,15 +34,20 @@ class Null(PersistentObject):
 
     @active
     def nothing(self) -> None:
+        """Nothing: what is left is the cost of the call."""
         return None
 
 
 def null_function() -> None:
+    """A task that does nothing (Dask's own cost per task)."""
     return None
 
 
 class NullActor:
+    """A Dask actor with a method that does nothing (Dask's stateful-worker path)."""
+
     def nothing(self) -> None:
+        """Nothing: what is left is the cost of the call."""
         return None
 
 
@@ -72,36 +77,60 @@ def null_calls(session: Session, store: Store, calls: int = 2000) -> list[dict[s
     try:
         ref, holders = store.holders([proxy.ref])[0]
         with ThreadPoolExecutor(8) as pool:  # value calls are synchronous: threads keep 8 in flight, as for dataClay
-            rows.append({
-                "path": "store: value (direct to the backend)",
-                "latency_ms": 1e3 * _per_call(calls, proxy.nothing.value),
-                "throughput_ms": 1e3 * _in_flight(
-                    calls, lambda n: [pool.submit(proxy.nothing.value) for _ in range(n)],
+            rows.append(
+                {
+                    "path": "store: value (direct to the backend)",
+                    "latency_ms": 1e3 * _per_call(calls, proxy.nothing.value),
+                    "throughput_ms": 1e3
+                    * _in_flight(
+                        calls,
+                        lambda n: [pool.submit(proxy.nothing.value) for _ in range(n)],
+                        lambda fs: [f.result(timeout=session.timeout) for f in fs],
+                    ),
+                }
+            )
+        rows.append(
+            {
+                "path": "store: future (task pinned to the backend)",
+                "latency_ms": 1e3
+                * _per_call(max(calls // 10, 50), lambda: proxy.nothing().result(timeout=session.timeout)),
+                "throughput_ms": 1e3
+                * _in_flight(
+                    calls,
+                    lambda n: [submit_active(store, ref, holders, "nothing", False, (), {}) for _ in range(n)],
+                    session.gather,
+                ),
+            }
+        )
+        rows.append(
+            {
+                "path": "dask: client.submit (null task)",
+                "latency_ms": 1e3
+                * _per_call(
+                    max(calls // 10, 50),
+                    lambda: client.submit(null_function, pure=False, workers=[worker]).result(timeout=session.timeout),
+                ),
+                "throughput_ms": 1e3
+                * _in_flight(
+                    calls,
+                    lambda n: [client.submit(null_function, pure=False, workers=[worker]) for _ in range(n)],
+                    session.gather,
+                ),
+            }
+        )
+        actor = client.submit(NullActor, actor=True, workers=[worker]).result(timeout=session.timeout)
+        rows.append(
+            {
+                "path": "dask: actor method",
+                "latency_ms": 1e3 * _per_call(calls, lambda: actor.nothing().result(timeout=session.timeout)),
+                "throughput_ms": 1e3
+                * _in_flight(
+                    calls,
+                    lambda n: [actor.nothing() for _ in range(n)],
                     lambda fs: [f.result(timeout=session.timeout) for f in fs],
                 ),
-            })
-        rows.append({
-            "path": "store: future (task pinned to the backend)",
-            "latency_ms": 1e3 * _per_call(max(calls // 10, 50), lambda: proxy.nothing().result(timeout=session.timeout)),
-            "throughput_ms": 1e3 * _in_flight(
-                calls, lambda n: [submit_active(store, ref, holders, "nothing", False, (), {}) for _ in range(n)], session.gather
-            ),
-        })
-        rows.append({
-            "path": "dask: client.submit (null task)",
-            "latency_ms": 1e3 * _per_call(
-                max(calls // 10, 50), lambda: client.submit(null_function, pure=False, workers=[worker]).result(timeout=session.timeout)
-            ),
-            "throughput_ms": 1e3 * _in_flight(
-                calls, lambda n: [client.submit(null_function, pure=False, workers=[worker]) for _ in range(n)], session.gather
-            ),
-        })
-        actor = client.submit(NullActor, actor=True, workers=[worker]).result(timeout=session.timeout)
-        rows.append({
-            "path": "dask: actor method",
-            "latency_ms": 1e3 * _per_call(calls, lambda: actor.nothing().result(timeout=session.timeout)),
-            "throughput_ms": 1e3 * _in_flight(calls, lambda n: [actor.nothing() for _ in range(n)], lambda fs: [f.result(timeout=session.timeout) for f in fs]),
-        })
+            }
+        )
     finally:
         proxy.delete()
     return rows
@@ -111,18 +140,26 @@ def active_vs_non_active(session: Session, apps: Sequence[str], size: str, repea
     """Mean time of ``active`` and ``non-active`` per app and parameter point, and their ratio."""
     rows = []
     for app in apps:
-        experiment = run_experiment(session, app, ["active", "non-active"], size=size, repeats=repeats, progress=False, baseline="active")
+        experiment = run_experiment(
+            session, app, ["active", "non-active"], size=size, repeats=repeats, progress=False, baseline="active"
+        )
         parameters = experiment.parameters
         means = experiment.results.groupby([*parameters, "variant"])["seconds"].mean()
         moved = experiment.results.groupby([*parameters, "variant"])["bytes_transferred"].mean()
         for point in experiment.results[parameters].drop_duplicates().itertuples(index=False):
             key = tuple(point)
             a, n = means[(*key, "active")], means[(*key, "non-active")]
-            rows.append({
-                "app": app, "parameters": dict(zip(parameters, (v.item() if hasattr(v, "item") else v for v in key))),
-                "active_s": float(a), "non_active_s": float(n), "ratio": float(n / a),
-                "active_bytes_moved": int(moved[(*key, "active")]), "non_active_bytes_moved": int(moved[(*key, "non-active")]),
-            })
+            rows.append(
+                {
+                    "app": app,
+                    "parameters": dict(zip(parameters, (v.item() if hasattr(v, "item") else v for v in key))),
+                    "active_s": float(a),
+                    "non_active_s": float(n),
+                    "ratio": float(n / a),
+                    "active_bytes_moved": int(moved[(*key, "active")]),
+                    "non_active_bytes_moved": int(moved[(*key, "non-active")]),
+                }
+            )
     return rows
 
 
@@ -140,8 +177,10 @@ def run(
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
     """
     owned = session is None
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session, \
-            tempfile.TemporaryDirectory(prefix="workbench-bench-store-") as directory:
+    with (
+        contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session,
+        tempfile.TemporaryDirectory(prefix="workbench-bench-store-") as directory,
+    ):
         with Store(session, directory if owned else None) as store:  # a given session keeps its own store
             calls_rows = null_calls(session, store, calls)
             app_rows = active_vs_non_active(session, apps, size, repeats)
@@ -152,38 +191,71 @@ def run(
 
         peer = dataclay_peer.measure(calls=calls)
     if peer.get("available"):
-        calls_rows.append({"path": "dataClay 4.3.1: active method", "latency_ms": peer["latency_ms"], "throughput_ms": peer.get("throughput_ms")})
+        calls_rows.append(
+            {
+                "path": "dataClay 4.3.1: active method",
+                "latency_ms": peer["latency_ms"],
+                "throughput_ms": peer.get("throughput_ms"),
+            }
+        )
     value = calls_rows[0]["latency_ms"]
     goals = [{"goal": "store null call latency <= 1 ms", "measured": value, "met": value <= 1.0}]
     if peer.get("available"):
-        goals.append({"goal": "store latency below dataClay's", "measured": value / peer["latency_ms"], "met": value < peer["latency_ms"]})
+        goals.append(
+            {
+                "goal": "store latency below dataClay's",
+                "measured": value / peer["latency_ms"],
+                "met": value < peer["latency_ms"],
+            }
+        )
     for row in app_rows:
         if row["app"] == "kmeans":
-            goals.append({"goal": f"kmeans active >= 2x non-active at {row['parameters']}", "measured": row["ratio"], "met": row["ratio"] >= 2.0})
+            goals.append(
+                {
+                    "goal": f"kmeans active >= 2x non-active at {row['parameters']}",
+                    "measured": row["ratio"],
+                    "met": row["ratio"] >= 2.0,
+                }
+            )
     return {
-        "benchmark": "store", "size": size, "repeats": repeats, "calls": calls, "workers": workers,
-        "null_calls": calls_rows, "applications": app_rows, "dataclay": peer, "goals": goals, "machine": machine.describe(),
+        "benchmark": "store",
+        "size": size,
+        "repeats": repeats,
+        "calls": calls,
+        "workers": workers,
+        "null_calls": calls_rows,
+        "applications": app_rows,
+        "dataclay": peer,
+        "goals": goals,
+        "machine": machine.describe(),
     }
 
 
 def format_report(report: dict[str, Any]) -> str:
-    lines = [f"{report['workers']} workers; null calls: {report['calls']} per path", "",
-             f"{'path':<46} {'latency ms':>11} {'throughput ms/call':>19}"]
+    """The report as the text tables the command prints, goals last."""
+    lines = [
+        f"{report['workers']} workers; null calls: {report['calls']} per path",
+        "",
+        f"{'path':<46} {'latency ms':>11} {'throughput ms/call':>19}",
+    ]
     for r in report["null_calls"]:
         through = f"{r['throughput_ms']:.3f}" if r["throughput_ms"] is not None else "-"
         lines.append(f"{r['path']:<46} {r['latency_ms']:>11.3f} {through:>19}")
     if not report["dataclay"].get("available"):
         lines.append(f"dataClay: skipped ({report['dataclay'].get('reason')})")
-    lines += ["", f"active vs non-active, size {report['size']}, mean of {report['repeats']} runs",
-              f"{'app':<10} {'parameters':<32} {'active s':>9} {'non-active s':>13} {'non/active':>11} {'MB moved active':>16} {'non-active':>11}"]
+    lines += [
+        "",
+        f"active vs non-active, size {report['size']}, mean of {report['repeats']} runs",
+        f"{'app':<10} {'parameters':<32} {'active s':>9} {'non-active s':>13} {'non/active':>11} "
+        f"{'MB moved active':>16} {'non-active':>11}",
+    ]
     for r in report["applications"]:
         lines.append(
-            f"{r['app']:<10} {str(r['parameters']):<32} {r['active_s']:>9.4f} {r['non_active_s']:>13.4f} {r['ratio']:>11.2f} "
+            f"{r['app']:<10} {str(r['parameters']):<32} {r['active_s']:>9.4f} {r['non_active_s']:>13.4f} "
+            f"{r['ratio']:>11.2f} "
             f"{r['active_bytes_moved'] / 1e6:>16.2f} {r['non_active_bytes_moved'] / 1e6:>11.2f}"
         )
     lines.append("")
     for g in report["goals"]:
         lines.append(f"goal: {g['goal']}: measured {g['measured']:.3f} ({'met' if g['met'] else 'NOT met'})")
     return "\n".join(lines)
-
-

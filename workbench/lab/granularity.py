@@ -1,4 +1,5 @@
 """The granularity experiments of SplIter (thesis ch. 5): the same data cut into more and more blocks."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -15,11 +16,19 @@ VARIANTS = ["blocks", "rechunk", "split", "split-materialized"]
 FRAGMENTATION = {"ci": [1, 8, 64], "lab": [1, 2, 4, 8, 16, 48, 200], "full": [1, 2, 4, 8, 16, 48, 200]}
 
 
-def fragmentation_sweep(session: Session, app: str, size: str = "ci", repeats: int = 3, progress: bool = False) -> Experiment:
+def fragmentation_sweep(
+    session: Session, app: str, size: str = "ci", repeats: int = 3, progress: bool = False
+) -> Experiment:
     """Every granularity variant of ``app`` at each number of blocks per core; baseline ``blocks``."""
     return run_experiment(
-        session, app, variants=VARIANTS, size=size, grid={"blocks_per_worker": FRAGMENTATION[size]},
-        repeats=repeats, progress=progress, baseline="blocks",
+        session,
+        app,
+        variants=VARIANTS,
+        size=size,
+        grid={"blocks_per_worker": FRAGMENTATION[size]},
+        repeats=repeats,
+        progress=progress,
+        baseline="blocks",
     )
 
 
@@ -34,16 +43,26 @@ def partition_table(partitions: list[Partition]) -> pd.DataFrame:
     """One row per partition: its worker, how many blocks, and which rows it covers."""
     return pd.DataFrame(
         [
-            {"worker": p.worker, "blocks": len(p), "first block": p.get_indexes()[0], "last block": p.get_indexes()[-1],
-             "rows": int(sum(b - a for a, b in p.item_ranges))}
+            {
+                "worker": p.worker,
+                "blocks": len(p),
+                "first block": p.get_indexes()[0],
+                "last block": p.get_indexes()[-1],
+                "rows": int(sum(b - a for a, b in p.item_ranges)),
+            }
             for p in partitions
         ]
     )
 
 
 def weak_scaling(
-    session: Session, app: str, size: str = "ci", workers: tuple[int, ...] = (1, 2), blocks_per_worker: int = 8,
-    repeats: int = 3, variants: list[str] | None = None,
+    session: Session,
+    app: str,
+    size: str = "ci",
+    workers: tuple[int, ...] = (1, 2),
+    blocks_per_worker: int = 8,
+    repeats: int = 3,
+    variants: list[str] | None = None,
 ) -> pd.DataFrame:
     """Points grow with the workers (the size's points per worker, times workers): mean seconds per
     variant and the efficiency t(first) / t(n). The cluster is rescaled, then restored."""
@@ -55,7 +74,13 @@ def weak_scaling(
         for n in workers:
             session.scale(n)
             experiment = run_experiment(
-                session, app, variants=variants or VARIANTS, size=size, repeats=repeats, progress=False, baseline="blocks",
+                session,
+                app,
+                variants=variants or VARIANTS,
+                size=size,
+                repeats=repeats,
+                progress=False,
+                baseline="blocks",
                 grid={"blocks_per_worker": [blocks_per_worker], "points": [per_worker * n]},
             )
             for variant, seconds in experiment.results.groupby("variant")["seconds"].mean().items():
@@ -69,12 +94,27 @@ def weak_scaling(
 
 
 def knn_fit_sweep(
-    session: Session, size: str = "ci", fit_points: tuple[int, ...] | None = None, blocks_per_worker: int = 8, repeats: int = 3
+    session: Session,
+    size: str = "ci",
+    fit_points: tuple[int, ...] | None = None,
+    blocks_per_worker: int = 8,
+    repeats: int = 3,
 ) -> pd.DataFrame:
     """Thesis Fig. 5.18: blocks processed per second as the fit set grows, for each variant."""
-    fit_points = fit_points or {"ci": (5_000, 20_000), "lab": (100_000, 300_000, 1_000_000), "full": (1_000_000, 3_000_000, 10_000_000)}[size]
+    fit_points = (
+        fit_points
+        or {"ci": (5_000, 20_000), "lab": (100_000, 300_000, 1_000_000), "full": (1_000_000, 3_000_000, 10_000_000)}[
+            size
+        ]
+    )
     experiment = run_experiment(
-        session, "knn", variants=VARIANTS, size=size, repeats=repeats, progress=False, baseline="blocks",
+        session,
+        "knn",
+        variants=VARIANTS,
+        size=size,
+        repeats=repeats,
+        progress=False,
+        baseline="blocks",
         grid={"blocks_per_worker": [blocks_per_worker], "points": list(fit_points)},
     )
     blocks = blocks_per_worker * len(session.workers())

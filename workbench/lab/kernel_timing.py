@@ -1,4 +1,5 @@
 """Kernel comparisons on one process: numpy against numba on one thread and on all threads."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -25,7 +26,7 @@ def histogram_kernels(size: str = "ci", repeats: int = 3, seed: int = 0) -> pd.D
     }
     answers, first_calls = [], []
     for fn in variants.values():  # the first call of numba compiles (or loads from cache): timed apart
-        first_calls.append(time_once(lambda: answers.append(fn())))
+        first_calls.append(time_once(lambda fn=fn: answers.append(fn())))
     if not all((a == answers[0]).all() for a in answers):
         raise AssertionError("numpy and numba histograms differ")
     table = pd.DataFrame(

@@ -5,6 +5,7 @@ in PyCOMPSs Applications* (PyHPC 2020): k-means and blocked matmul, with shared 
 against without (PyCOMPSs' objects as files). Each table is a set of one-factor-at-a-time sweeps
 around a centre point; each point is an experiment with interleaved repeats and Welch's test.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,13 +19,25 @@ from workbench.runtime.session import Session
 # The paper's Table I (16 workers; 4,194,304 points, 20 iterations, 64 dims, 4 centres at the
 # centre point): the 95 % CI of (with - without) in percent of "without".
 PAPER_TABLE1 = {
-    ("centres", 1): (-9.51, -6.95), ("centres", 2): (-15.37, -13.50), ("centres", 3): (-13.12, -12.15),
-    ("centres", 4): (-10.38, -9.26), ("centres", 5): (-10.33, -9.13),
-    ("dims", 8): (-0.38, 1.31), ("dims", 16): (-2.14, -0.71), ("dims", 32): (-0.54, 0.63),
-    ("dims", 64): (-10.38, -9.26), ("dims", 96): (-32.62, -31.46), ("dims", 128): (-41.09, -40.19),
-    ("iterations", 10): (-11.59, -10.27), ("iterations", 20): (-10.38, -9.26), ("iterations", 30): (-12.14, -8.98),
-    ("iterations", 40): (-11.96, -10.73), ("iterations", 50): (-11.32, -10.13),
-    ("points", 262_144): (-0.87, 0.41), ("points", 1_048_576): (1.33, 2.49), ("points", 4_194_304): (-10.38, -9.26),
+    ("centres", 1): (-9.51, -6.95),
+    ("centres", 2): (-15.37, -13.50),
+    ("centres", 3): (-13.12, -12.15),
+    ("centres", 4): (-10.38, -9.26),
+    ("centres", 5): (-10.33, -9.13),
+    ("dims", 8): (-0.38, 1.31),
+    ("dims", 16): (-2.14, -0.71),
+    ("dims", 32): (-0.54, 0.63),
+    ("dims", 64): (-10.38, -9.26),
+    ("dims", 96): (-32.62, -31.46),
+    ("dims", 128): (-41.09, -40.19),
+    ("iterations", 10): (-11.59, -10.27),
+    ("iterations", 20): (-10.38, -9.26),
+    ("iterations", 30): (-12.14, -8.98),
+    ("iterations", 40): (-11.96, -10.73),
+    ("iterations", 50): (-11.32, -10.13),
+    ("points", 262_144): (-0.87, 0.41),
+    ("points", 1_048_576): (1.33, 2.49),
+    ("points", 4_194_304): (-10.38, -9.26),
     ("points", 8_388_608): (-25.72, -24.75),
 }
 # The paper's Table II (only significant rows were printed): blocks per dimension x block size.
@@ -39,14 +52,18 @@ TABLE1_SWEEPS: dict[str, dict[str, Any]] = {
     "lab": {
         "centre": {"points": 262_144, "dims": 64, "centres": 4, "iterations": 10, "block": 32_768},
         "sweeps": {
-            "centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30],
+            "centres": [1, 2, 3, 4, 5],
+            "dims": [8, 16, 32, 64, 96, 128],
+            "iterations": [10, 20, 30],
             "points": [32_768, 131_072, 262_144, 1_048_576],
         },
     },
     "full": {
         "centre": {"points": 4_194_304, "dims": 64, "centres": 4, "iterations": 20, "block": 262_144},
         "sweeps": {
-            "centres": [1, 2, 3, 4, 5], "dims": [8, 16, 32, 64, 96, 128], "iterations": [10, 20, 30, 40, 50],
+            "centres": [1, 2, 3, 4, 5],
+            "dims": [8, 16, 32, 64, 96, 128],
+            "iterations": [10, 20, 30, 40, 50],
             "points": [262_144, 1_048_576, 4_194_304, 8_388_608],
         },
     },
@@ -75,12 +92,31 @@ def table1(
             continue
         grid = {k: [v] for k, v in plan["centre"].items() if k != factor}
         grid[factor] = list(values)
-        experiment = run_experiment(session, "kmeans", variants=list(variants), size=size, grid=grid, repeats=repeats, progress=progress)
+        experiment = run_experiment(
+            session, "kmeans", variants=list(variants), size=size, grid=grid, repeats=repeats, progress=progress
+        )
         table = experiment.stats()
         table.insert(0, "sweep", factor)
         table.insert(1, "value", table[factor])
-        tables.append(table[["sweep", "value", "variant", "baseline", "runs", "time_variant_s", "time_baseline_s",
-                             "ci_low_s", "ci_high_s", "ci_low_pct", "ci_high_pct", "p_value", "significant"]])
+        tables.append(
+            table[
+                [
+                    "sweep",
+                    "value",
+                    "variant",
+                    "baseline",
+                    "runs",
+                    "time_variant_s",
+                    "time_baseline_s",
+                    "ci_low_s",
+                    "ci_high_s",
+                    "ci_low_pct",
+                    "ci_high_pct",
+                    "p_value",
+                    "significant",
+                ]
+            ]
+        )
     result = pd.concat(tables, ignore_index=True)
     paper = [PAPER_TABLE1.get((s, int(v))) for s, v in zip(result["sweep"], result["value"])]
     result["paper_ci_pct"] = [f"[{p[0]:+.1f}%, {p[1]:+.1f}%]" if p else "" for p in paper]
@@ -88,14 +124,23 @@ def table1(
 
 
 def table2(
-    session: Session, size: str = "ci", repeats: int = 3, variants: Sequence[str] = ("files", "rro"), progress: bool = False
+    session: Session,
+    size: str = "ci",
+    repeats: int = 3,
+    variants: Sequence[str] = ("files", "rro"),
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Table II scaled: blocked matmul at each (blocks, block size), with the paper's interval."""
     tables = []
     for blocks, block_size in TABLE2_POINTS[size]:
         experiment = run_experiment(
-            session, "matmul", variants=list(variants), size=size,
-            grid={"blocks": [blocks], "block_size": [block_size]}, repeats=repeats, progress=progress,
+            session,
+            "matmul",
+            variants=list(variants),
+            size=size,
+            grid={"blocks": [blocks], "block_size": [block_size]},
+            repeats=repeats,
+            progress=progress,
         )
         tables.append(experiment.stats())
     result = pd.concat(tables, ignore_index=True)

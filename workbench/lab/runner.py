@@ -6,6 +6,7 @@ checked against the baseline's), then the variants run interleaved, A B A B ...,
 machine slows all of them alike. Every timed run records its wall time, the application's phases
 and a trace (Dask's task stream, transfer bytes, workbench events).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -13,21 +14,20 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from distributed import get_task_stream
 
+import datasets
 import workbench
 from workbench import machine
 from workbench.apps import registry
 from workbench.lab import stats
 from workbench.runtime import trace as tracing
 from workbench.runtime.session import Session, node_id
-
-import datasets
 
 
 @dataclass
@@ -95,7 +95,10 @@ class Experiment:
     def trace_of(self, run_id: str) -> pd.DataFrame:
         """The trace of one run (see :mod:`workbench.runtime.trace`)."""
         if run_id not in self.traces:
-            raise KeyError(f"no trace of run {run_id!r}: traced runs are {sorted(self.traces)[:5]}... (traces are off with trace=False)")
+            raise KeyError(
+                f"no trace of run {run_id!r}: traced runs are {sorted(self.traces)[:5]}... (traces are off with "
+                "trace=False)"
+            )
         return self.traces[run_id]
 
     def median_trace(self, variant: str, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -118,7 +121,10 @@ class Experiment:
         """The papers' table format when there are statistics, else the mean time of each variant."""
         if self.compared:
             return stats.format_table(self.stats(), self.parameters)
-        return self.summary().to_string(index=False) + "\n(one run per variant, or one variant: no statistics; use --repeat 2 or more)"
+        return (
+            self.summary().to_string(index=False)
+            + "\n(one run per variant, or one variant: no statistics; use --repeat 2 or more)"
+        )
 
     def save(self, out: str | Path) -> Path:
         """Write results (CSV and JSON), warm-ups, statistics, metadata and one trace per run."""
@@ -152,9 +158,13 @@ class Experiment:
         try:
             document = json.loads(document_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{document_path} is not a workbench experiment ({error}): was it written by 'workbench run'?") from None
+            raise ValueError(
+                f"{document_path} is not a workbench experiment ({error}): was it written by 'workbench run'?"
+            ) from None
         document = document if isinstance(document, dict) else {}
-        missing = [k for k in ("metadata", "baseline", "parameters", "results", "warmups", "locality") if k not in document]
+        missing = [
+            k for k in ("metadata", "baseline", "parameters", "results", "warmups", "locality") if k not in document
+        ]
         if not missing and not (isinstance(document["metadata"], dict) and "app" in document["metadata"]):
             missing = ["metadata.app"]
         if missing:
@@ -226,7 +236,7 @@ def run_experiment(
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
     points = grid_points(grid)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     nodes = {**session.worker_nodes(), tracing.CLIENT: node_id()}
     session.client.get_task_stream()  # switches the scheduler's task-stream plugin on before any run
 
@@ -247,12 +257,15 @@ def run_experiment(
                 for name in variants:
                     if not application.same_answer(answers[name], answers[baseline]):
                         raise AssertionError(
-                            f"{app}: variant {name!r} gives a different answer from the baseline {baseline!r} at {params}"
+                            f"{app}: variant {name!r} gives a different answer from the baseline {baseline!r} at "
+                            f"{params}"
                         )
                 for repeat in range(repeats):
                     for name in variants:
                         run_id = f"run-{len(results):04d}"
-                        row, _, frame = _run_once(session, application, name, prepared, params, trace=trace, nodes=nodes)
+                        row, _, frame = _run_once(
+                            session, application, name, prepared, params, trace=trace, nodes=nodes
+                        )
                         results.append({"run_id": run_id, **row, "repeat": repeat})
                         if frame is not None:
                             traces[run_id] = frame
@@ -273,7 +286,7 @@ def run_experiment(
         "grid": grid,
         "dataset_bytes": dataset.nbytes,
         "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "workbench": workbench.__version__,
         "cluster": session.describe(),
         "machine": machine.describe(),

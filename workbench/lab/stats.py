@@ -5,6 +5,7 @@ point, the mean time of a variant and of the baseline, the 95 % confidence inter
 (variant - baseline) in seconds and in percent of the baseline's mean, and the Welch p-value.
 Welch's test does not assume equal variances, which two variants on a shared machine rarely have.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,10 +37,12 @@ class Difference:
 
     @property
     def difference(self) -> float:
+        """Mean of the variant minus mean of the baseline (seconds)."""
         return self.mean_variant - self.mean_baseline
 
     @property
     def significant(self) -> bool:
+        """Whether p is below ``ALPHA``."""
         return self.p_value < ALPHA
 
 
@@ -62,10 +65,16 @@ def welch(variant: Sequence[float], baseline: Sequence[float], confidence: float
         half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se
     base = b.mean()
     return Difference(
-        n_variant=a.size, n_baseline=b.size, mean_variant=float(a.mean()), mean_baseline=float(base),
-        ci_low=float(diff - half), ci_high=float(diff + half),
-        ci_low_pct=float(100 * (diff - half) / base), ci_high_pct=float(100 * (diff + half) / base),
-        p_value=p_value, dof=float(dof),
+        n_variant=a.size,
+        n_baseline=b.size,
+        mean_variant=float(a.mean()),
+        mean_baseline=float(base),
+        ci_low=float(diff - half),
+        ci_high=float(diff + half),
+        ci_low_pct=float(100 * (diff - half) / base),
+        ci_high_pct=float(100 * (diff + half) / base),
+        p_value=p_value,
+        dof=float(dof),
     )
 
 
@@ -120,19 +129,33 @@ def format_table(table: pd.DataFrame, parameters: Sequence[str] = ()) -> str:
     """The comparison as the papers print it; a ``*`` marks p < 0.05."""
     if table.empty:
         return "(no variant to compare with the baseline)"
-    header = [*parameters, "variant", "time variant (s)", "time baseline (s)", "95% CI of difference (s)", "(%)", "p-value", ""]
+    header = [
+        *parameters,
+        "variant",
+        "time variant (s)",
+        "time baseline (s)",
+        "95% CI of difference (s)",
+        "(%)",
+        "p-value",
+        "",
+    ]
     lines = []
     for _, r in table.iterrows():
         lines.append(
-            [*(str(r[p]) for p in parameters), f"{r['variant']} vs {r['baseline']}",
-             f"{r['time_variant_s']:.4f}", f"{r['time_baseline_s']:.4f}",
-             f"[{r['ci_low_s']:+.4f}, {r['ci_high_s']:+.4f}]",
-             f"[{r['ci_low_pct']:+.1f}%, {r['ci_high_pct']:+.1f}%]",
-             f"{r['p_value']:.3g}", "*" if r["significant"] else ""]
+            [
+                *(str(r[p]) for p in parameters),
+                f"{r['variant']} vs {r['baseline']}",
+                f"{r['time_variant_s']:.4f}",
+                f"{r['time_baseline_s']:.4f}",
+                f"[{r['ci_low_s']:+.4f}, {r['ci_high_s']:+.4f}]",
+                f"[{r['ci_low_pct']:+.1f}%, {r['ci_high_pct']:+.1f}%]",
+                f"{r['p_value']:.3g}",
+                "*" if r["significant"] else "",
+            ]
         )
-    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*l) for l in lines]
+    out += [fmt.format(*line) for line in lines]
     out.append("* significant at p < 0.05 (Welch's t-test); % relative to the baseline's mean time")
     return "\n".join(out)

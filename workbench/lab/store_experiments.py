@@ -6,6 +6,7 @@ own queries (``moved()``, ``bytes_moved(variant)``, ``median_trace(variant)``) s
 which is where active and non-active differ. Weak scaling is :func:`workbench.lab.granularity.weak_scaling`
 with ``variants=VARIANTS[app]``.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -22,12 +23,16 @@ VARIANTS = {
 KNN_BLOCKS = {"ci": [1, 4], "lab": [1, 4, 16], "full": [1, 8, 48]}
 
 
-def store_variants(session: Session, app: str, size: str = "ci", repeats: int = 3, blocks_per_worker: int | None = None) -> Experiment:
+def store_variants(
+    session: Session, app: str, size: str = "ci", repeats: int = 3, blocks_per_worker: int | None = None
+) -> Experiment:
     """The store variants of ``app`` against its plain Dask baseline, at one point of its grid."""
     grid = None
     if blocks_per_worker is not None:
         grid = {"blocks_per_worker": [blocks_per_worker]}
-    return run_experiment(session, app, VARIANTS[app], size=size, grid=grid, repeats=repeats, progress=False, baseline="blocks")
+    return run_experiment(
+        session, app, VARIANTS[app], size=size, grid=grid, repeats=repeats, progress=False, baseline="blocks"
+    )
 
 
 def knn_many_to_many(session: Session, size: str = "ci", repeats: int = 3) -> tuple[Experiment, pd.DataFrame]:
@@ -35,7 +40,13 @@ def knn_many_to_many(session: Session, size: str = "ci", repeats: int = 3) -> tu
     every tree; one tree per partition (``active-split``) cuts the trees to one per worker.
     Returns the experiment and its ``moved()`` table (seconds, tasks, MB moved per point and variant)."""
     experiment = run_experiment(
-        session, "knn", VARIANTS["knn"], size=size, grid={"blocks_per_worker": KNN_BLOCKS[size]},
-        repeats=repeats, progress=False, baseline="blocks",
+        session,
+        "knn",
+        VARIANTS["knn"],
+        size=size,
+        grid={"blocks_per_worker": KNN_BLOCKS[size]},
+        repeats=repeats,
+        progress=False,
+        baseline="blocks",
     )
     return experiment, experiment.moved()

@@ -4,6 +4,7 @@ A sweep is an experiment of the runner (the histogram's ``blocks`` variant at ea
 blocks), so warm-up, answer checks and interleaving are the runner's; this module turns its
 results into the table lesson 00 plots and fits the cost of one task.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -47,14 +48,23 @@ def histogram_block_sweep(
     """
     n_points = datasets.get("histogram", size, seed).spec("points").shape[0]
     experiment = run_experiment(
-        session, "histogram", ["blocks"], size=size, grid={"blocks": [int(b) for b in blocks]},
-        repeats=repeats, seed=seed, trace=False, progress=False,
+        session,
+        "histogram",
+        ["blocks"],
+        size=size,
+        grid={"blocks": [int(b) for b in blocks]},
+        repeats=repeats,
+        seed=seed,
+        trace=False,
+        progress=False,
     )
     runs = experiment.results
     block_rows = [-(-n_points // int(b)) for b in runs["blocks"]]
-    return pd.DataFrame({
-        "blocks": [-(-n_points // r) for r in block_rows],  # the blocks there were (the last one may be short)
-        "block_rows": block_rows,
-        "repeat": runs["repeat"].to_numpy(),
-        "seconds": runs["seconds"].to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "blocks": [-(-n_points // r) for r in block_rows],  # the blocks there were (the last one may be short)
+            "block_rows": block_rows,
+            "repeat": runs["repeat"].to_numpy(),
+            "seconds": runs["seconds"].to_numpy(),
+        }
+    )

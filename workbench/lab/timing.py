@@ -1,4 +1,5 @@
 """Wall-clock timing helpers for benchmarks and kernel comparisons (never used to assert in tests)."""
+
 from __future__ import annotations
 
 import statistics
@@ -7,6 +8,7 @@ from collections.abc import Callable
 
 
 def time_once(fn: Callable[[], object]) -> float:
+    """Seconds of one call of ``fn``."""
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start

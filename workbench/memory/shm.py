@@ -31,6 +31,7 @@ may write it (they could truncate it under the mapping). The directory itself is
 choice and is trusted. Space is reserved with ``posix_fallocate`` before mapping: a full
 ``/dev/shm`` then fails with a clear error instead of killing the process with SIGBUS.
 """
+
 from __future__ import annotations
 
 import errno
@@ -105,7 +106,9 @@ def _directory(directory: str | Path | None) -> Path:
                 "POSIX shared memory needs /dev/shm (Linux); pass directory=... to back arrays with files instead"
             )
         if path.exists():
-            raise SharedMemoryError(f"{path} is not a directory: name the directory that holds (or will hold) the segments")
+            raise SharedMemoryError(
+                f"{path} is not a directory: name the directory that holds (or will hold) the segments"
+            )
         raise SharedMemoryError(f"directory {path} does not exist: create it or choose another")
     return path
 
@@ -219,7 +222,8 @@ def _header(shape: tuple[int, ...], dtype: np.dtype, fortran: bool) -> bytes:
         descr = npy.dtype_to_descr(dtype)
     except ValueError as error:
         raise ValueError(
-            f"dtype {_short(dtype)} cannot be described in an .npy header ({error}): use a structured dtype whose fields "
+            f"dtype {_short(dtype)} cannot be described in an .npy header ({error}): "
+            "use a structured dtype whose fields "
             "neither overlap nor go out of order"
         ) from None
     back = npy.descr_to_dtype(descr)
@@ -238,7 +242,8 @@ def _header(shape: tuple[int, ...], dtype: np.dtype, fortran: bool) -> bytes:
     raw = buffer.getvalue()
     if len(raw) > _HEADER_MAX:
         raise ValueError(
-            f"dtype {_short(dtype)} needs a {len(raw)}-byte .npy header; the workbench allows {_HEADER_MAX} bytes (numpy reads "
+            f"dtype {_short(dtype)} needs a {len(raw)}-byte .npy header; "
+            f"the workbench allows {_HEADER_MAX} bytes (numpy reads "
             "at most 10,000), so the segment could not be attached: use fewer or shorter fields (or several arrays)"
         )
     total = -(-len(raw) // _HEADER_ALIGN) * _HEADER_ALIGN
@@ -265,7 +270,10 @@ def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, 
     else:
         offset = 12 + int.from_bytes(prefix[8:12], "little")
         if offset % _HEADER_ALIGN or offset > _HEADER_MAX:
-            problem = f"its data starts at byte {offset}, not on a page boundary within {_HEADER_MAX} bytes as the workbench writes it"
+            problem = (
+                f"its data starts at byte {offset}, not on a page boundary within {_HEADER_MAX} bytes "
+                "as the workbench writes it"
+            )
         else:
             text = os.pread(fd, offset - 12, 12)
             try:
@@ -275,7 +283,9 @@ def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, 
             else:
                 problem = _header_problem(shape, dtype, offset, size)
     if problem:
-        raise SharedMemoryError(f"{path} is not a valid workbench shared array: {problem}. Delete it if it is not yours")
+        raise SharedMemoryError(
+            f"{path} is not a valid workbench shared array: {problem}. Delete it if it is not yours"
+        )
     return shape, dtype, fortran, offset
 
 
@@ -307,7 +317,10 @@ def _header_problem(shape: tuple[int, ...], dtype: np.dtype, offset: int, size: 
         return f"its {problem}"
     count = math.prod(shape)
     if offset + count * dtype.itemsize > size:
-        return f"its header promises {count * dtype.itemsize} bytes of data but the file holds {max(0, size - offset)} (truncated?)"
+        return (
+            f"its header promises {count * dtype.itemsize} bytes of data "
+            f"but the file holds {max(0, size - offset)} (truncated?)"
+        )
     return None
 
 
@@ -522,8 +535,13 @@ def _fill_through_mapping(fd: int, layout: _Layout, fill: Callable[[np.ndarray],
     the last view of it goes (at once, when ``fill`` kept none).
     """
     view = np.ndarray(
-        layout.shape, dtype=layout.dtype, offset=len(layout.header), order="F" if layout.fortran else "C",
-        buffer=mmap.mmap(fd, len(layout.header) + layout.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE),
+        layout.shape,
+        dtype=layout.dtype,
+        offset=len(layout.header),
+        order="F" if layout.fortran else "C",
+        buffer=mmap.mmap(
+            fd, len(layout.header) + layout.nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        ),
     )
     fill(view)
 
@@ -558,7 +576,9 @@ def _check_fill(fill: object, layout: _Layout) -> None:
         )
     if not (fill.flags.f_contiguous if layout.fortran else fill.flags.c_contiguous):
         order = "F" if layout.fortran else "C"
-        raise ValueError(f"the fill array must be {order}-contiguous, like the segment: np.require(fill, requirements='{order}')")
+        raise ValueError(
+            f"the fill array must be {order}-contiguous, like the segment: np.require(fill, requirements='{order}')"
+        )
 
 
 def _check_timeout(timeout: object) -> float:
@@ -632,8 +652,15 @@ def copy_in(
     fortran = array.flags.f_contiguous and not array.flags.c_contiguous
     source = array if (fortran or array.flags.c_contiguous) else np.ascontiguousarray(array)
     return attach_or_create(
-        name, array.shape, array.dtype, source, order="F" if fortran else "C",
-        directory=directory, writable=writable, populate=populate, timeout=timeout,
+        name,
+        array.shape,
+        array.dtype,
+        source,
+        order="F" if fortran else "C",
+        directory=directory,
+        writable=writable,
+        populate=populate,
+        timeout=timeout,
     )
 
 
@@ -715,7 +742,9 @@ def delete(name: str, directory: str | Path | None = None) -> bool:
             "or the directory is not writable by you"
         ) from None
     except IsADirectoryError:
-        raise SharedMemoryError(f"{path} is a directory, not a shared array (the workbench never makes one): remove it yourself") from None
+        raise SharedMemoryError(
+            f"{path} is a directory, not a shared array (the workbench never makes one): remove it yourself"
+        ) from None
     _remove_free_lock(path.with_name(path.name + LOCK_SUFFIX))
     return removed
 
@@ -895,7 +924,7 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
     now = time.time()
     infos = []
     for (file_name, entry), path in zip(found, paths):
-        name = file_name[len(PREFIX):]
+        name = file_name[len(PREFIX) :]
         try:
             info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:  # removed while we looked
@@ -913,11 +942,20 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
             except (OSError, SharedMemoryError):
                 state = "unreadable"
         holders = tuple(sorted(users[path]))
-        infos.append(SegmentInfo(
-            name=_printable(name), path=path, shape=shape, dtype=dtype, nbytes=info.st_size,
-            owner_pid=owner, owner_alive=_pid_alive(owner) if owner else bool(holders),
-            mapped_by=holders, age_s=now - info.st_mtime, state=state,
-        ))
+        infos.append(
+            SegmentInfo(
+                name=_printable(name),
+                path=path,
+                shape=shape,
+                dtype=dtype,
+                nbytes=info.st_size,
+                owner_pid=owner,
+                owner_alive=_pid_alive(owner) if owner else bool(holders),
+                mapped_by=holders,
+                age_s=now - info.st_mtime,
+                state=state,
+            )
+        )
     return infos
 
 
@@ -965,7 +1003,7 @@ def delete_prefix(prefix: str, directory: str | Path | None = None) -> list[str]
     base = _directory(directory)
     removed = []
     for entry in _scan(base):
-        name = entry.name[len(PREFIX):]
+        name = entry.name[len(PREFIX) :]
         if not name.startswith(prefix):
             continue
         helper = _HELPER.fullmatch(name)
@@ -978,6 +1016,6 @@ def delete_prefix(prefix: str, directory: str | Path | None = None) -> list[str]
 def _similar(name: str, directory: str | Path | None) -> str:
     import difflib
 
-    names = [e.name[len(PREFIX):] for e in _scan(_directory(directory)) if _NAME.fullmatch(e.name[len(PREFIX):])]
+    names = [e.name[len(PREFIX) :] for e in _scan(_directory(directory)) if _NAME.fullmatch(e.name[len(PREFIX) :])]
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -5,6 +5,7 @@ things of a persisted array: that it is cut along the first axis only, its block
 order (futures, not keys, so the scheduler sees every dependency), and how many rows each block
 holds, also when Dask does not know (``y[y > 0.5]`` has chunks of size NaN until computed).
 """
+
 from __future__ import annotations
 
 import math
@@ -120,16 +121,19 @@ class PlacedBlocks:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Shape of the whole array (rows measured where Dask did not know them)."""
         if self.row_blocked:
             return (int(sum(self.chunks)), *(int(n) for n in self.array.shape[1:]))
         return tuple(int(n) for n in self.array.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """The array's dtype."""
         return self.array.dtype
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole array."""
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
     def _rows_only(self, what: str) -> None:
@@ -164,14 +168,17 @@ class PlacedBlocks:
         other._rows_only("aligning")
         if self.chunks != other.chunks:
             raise ValueError(
-                f"{names[0]} and {names[1]} have different row blocks ({len(self.chunks)} vs {len(other.chunks)} blocks, "
+                f"{names[0]} and {names[1]} have different row blocks ({len(self.chunks)} vs {len(other.chunks)} "
+                "blocks, "
                 f"first {self.chunks[:3]} vs {other.chunks[:3]}): place {names[1]} with the same rows per block"
             )
 
     def rechunked(self, rows: int) -> PlacedBlocks:
         """The same rows in blocks of ``rows`` rows, placed (the data moves: Dask's rechunk)."""
         self._rows_only("rechunking")
-        return PlacedBlocks(self.session, self.array.rechunk((rows, *(-1 for _ in self.array.shape[1:]))), "rechunked blocks")
+        return PlacedBlocks(
+            self.session, self.array.rechunk((rows, *(-1 for _ in self.array.shape[1:]))), "rechunked blocks"
+        )
 
     def view(self, key: Any, make: Callable[[], Any], release: Callable[[Any], None]) -> Any:
         """What ``make()`` built from these blocks (a store collection ...), made once per ``key`` and

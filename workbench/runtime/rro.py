@@ -9,6 +9,7 @@ A task names its argument by the segment of each node (names are known before an
 published), so a worker finds its node's copy by its own node id: no per-worker reference, and a
 worker that joins a node later finds the node's copy too.
 """
+
 from __future__ import annotations
 
 import re
@@ -101,4 +102,5 @@ def release_on_node(prefix: str) -> list[str]:
 
 
 def table_size() -> int:
+    """Views in this worker's lookup table (for tests and traces)."""
     return len(_TABLE)

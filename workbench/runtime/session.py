@@ -9,6 +9,7 @@ shared). A worker's node id is its hostname unless ``$WORKBENCH_NODE_ID`` says o
 ``start(nodes=[...])`` gives each local worker its own node id, simulating several nodes on one
 machine for tests and lessons.
 """
+
 from __future__ import annotations
 
 import logging
@@ -85,7 +86,11 @@ class Session:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def run(
-        self, function: Callable[..., Any], *args: Any, timeout: float | None = None, workers: Sequence[str] | None = None
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        timeout: float | None = None,
+        workers: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Call ``function(*args)`` once on every worker (or on ``workers``); worker address -> result.
 
@@ -93,15 +98,27 @@ class Session:
         ``timeout`` seconds (the session's by default); a hung worker raises TimeoutError here.
         """
         return self.bounded(
-            self.client.run, function, *args, timeout=timeout,
-            where=f"{_name(function)} did not finish on every worker", workers=list(workers) if workers else None,
+            self.client.run,
+            function,
+            *args,
+            timeout=timeout,
+            where=f"{_name(function)} did not finish on every worker",
+            workers=list(workers) if workers else None,
         )
 
     def run_on_scheduler(self, function: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """Call ``function(*args, dask_scheduler=...)`` on the scheduler, bounded like :meth:`run`."""
-        return self.bounded(self.client.run_on_scheduler, function, *args, timeout=timeout, where=f"{_name(function)} did not finish on the scheduler")
+        return self.bounded(
+            self.client.run_on_scheduler,
+            function,
+            *args,
+            timeout=timeout,
+            where=f"{_name(function)} did not finish on the scheduler",
+        )
 
-    def bounded(self, call: Callable[..., Any], *args: Any, timeout: float | None = None, where: str = "", **kwargs: Any) -> Any:
+    def bounded(
+        self, call: Callable[..., Any], *args: Any, timeout: float | None = None, where: str = "", **kwargs: Any
+    ) -> Any:
         """``call(*args, **kwargs)`` waited on for at most ``timeout`` s (the session's by default).
 
         For the client calls that have no timeout of their own (``run``, ``run_on_scheduler``,
@@ -166,7 +183,9 @@ class Session:
         for call in calls:
             workers = [call.worker] if isinstance(call.worker, str) else list(call.worker)
             with dask.annotate(workers=workers, allow_other_workers=False):
-                delayed.append(dask.delayed(call.function, pure=False)(*call.args, dask_key_name=call.key, **call.kwargs))
+                delayed.append(
+                    dask.delayed(call.function, pure=False)(*call.args, dask_key_name=call.key, **call.kwargs)
+                )
         return list(self.client.compute(delayed)) if delayed else []
 
     def wait(self, futures: Future | Iterable[Future], timeout: float | None = None) -> None:

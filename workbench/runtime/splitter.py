@@ -4,13 +4,15 @@ The block size of a dataset sets its number of tasks, and a fragmented dataset b
 scheduler. ``split`` groups the blocks that one worker already holds into a few partitions (by
 default one per worker), so the number of tasks follows the compute resources, not the block
 size, and no block moves. A store collection (:class:`~workbench.runtime.store.BlockCollection`)
-is split the same way, from the store's location query instead of Dask's ``who_has``. ``run_partitions`` runs one task per partition on its worker, with the
-partition's block futures as real dependencies; the task iterates the blocks (with a local merge)
+is split the same way, from the store's location query instead of Dask's ``who_has``.
+``run_partitions`` runs one task per partition on its worker, with the partition's block
+futures as real dependencies; the task iterates the blocks (with a local merge)
 or, with ``materialize=True``, concatenates them locally first (the thesis's extension for
 compute-bound codes).
 
 Barceló-Cuerda, *Bridging the Gap Between Object Stores and HPC*, ch. 5.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -65,30 +67,40 @@ def _row_chunks(x: Any) -> tuple[Any, ...]:
 def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Partition]:
     """Partitions of ``x``'s row blocks, grouped by the worker holding them, ``partitions_per_worker`` each.
 
-    ``x`` is :class:`~workbench.runtime.blocks.PlacedBlocks`, a Dask array (persisted, and waited for, if it is not already; cut along the first
-    axis only, any number of dimensions; unknown row counts, as after ``y[y > 0.5]``, are measured
-    where the blocks are) or a store :class:`~workbench.runtime.store.BlockCollection`. A worker
-    holding fewer blocks than ``partitions_per_worker`` gets one partition per block; no rows, no
-    partitions.
+    ``x`` is :class:`~workbench.runtime.blocks.PlacedBlocks`, a Dask array (persisted, and waited
+    for, if it is not already; cut along the first axis only, any number of dimensions; unknown row
+    counts, as after ``y[y > 0.5]``, are measured where the blocks are) or a store
+    :class:`~workbench.runtime.store.BlockCollection`. A worker holding fewer blocks than
+    ``partitions_per_worker`` gets one partition per block; no rows, no partitions.
     """
     _check_partitions_per_worker(partitions_per_worker)
     if _is_collection(x):
         return _group(x, x.blocks, x.holders(), x.chunks, partitions_per_worker)
     if isinstance(x, PlacedBlocks):
         if not x.row_blocked:
-            raise ValueError(f"split takes row blocks (cut along the first axis only); these are {x.array.numblocks} blocks")
+            raise ValueError(
+                f"split takes row blocks (cut along the first axis only); these are {x.array.numblocks} blocks"
+            )
         return _group(x, x.block_futures, x.holders(), x.chunks, partitions_per_worker) if sum(x.chunks) else []
     if not isinstance(x, da.Array):
-        raise TypeError(f"split takes PlacedBlocks, a dask.array.Array or a store BlockCollection, got {type(x).__name__}")
+        raise TypeError(
+            f"split takes PlacedBlocks, a dask.array.Array or a store BlockCollection, got {type(x).__name__}"
+        )
     x, blocks, chunks = persist_row_blocks(session, x, "split")
     if sum(chunks) == 0:
         return []
     who_has = session.client.who_has(blocks)
-    return _group(x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], chunks, partitions_per_worker)
+    return _group(
+        x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], chunks, partitions_per_worker
+    )
 
 
 def _check_partitions_per_worker(partitions_per_worker: Any) -> None:
-    if isinstance(partitions_per_worker, bool) or not isinstance(partitions_per_worker, (int, np.integer)) or partitions_per_worker < 1:
+    if (
+        isinstance(partitions_per_worker, bool)
+        or not isinstance(partitions_per_worker, (int, np.integer))
+        or partitions_per_worker < 1
+    ):
         raise ValueError(f"partitions_per_worker must be a positive integer, got {partitions_per_worker!r}")
 
 
@@ -177,20 +189,26 @@ def run_partitions(
     ``allow_other_workers=False`` keeps work stealing from moving the task away from its blocks.
     """
     if materialize and merge is not None:
-        raise ValueError("choose materialize=True (one call on the concatenated blocks) or merge= (one call per block), not both")
+        raise ValueError(
+            "choose materialize=True (one call on the concatenated blocks) or merge= (one call per block), not both"
+        )
     source = partitions[0].source if partitions else None
     for other in with_arrays:
         if source is not None:
             check_same_blocks(source, other, ("the split array", "an aligned array"))
     call = uuid.uuid4().hex  # every call is a new computation (a fixed key would return the last result)
     body = _run_store_partition if _is_collection(source) else _run_partition
-    return session.submit_pinned([
-        PinnedCall(
-            body, (function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs),
-            p.worker, f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
-        )
-        for i, p in enumerate(partitions)
-    ])
+    return session.submit_pinned(
+        [
+            PinnedCall(
+                body,
+                (function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs),
+                p.worker,
+                f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
+            )
+            for i, p in enumerate(partitions)
+        ]
+    )
 
 
 def aligned(partition: Partition, other: Any, session: Session) -> list[Any]:

@@ -20,6 +20,7 @@ The mode is how data reaches a task, the variable of the PyCOMPSs paper:
 
 Changing ``@task(points=IN)`` to ``@task(points=RRO)`` is the whole change in user code.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -48,6 +49,8 @@ FILES_DIR_ENV = "WORKBENCH_FILES_DIR"  # a directory every worker can read (a sh
 
 
 class Direction(enum.Enum):
+    """A task parameter's direction: read (IN), updated (INOUT), read again and again (RRO)."""
+
     IN = "IN"
     INOUT = "INOUT"
     RRO = "RRO"
@@ -153,7 +156,9 @@ class TaskRuntime:
         self.recorder = recorder  # client-side events (a segment made by the client) go here
         self.token = uuid.uuid4().hex[:8]
         base = files_dir or os.environ.get(FILES_DIR_ENV)
-        self._files_dir = Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
+        self._files_dir = (
+            Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
+        )
         self._published: dict[str, _Published] = {}  # identity -> its segments and publish tasks
         self._node_workers: dict[str, list[str]] | None = None
         self._turn = -1
@@ -186,6 +191,7 @@ class TaskRuntime:
 
     @property
     def segment_prefix(self) -> str:
+        """The name prefix of every shared segment this runtime makes."""
         return f"rro-{self.token}-"
 
     # -- identity of values --------------------------------------------------------------------------
@@ -231,7 +237,9 @@ class TaskRuntime:
                     if self.recorder is not None:
                         self.recorder.event("shm-create", started, time.time(), task="rro-publish", nbytes=value.nbytes)
                 else:
-                    calls.append(PinnedCall(rro.publish_on_node, (value, segment), workers, f"rro-publish-{key}-{node}"))
+                    calls.append(
+                        PinnedCall(rro.publish_on_node, (value, segment), workers, f"rro-publish-{key}-{node}")
+                    )
             self._published[key] = _Published(segments, self.session.submit_pinned(calls))
         return self._published[key]
 
@@ -246,7 +254,9 @@ class TaskRuntime:
         if key not in self._files:
             path = str(self._files_dir / f"{key}-v0.npy")
             if isinstance(value, Future):  # written by a task where the value lives
-                self._files[key] = self.session.client.submit(_write_file, value, path, pure=False, key=f"file-write-{key}")
+                self._files[key] = self.session.client.submit(
+                    _write_file, value, path, pure=False, key=f"file-write-{key}"
+                )
             else:
                 self._files[key] = _write_file(value, path)
         return self._files[key]
@@ -304,6 +314,7 @@ class TaskFunction:
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Future:
+        """Submit the task (see :meth:`submit`); returns its future."""
         return self.submit(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -326,8 +337,14 @@ class TaskFunction:
             workers = [runtime.next_worker()]
         placement = {"workers": workers, "allow_other_workers": False} if workers else {}
         return runtime.session.client.submit(
-            _execute, self.function, self.inout, runtime.mode, message, pure=False,
-            key=f"{self.function.__name__}-{uuid.uuid4().hex}", **placement,
+            _execute,
+            self.function,
+            self.inout,
+            runtime.mode,
+            message,
+            pure=False,
+            key=f"{self.function.__name__}-{uuid.uuid4().hex}",
+            **placement,
         )
 
 

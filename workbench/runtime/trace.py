@@ -9,6 +9,7 @@ shm-attach, table-hit, tier-read, ...), ``start``/``stop`` (epoch seconds), ``by
 Records first, figures second (as distributed's own diagnostics do): summaries and the
 Chrome/Perfetto export are plain functions of a list of records.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,12 +40,22 @@ def record(
 ) -> dict[str, Any]:
     """One trace record with every field of the schema."""
     return dict(
-        worker=worker, thread=thread, task=task, key=key, action=action,
-        start=float(start), stop=float(stop), bytes=int(nbytes), source=source, node=node,
+        worker=worker,
+        thread=thread,
+        task=task,
+        key=key,
+        action=action,
+        start=float(start),
+        stop=float(stop),
+        bytes=int(nbytes),
+        source=source,
+        node=node,
     )
 
 
-def emit(action: str, start: float, stop: float, *, task: str = "", key: str = "", nbytes: int = 0, source: str = "") -> None:
+def emit(
+    action: str, start: float, stop: float, *, task: str = "", key: str = "", nbytes: int = 0, source: str = ""
+) -> None:
     """Record a workbench event from inside a task (shm-create, tier-read, ...).
 
     On a worker it goes to the scheduler's event log under ``EVENT_TOPIC`` (Dask's own
@@ -61,8 +72,15 @@ def emit(action: str, start: float, stop: float, *, task: str = "", key: str = "
     worker.log_event(
         EVENT_TOPIC,
         record(
-            action, start, stop, worker=worker.address, thread=threading.get_ident(),
-            task=task, key=key, nbytes=nbytes, source=source,
+            action,
+            start,
+            stop,
+            worker=worker.address,
+            thread=threading.get_ident(),
+            task=task,
+            key=key,
+            nbytes=nbytes,
+            source=source,
         ),
     )
 
@@ -95,15 +113,22 @@ def from_task_stream(
                 nbytes = sum(
                     t.get("total", 0)
                     for t in incoming_transfers.get(worker, ())
-                    if t.get("who") == source and span["start"] - 1e-3 <= (t["start"] + t["stop"]) / 2 <= span["stop"] + 1e-3
+                    if t.get("who") == source
+                    and span["start"] - 1e-3 <= (t["start"] + t["stop"]) / 2 <= span["stop"] + 1e-3
                 )
             elif span["action"] == "compute":
                 nbytes = int(entry.get("nbytes", 0) or 0)  # size of the result
             records.append(
                 record(
-                    span["action"], span["start"], span["stop"], worker=worker,
-                    thread=int(entry.get("thread", 0) or 0), task=task_name(entry["key"]),
-                    key=str(entry["key"]), nbytes=nbytes, source=source,
+                    span["action"],
+                    span["start"],
+                    span["stop"],
+                    worker=worker,
+                    thread=int(entry.get("thread", 0) or 0),
+                    task=task_name(entry["key"]),
+                    key=str(entry["key"]),
+                    nbytes=nbytes,
+                    source=source,
                 )
             )
     return records
@@ -216,7 +241,10 @@ class Recorder:
         self.records: list[dict[str, Any]] = []
         self.phases: dict[str, float] = {}
 
-    def event(self, action: str, start: float, stop: float, *, task: str = "", nbytes: int = 0, source: str = "") -> None:
+    def event(
+        self, action: str, start: float, stop: float, *, task: str = "", nbytes: int = 0, source: str = ""
+    ) -> None:
+        """Record one event that happened in the client (its start, end, bytes, task)."""
         self.records.append(record(action, start, stop, task=task, nbytes=nbytes, source=source))
 
     def phase(self, name: str) -> _Phase:

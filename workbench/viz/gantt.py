@@ -1,4 +1,5 @@
 """A Paraver-like Gantt chart of a trace: one row per worker thread, one colour per action."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -22,6 +23,7 @@ OTHER = "#999999"
 
 
 def colour(action: str) -> str:
+    """The colour of a trace action in every figure."""
     if action.startswith("phase:"):
         return "#dddddd"
     return ACTION_COLOURS.get(action, OTHER)
@@ -35,8 +37,12 @@ def gantt(frame: pd.DataFrame, title: str = "trace", width: int = 760):
     """
     rows = sorted({f"{w} / {t}" for w, t in zip(frame["worker"], frame["thread"])}) if not frame.empty else ["(empty)"]
     fig = figure(
-        y_range=rows, height=max(180, 40 * len(rows) + 80), width=width, title=title,
-        x_axis_label="milliseconds since the first record", tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        y_range=rows,
+        height=max(180, 40 * len(rows) + 80),
+        width=width,
+        title=title,
+        x_axis_label="milliseconds since the first record",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
     )
     if frame.empty:
         return fig
@@ -53,13 +59,25 @@ def gantt(frame: pd.DataFrame, title: str = "trace", width: int = 760):
         colour=[colour(a) for a in frame["action"]],
     )
     bars = fig.hbar(
-        y="row", left="left", right="right", height=0.7, fill_color="colour", line_color="colour",
-        source=ColumnDataSource(data), legend_field="action",
+        y="row",
+        left="left",
+        right="right",
+        height=0.7,
+        fill_color="colour",
+        line_color="colour",
+        source=ColumnDataSource(data),
+        legend_field="action",
     )
     fig.add_tools(
         HoverTool(
             renderers=[bars],
-            tooltips=[("task", "@task"), ("action", "@action"), ("ms", "@duration{0.000}"), ("bytes", "@bytes{0,0}"), ("from", "@source")],
+            tooltips=[
+                ("task", "@task"),
+                ("action", "@action"),
+                ("ms", "@duration{0.000}"),
+                ("bytes", "@bytes{0,0}"),
+                ("from", "@source"),
+            ],
         )
     )
     fig.legend.click_policy = "hide"

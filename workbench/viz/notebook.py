@@ -1,4 +1,5 @@
 """Notebook set-up: bokeh renders with BokehJS inlined, because there may be no internet."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Live panels: a few controls and a Run button that measures on the session's cluster."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,7 +26,9 @@ class BlockSweepPanel:
         self.session = session
         self.size = size
         self.runs = pd.DataFrame(columns=["blocks", "block_rows", "repeat", "seconds"])
-        self.blocks = widgets.SelectionSlider(options=list(choices), value=choices[len(choices) // 2], description="blocks")
+        self.blocks = widgets.SelectionSlider(
+            options=list(choices), value=choices[len(choices) // 2], description="blocks"
+        )
         self.repeats = widgets.IntSlider(value=3, min=1, max=10, description="repeats")
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
         self.status = widgets.HTML(value="Choose a number of blocks and press <b>Run</b>.")
@@ -38,7 +41,9 @@ class BlockSweepPanel:
         self.button.disabled = True
         self.status.value = f"running {self.blocks.value} blocks x {self.repeats.value} ..."
         try:
-            new = histogram_block_sweep(self.session, self.size, blocks=(self.blocks.value,), repeats=self.repeats.value)
+            new = histogram_block_sweep(
+                self.session, self.size, blocks=(self.blocks.value,), repeats=self.repeats.value
+            )
             self.runs = new if self.runs.empty else pd.concat([self.runs, new], ignore_index=True)
             with self.output:
                 self.output.clear_output(wait=True)
@@ -75,8 +80,11 @@ class ExperimentPanel:
         self.knob_box = widgets.VBox()
         owned_local = session.cluster is not None and type(session.cluster).__name__ == "LocalCluster"
         self.workers = widgets.IntSlider(
-            value=len(session.workers()), min=1, max=max(os.cpu_count() or 1, len(session.workers())),
-            description="workers", disabled=not owned_local,
+            value=len(session.workers()),
+            min=1,
+            max=max(os.cpu_count() or 1, len(session.workers())),
+            description="workers",
+            disabled=not owned_local,
         )
         self.repeats = widgets.IntSlider(value=3, min=2, max=10, description="repeats")
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
@@ -87,11 +95,13 @@ class ExperimentPanel:
         self.app.observe(lambda _: self._fill_app(), names="value")
         self._fill_app()
         self.button.on_click(lambda _: self.run())
-        controls = widgets.HBox([
-            widgets.VBox([self.app, self.variants]),
-            self.knob_box,
-            widgets.VBox([self.workers, self.size, self.repeats, self.button]),
-        ])
+        controls = widgets.HBox(
+            [
+                widgets.VBox([self.app, self.variants]),
+                self.knob_box,
+                widgets.VBox([self.workers, self.size, self.repeats, self.button]),
+            ]
+        )
         self.widget = widgets.VBox([controls, self.status, self.table, self.figures])
 
     def _fill_app(self) -> None:
@@ -104,8 +114,10 @@ class ExperimentPanel:
         start = {name: values[0] for name, values in app.grids[self.size.value].items()}
         self.knobs = {
             name: widgets.SelectionSlider(
-                options=list(choices), value=start.get(name, choices[len(choices) // 2]),
-                description=name, style={"description_width": "initial"},
+                options=list(choices),
+                value=start.get(name, choices[len(choices) // 2]),
+                description=name,
+                style={"description_width": "initial"},
             )
             for name, choices in app.knobs.items()
         }
@@ -130,8 +142,13 @@ class ExperimentPanel:
             point = {name: knob.value for name, knob in self.knobs.items()}
             self.status.value = f"running {self.app.value} ({', '.join(self.variants.value)}) at {point} ..."
             experiment = run_experiment(
-                self.session, self.app.value, variants=list(self.variants.value), size=self.size.value,
-                grid={name: [value] for name, value in point.items()}, repeats=self.repeats.value, progress=False,
+                self.session,
+                self.app.value,
+                variants=list(self.variants.value),
+                size=self.size.value,
+                grid={name: [value] for name, value in point.items()},
+                repeats=self.repeats.value,
+                progress=False,
             )
             self.experiment = experiment
             self.table.value = stats_html(experiment.stats(), experiment.parameters) if experiment.compared else ""
@@ -145,7 +162,9 @@ class ExperimentPanel:
             figures.append(block_map(next(iter(experiment.locality.values()))))
             self.figures.children = [BokehModel(f) for f in figures]
             means = experiment.summary()
-            self.status.value = "done: " + ", ".join(f"{v} {s:.4f} s" for v, s in zip(means["variant"], means["mean_s"]))
+            self.status.value = "done: " + ", ".join(
+                f"{v} {s:.4f} s" for v, s in zip(means["variant"], means["mean_s"])
+            )
             return experiment
         except Exception as error:  # shown in the panel: a click has no traceback to read
             self.status.value = f"<b>error:</b> {error}"

@@ -1,4 +1,5 @@
 """A standalone HTML report of an experiment: opens offline (BokehJS is inlined)."""
+
 from __future__ import annotations
 
 import html
@@ -28,7 +29,17 @@ def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
         ci_pct=[f"[{a:+.1f}%, {b:+.1f}%]" for a, b in zip(table.ci_low_pct, table.ci_high_pct)],
         p=[f"{p:.3g}{' *' if s else ''}" for p, s in zip(table.p_value, table.significant)],
     )[[*parameters, "variant", "baseline", "runs", "time_variant_s", "time_baseline_s", "ci_s", "ci_pct", "p"]]
-    shown.columns = [*parameters, "variant", "baseline", "runs", "time variant (s)", "time baseline (s)", "95% CI of difference (s)", "(%)", "p-value"]
+    shown.columns = [
+        *parameters,
+        "variant",
+        "baseline",
+        "runs",
+        "time variant (s)",
+        "time baseline (s)",
+        "95% CI of difference (s)",
+        "(%)",
+        "p-value",
+    ]
     return shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) + (
         f"<p><small>* p &lt; {statistics.ALPHA} (Welch's t-test); % of the baseline's mean.</small></p>"
     )
@@ -38,19 +49,27 @@ def build(experiment: Experiment):
     """The report's bokeh layout: header, statistics, comparison, Gantts, locality."""
     meta = experiment.metadata
     parts = [
-        Div(text=(
-            f"<h1>{html.escape(meta['app'])}: {html.escape(', '.join(meta['variants']))}</h1>"
-            f"<p>{html.escape(meta.get('description', ''))}</p>"
-            f"<p>size <b>{meta['size']}</b>, {meta['repeats']} repeats per point, seed {meta['seed']}, "
-            f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
-            "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
-        ), width=900),
-        Div(text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters), width=900),
+        Div(
+            text=(
+                f"<h1>{html.escape(meta['app'])}: {html.escape(', '.join(meta['variants']))}</h1>"
+                f"<p>{html.escape(meta.get('description', ''))}</p>"
+                f"<p>size <b>{meta['size']}</b>, {meta['repeats']} repeats per point, seed {meta['seed']}, "
+                f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
+                "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
+            ),
+            width=900,
+        ),
+        Div(
+            text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters),
+            width=900,
+        ),
         comparison_figure(experiment.results, experiment.parameters),
     ]
     last = experiment.points()[-1]
     if experiment.traces:
-        parts.append(Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900))
+        parts.append(
+            Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900)
+        )
         combined = []
         for variant in meta["variants"]:
             run_id = experiment.median_run(variant, last)
@@ -59,7 +78,11 @@ def build(experiment: Experiment):
                 parts.append(gantt(frame, title=f"{variant} ({run_id})"))
                 combined.append(frame)
         if combined:
-            parts.append(bytes_matrix(tracing.bytes_moved(pd.concat(combined)), title="bytes moved in those runs (source -> destination)"))
+            parts.append(
+                bytes_matrix(
+                    tracing.bytes_moved(pd.concat(combined)), title="bytes moved in those runs (source -> destination)"
+                )
+            )
     key = next((k for k in experiment.locality if k == _key(last)), None)
     if key is not None:
         parts.append(block_map(experiment.locality[key], title=f"where the blocks were at {key}"))

@@ -1,13 +1,14 @@
 """Timing figures: bars per variant, and time against the number of blocks."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import pandas as pd
-
-from workbench.lab.stats import mean_ci
 from bokeh.models import ColumnDataSource, HoverTool, Whisker
 from bokeh.plotting import figure
+
+from workbench.lab.stats import mean_ci
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
@@ -21,7 +22,11 @@ def timing_bars(seconds: Mapping[str, float], title: str = "time per run", unit:
     """One bar per label: how long each variant took."""
     labels = list(seconds)
     source = ColumnDataSource(
-        dict(label=labels, seconds=[float(seconds[k]) for k in labels], color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))])
+        dict(
+            label=labels,
+            seconds=[float(seconds[k]) for k in labels],
+            color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))],
+        )
     )
     fig = figure(x_range=labels, height=280, width=520, title=title, toolbar_location=None, y_axis_label=unit)
     fig.vbar(x="label", top="seconds", width=0.7, color="color", source=source)
@@ -34,12 +39,21 @@ def block_sweep_figure(runs: pd.DataFrame, title: str = "one task per block"):
     """Seconds per run against the number of blocks (log axis); the line joins the medians."""
     medians = runs.groupby("blocks", as_index=False)["seconds"].median()
     fig = figure(
-        x_axis_type="log", height=300, width=560, title=title,
-        x_axis_label="blocks (= tasks)", y_axis_label="seconds",
+        x_axis_type="log",
+        height=300,
+        width=560,
+        title=title,
+        x_axis_label="blocks (= tasks)",
+        y_axis_label="seconds",
     )
     fig.scatter("blocks", "seconds", source=_columns(runs, "blocks", "seconds"), size=6, alpha=0.5, color=PALETTE[0])
     fig.line(
-        "blocks", "seconds", source=_columns(medians, "blocks", "seconds"), line_width=2, color=PALETTE[1], legend_label="median"
+        "blocks",
+        "seconds",
+        source=_columns(medians, "blocks", "seconds"),
+        line_width=2,
+        color=PALETTE[1],
+        legend_label="median",
     )
     fig.add_tools(HoverTool(tooltips=[("blocks", "@blocks"), ("seconds", "@seconds{0.000}")]))
     fig.legend.location = "top_left"
@@ -61,15 +75,32 @@ def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str =
     from bokeh.models import FactorRange
 
     fig = figure(
-        x_range=FactorRange(*factors), height=320, width=max(420, 60 * len(factors) + 120), title=title,
-        y_axis_label="seconds", x_axis_label=", ".join(parameters) or "variant", tools="hover,save", toolbar_location="right",
-        tooltips=[("variant", "@variant"), ("mean", "@mean{0.0000} s"), ("95% CI", "@low{0.0000} - @high{0.0000}"), ("runs", "@runs")],
+        x_range=FactorRange(*factors),
+        height=320,
+        width=max(420, 60 * len(factors) + 120),
+        title=title,
+        y_axis_label="seconds",
+        x_axis_label=", ".join(parameters) or "variant",
+        tools="hover,save",
+        toolbar_location="right",
+        tooltips=[
+            ("variant", "@variant"),
+            ("mean", "@mean{0.0000} s"),
+            ("95% CI", "@low{0.0000} - @high{0.0000}"),
+            ("runs", "@runs"),
+        ],
     )
-    source = ColumnDataSource(dict(
-        x=factors, variant=table["variant"].to_list(), mean=table["mean"].to_list(), low=table["low"].to_list(),
-        high=table["high"].to_list(), runs=table["runs"].to_list(),
-        colour=[PALETTE[variants.index(v) % len(PALETTE)] for v in table["variant"]],
-    ))
+    source = ColumnDataSource(
+        dict(
+            x=factors,
+            variant=table["variant"].to_list(),
+            mean=table["mean"].to_list(),
+            low=table["low"].to_list(),
+            high=table["high"].to_list(),
+            runs=table["runs"].to_list(),
+            colour=[PALETTE[variants.index(v) % len(PALETTE)] for v in table["variant"]],
+        )
+    )
     fig.vbar(x="x", top="mean", width=0.8, color="colour", source=source)
     fig.add_layout(Whisker(base="x", lower="low", upper="high", source=source, line_width=1.5))
     fig.y_range.start = 0
@@ -81,8 +112,15 @@ def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str =
 def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds"):
     """One line per variant: ``y`` (seconds, or efficiency) against the number of workers."""
     y_label = {"seconds": "mean seconds per run", "efficiency": "efficiency t(first) / t(n)"}.get(y, y)
-    fig = figure(height=300, width=520, title=title, x_axis_label="workers (points grow with them)", y_axis_label=y_label,
-                 tools="hover,save", tooltips=[("variant", "@variant"), ("workers", "@workers"), (y, f"@{y}{{0.000}}")])
+    fig = figure(
+        height=300,
+        width=520,
+        title=title,
+        x_axis_label="workers (points grow with them)",
+        y_axis_label=y_label,
+        tools="hover,save",
+        tooltips=[("variant", "@variant"), ("workers", "@workers"), (y, f"@{y}{{0.000}}")],
+    )
     for i, (variant, rows) in enumerate(table.groupby("variant", sort=False)):
         rows = rows.sort_values("workers").assign(variant=variant)
         source = _columns(rows, "workers", y, "variant")

@@ -27,6 +27,7 @@ or a file owned by another user is refused), deletes no file outside it, and rep
 that is not SQLite as such. A directory shared by several nodes must be writable only by the user
 running the cluster.
 """
+
 from workbench.runtime.store.client import (
     ActiveMethod,
     ArrayBlock,
@@ -44,6 +45,22 @@ from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLo
 from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [
-    "ActiveMethod", "ArrayBlock", "BackendUnreachable", "BlockCollection", "NotHere", "ObjectLost", "PersistentObject", "Proxy", "Store",
-    "StoreError", "UnknownAlias", "active", "current_store", "default_directory", "local_object", "persist_here", "registered_directory", "store_for",
+    "ActiveMethod",
+    "ArrayBlock",
+    "BackendUnreachable",
+    "BlockCollection",
+    "NotHere",
+    "ObjectLost",
+    "PersistentObject",
+    "Proxy",
+    "Store",
+    "StoreError",
+    "UnknownAlias",
+    "active",
+    "current_store",
+    "default_directory",
+    "local_object",
+    "persist_here",
+    "registered_directory",
+    "store_for",
 ]

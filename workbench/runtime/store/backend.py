@@ -13,6 +13,7 @@ Two ways in:
 Beyond ``memory_limit`` bytes the least recently used objects go to the disk tier (a pickle per
 version in the store directory) and come back when next used.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,6 +54,8 @@ WAIT_SECONDS = 60.0  # longest wait for a lock, the catalogue or another backend
 
 @dataclass
 class Entry:
+    """An object in a backend's table: the object, its size, its lock, its disk copy."""
+
     obj: Any
     nbytes: int
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
@@ -62,6 +65,7 @@ class Entry:
 
 
 def disk_path(directory: str, oid: str, version: int) -> Path:
+    """Where version ``version`` of object ``oid`` is flushed under ``directory``."""
     return Path(directory) / "objects" / f"{oid}-v{version}.pkl"
 
 
@@ -83,7 +87,9 @@ def in_objects_directory(directory: str | Path, path: str | Path) -> bool:
     """Whether ``path`` names a file directly in the store's ``objects`` directory (the only place
     its disk copies are read from or deleted)."""
     candidate = Path(path)
-    return candidate.name not in ("", ".", "..") and candidate.parent.resolve() == (Path(directory) / "objects").resolve()
+    return (
+        candidate.name not in ("", ".", "..") and candidate.parent.resolve() == (Path(directory) / "objects").resolve()
+    )
 
 
 def read_object(directory: str | Path, path: str | Path) -> Any:
@@ -97,7 +103,8 @@ def read_object(directory: str | Path, path: str | Path) -> Any:
     candidate = Path(path)
     if not in_objects_directory(directory, candidate):
         raise StoreError(
-            f"the catalogue names {path} as a disk copy, outside this store's {Path(directory) / 'objects'}: refused (edited catalogue?)"
+            f"the catalogue names {path} as a disk copy, outside this store's {Path(directory) / 'objects'}: refused "
+            "(edited catalogue?)"
         )
     refused = StoreError(
         f"the disk copy {candidate} is not a regular file owned by this user: refused (only files the store "
@@ -131,6 +138,7 @@ class StoreBackend(WorkerPlugin):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, worker: Any) -> None:
+        """Attach to the worker: its comm handler, the catalogue's address."""
         self.worker = worker
         self.table: dict[tuple[str, int], Entry] = {}
         self.table_lock = threading.RLock()
@@ -143,6 +151,7 @@ class StoreBackend(WorkerPlugin):
         worker.handlers[HANDLER] = self.handle
 
     def teardown(self, worker: Any) -> None:
+        """Detach from the worker (the objects go with it)."""
         worker.handlers.pop(HANDLER, None)
         self.calls.shutdown(wait=False, cancel_futures=True)
         self.io.shutdown(wait=False, cancel_futures=True)
@@ -165,24 +174,40 @@ class StoreBackend(WorkerPlugin):
 
     def catalogue(self, op: str, **kwargs: Any) -> Any:
         """A catalogue operation from a worker thread (the scheduler answers over the worker's link)."""
-        reply = sync(self.worker.loop, lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=op, **kwargs), WAIT_SECONDS))
+        reply = sync(
+            self.worker.loop,
+            lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=op, **kwargs), WAIT_SECONDS),
+        )
         return raise_error(reply, "the scheduler")
 
     def backend(self, address: str, op: str, **kwargs: Any) -> Any:
         """An operation on another backend (or this one), from a worker thread."""
+
         async def ask() -> Any:
             return await asyncio.wait_for(self.worker.rpc(address).workbench_store(action=op, **kwargs), WAIT_SECONDS)
 
         try:
             reply = sync(self.worker.loop, ask)
-        except (OSError, asyncio.TimeoutError) as error:
-            raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
+        except (TimeoutError, OSError) as error:
+            raise BackendUnreachable(
+                f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
+            ) from error
         return raise_error(reply, f"backend {address}")
 
     def trace(self, action: str, start: float, nbytes: int, task: str, source: str = "") -> None:
+        """Record a store event (transfer, load, evict ...) in the worker's trace events."""
         self.worker.log_event(
             EVENT_TOPIC,
-            record(action, start, time.time(), worker=self.worker.address, thread=threading.get_ident(), task=task, nbytes=nbytes, source=source),
+            record(
+                action,
+                start,
+                time.time(),
+                worker=self.worker.address,
+                thread=threading.get_ident(),
+                task=task,
+                nbytes=nbytes,
+                source=source,
+            ),
         )
 
     # -- the table -------------------------------------------------------------------------------
@@ -215,7 +240,9 @@ class StoreBackend(WorkerPlugin):
 
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
-        self.catalogue("register", entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)])
+        self.catalogue(
+            "register", entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)]
+        )
         return self.add(oid, 0, obj)
 
     def make_room(self, keep: tuple[str, int] | None = None) -> None:
@@ -231,6 +258,7 @@ class StoreBackend(WorkerPlugin):
             used -= self.op_evict(*key, wait=0.0)  # a busy object stays: evict an idle one instead
 
     def local(self, ref: ObjectRef) -> Entry | None:
+        """The table's entry of exactly this version, or None (marks it used)."""
         with self.table_lock:
             entry = self.table.get((ref.oid, ref.version))  # type: ignore[arg-type]
         if entry is not None:
@@ -252,7 +280,9 @@ class StoreBackend(WorkerPlugin):
         (info,) = self.catalogue("resolve", refs=[[ref.oid, None if not ref.pinned else ref.version]])
         if "missing" in info:
             raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        ref = ObjectRef(ref.oid, info["version"], ref.alias or (info["aliases"] or [None])[0], info["class_label"], ref.pinned)
+        ref = ObjectRef(
+            ref.oid, info["version"], ref.alias or (info["aliases"] or [None])[0], info["class_label"], ref.pinned
+        )
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
@@ -260,7 +290,9 @@ class StoreBackend(WorkerPlugin):
         if not workers:  # only on disk (or lost): the catalogue says which one backend reads it back
             claim = self.catalogue("claim_load", oid=ref.oid, version=ref.version, worker=self.worker.address)
             if "load_on" not in claim and not claim["workers"]:
-                raise object_lost(ref.label(), info["class_label"], list(claim.get("lost_from", info.get("lost_from", ()))))
+                raise object_lost(
+                    ref.label(), info["class_label"], list(claim.get("lost_from", info.get("lost_from", ())))
+                )
             if "load_on" in claim:
                 target = claim["load_on"]
                 if target == self.worker.address:
@@ -276,7 +308,8 @@ class StoreBackend(WorkerPlugin):
         if for_write:
             raise NotHere(
                 f"{ref.label()} is held by {workers}, not by this backend {self.worker.address}: a writing "
-                "method runs only where the object is. Call it again (the proxy asks the catalogue for the new location)"
+                "method runs only where the object is. Call it again (the proxy asks the catalogue for the new "
+                "location)"
             )
         source = workers[0]
         start = time.time()
@@ -313,7 +346,9 @@ class StoreBackend(WorkerPlugin):
             # Evicted (or replaced) between finding it and locking it: a write to this entry would be lost.
             entry.lock.release(writes)
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {method!r} waited")
+                raise TimeoutError(
+                    f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {method!r} waited"
+                )
         try:
             bound = getattr(entry.obj, method, None)
             if bound is None:
@@ -333,7 +368,9 @@ class StoreBackend(WorkerPlugin):
         finally:
             entry.lock.release(writes)
 
-    def resolve_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def resolve_arguments(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Proxies among the arguments become their objects (this backend's, or a fetched copy)."""
 
         def resolve(value: Any) -> Any:
@@ -345,7 +382,17 @@ class StoreBackend(WorkerPlugin):
         return tuple(resolve(a) for a in args), {k: resolve(v) for k, v in kwargs.items()}
 
     # -- operations (reached as handle(op="x", ...)) -----------------------------------------------
-    def op_call(self, oid: str, version: int, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any], pinned: bool = False) -> Any:
+    def op_call(
+        self,
+        oid: str,
+        version: int,
+        method: str,
+        writes: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        pinned: bool = False,
+    ) -> Any:
+        """Run an active method here (a direct message from a client)."""
         return self.invoke(ObjectRef(oid, version, pinned=pinned), method, writes, tuple(args), dict(kwargs))
 
     def op_put(self, oid: str, version: int, obj: Any, announce: bool = False) -> int:
@@ -353,6 +400,7 @@ class StoreBackend(WorkerPlugin):
         return self.add(oid, version, obj, announce=announce)
 
     def op_get(self, oid: str, version: int) -> Any:
+        """The object itself (another backend or a client copies it)."""
         entry = self.here(oid, version)
         return entry.obj
 
@@ -366,11 +414,13 @@ class StoreBackend(WorkerPlugin):
         return entry.nbytes
 
     def op_copy_version(self, oid: str, version: int, new_version: int) -> int:
+        """Copy a version into a new one here (``new_version``)."""
         entry = self.here(oid, version)
         copy = pickle.loads(cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL))
         return self.add(oid, new_version, copy)
 
     def op_drop(self, oid: str, version: int) -> bool:
+        """Forget a version here; whether it was held."""
         with self.table_lock:
             return self.table.pop((oid, int(version)), None) is not None
 
@@ -448,13 +498,21 @@ class StoreBackend(WorkerPlugin):
             load_lock.release()
 
     def op_table(self) -> list[dict[str, Any]]:
+        """What this backend holds: one row per object version."""
         with self.table_lock:
             return [
-                {"oid": oid, "version": version, "class": type(e.obj).__name__, "nbytes": e.nbytes, "on_disk": e.disk_path is not None}
+                {
+                    "oid": oid,
+                    "version": version,
+                    "class": type(e.obj).__name__,
+                    "nbytes": e.nbytes,
+                    "on_disk": e.disk_path is not None,
+                }
                 for (oid, version), e in self.table.items()
             ]
 
     def op_null(self) -> None:
+        """Nothing: the cost of a message round trip."""
         return None
 
 

@@ -7,6 +7,7 @@ memory: a restarted cluster has new workers, and an object comes back from its d
 next used. Clients and backends reach the catalogue through one scheduler handler,
 ``workbench_store``; a worker that leaves is dropped from every location at once.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -29,6 +30,7 @@ STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
 def default_directory() -> Path:
     """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
     return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+
 
 PLUGIN_NAME = "workbench-store"
 HANDLER = "workbench_store"
@@ -55,7 +57,15 @@ def _of(kind: type, value: Any, what: str) -> Any:
 
 
 def _checked_record(
-    oid: Any, version: Any, class_label: Any, kind: Any, nbytes: Any, methods: Any, meta: Any, disk_path: Any, created: Any
+    oid: Any,
+    version: Any,
+    class_label: Any,
+    kind: Any,
+    nbytes: Any,
+    methods: Any,
+    meta: Any,
+    disk_path: Any,
+    created: Any,
 ) -> dict[str, Any]:
     """One ``objects`` row as the catalogue keeps it, every field checked: a ``ValueError`` if any is
     not what the store writes (an edited or damaged file fails here, not later inside a call)."""
@@ -78,7 +88,15 @@ def _checked_record(
         _of(str, disk_path, f"the disk copy of {where}")
     if not isinstance(created, (int, float)):
         raise ValueError(f"the creation time of {where} should be a number, found {created!r}")
-    return {"class_label": class_label, "kind": kind, "nbytes": nbytes, "methods": methods, "meta": meta, "disk_path": disk_path, "created": created}
+    return {
+        "class_label": class_label,
+        "kind": kind,
+        "nbytes": nbytes,
+        "methods": methods,
+        "meta": meta,
+        "disk_path": disk_path,
+        "created": created,
+    }
 
 
 class StoreCatalogue(SchedulerPlugin):
@@ -102,6 +120,7 @@ class StoreCatalogue(SchedulerPlugin):
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, scheduler: Any) -> None:
+        """Open the SQLite file and register the handler on the scheduler."""
         self.scheduler = scheduler
         Path(self.directory).mkdir(mode=0o700, parents=True, exist_ok=True)
         path = Path(self.directory) / "catalogue.sqlite"
@@ -123,7 +142,8 @@ class StoreCatalogue(SchedulerPlugin):
         except (sqlite3.DatabaseError, ValueError, TypeError) as error:  # the file is untrusted input
             self.close_database()
             raise RuntimeError(
-                f"{path} is not a workbench store catalogue (corrupt? {error}): move it away, or open the store in another directory"
+                f"{path} is not a workbench store catalogue (corrupt? {error}): move it away, or open the store in "
+                "another directory"
             ) from None
         scheduler.handlers[HANDLER] = self.handle
 
@@ -131,17 +151,24 @@ class StoreCatalogue(SchedulerPlugin):
         """Create the tables if new; read objects, current versions and aliases into memory."""
         assert self._db is not None
         self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;" + SCHEMA)
-        for row in self._db.execute("SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects"):
+        for row in self._db.execute(
+            "SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects"
+        ):
             oid, version, class_label, kind, nbytes, methods, meta, disk_path, created = row
             self.objects[(oid, version)] = _checked_record(
                 oid, version, class_label, kind, nbytes, json.loads(methods), json.loads(meta), disk_path, created
             )
-        self.current = {_of(str, oid, "an object id"): _of(int, version, "a version")
-                        for oid, version in self._db.execute("SELECT oid, version FROM current")}
-        self.aliases = {_of(str, alias, "an alias"): _of(str, oid, "an object id")
-                        for alias, oid in self._db.execute("SELECT alias, oid FROM aliases")}
+        self.current = {
+            _of(str, oid, "an object id"): _of(int, version, "a version")
+            for oid, version in self._db.execute("SELECT oid, version FROM current")
+        }
+        self.aliases = {
+            _of(str, alias, "an alias"): _of(str, oid, "an object id")
+            for alias, oid in self._db.execute("SELECT alias, oid FROM aliases")
+        }
 
     async def close(self) -> None:
+        """Close the SQLite file."""
         self.close_database()
 
     def close_database(self) -> None:
@@ -158,9 +185,12 @@ class StoreCatalogue(SchedulerPlugin):
                 if not holders:  # remembered for the error that names the backend it was lost with
                     self.lost_from[key] = [worker]
         stuck = [
-            ts for ts in list(scheduler.unrunnable)
-            if isinstance(ts.key, str) and ACTIVE_KEY_MARK in ts.key
-            and ts.worker_restrictions and not (ts.worker_restrictions & set(scheduler.workers))
+            ts
+            for ts in list(scheduler.unrunnable)
+            if isinstance(ts.key, str)
+            and ACTIVE_KEY_MARK in ts.key
+            and ts.worker_restrictions
+            and not (ts.worker_restrictions & set(scheduler.workers))
         ]
         for ts in stuck:
             # The body finds the object gone from its backend and either uses a replica or a disk
@@ -168,10 +198,13 @@ class StoreCatalogue(SchedulerPlugin):
             ts.worker_restrictions = None
             ts.loose_restrictions = True
         if stuck:
-            scheduler.transitions({ts.key: "processing" for ts in stuck}, stimulus_id=f"workbench-store-relax-{time.time()}")
+            scheduler.transitions(
+                {ts.key: "processing" for ts in stuck}, stimulus_id=f"workbench-store-relax-{time.time()}"
+            )
 
     # -- the handler -----------------------------------------------------------------------------
     def handle(self, action: str, **kwargs: Any) -> Any:
+        """Run the catalogue operation ``action`` (``op_<action>``) with ``kwargs``."""
         op = action
         try:
             method = getattr(self, f"op_{op}")
@@ -217,17 +250,33 @@ class StoreCatalogue(SchedulerPlugin):
         for e in entries:
             key = (e["oid"], int(e["version"]))
             record = {
-                "class_label": e["class_label"], "kind": e.get("kind", "object"), "nbytes": int(e["nbytes"]),
-                "methods": e.get("methods", {}), "meta": e.get("meta", {}), "disk_path": e.get("disk_path"), "created": now,
+                "class_label": e["class_label"],
+                "kind": e.get("kind", "object"),
+                "nbytes": int(e["nbytes"]),
+                "methods": e.get("methods", {}),
+                "meta": e.get("meta", {}),
+                "disk_path": e.get("disk_path"),
+                "created": now,
             }
             self.objects[key] = record
             if e.get("worker"):
                 self.locations.setdefault(key, set()).add(e["worker"])
-            statements.append((
-                "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)",
-                (key[0], key[1], record["class_label"], record["kind"], record["nbytes"], json.dumps(record["methods"]),
-                 json.dumps(record["meta"]), record["disk_path"], now),
-            ))
+            statements.append(
+                (
+                    "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        key[0],
+                        key[1],
+                        record["class_label"],
+                        record["kind"],
+                        record["nbytes"],
+                        json.dumps(record["methods"]),
+                        json.dumps(record["meta"]),
+                        record["disk_path"],
+                        now,
+                    ),
+                )
+            )
             if e.get("current", True):
                 self.current[key[0]] = key[1]
                 statements.append(("INSERT OR REPLACE INTO current VALUES (?,?)", key))
@@ -244,10 +293,15 @@ class StoreCatalogue(SchedulerPlugin):
         hint = difflib.get_close_matches(alias, list(self.aliases), n=3)
         raise KeyError(
             f"no object has alias {alias!r}"
-            + (f"; did you mean {' or '.join(repr(h) for h in hint)}?" if hint else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)")
+            + (
+                f"; did you mean {' or '.join(repr(h) for h in hint)}?"
+                if hint
+                else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)"
+            )
         )
 
     def op_set_alias(self, alias: str, oid: str) -> None:
+        """Give object ``oid`` the alias ``alias``."""
         check_alias(alias)
         if alias in self.aliases and self.aliases[alias] != oid:
             raise ValueError(f"alias {alias!r} is already taken by object {self.aliases[alias][:8]}")
@@ -270,12 +324,17 @@ class StoreCatalogue(SchedulerPlugin):
                 out.append({"oid": oid, "version": version, "missing": "deleted"})
                 continue
             holders = sorted(self.locations.get(key, set()) & live)
-            out.append({
-                "oid": oid, "version": key[1], "workers": holders, "current": self.current.get(oid) == key[1],
-                "lost_from": [] if holders else self.lost_from.get(key, []),
-                "aliases": sorted(a for a, o in self.aliases.items() if o == oid),
-                **record,
-            })
+            out.append(
+                {
+                    "oid": oid,
+                    "version": key[1],
+                    "workers": holders,
+                    "current": self.current.get(oid) == key[1],
+                    "lost_from": [] if holders else self.lost_from.get(key, []),
+                    "aliases": sorted(a for a, o in self.aliases.items() if o == oid),
+                    **record,
+                }
+            )
         return out
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
@@ -317,6 +376,7 @@ class StoreCatalogue(SchedulerPlugin):
         return {"load_on": target, "disk_path": record["disk_path"]}
 
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
+        """A backend no longer holds this version."""
         key = (oid, int(version))
         holders = self.locations.get(key, set())
         holders.discard(worker)
@@ -333,6 +393,7 @@ class StoreCatalogue(SchedulerPlugin):
         return True
 
     def op_set_nbytes(self, oid: str, version: int, nbytes: int) -> None:
+        """Record the size of a version after a writing method."""
         key = (oid, int(version))
         if key in self.objects:
             self.objects[key]["nbytes"] = int(nbytes)
@@ -344,7 +405,9 @@ class StoreCatalogue(SchedulerPlugin):
         if source is None:
             raise KeyError(f"object {oid[:8]} has no version {version}")
         new = 1 + max(v for (o, v) in self.objects if o == oid)
-        self.op_register([{**source, "oid": oid, "version": new, "worker": worker, "current": False, "disk_path": None}])
+        self.op_register(
+            [{**source, "oid": oid, "version": new, "worker": worker, "current": False, "disk_path": None}]
+        )
         return new
 
     def op_consolidate(self, oid: str, version: int) -> list[dict[str, Any]]:
@@ -353,7 +416,9 @@ class StoreCatalogue(SchedulerPlugin):
             raise KeyError(f"object {oid[:8]} has no version {version} (consolidated or deleted already?)")
         old = self.current.get(oid)
         self.current[oid] = int(version)
-        statements: list[tuple[str, tuple[Any, ...]]] = [("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))]
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            ("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))
+        ]
         dropped = []
         if old is not None and old != int(version):
             dropped.append(self._forget((oid, old), statements))
@@ -391,16 +456,23 @@ class StoreCatalogue(SchedulerPlugin):
             by_oid.setdefault(oid, []).append(alias)
         return [
             {
-                "oid": oid, "version": version, "current": self.current.get(oid) == version,
-                "class": r["class_label"], "kind": r["kind"], "nbytes": r["nbytes"],
+                "oid": oid,
+                "version": version,
+                "current": self.current.get(oid) == version,
+                "class": r["class_label"],
+                "kind": r["kind"],
+                "nbytes": r["nbytes"],
                 "workers": sorted(self.locations.get((oid, version), set()) & live),
-                "disk_path": r["disk_path"], "aliases": sorted(by_oid.get(oid, [])),
+                "disk_path": r["disk_path"],
+                "aliases": sorted(by_oid.get(oid, [])),
             }
             for (oid, version), r in sorted(self.objects.items(), key=lambda kv: kv[1]["created"])
         ]
 
     def op_aliases(self) -> dict[str, str]:
+        """Alias -> object id, for every alias."""
         return dict(self.aliases)
 
     def op_directory(self) -> str:
+        """The store's directory."""
         return self.directory

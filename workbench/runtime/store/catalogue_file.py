@@ -1,4 +1,5 @@
 """Read a store's catalogue straight from its SQLite file, without a cluster (``workbench store list``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,9 @@ def read(directory: str | Path | None = None) -> dict[str, Any]:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{directory} holds no store catalogue (catalogue.sqlite): is it a store directory?") from None
+        raise FileNotFoundError(
+            f"{directory} holds no store catalogue (catalogue.sqlite): is it a store directory?"
+        ) from None
     except IsADirectoryError:
         raise not_catalogue("it is a directory") from None
     except PermissionError:
@@ -50,9 +53,18 @@ def _objects(path: Path) -> list[dict[str, Any]]:
         for alias, oid in db.execute("SELECT alias, oid FROM aliases ORDER BY alias"):
             aliases.setdefault(oid, []).append(alias)
         objects = [
-            {"oid": oid, "version": version, "current": current.get(oid) == version, "class_label": cls, "kind": kind,
-             "nbytes": nbytes, "disk_path": disk, "aliases": aliases.get(oid, [])}
+            {
+                "oid": oid,
+                "version": version,
+                "current": current.get(oid) == version,
+                "class_label": cls,
+                "kind": kind,
+                "nbytes": nbytes,
+                "disk_path": disk,
+                "aliases": aliases.get(oid, []),
+            }
             for oid, version, cls, kind, nbytes, disk in db.execute(
-                "SELECT oid, version, class_label, kind, nbytes, disk_path FROM objects ORDER BY created")
+                "SELECT oid, version, class_label, kind, nbytes, disk_path FROM objects ORDER BY created"
+            )
         ]
     return objects

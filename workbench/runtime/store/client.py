@@ -7,6 +7,7 @@ places ``obj`` on a backend; ``proxy.method(*args)`` runs there and returns a Da
 ``proxy.method.value(*args)`` returns the value in one direct round trip to the backend (no
 scheduler); ``proxy.method.local(*args)`` is the non-active path: fetch the object, run here.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +35,7 @@ from workbench.runtime.store.backend import (
     run_non_active,
     task_key,
 )
-from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, STORE_DIR_ENV, StoreCatalogue, default_directory
+from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue, default_directory
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
@@ -104,7 +105,9 @@ def _has_backends(dask_scheduler: Any = None) -> bool:
 
 def detach(session: Session) -> None:
     """Take the store off ``session``'s cluster: backends drop their tables, the catalogue closes."""
-    if session.run_on_scheduler(_has_backends):  # (asked first: the scheduler logs a refused unregistration as an error)
+    if session.run_on_scheduler(
+        _has_backends
+    ):  # (asked first: the scheduler logs a refused unregistration as an error)
         try:
             session.bounded(session.client.unregister_worker_plugin, PLUGIN_NAME, where="removing the store's backends")
         except ValueError:  # removed meanwhile by another client
@@ -183,7 +186,8 @@ class Store:
         if registered is not None and directory is not None and registered != wanted:
             raise StoreError(
                 f"this cluster's store already uses {registered}; one cluster has one store. "
-                f"Open Store(session, directory={str(registered)!r}), close that store first, or start another cluster for {wanted}"
+                f"Open Store(session, directory={str(registered)!r}), close that store first, "
+                f"or start another cluster for {wanted}"
             )
         #: True when this Store put the store on the cluster (and so takes it off again in close()).
         self.owns_registration = registered is None
@@ -201,18 +205,27 @@ class Store:
         """
         catalogue = StoreCatalogue(str(self.directory))
         try:
-            self.session.bounded(self.client.register_plugin, catalogue, name=PLUGIN_NAME,
-                                 where="registering the store's catalogue on the scheduler")
+            self.session.bounded(
+                self.client.register_plugin,
+                catalogue,
+                name=PLUGIN_NAME,
+                where="registering the store's catalogue on the scheduler",
+            )
             in_use = _registration(self.session)
             if in_use is None or in_use.token != catalogue.token:
                 self.owns_registration = False
                 raise StoreError(
-                    f"another client put a store on this cluster meanwhile{f', in {in_use.directory}' if in_use else ''}; "
+                    "another client put a store on this cluster meanwhile"
+                    f"{f', in {in_use.directory}' if in_use else ''}; "
                     "one cluster has one store. Open Store(session) to join it"
                 )
             self._token = catalogue.token
-            self.session.bounded(self.client.register_plugin, StoreBackend(str(self.directory), memory_limit), name=PLUGIN_NAME,
-                                 where="registering the store's backends on the workers")
+            self.session.bounded(
+                self.client.register_plugin,
+                StoreBackend(str(self.directory), memory_limit),
+                name=PLUGIN_NAME,
+                where="registering the store's backends on the workers",
+            )
         except BaseException:
             if self.owns_registration:
                 detach(self.session)
@@ -224,7 +237,9 @@ class Store:
         self._check_open()
 
         async def ask() -> Any:
-            return await asyncio.wait_for(self.client.scheduler.workbench_store(action=op, **kwargs), self.session.timeout)
+            return await asyncio.wait_for(
+                self.client.scheduler.workbench_store(action=op, **kwargs), self.session.timeout
+            )
 
         try:
             return raise_error(self.client.sync(ask), "the scheduler")
@@ -242,12 +257,16 @@ class Store:
         self._check_open()
 
         async def ask() -> Any:
-            return await asyncio.wait_for(self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout)
+            return await asyncio.wait_for(
+                self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout
+            )
 
         try:
             reply = self.client.sync(ask)
-        except (OSError, asyncio.TimeoutError) as error:
-            raise BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})") from error
+        except (TimeoutError, OSError) as error:
+            raise BackendUnreachable(
+                f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
+            ) from error
         return raise_error(reply, f"backend {address}")
 
     def _check_open(self) -> None:
@@ -258,6 +277,7 @@ class Store:
             )
 
     def backends(self) -> list[str]:
+        """Addresses of the workers with a backend."""
         return self.session.workers()
 
     def close(self) -> None:
@@ -292,7 +312,10 @@ class Store:
         return self.make_persistent_many([obj], [alias], [backend] if backend else None)[0]
 
     def make_persistent_many(
-        self, objs: Sequence[PersistentObject], aliases: Sequence[str | None] | None = None, backends: Sequence[str] | None = None
+        self,
+        objs: Sequence[PersistentObject],
+        aliases: Sequence[str | None] | None = None,
+        backends: Sequence[str] | None = None,
     ) -> list[Proxy]:
         """Place many objects (round-robin unless ``backends`` says where); returns their proxies in order."""
         objs = list(objs)
@@ -308,14 +331,19 @@ class Store:
             backends = self.catalogue("backends", n=len(objs))
         backends = list(backends)
         if len(backends) != len(objs):
-            raise ValueError(f"{len(objs)} objects but {len(backends)} backends: give one backend per object, or none (round-robin)")
+            raise ValueError(
+                f"{len(objs)} objects but {len(backends)} backends: give one backend per object, or none (round-robin)"
+            )
         for b in backends:
             if b not in known:
                 raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
         taken = self.catalogue("aliases")
         for alias in aliases:
             if alias is not None and alias in taken:
-                raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that object (store.get_by_alias({alias!r}).delete())")
+                raise ValueError(
+                    f"alias {alias!r} is already taken: choose another, "
+                    f"or delete that object (store.get_by_alias({alias!r}).delete())"
+                )
         if len({a for a in aliases if a is not None}) != len([a for a in aliases if a is not None]):
             raise ValueError(f"the aliases {aliases} repeat a name: each alias names one object")
         entries = []
@@ -332,13 +360,19 @@ class Store:
                 if _is_pickling_error(error):
                     raise TypeError(
                         f"{type(obj).__name__} object cannot be pickled to ship it to a backend ({error}). Store only "
-                        "picklable state: drop open files, locks, sockets or lambdas from its attributes, or recreate them in a method"
+                        "picklable state: drop open files, locks, sockets or lambdas from its attributes, "
+                        "or recreate them in a method"
                     ) from error
                 raise
             entries.append(entry)
         return [Proxy(ObjectRef(e["oid"], 0, e["alias"], e["class_label"]), e["methods"], self) for e in entries]
 
-    def persist_blocks(self, array: da.Array | Sequence[np.ndarray], alias: str | None = None, block_class: type[PersistentObject] | None = None) -> BlockCollection:
+    def persist_blocks(
+        self,
+        array: da.Array | Sequence[np.ndarray],
+        alias: str | None = None,
+        block_class: type[PersistentObject] | None = None,
+    ) -> BlockCollection:
         """A collection whose blocks are store objects (``ArrayBlock`` by default), one per row block.
 
         A Dask array is persisted if needed and each block becomes an object on the worker that
@@ -346,7 +380,9 @@ class Store:
         """
         block_class = block_class or ArrayBlock
         if not (isinstance(block_class, type) and issubclass(block_class, PersistentObject)):
-            raise TypeError(f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}")
+            raise TypeError(
+                f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}"
+            )
         check_alias(alias)
         if alias is not None and alias in self.catalogue("aliases"):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
@@ -355,10 +391,14 @@ class Store:
             array, blocks, row_counts = persist_row_blocks(self.session, array, "persist_blocks")
             who_has = self.client.who_has(blocks)
             oids = [uuid.uuid4().hex for _ in blocks]
-            placed = self.session.submit_pinned([
-                PinnedCall(_store_block, (block, oid, block_class), sorted(who_has[block.key])[:1], f"persist-block-{oid}")
-                for block, oid in zip(blocks, oids)
-            ])
+            placed = self.session.submit_pinned(
+                [
+                    PinnedCall(
+                        _store_block, (block, oid, block_class), sorted(who_has[block.key])[:1], f"persist-block-{oid}"
+                    )
+                    for block, oid in zip(blocks, oids)
+                ]
+            )
             try:
                 self.session.gather(placed)
             except BaseException:
@@ -370,23 +410,46 @@ class Store:
             arrays = [np.asarray(a) for a in array]
             if not arrays:
                 raise ValueError("persist_blocks got no blocks")
-            odd = [i for i, a in enumerate(arrays) if a.ndim == 0 or a.shape[1:] != arrays[0].shape[1:] or a.dtype != arrays[0].dtype]
+            odd = [
+                i
+                for i, a in enumerate(arrays)
+                if a.ndim == 0 or a.shape[1:] != arrays[0].shape[1:] or a.dtype != arrays[0].dtype
+            ]
             if odd:
                 raise ValueError(
-                    f"persist_blocks takes row blocks of one array: block {odd[0]} has shape {arrays[odd[0]].shape} and dtype "
-                    f"{arrays[odd[0]].dtype}, block 0 {arrays[0].shape} and {arrays[0].dtype} (the same but for the rows, at least 1-D)"
+                    f"persist_blocks takes row blocks of one array: block {odd[0]} has shape "
+                    f"{arrays[odd[0]].shape} and dtype {arrays[odd[0]].dtype}, block 0 {arrays[0].shape} and "
+                    f"{arrays[0].dtype} (the same but for the rows, at least 1-D)"
                 )
             proxies = self.make_persistent_many([block_class(a) for a in arrays])
             oids = [p.ref.oid for p in proxies]
             chunks = [len(a) for a in arrays]
             shape, dtype = [sum(chunks), *arrays[0].shape[1:]], str(arrays[0].dtype)
         collection_oid = uuid.uuid4().hex
-        meta = {"blocks": oids, "chunks": chunks, "shape": shape, "dtype": dtype, "block_class": class_name(block_class)}
+        meta = {
+            "blocks": oids,
+            "chunks": chunks,
+            "shape": shape,
+            "dtype": dtype,
+            "block_class": class_name(block_class),
+        }
         try:
-            self.catalogue("register", entries=[{
-                "oid": collection_oid, "version": 0, "class_label": "BlockCollection", "kind": "collection",
-                "nbytes": 0, "methods": {}, "meta": meta, "alias": alias, "worker": None,
-            }])
+            self.catalogue(
+                "register",
+                entries=[
+                    {
+                        "oid": collection_oid,
+                        "version": 0,
+                        "class_label": "BlockCollection",
+                        "kind": "collection",
+                        "nbytes": 0,
+                        "methods": {},
+                        "meta": meta,
+                        "alias": alias,
+                        "worker": None,
+                    }
+                ],
+            )
         except BaseException:  # e.g. the alias was taken meanwhile: the blocks go too
             self._drop(self.catalogue("delete", oids=oids))
             raise
@@ -394,8 +457,13 @@ class Store:
 
     def _collection(self, oid: str, alias: str | None, meta: dict[str, Any]) -> BlockCollection:
         infos = self.catalogue("resolve", refs=[[b, None] for b in meta["blocks"]])
-        blocks = [Proxy(ObjectRef(i["oid"], i.get("version"), None, i.get("class_label", "")), i.get("methods", {}), self) for i in infos]
-        return BlockCollection(self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"]))
+        blocks = [
+            Proxy(ObjectRef(i["oid"], i.get("version"), None, i.get("class_label", "")), i.get("methods", {}), self)
+            for i in infos
+        ]
+        return BlockCollection(
+            self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"])
+        )
 
     # -- finding objects -------------------------------------------------------------------------
     def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
@@ -447,16 +515,26 @@ class Store:
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
-        return pd.DataFrame(self.catalogue("list"), columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"])
+        return pd.DataFrame(
+            self.catalogue("list"),
+            columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"],
+        )
 
     def aliases(self) -> dict[str, str]:
+        """Alias -> object id, for every alias in the store."""
         return dict(self.catalogue("aliases"))
 
     def flush(self, objects: Iterable[Proxy] | None = None) -> int:
         """Write objects (default: every object in memory) to the disk tier; returns how many."""
-        refs = [p.ref for p in objects] if objects is not None else [
-            ObjectRef(r["oid"], r["version"], pinned=True) for r in self.catalogue("list") if r["workers"] and r["kind"] == "object"
-        ]
+        refs = (
+            [p.ref for p in objects]
+            if objects is not None
+            else [
+                ObjectRef(r["oid"], r["version"], pinned=True)
+                for r in self.catalogue("list")
+                if r["workers"] and r["kind"] == "object"
+            ]
+        )
         count = 0
         for ref, workers in self.holders(refs):
             self.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
@@ -510,8 +588,17 @@ class ActiveMethod:
             ref, workers = self.proxy._cached_holders(refresh=attempt == 1)
             _check_writable(ref, workers, self.name, self.writes)
             try:
-                return store.backend(workers[0], "call", oid=ref.oid, version=ref.version, method=self.name,
-                                     writes=self.writes, args=_message(args), kwargs=_message(kwargs), pinned=ref.pinned)
+                return store.backend(
+                    workers[0],
+                    "call",
+                    oid=ref.oid,
+                    version=ref.version,
+                    method=self.name,
+                    writes=self.writes,
+                    args=_message(args),
+                    kwargs=_message(kwargs),
+                    pinned=ref.pinned,
+                )
             except (NotHere, BackendUnreachable):  # moved, or its backend left: ask the catalogue again, once
                 if attempt == 1:
                     raise
@@ -534,7 +621,15 @@ class ActiveMethod:
         return f"<active method {self.name} ({'writes' if self.writes else 'read-only'}) of {self.proxy!r}>"
 
 
-def submit_active(store: Store, ref: ObjectRef, workers: list[str], method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future:
+def submit_active(
+    store: Store,
+    ref: ObjectRef,
+    workers: list[str],
+    method: str,
+    writes: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Future:
     """The task of one active call, pinned to the object's holders (any of them, for a read).
 
     One task is one graph either way; ``client.submit`` builds it with less overhead than a graph
@@ -542,22 +637,37 @@ def submit_active(store: Store, ref: ObjectRef, workers: list[str], method: str,
     """
     _check_writable(ref, workers, method, writes)
     return store.client.submit(
-        run_active, ref, method, writes, args, kwargs,
-        workers=workers, allow_other_workers=False, pure=False, key=task_key(method, active=True),
+        run_active,
+        ref,
+        method,
+        writes,
+        args,
+        kwargs,
+        workers=workers,
+        allow_other_workers=False,
+        pure=False,
+        key=task_key(method, active=True),
     )
 
 
 def submit_active_many(
-    store: Store, targets: Sequence[tuple[ObjectRef, list[str]]], method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+    store: Store,
+    targets: Sequence[tuple[ObjectRef, list[str]]],
+    method: str,
+    writes: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> list[Future]:
     """One active call per ``(object, holders)``, each pinned to its holders, submitted as one graph
     (one scheduler message for a whole collection, not one per block)."""
     for ref, workers in targets:
         _check_writable(ref, workers, method, writes)
-    return store.session.submit_pinned([
-        PinnedCall(run_active, (ref, method, writes, args, kwargs), workers, task_key(method, active=True))
-        for ref, workers in targets
-    ])
+    return store.session.submit_pinned(
+        [
+            PinnedCall(run_active, (ref, method, writes, args, kwargs), workers, task_key(method, active=True))
+            for ref, workers in targets
+        ]
+    )
 
 
 class Proxy(StoredHandle):
@@ -571,6 +681,7 @@ class Proxy(StoredHandle):
 
     @property
     def store(self) -> Store:
+        """The store this proxy belongs to (the current store when it travelled)."""
         return self._store or current_store()
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids and method names
@@ -596,10 +707,12 @@ class Proxy(StoredHandle):
 
     @property
     def oid(self) -> str:
+        """The object's id."""
         return self.ref.oid
 
     @property
     def version(self) -> int | None:
+        """The version this proxy names (None: whatever version is current)."""
         return self.ref.version
 
     def _cached_holders(self, refresh: bool = False) -> tuple[ObjectRef, list[str]]:
@@ -664,9 +777,13 @@ class Proxy(StoredHandle):
     def consolidate(self) -> Proxy:
         """Make this version the object's current one (its alias now names it); the old one is dropped."""
         if not self.ref.pinned:
-            raise StoreError(f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()")
+            raise StoreError(
+                f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()"
+            )
         self.store._drop(self.store.catalogue("consolidate", oid=self.ref.oid, version=self.ref.version))
-        return Proxy(ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store)
+        return Proxy(
+            ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store
+        )
 
     def flush(self) -> str:
         """Write the object to the disk tier (it also stays in memory); returns the file."""
@@ -703,13 +820,23 @@ class ArrayBlock(PersistentObject):
 
     @active
     def shape(self) -> tuple[int, ...]:
+        """The block's shape, read where it lives."""
         return tuple(self.data.shape)
 
 
 class BlockCollection:
     """A blocked array whose row blocks are store objects; SplIter can partition it by location."""
 
-    def __init__(self, store: Store, oid: str, alias: str | None, blocks: list[Proxy], chunks: tuple[int, ...], shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(
+        self,
+        store: Store,
+        oid: str,
+        alias: str | None,
+        blocks: list[Proxy],
+        chunks: tuple[int, ...],
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+    ):
         self.store, self.oid, self.alias = store, oid, alias
         self.blocks, self.chunks, self.shape, self.dtype = blocks, chunks, shape, dtype
 
@@ -723,10 +850,12 @@ class BlockCollection:
         return iter(self.blocks)
 
     def __repr__(self) -> str:
-        return f"<BlockCollection {self.alias or self.oid[:8]}: {len(self.blocks)} blocks, shape {self.shape}, {self.dtype}>"
+        name = self.alias or self.oid[:8]
+        return f"<BlockCollection {name}: {len(self.blocks)} blocks, shape {self.shape}, {self.dtype}>"
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole array."""
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
     def offsets(self) -> np.ndarray:
@@ -750,7 +879,9 @@ class BlockCollection:
         if self.blocks:
             check_method("the blocks", self.blocks[0].methods, method)
         writes = self.blocks[0].methods.get(method, False) if self.blocks else False
-        return submit_active_many(self.store, self.store.holders([b.ref for b in self.blocks]), method, writes, args, kwargs)
+        return submit_active_many(
+            self.store, self.store.holders([b.ref for b in self.blocks]), method, writes, args, kwargs
+        )
 
     def call_non_active(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
         """The same calls, non-active: each task fetches its block through the store and computes where it runs."""
@@ -758,13 +889,20 @@ class BlockCollection:
             check_method("the blocks", self.blocks[0].methods, method)
         refs = [b.ref for b in self.blocks]
         return self.store.client.map(  # one graph for the whole collection
-            run_non_active, refs, method=method, args=args, kwargs=kwargs, pure=False,
+            run_non_active,
+            refs,
+            method=method,
+            args=args,
+            kwargs=kwargs,
+            pure=False,
             key=[task_key(method, active=False) for _ in refs],
         )
 
     def fetch(self) -> np.ndarray:
         """The whole array, here (every block copied to the caller)."""
-        return np.concatenate([b.fetch().data for b in self.blocks]) if self.blocks else np.empty(self.shape, self.dtype)
+        return (
+            np.concatenate([b.fetch().data for b in self.blocks]) if self.blocks else np.empty(self.shape, self.dtype)
+        )
 
     def delete(self) -> None:
         """Delete the collection and its blocks."""
@@ -808,8 +946,8 @@ def local_object(proxy: Proxy) -> Any:
         entry = backend.local(ObjectRef(ref.oid, info["version"]))
     if entry is None:
         raise NotHere(
-            f"{proxy.ref.label()} is not held by this backend ({backend.worker.address}): run the task where the object "
-            "lives (proxy.locations()), or call an active method, which does"
+            f"{proxy.ref.label()} is not held by this backend ({backend.worker.address}): run the task where "
+            "the object lives (proxy.locations()), or call an active method, which does"
         )
     return entry.obj
 
@@ -845,18 +983,23 @@ def _check_persistable(obj: Any) -> None:
             "derive your class from workbench.runtime.store.PersistentObject and mark methods with @active"
         )
     if not type(obj).active_methods():
-        raise TypeError(f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active")
+        raise TypeError(
+            f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active"
+        )
 
 
 def _check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
     if writes and len(workers) > 1:
         raise StoreError(
-            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); the writing method {method!r} would make "
-            "them differ. Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
+            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); "
+            f"the writing method {method!r} would make them differ. "
+            "Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
         )
 
 
-def _gather_futures(store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _gather_futures(
+    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     futures = [a for a in (*args, *kwargs.values()) if isinstance(a, Future)]
     if not futures:
         return args, kwargs

@@ -1,4 +1,5 @@
 """Errors of the active object store; each message names the object and says what to do."""
+
 from __future__ import annotations
 
 
@@ -20,9 +21,12 @@ class ObjectLost(StoreError):
 
 def object_lost(label: str, class_label: str, lost_from: list[str]) -> ObjectLost:
     """The error for an object no live backend holds and no disk copy keeps."""
-    where = f"backend {', '.join(lost_from)}, which left the cluster" if lost_from else "the backends of a previous cluster"
+    where = (
+        f"backend {', '.join(lost_from)}, which left the cluster" if lost_from else "the backends of a previous cluster"
+    )
     return ObjectLost(
-        f"{label} of class {class_label} is lost: it was held only in memory by {where}, with no replica and no disk copy. "
+        f"{label} of class {class_label} is lost: it was held only in memory by {where}, with no replica and no disk "
+        "copy. "
         "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
     )
 

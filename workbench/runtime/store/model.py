@@ -8,6 +8,7 @@ writes into ``self`` fails loudly instead of corrupting a shared object.
 
 This module has no Dask imports: a class written in a notebook only needs this base class.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,6 +40,7 @@ def active(function: Callable[..., Any] | None = None, *, writes: bool = False) 
     ``@active(writes=True)`` changes the object (calls on one object run one at a time, and a
     replicated object refuses it, since its replicas would differ).
     """
+
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(f):
             raise TypeError(f"@active decorates a method, got {type(f).__name__}")
@@ -98,14 +100,24 @@ class PersistentObject:
 
 
 def class_name(cls: type) -> str:
+    """``module.QualName`` of a class, as the catalogue records it."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def catalogue_entry(cls: type, oid: str, version: int, worker: str | None, nbytes: int, alias: str | None) -> dict[str, Any]:
+def catalogue_entry(
+    cls: type, oid: str, version: int, worker: str | None, nbytes: int, alias: str | None
+) -> dict[str, Any]:
     """What the catalogue records when an object of ``cls`` is placed on ``worker``."""
     return {
-        "oid": oid, "version": version, "class_label": class_name(cls), "kind": "object", "nbytes": int(nbytes),
-        "methods": cls.active_methods(), "meta": {}, "alias": alias, "worker": worker,
+        "oid": oid,
+        "version": version,
+        "class_label": class_name(cls),
+        "kind": "object",
+        "nbytes": int(nbytes),
+        "methods": cls.active_methods(),
+        "meta": {},
+        "alias": alias,
+        "worker": worker,
     }
 
 
@@ -122,7 +134,9 @@ def check_alias(alias: object) -> None:
     try:
         alias.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"alias {alias!r} is not valid text (it holds a lone surrogate): use letters, digits and punctuation") from None
+        raise ValueError(
+            f"alias {alias!r} is not valid text (it holds a lone surrogate): use letters, digits and punctuation"
+        ) from None
     if not alias.isprintable() or alias != alias.strip():
         raise ValueError(
             f"alias {alias!r} holds control characters or leading/trailing spaces: use a plain printable name"
@@ -153,8 +167,20 @@ def state_nbytes(obj: Any) -> int:
 
 
 _STATE_DEPTH = 4  # how deep detach_result looks into an object's state and into a result
-_ATOMS = (type(None), bool, int, float, complex, str, bytes, type, types.ModuleType, types.FunctionType,
-          types.BuiltinFunctionType, types.MethodType)  # immutable, or not state: never copied
+_ATOMS = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+)  # immutable, or not state: never copied
 
 
 def _state_parts(obj: Any) -> tuple[list[np.ndarray], set[int]]:
@@ -271,6 +297,7 @@ class ReadWriteLock:
         self._writers_waiting = 0
 
     def acquire(self, write: bool, timeout: float | None = None) -> bool:
+        """Take the lock for writing (exclusive) or reading (shared); False on timeout."""
         with self._condition:
             if write:
                 self._writers_waiting += 1
@@ -287,6 +314,7 @@ class ReadWriteLock:
             return ok
 
     def release(self, write: bool) -> None:
+        """Release what :meth:`acquire` took."""
         with self._condition:
             if write:
                 self._writer = False
@@ -306,5 +334,6 @@ class ObjectRef:
     pinned: bool = False  # True: exactly this version; False: whatever version is current
 
     def label(self) -> str:
+        """The object as messages name it: alias or short id, and version."""
         name = f"{self.alias!r} ({self.oid[:8]})" if self.alias else self.oid[:8]
         return f"object {name}" + (f" v{self.version}" if self.version is not None else "")

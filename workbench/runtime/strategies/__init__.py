@@ -5,6 +5,7 @@ Built in: ``blocks``, ``fetch``, ``rechunk``, ``split``, ``split-materialized`` 
 (PyCOMPSs-style tasks, the RRO argument modes). Each lives in one module of this package and
 registers itself; ``docs/architecture.md`` has the one-file recipe for adding one.
 """
+
 from workbench.runtime.strategies import blocks, fetch, modes, rechunk, split, store
 from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, get, names, register, unregister
 

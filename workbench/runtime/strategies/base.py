@@ -9,6 +9,7 @@ task and :meth:`Plan.reduce` the merged answer. Every variant of every applicati
 ``application.solve(strategy.open(...), data)``; a new strategy is one module that subclasses
 :class:`Strategy` and calls :func:`register`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -56,8 +57,13 @@ class BlockWork:
                 raise TypeError(f"BlockWork.{name} must be a function, got {getattr(self, name)!r}")
         if self.blocks is not None and not callable(self.blocks):
             raise TypeError(f"BlockWork.blocks must be a function or None, got {self.blocks!r}")
-        if self.fan_in is not None and (isinstance(self.fan_in, bool) or not isinstance(self.fan_in, int) or self.fan_in < 2):
-            raise ValueError(f"BlockWork.fan_in must be None (one merge of all partials) or an integer of at least 2, got {self.fan_in!r}")
+        if self.fan_in is not None and (
+            isinstance(self.fan_in, bool) or not isinstance(self.fan_in, int) or self.fan_in < 2
+        ):
+            raise ValueError(
+                "BlockWork.fan_in must be None (one merge of all partials) or an integer of at least 2, got "
+                f"{self.fan_in!r}"
+            )
 
     @property
     def function(self) -> Callable[..., Any]:
@@ -73,7 +79,9 @@ class BlockWork:
         """The work of one block, here."""
         return self.function(block, *aligned, *args, **({"rows": rows} if self.with_rows else {}))
 
-    def call_partition(self, blocks: list[Any], aligned: Sequence[list[Any]], args: Sequence[Any], ranges: Sequence[tuple[int, int]]) -> Any:
+    def call_partition(
+        self, blocks: list[Any], aligned: Sequence[list[Any]], args: Sequence[Any], ranges: Sequence[tuple[int, int]]
+    ) -> Any:
         """The work of a partition's blocks, here: ``blocks`` in one call when declared, else one
         call per block and a local merge."""
         if self.blocks is not None:
@@ -103,7 +111,10 @@ def merge_here(work: BlockWork, partials: list[Any]) -> Any:
         raise ValueError("nothing to merge: there were no blocks")
     while len(partials) > 1:
         step = work.fan_in or len(partials)
-        partials = [work.merge(partials[i : i + step]) if i + 1 < len(partials) else partials[i] for i in range(0, len(partials), step)]
+        partials = [
+            work.merge(partials[i : i + step]) if i + 1 < len(partials) else partials[i]
+            for i in range(0, len(partials), step)
+        ]
     return partials[0]
 
 
@@ -128,7 +139,14 @@ class Plan:
     made (rechunked copies, runtimes, scattered values).
     """
 
-    def __init__(self, strategy: Strategy, session: Session, placed: PlacedBlocks | None, recorder: Recorder, aligned: Sequence[PlacedBlocks]):
+    def __init__(
+        self,
+        strategy: Strategy,
+        session: Session,
+        placed: PlacedBlocks | None,
+        recorder: Recorder,
+        aligned: Sequence[PlacedBlocks],
+    ):
         self.strategy = strategy
         self.session = session
         self.placed = placed
@@ -147,7 +165,9 @@ class Plan:
     def blocks(self) -> PlacedBlocks:
         """The placed blocks (a clear error for an application that placed none)."""
         if self.placed is None:
-            raise ValueError(f"strategy {self.strategy.name!r} maps work over placed blocks, and this application placed none")
+            raise ValueError(
+                f"strategy {self.strategy.name!r} maps work over placed blocks, and this application placed none"
+            )
         return self.placed
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
@@ -156,7 +176,9 @@ class Plan:
 
     def merge_task(self, work: BlockWork, partials: list[Any]) -> Any:
         """One merge of ``partials`` as a task (a future)."""
-        return self.session.client.submit(work.merge, partials, pure=False, key=task_key(getattr(work.merge, "__name__", "merge")))
+        return self.session.client.submit(
+            work.merge, partials, pure=False, key=task_key(getattr(work.merge, "__name__", "merge"))
+        )
 
     def reduce(self, work: BlockWork, *args: Any) -> Any:
         """``work`` mapped over the blocks and merged into one answer, here."""
@@ -181,7 +203,13 @@ class Strategy:
     description: str = ""
     plan: type[Plan] = Plan
 
-    def open(self, session: Session, placed: PlacedBlocks | None, recorder: Recorder | None = None, aligned: Sequence[PlacedBlocks] = ()) -> Plan:
+    def open(
+        self,
+        session: Session,
+        placed: PlacedBlocks | None,
+        recorder: Recorder | None = None,
+        aligned: Sequence[PlacedBlocks] = (),
+    ) -> Plan:
         """A plan for one run over ``placed`` (and ``aligned`` blocks cut the same way, e.g. labels)."""
         if placed is not None:
             for other in aligned:
@@ -216,7 +244,9 @@ def get(name: str) -> Strategy:
     """The strategy ``name``; a close-match suggestion when there is none."""
     if name not in _STRATEGIES:
         hint = difflib.get_close_matches(name, _STRATEGIES, n=1)
-        raise ValueError(f"no strategy {name!r}; there are {sorted(_STRATEGIES)}" + (f". Did you mean {hint[0]!r}?" if hint else ""))
+        raise ValueError(
+            f"no strategy {name!r}; there are {sorted(_STRATEGIES)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
+        )
     return _STRATEGIES[name]
 
 

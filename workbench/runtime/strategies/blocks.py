@@ -1,5 +1,6 @@
 """``blocks``: code goes to the data. One task per block, on the worker that holds it, and merge
 tasks. Tasks = blocks, so small blocks cost scheduling; this is every comparison's baseline."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -36,19 +37,29 @@ class DaskPlan(Plan):
         return tuple(converted)
 
     def close(self) -> None:
+        """Forget the scattered broadcasts (Dask frees them)."""
         self._scattered = {}
 
-    def map_over(self, placed: PlacedBlocks, aligned: Sequence[PlacedBlocks], work: BlockWork, args: Sequence[Any]) -> list[Any]:
+    def map_over(
+        self, placed: PlacedBlocks, aligned: Sequence[PlacedBlocks], work: BlockWork, args: Sequence[Any]
+    ) -> list[Any]:
         """One task per block of ``placed`` (its aligned blocks beside it): ``client.map``, one graph."""
         n = len(placed)
         ranges = placed.item_ranges() if work.with_rows else [(0, 0)] * n
         return self.session.client.map(
-            on_block, [work] * n, placed.block_futures, [[a.block_futures[i] for a in aligned] for i in range(n)],
-            [tuple(self.task_args(args))] * n, [a for a, _ in ranges], [b for _, b in ranges],
-            pure=False, key=[task_key(work.name) for _ in range(n)],
+            on_block,
+            [work] * n,
+            placed.block_futures,
+            [[a.block_futures[i] for a in aligned] for i in range(n)],
+            [tuple(self.task_args(args))] * n,
+            [a for a, _ in ranges],
+            [b for _, b in ranges],
+            pure=False,
+            key=[task_key(work.name) for _ in range(n)],
         )
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One task per placed block, on the worker holding it."""
         return self.map_over(self.blocks(), self.aligned, work, args)
 
 

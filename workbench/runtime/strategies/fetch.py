@@ -1,5 +1,6 @@
 """``fetch``: data goes to the code. The caller gathers every block and computes itself: no task
 overhead, but every byte crosses to the client."""
+
 from __future__ import annotations
 
 import time
@@ -12,6 +13,7 @@ class FetchPlan(Plan):
     """Gather the blocks (and aligned blocks) to the caller, compute there in one call."""
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One partial: every block gathered here and computed in one call."""
         placed = self.blocks()
         with self.recorder.phase("fetch"):
             start = time.time()

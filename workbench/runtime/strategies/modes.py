@@ -7,6 +7,7 @@ first parameter, the block, is ``RRO``: read by a task, and again by the next ma
 published once per node and reused by every later map. Applications whose algorithm is written
 with ``@task`` functions (blocked matmul) call them inside the plan directly.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -34,9 +35,11 @@ class ModePlan(Plan):
         self.runtime = TaskRuntime(self.session, self.strategy.name, recorder=self.recorder).__enter__()
 
     def close(self) -> None:
+        """Leave the task runtime: its segments and files are removed."""
         self.runtime.__exit__(None, None, None)
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One task per block through the runtime (the block ``RRO`` unless declared otherwise)."""
         placed = self.blocks()
         function = block_task(work)
         values = [a.value if isinstance(a, Broadcast) else a for a in args]
@@ -48,6 +51,7 @@ class ModePlan(Plan):
         return calls
 
     def merge_task(self, work: BlockWork, partials: list[Any]) -> Any:
+        """The merge as a task of the runtime (its arguments converted like any task's)."""
         return TaskFunction(work.merge, {}).submit(partials)
 
 

@@ -1,5 +1,6 @@
 """``rechunk``: Dask rechunks the array to one block per worker (the data moves, timed), then one
 task per block, as ``blocks`` does."""
+
 from __future__ import annotations
 
 from workbench.runtime.blocks import rows_per_block
@@ -19,6 +20,7 @@ class RechunkPlan(DaskPlan):
             self.aligned = tuple(a.rechunked(rows) for a in self.aligned)
 
     def close(self) -> None:
+        """Release the rechunked copies."""
         super().close()
         for placed in (self.placed, *self.aligned):
             placed.release()

@@ -6,6 +6,7 @@ call, or one call per block and a local merge); ``split-materialized`` concatena
 partition once on its worker when the plan opens and reuses it for every map (the thesis's
 extension for compute-bound codes and for work that reads the data again and again).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,17 +18,23 @@ from workbench.runtime.strategies.base import BlockWork, Strategy, concatenate, 
 from workbench.runtime.strategies.blocks import DaskPlan
 
 
-def on_partition(work: BlockWork, blocks: list[Any], aligned: list[list[Any]], args: Sequence[Any], ranges: list[tuple[int, int]]) -> Any:
+def on_partition(
+    work: BlockWork, blocks: list[Any], aligned: list[list[Any]], args: Sequence[Any], ranges: list[tuple[int, int]]
+) -> Any:
     """Task body: the work of a partition's blocks, all local to this worker."""
     return work.call_partition(blocks, aligned, args, ranges)
 
 
-def materialize(blocks: list[Any], aligned: list[list[Any]], ranges: list[tuple[int, int]]) -> tuple[Any, list[Any], list[tuple[int, int]]]:
+def materialize(
+    blocks: list[Any], aligned: list[list[Any]], ranges: list[tuple[int, int]]
+) -> tuple[Any, list[Any], list[tuple[int, int]]]:
     """Task body: a partition as one array (and its aligned arrays), kept on its worker."""
     return concatenate(blocks), [concatenate(a) for a in aligned], ranges
 
 
-def on_materialized(work: BlockWork, partition: tuple[Any, list[Any], list[tuple[int, int]]], args: Sequence[Any]) -> Any:
+def on_materialized(
+    work: BlockWork, partition: tuple[Any, list[Any], list[tuple[int, int]]], args: Sequence[Any]
+) -> Any:
     """Task body: the work of one materialized partition, in one call."""
     data, aligned, ranges = partition
     return work.call(data, aligned, args, rows_of(ranges) if work.with_rows else None)
@@ -43,14 +50,23 @@ class SplitPlan(DaskPlan):
             self.partitions = splitter.split(self.session, placed, partitions_per_worker=1)
 
     def aligned_blocks(self, partition: splitter.Partition) -> list[list[Any]]:
+        """The aligned arrays' blocks with this partition's indexes."""
         return [[a.block_futures[i] for i in partition.block_indexes] for a in self.aligned]
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One task per partition, pinned to its worker."""
         task_args = self.task_args(args)
-        return self.session.submit_pinned([
-            PinnedCall(on_partition, (work, p.blocks, self.aligned_blocks(p), task_args, p.item_ranges), p.worker, task_key(work.name))
-            for p in self.partitions
-        ])
+        return self.session.submit_pinned(
+            [
+                PinnedCall(
+                    on_partition,
+                    (work, p.blocks, self.aligned_blocks(p), task_args, p.item_ranges),
+                    p.worker,
+                    task_key(work.name),
+                )
+                for p in self.partitions
+            ]
+        )
 
 
 class SplitMaterializedPlan(SplitPlan):
@@ -59,19 +75,30 @@ class SplitMaterializedPlan(SplitPlan):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         with self.recorder.phase("split"):
-            self.materialized = self.session.submit_pinned([
-                PinnedCall(materialize, (p.blocks, self.aligned_blocks(p), p.item_ranges), p.worker, task_key("materialize"))
-                for p in self.partitions
-            ])
+            self.materialized = self.session.submit_pinned(
+                [
+                    PinnedCall(
+                        materialize,
+                        (p.blocks, self.aligned_blocks(p), p.item_ranges),
+                        p.worker,
+                        task_key("materialize"),
+                    )
+                    for p in self.partitions
+                ]
+            )
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One task per materialized partition, pinned to its worker."""
         task_args = self.task_args(args)
-        return self.session.submit_pinned([
-            PinnedCall(on_materialized, (work, m, task_args), p.worker, task_key(work.name))
-            for m, p in zip(self.materialized, self.partitions)
-        ])
+        return self.session.submit_pinned(
+            [
+                PinnedCall(on_materialized, (work, m, task_args), p.worker, task_key(work.name))
+                for m, p in zip(self.materialized, self.partitions)
+            ]
+        )
 
     def close(self) -> None:
+        """Drop the materialized partitions (Dask frees them)."""
         super().close()
         self.materialized = []
 

@@ -16,6 +16,7 @@ A :class:`~workbench.runtime.strategies.Broadcast` argument (kNN's queries) is i
 store, one piece per worker, and every call names its pieces: a call on another backend fetches
 them (the many-to-many traffic the thesis measured for kNN).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from workbench.runtime import splitter
-from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.store import ArrayBlock, BlockCollection, store_for
 from workbench.runtime.store.backend import run_active, run_non_active, task_key
@@ -52,6 +52,7 @@ class StoreCall:
     partition: bool = False
 
     def __call__(self, data: np.ndarray, *values: Any) -> Any:
+        """The work of this call's block or partition, on the backend that holds it."""
         blocks = [data, *(v.data for v in values[: self.others])]
         aligned = list(values[self.others : self.others + self.aligned])
         rest = values[self.others + self.aligned :]
@@ -85,6 +86,7 @@ class StorePlan(Plan):
 
     def pieces(self, broadcast: Broadcast) -> BlockCollection:
         """``broadcast``'s value in the store, one piece per worker, placed round-robin (made once)."""
+
         def make() -> BlockCollection:
             value = np.asarray(broadcast.value)
             parts = [p for p in np.array_split(value, max(1, len(self.session.workers()))) if len(p)]
@@ -107,10 +109,15 @@ class StorePlan(Plan):
         return tuple(layout), values
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One store call per block."""
         layout, values = self.call_values(args)
         ranges = self.blocks().item_ranges()
         messages = [
-            (StoreCall(work, layout, (ranges[i],), aligned=len(self.aligned)), *(a.block_futures[i] for a in self.aligned), *values)
+            (
+                StoreCall(work, layout, (ranges[i],), aligned=len(self.aligned)),
+                *(a.block_futures[i] for a in self.aligned),
+                *values,
+            )
             for i in range(len(ranges))
         ]
         return self.submit_all(work.name, messages)
@@ -118,20 +125,28 @@ class StorePlan(Plan):
     def submit_all(self, name: str, messages: list[tuple[Any, ...]]) -> list[Any]:
         """One active call of ``apply`` per block, pinned to its holders, as one graph."""
         holders = self.store.holders([b.ref for b in self.collection.blocks])
-        return self.session.submit_pinned([
-            PinnedCall(run_active, (ref, "apply", False, message, {}), workers, task_key(name, active=True))
-            for (ref, workers), message in zip(holders, messages)
-        ])
+        return self.session.submit_pinned(
+            [
+                PinnedCall(run_active, (ref, "apply", False, message, {}), workers, task_key(name, active=True))
+                for (ref, workers), message in zip(holders, messages)
+            ]
+        )
 
 
 class NonActivePlan(StorePlan):
     """Each task fetches a copy of its block through the store and computes where it runs."""
 
     def submit_all(self, name: str, messages: list[tuple[Any, ...]]) -> list[Any]:
+        """One non-active call per block, placed by the scheduler."""
         refs = [b.ref for b in self.collection.blocks]
         return self.session.client.map(  # one graph; the scheduler places the tasks
-            run_non_active, refs, ["apply"] * len(refs), messages, [{}] * len(refs),
-            pure=False, key=[task_key(name, active=False) for _ in refs],
+            run_non_active,
+            refs,
+            ["apply"] * len(refs),
+            messages,
+            [{}] * len(refs),
+            pure=False,
+            key=[task_key(name, active=False) for _ in refs],
         )
 
 
@@ -144,15 +159,25 @@ class ActiveSplitPlan(StorePlan):
             self.partitions = splitter.split(self.session, self.collection)
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
+        """One active call per partition, on its first block's backend."""
         layout, values = self.call_values(args)
         holders = dict(self.store.holders([p.blocks[0].ref for p in self.partitions]))
         calls = []
         for p in self.partitions:
             first, others = p.blocks[0], p.blocks[1:]
-            call = StoreCall(work, layout, tuple(p.item_ranges), others=len(others), aligned=len(self.aligned), partition=True)
+            call = StoreCall(
+                work, layout, tuple(p.item_ranges), others=len(others), aligned=len(self.aligned), partition=True
+            )
             aligned = [[a.block_futures[i] for i in p.block_indexes] for a in self.aligned]
             message = (call, *others, *aligned, *values)
-            calls.append(PinnedCall(run_active, (first.ref, "apply", False, message, {}), holders.get(first.ref, [p.worker]), task_key(work.name, active=True)))
+            calls.append(
+                PinnedCall(
+                    run_active,
+                    (first.ref, "apply", False, message, {}),
+                    holders.get(first.ref, [p.worker]),
+                    task_key(work.name, active=True),
+                )
+            )
         return self.session.submit_pinned(calls)
 
 
@@ -172,7 +197,9 @@ class NonActive(Strategy):
     """Non-active store: each task fetches its block through the store."""
 
     name = "non-active"
-    description = "object store without active methods: each task fetches a copy of its block and computes where it runs"
+    description = (
+        "object store without active methods: each task fetches a copy of its block and computes where it runs"
+    )
     plan = NonActivePlan
 
 
