@@ -40,3 +40,28 @@ def test_dataclay_peer_runs_when_installed_and_says_why_not_otherwise():
         assert result["available"], result.get("reason")
         assert result["version"] == "4.3.1" and result["latency_ms"] > 0
     assert _dataclay_processes() == before  # Redis, metadata service and backend all stopped
+
+
+def test_store_scale_benchmark_reports_curves_goals_and_a_figure():
+    from workbench.bench import store_scale
+    from workbench.viz.timing import store_scale_figure
+
+    report = store_scale.run("ci", objects=(10, 200), blocks=(30,), workers=1)  # a cluster of its own
+    assert [r["objects"] for r in report["objects"]] == [10, 200]
+    assert all(r["catalogued_after_restart"] == r["objects"] for r in report["objects"])  # reopened from SQLite
+    assert report["blocks"][0]["blocks"] == 30 and report["blocks"][0]["persist_blocks_s"] > 0
+    assert [g["goal"] for g in report["goals"]] == [".value() latency at 200 objects within 20 % of 10"]
+    assert "persist_blocks s" in store_scale.format_report(report)
+    assert len(store_scale_figure(report).renderers) == 2 * 4  # a line and its points per curve
+
+
+def test_store_scale_refuses_counts_below_one():
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "bench", "store-scale", "--objects", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "--objects takes positive counts" in result.stderr

@@ -88,11 +88,14 @@ def test_blocked_histogram_equals_the_kernel(session):
 
 
 def test_block_sweep_records_every_run(session):
-    runs = histogram_block_sweep(session, "ci", blocks=(2, 16), repeats=2)
-    assert list(runs["blocks"]) == [2, 2, 16, 16]
+    runs = histogram_block_sweep(session, "ci", blocks_per_worker=(1, 8), repeats=2)
+    assert list(runs["blocks"]) == [2, 2, 16, 16]  # blocks per worker x 2 workers
+    n_points = datasets.get("histogram", "ci").spec("points").shape[0]
+    assert list(runs["block_rows"]) == [-(-n_points // b) for b in (2, 2, 16, 16)]
+    assert list(runs["repeat"]) == [0, 1, 0, 1]
     assert (runs["seconds"] > 0).all()
-    with pytest.raises(ValueError, match="blocks must be between 1 and"):
-        histogram_block_sweep(session, "ci", blocks=(0,), repeats=1)
+    with pytest.raises(ValueError, match="blocks_per_worker must be at least 1"):
+        histogram_block_sweep(session, "ci", blocks_per_worker=(0,), repeats=1)
 
 
 def test_per_task_cost_fits_a_line():
@@ -114,7 +117,7 @@ def test_panel_run_adds_runs_and_reports_errors(session):
     panel.repeats.value = 1
     panel.blocks.value = 4
     runs = panel.run()
-    assert list(runs["blocks"]) == [4] and "median" in panel.status.value
+    assert list(runs["blocks"]) == [4 * 2] and "median" in panel.status.value  # 4 per worker, 2 workers
     panel.button.click()  # the button does the same
     assert len(panel.runs) == 2 and not panel.button.disabled
     panel.size = "nope"

@@ -67,6 +67,27 @@ def test_trace_schema_on_a_real_cluster(experiment, session):
     assert set(trace.summary_by_action(frame).index) == set(frame["action"])
 
 
+def test_experiment_queries_on_a_real_run(experiment, session):
+    point = {"blocks_per_worker": 16}
+    runs = experiment.runs("blocks", point).sort_values("seconds", kind="stable")
+    run_id = experiment.median_run("blocks", point)
+    assert run_id == runs.iloc[len(runs) // 2]["run_id"]
+    frame = experiment.median_trace("blocks", point)
+    assert frame is experiment.trace_of(run_id)
+    moved = experiment.bytes_moved("blocks", point)
+    median = runs.set_index("run_id").loc[run_id]
+    assert moved.to_numpy().sum() == median["bytes_transferred"] > 0  # the partials that crossed to the sum task
+    assert set(moved.index) <= set(session.workers()) | {trace.CLIENT}
+    summary = experiment.summary(point).set_index("variant")
+    assert summary.loc["blocks", "tasks"] == 2 * 16 + 1 and summary.loc["blocks", "runs"] == 2
+    table = experiment.moved()
+    assert table.loc[(16, "blocks"), "tasks"] == 2 * 16 + 1 and table.loc[(16, "fetch"), "MB_moved"] > 0
+    assert len(experiment.locality_at(point)) == 2 * 16 and set(experiment.locality_at(point).values()) <= set(
+        session.workers()
+    )
+    assert len(experiment.stats()) == 2  # fetch against blocks at each point
+
+
 def test_perfetto_export_is_chrome_trace_json(experiment, tmp_path):
     frame = next(iter(experiment.traces.values()))
     records_path, perfetto_path = trace.write(frame, tmp_path / "run")

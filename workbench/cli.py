@@ -170,6 +170,17 @@ def _bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_store_scale(args: argparse.Namespace) -> int:
+    from workbench.bench import store_scale
+
+    for name in ("objects", "blocks"):
+        if any(n < 1 for n in getattr(args, name) or ()):
+            raise ValueError(f"--{name} takes positive counts, got {getattr(args, name)}")
+    report = store_scale.run(size=args.size, objects=args.objects, blocks=args.blocks, workers=args.workers)
+    print(json.dumps(report, indent=2, default=str) if args.json else store_scale.format_report(report))
+    return 0
+
+
 def _store(args: argparse.Namespace) -> int:
     from workbench.runtime.store import catalogue_file
 
@@ -245,6 +256,16 @@ def _parser() -> argparse.ArgumentParser:
     bst.add_argument("--no-dataclay", action="store_true", help="skip the dataClay peer even when it is installed")
     bst.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bst.set_defaults(func=_bench_store)
+
+    bss = benches.add_parser(
+        "store-scale", help="active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locate, latency"
+    )
+    bss.add_argument("--json", action="store_true")
+    bss.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bss.add_argument("--objects", type=int, nargs="+", help="object counts (default: the size's)")
+    bss.add_argument("--blocks", type=int, nargs="+", help="block counts (default: the size's)")
+    bss.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    bss.set_defaults(func=_bench_store_scale)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

@@ -55,20 +55,19 @@ def run(
                 progress=False,
                 baseline="split",
             )
-            means = experiment.results.groupby(["blocks_per_worker", "variant"]).agg(
-                seconds=("seconds", "mean"), tasks=("tasks", "mean"), split_s=("phase_split_s", "mean")
-            )
+            means = experiment.summary(phases=True).set_index(["blocks_per_worker", "variant"])
             for (bpc, variant), row in means.iterrows():
-                split_seconds = means.loc[(bpc, "split"), "seconds"]
+                split_seconds = means.loc[(bpc, "split"), "mean_s"]
+                building = row.get("phase_split_s")
                 rows.append(
                     {
                         "app": app,
                         "blocks_per_core": int(bpc),
                         "variant": variant,
-                        "seconds": float(row["seconds"]),
+                        "seconds": float(row["mean_s"]),
                         "tasks": float(row["tasks"]),
-                        "ratio_to_split": float(row["seconds"] / split_seconds),
-                        "partition_building_s": None if row["split_s"] != row["split_s"] else float(row["split_s"]),
+                        "ratio_to_split": float(row["mean_s"] / split_seconds),
+                        "partition_building_s": None if building is None or building != building else float(building),
                     }
                 )
         workers = len(session.workers())

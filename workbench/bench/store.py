@@ -143,21 +143,18 @@ def active_vs_non_active(session: Session, apps: Sequence[str], size: str, repea
         experiment = run_experiment(
             session, app, ["active", "non-active"], size=size, repeats=repeats, progress=False, baseline="active"
         )
-        parameters = experiment.parameters
-        means = experiment.results.groupby([*parameters, "variant"])["seconds"].mean()
-        moved = experiment.results.groupby([*parameters, "variant"])["bytes_transferred"].mean()
-        for point in experiment.results[parameters].drop_duplicates().itertuples(index=False):
-            key = tuple(point)
-            a, n = means[(*key, "active")], means[(*key, "non-active")]
+        for point in experiment.points():
+            means = experiment.summary(point).set_index("variant")
+            a, n = means.loc["active"], means.loc["non-active"]
             rows.append(
                 {
                     "app": app,
-                    "parameters": dict(zip(parameters, (v.item() if hasattr(v, "item") else v for v in key))),
-                    "active_s": float(a),
-                    "non_active_s": float(n),
-                    "ratio": float(n / a),
-                    "active_bytes_moved": int(moved[(*key, "active")]),
-                    "non_active_bytes_moved": int(moved[(*key, "non-active")]),
+                    "parameters": {k: (v.item() if hasattr(v, "item") else v) for k, v in point.items()},
+                    "active_s": float(a["mean_s"]),
+                    "non_active_s": float(n["mean_s"]),
+                    "ratio": float(n["mean_s"] / a["mean_s"]),
+                    "active_bytes_moved": int(round(a["MB_moved"] * 1e6)),
+                    "non_active_bytes_moved": int(round(n["MB_moved"] * 1e6)),
                 }
             )
     return rows

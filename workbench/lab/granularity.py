@@ -32,13 +32,6 @@ def fragmentation_sweep(
     )
 
 
-def time_and_tasks(experiment: Experiment) -> pd.DataFrame:
-    """Mean seconds and tasks per run, one row per blocks-per-core, one column pair per variant
-    (``experiment.summary()`` pivoted)."""
-    summary = experiment.summary().rename(columns={"mean_s": "seconds"})
-    return summary.pivot(index="blocks_per_worker", columns="variant", values=["seconds", "tasks"]).round(4)
-
-
 def partition_table(partitions: list[Partition]) -> pd.DataFrame:
     """One row per partition: its worker, how many blocks, and which rows it covers."""
     return pd.DataFrame(
@@ -83,8 +76,11 @@ def weak_scaling(
                 baseline="blocks",
                 grid={"blocks_per_worker": [blocks_per_worker], "points": [per_worker * n]},
             )
-            for variant, seconds in experiment.results.groupby("variant")["seconds"].mean().items():
-                rows.append({"workers": n, "points": per_worker * n, "variant": variant, "seconds": seconds})
+            means = experiment.summary()
+            rows += [
+                {"workers": n, "points": per_worker * n, "variant": variant, "seconds": seconds}
+                for variant, seconds in zip(means["variant"], means["mean_s"])
+            ]
     finally:
         session.scale(original)
     table = pd.DataFrame(rows)
@@ -118,6 +114,6 @@ def knn_fit_sweep(
         grid={"blocks_per_worker": [blocks_per_worker], "points": list(fit_points)},
     )
     blocks = blocks_per_worker * len(session.workers())
-    table = experiment.results.groupby(["points", "variant"])["seconds"].mean().reset_index()
+    table = experiment.summary().rename(columns={"mean_s": "seconds"})[["points", "variant", "seconds"]]
     table["blocks_per_second"] = blocks / table["seconds"]
     return table

@@ -32,7 +32,14 @@ from workbench.runtime.session import Session, node_id
 
 @dataclass
 class Experiment:
-    """What a run of the runner produced; ``save``/``load`` round-trip it through a directory."""
+    """What a run of the runner produced, and the questions everyone asks of it.
+
+    Ask it instead of recomputing: :meth:`stats` (each variant against the baseline), :meth:`summary`
+    and :meth:`moved` (mean seconds, tasks and MB moved per variant), :meth:`median_run` and
+    :meth:`median_trace` (a variant's typical run and its trace), :meth:`bytes_moved` (who sent
+    what to whom in that run), :meth:`locality_at` (where the blocks were). ``save``/``load``
+    round-trip it through a directory.
+    """
 
     app: str
     baseline: str
@@ -54,15 +61,20 @@ class Experiment:
         empty when there is nothing to compare (see :attr:`compared`)."""
         return stats.compare(self.results, self.baseline, self.parameters) if self.compared else pd.DataFrame()
 
-    def summary(self) -> pd.DataFrame:
-        """Per parameter point and variant: mean seconds and runs (also for a single run), and the
-        mean tasks and MB moved between processes where the runs were traced."""
-        groups = self.results.groupby([*self.parameters, "variant"])
+    def summary(self, point: Mapping[str, Any] | None = None, phases: bool = False) -> pd.DataFrame:
+        """Per parameter point (``point`` only, when given) and variant: mean seconds and runs (also
+        for a single run), and the mean tasks and MB moved between processes where the runs were
+        traced; with ``phases``, the mean seconds of each phase a variant recorded (``phase_<name>_s``)."""
+        rows = self.runs(point=point)
+        groups = rows.groupby([*self.parameters, "variant"])
         table = groups["seconds"].agg(["mean", "count"]).rename(columns={"mean": "mean_s", "count": "runs"})
-        if "tasks" in self.results:
+        if "tasks" in rows:
             table["tasks"] = groups["tasks"].mean()
-        if "bytes_transferred" in self.results:
+        if "bytes_transferred" in rows:
             table["MB_moved"] = groups["bytes_transferred"].mean() / 1e6
+        if phases:
+            for column in (c for c in rows if c.startswith("phase_") and c.endswith("_s")):
+                table[column] = groups[column].mean()
         return table.reset_index()
 
     def points(self) -> list[dict[str, Any]]:
@@ -105,17 +117,36 @@ class Experiment:
         """The trace of ``variant``'s median run at ``point``."""
         return self.trace_of(self.median_run(variant, point))
 
-    def bytes_moved(self, variant: str, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
-        """Source x destination bytes of ``variant``'s median run at ``point``."""
-        return tracing.bytes_moved(self.median_trace(variant, point))
+    def bytes_moved(self, variant: str | Sequence[str], point: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        """Source x destination bytes of ``variant``'s median run at ``point`` (rows send, columns
+        receive); a list of variants adds up the median run of each."""
+        names = [variant] if isinstance(variant, str) else list(variant)
+        if not names:
+            raise ValueError("bytes_moved needs a variant (or a list of them), got an empty list")
+        return tracing.bytes_moved(pd.concat([self.median_trace(name, point) for name in names], ignore_index=True))
 
     def moved(self, point: Mapping[str, Any] | None = None) -> pd.DataFrame:
-        """Per variant (at ``point``, or at each point): mean seconds, tasks and MB moved, in run order."""
+        """Per variant (at ``point``, or at each point): mean seconds, tasks and MB moved, in run order
+        (tasks and MB only where the runs were traced)."""
         rows = self.runs(point=point)
         by = [*(p for p in self.parameters if point is None or p not in point), "variant"]
-        table = rows.groupby(by, sort=False)[["seconds", "tasks", "bytes_transferred"]].mean()
-        table["MB_moved"] = table.pop("bytes_transferred") / 1e6
+        measured = [c for c in ("seconds", "tasks", "bytes_transferred") if c in rows]
+        table = rows.groupby(by, sort=False)[measured].mean()
+        if "bytes_transferred" in table:
+            table["MB_moved"] = table.pop("bytes_transferred") / 1e6
         return table.round(4)
+
+    def locality_at(self, point: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Where the blocks were at ``point`` (block -> worker; the last point run when None)."""
+        if not self.locality:
+            raise KeyError("this experiment recorded no block locality")
+        if point is None:
+            return self.locality[next(reversed(self.locality))]
+        for key, where in self.locality.items():
+            params = json.loads(key)
+            if all(name in params and params[name] == value for name, value in point.items()):
+                return where
+        raise KeyError(f"no block locality recorded at {dict(point)}: the points run are {self.points()}")
 
     def stats_table(self) -> str:
         """The papers' table format when there are statistics, else the mean time of each variant."""
@@ -189,6 +220,11 @@ class Experiment:
         )
 
 
+def point_key(point: Mapping[str, Any]) -> str:
+    """A parameter point as the text key of :attr:`Experiment.locality` (numpy scalars as numbers)."""
+    return json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in point.items()}, sort_keys=True)
+
+
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the grid's values, in order."""
     names = list(grid)
@@ -246,7 +282,7 @@ def run_experiment(
         for point_index, params in enumerate(points):
             prepared = application.prepare(session, dataset, params)
             try:
-                locality[json.dumps(params, sort_keys=True)] = prepared.locality()
+                locality[point_key(params)] = prepared.locality()
                 answers = {}
                 for name in variants:
                     row, answers[name], _ = _run_once(session, application, name, prepared, params, trace=False)

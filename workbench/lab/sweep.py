@@ -1,8 +1,8 @@
 """Block-size sweeps: the same work cut into more and more blocks (one task per block).
 
-A sweep is an experiment of the runner (the histogram's ``blocks`` variant at each total number of
-blocks), so warm-up, answer checks and interleaving are the runner's; this module turns its
-results into the table lesson 00 plots and fits the cost of one task.
+A sweep is an experiment of the runner (the histogram's ``blocks`` variant at each number of
+blocks per worker), so warm-up, answer checks and interleaving are the runner's; this module turns
+its results into the table lesson 00 plots and fits the cost of one task.
 """
 
 from __future__ import annotations
@@ -14,10 +14,16 @@ import pandas as pd
 
 import datasets
 from workbench.lab.runner import run_experiment
+from workbench.runtime.blocks import rows_per_block
 from workbench.runtime.session import Session
 
-# Numbers of blocks to sweep per size: from one block per worker to far too many.
-BLOCKS_BY_SIZE = {"ci": (2, 8, 32, 128), "lab": (2, 8, 32, 128, 512), "full": (2, 8, 32, 128, 512, 2048)}
+# Blocks per worker to sweep per size: from one block per worker to far too many (on 2 workers,
+# 2 to 2048 blocks in all).
+BLOCKS_PER_WORKER_BY_SIZE = {
+    "ci": (1, 4, 16, 64),
+    "lab": (1, 4, 16, 64, 256),
+    "full": (1, 4, 16, 64, 256, 1024),
+}
 
 
 def per_task_cost(runs: pd.DataFrame) -> tuple[float, float]:
@@ -36,34 +42,35 @@ def per_task_cost(runs: pd.DataFrame) -> tuple[float, float]:
 def histogram_block_sweep(
     session: Session,
     size: str = "ci",
-    blocks: Sequence[int] = (2, 8, 32, 128),
+    blocks_per_worker: Sequence[int] = BLOCKS_PER_WORKER_BY_SIZE["ci"],
     repeats: int = 3,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Time the blocked histogram of the ``histogram`` dataset at each number of blocks.
+    """Time the blocked histogram of the ``histogram`` dataset at each number of blocks per worker.
 
     The points are generated on the workers and placed before timing, so only the tasks are
-    timed; every run's counts are checked (every point counted once). One row per run: blocks,
-    rows per block, repeat, seconds.
+    timed; the runner checks the counts at each point (every point counted once). One row per
+    run: blocks (in all: blocks per worker x workers, the last one may be short), rows per block,
+    repeat, seconds.
     """
-    n_points = datasets.get("histogram", size, seed).spec("points").shape[0]
     experiment = run_experiment(
         session,
         "histogram",
         ["blocks"],
         size=size,
-        grid={"blocks": [int(b) for b in blocks]},
+        grid={"blocks_per_worker": [int(b) for b in blocks_per_worker]},
         repeats=repeats,
         seed=seed,
         trace=False,
         progress=False,
     )
+    n_points = datasets.get("histogram", size, seed).spec("points").shape[0]
+    workers = len(experiment.metadata["cluster"]["workers"])
     runs = experiment.results
-    block_rows = [-(-n_points // int(b)) for b in runs["blocks"]]
     return pd.DataFrame(
         {
-            "blocks": [-(-n_points // r) for r in block_rows],  # the blocks there were (the last one may be short)
-            "block_rows": block_rows,
+            "blocks": [len(experiment.locality_at({"blocks_per_worker": b})) for b in runs["blocks_per_worker"]],
+            "block_rows": [rows_per_block(workers, n_points, int(b)) for b in runs["blocks_per_worker"]],
             "repeat": runs["repeat"].to_numpy(),
             "seconds": runs["seconds"].to_numpy(),
         }

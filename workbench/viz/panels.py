@@ -12,11 +12,13 @@ from workbench.lab.sweep import histogram_block_sweep
 from workbench.runtime.session import Session
 from workbench.viz.timing import block_sweep_figure
 
-BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# Blocks per worker the block-sweep panel offers (on 2 workers, 2 to 1024 blocks in all).
+BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class BlockSweepPanel:
-    """Pick a number of blocks, press Run: the histogram runs and joins the growing figure.
+    """Pick a number of blocks per worker, press Run: the histogram runs and joins the growing figure
+    (drawn against the blocks in all).
 
     ``panel.widget`` is what a notebook displays; ``panel.run()`` does what the button does, so
     the panel can be scripted and tested. ``panel.runs`` holds every measured run.
@@ -27,28 +29,34 @@ class BlockSweepPanel:
         self.size = size
         self.runs = pd.DataFrame(columns=["blocks", "block_rows", "repeat", "seconds"])
         self.blocks = widgets.SelectionSlider(
-            options=list(choices), value=choices[len(choices) // 2], description="blocks"
+            options=list(choices),
+            value=choices[len(choices) // 2],
+            description="blocks per worker",
+            style={"description_width": "initial"},
         )
         self.repeats = widgets.IntSlider(value=3, min=1, max=10, description="repeats")
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.status = widgets.HTML(value="Choose a number of blocks and press <b>Run</b>.")
+        self.status = widgets.HTML(value="Choose a number of blocks per worker and press <b>Run</b>.")
         self.output = widgets.Output()
         self.button.on_click(lambda _: self.run())
         self.widget = widgets.VBox([widgets.HBox([self.blocks, self.repeats, self.button]), self.status, self.output])
 
     def run(self) -> pd.DataFrame:
-        """Measure the chosen number of blocks, add the runs to the figure, return all runs."""
+        """Measure the chosen number of blocks per worker, add the runs to the figure, return all runs."""
         self.button.disabled = True
-        self.status.value = f"running {self.blocks.value} blocks x {self.repeats.value} ..."
+        self.status.value = f"running {self.blocks.value} blocks per worker x {self.repeats.value} ..."
         try:
             new = histogram_block_sweep(
-                self.session, self.size, blocks=(self.blocks.value,), repeats=self.repeats.value
+                self.session, self.size, blocks_per_worker=(self.blocks.value,), repeats=self.repeats.value
             )
             self.runs = new if self.runs.empty else pd.concat([self.runs, new], ignore_index=True)
             with self.output:
                 self.output.clear_output(wait=True)
                 show(block_sweep_figure(self.runs))
-            self.status.value = f"{self.blocks.value} blocks: median {new['seconds'].median():.4f} s"
+            self.status.value = (
+                f"{self.blocks.value} blocks per worker ({new['blocks'].iloc[0]} blocks): "
+                f"median {new['seconds'].median():.4f} s"
+            )
         except Exception as error:  # shown in the panel: a click has no traceback to read
             self.status.value = f"<b>error:</b> {error}"
             raise
@@ -128,7 +136,6 @@ class ExperimentPanel:
         from jupyter_bokeh.widgets import BokehModel
 
         from workbench.lab.runner import run_experiment
-        from workbench.runtime import trace as tracing
         from workbench.viz.gantt import gantt
         from workbench.viz.locality import block_map, bytes_matrix
         from workbench.viz.report import stats_html
@@ -153,13 +160,12 @@ class ExperimentPanel:
             self.experiment = experiment
             self.table.value = stats_html(experiment.stats(), experiment.parameters) if experiment.compared else ""
             figures = [comparison_figure(experiment.results, experiment.parameters)]
-            frames = []
-            for variant in experiment.metadata["variants"]:
+            variants = experiment.metadata["variants"]
+            for variant in variants:
                 run_id = experiment.median_run(variant, point)
-                frames.append(experiment.trace_of(run_id))
-                figures.append(gantt(frames[-1], title=f"{variant}: median run ({run_id})"))
-            figures.append(bytes_matrix(tracing.bytes_moved(pd.concat(frames))))
-            figures.append(block_map(next(iter(experiment.locality.values()))))
+                figures.append(gantt(experiment.trace_of(run_id), title=f"{variant}: median run ({run_id})"))
+            figures.append(bytes_matrix(experiment.bytes_moved(variants, point)))
+            figures.append(block_map(experiment.locality_at(point)))
             self.figures.children = [BokehModel(f) for f in figures]
             means = experiment.summary()
             self.status.value = "done: " + ", ".join(

@@ -13,8 +13,7 @@ from bokeh.resources import INLINE
 
 from workbench import machine
 from workbench.lab import stats as statistics
-from workbench.lab.runner import Experiment
-from workbench.runtime import trace as tracing
+from workbench.lab.runner import Experiment, point_key
 from workbench.viz.gantt import gantt
 from workbench.viz.locality import block_map, bytes_matrix
 from workbench.viz.timing import comparison_figure
@@ -70,29 +69,18 @@ def build(experiment: Experiment):
         parts.append(
             Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900)
         )
-        combined = []
         for variant in meta["variants"]:
             run_id = experiment.median_run(variant, last)
-            if run_id in experiment.traces:
-                frame = experiment.trace_of(run_id)
-                parts.append(gantt(frame, title=f"{variant} ({run_id})"))
-                combined.append(frame)
-        if combined:
-            parts.append(
-                bytes_matrix(
-                    tracing.bytes_moved(pd.concat(combined)), title="bytes moved in those runs (source -> destination)"
-                )
+            parts.append(gantt(experiment.trace_of(run_id), title=f"{variant} ({run_id})"))
+        parts.append(
+            bytes_matrix(
+                experiment.bytes_moved(meta["variants"], last),
+                title="bytes moved in those runs (source -> destination)",
             )
-    key = next((k for k in experiment.locality if k == _key(last)), None)
-    if key is not None:
-        parts.append(block_map(experiment.locality[key], title=f"where the blocks were at {key}"))
+        )
+    if experiment.locality:
+        parts.append(block_map(experiment.locality_at(last), title=f"where the blocks were at {point_key(last)}"))
     return column(*parts)
-
-
-def _key(params: dict) -> str:
-    import json
-
-    return json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}, sort_keys=True)
 
 
 def write_report(experiment: Experiment, path: str | Path) -> Path:

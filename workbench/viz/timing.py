@@ -131,3 +131,37 @@ def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "s
     fig.y_range.start = 0
     fig.legend.location = "bottom_left"
     return fig
+
+
+def store_scale_figure(report: dict, title: str = "the active store as it fills"):
+    """Log-log curves of ``workbench bench store-scale``: registration per object, ``locate`` of all
+    objects and ``.value()`` latency against the number of objects; ``persist_blocks`` per block
+    against the number of blocks. Flat per-object lines are what scaling looks like."""
+    objects = pd.DataFrame(report["objects"])
+    curves = {
+        "make_persistent_many, ms per object": objects["per_object_ms"],
+        "locate of all, ms": 1e3 * objects["locate_s"],
+        ".value() latency, ms": objects["value_latency_ms"],
+    }
+    fig = figure(
+        height=320,
+        width=560,
+        title=title,
+        x_axis_type="log",
+        y_axis_type="log",
+        x_axis_label="objects (blocks for persist_blocks)",
+        y_axis_label="milliseconds",
+        tools="hover,save",
+        tooltips=[("curve", "@curve"), ("count", "@count"), ("ms", "@ms{0.000}")],
+    )
+    series = [(name, objects["objects"], values) for name, values in curves.items()]
+    if report.get("blocks"):
+        blocks = pd.DataFrame(report["blocks"])
+        series.append(("persist_blocks, ms per block", blocks["blocks"], blocks["per_block_ms"]))
+    for i, (name, counts, values) in enumerate(series):
+        source = ColumnDataSource({"count": list(counts), "ms": list(values), "curve": [name] * len(values)})
+        colour = PALETTE[i % len(PALETTE)]
+        fig.line("count", "ms", source=source, line_width=2, color=colour, legend_label=name)
+        fig.scatter("count", "ms", source=source, size=7, color=colour)
+    fig.legend.location = "top_left"
+    return fig

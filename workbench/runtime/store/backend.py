@@ -135,6 +135,9 @@ class StoreBackend(WorkerPlugin):
         self.directory = str(directory)
         self.memory_limit = memory_limit
         self.memory_fraction = memory_fraction
+        # An upper bound of the table's bytes, kept as objects arrive, so that taking an object in
+        # does not count (and sort) the whole table: that happens only when the bound passes the limit.
+        self.used_bound = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, worker: Any) -> None:
@@ -225,6 +228,7 @@ class StoreBackend(WorkerPlugin):
         try:
             with self.table_lock:
                 self.table[key] = entry
+                self.used_bound += entry.nbytes
             if announce:
                 try:
                     self.catalogue("add_location", oid=oid, version=key[1], worker=self.worker.address)
@@ -238,6 +242,54 @@ class StoreBackend(WorkerPlugin):
         self.make_room(keep=key)
         return entry.nbytes
 
+    def add_many(self, keys: list[tuple[str, int]], objs: list[Any], nbytes: list[int] | None = None) -> int:
+        """Take many objects into the table, then make room once; returns their bytes (``nbytes``:
+        their sizes, when the sender measured them already)."""
+        total = 0
+        sizes = nbytes if nbytes is not None and len(nbytes) == len(objs) else [state_nbytes(o) for o in objs]
+        with self.table_lock:
+            for (oid, version), obj, size in zip(keys, objs, sizes):
+                set_arrays_writeable(obj, False)
+                entry = Entry(obj, int(size))
+                self.table[(oid, int(version))] = entry
+                total += entry.nbytes
+            self.used_bound += total
+        self.make_room()
+        return total
+
+    async def register_and_add_many_here(self, objs: list[Any], oids: list[str]) -> int:
+        """:meth:`register_and_add_many` from the worker's event loop (``Client.run``): the catalogue
+        is asked without blocking the loop, the objects are taken in on a thread (taking them may
+        evict others to disk, which asks the catalogue too)."""
+        groups, sizes = self._groups(objs, oids)
+        reply = await asyncio.wait_for(
+            self.worker.scheduler.workbench_store(action="register_groups", groups=groups), WAIT_SECONDS
+        )
+        raise_error(reply, "the scheduler")
+        return await asyncio.to_thread(self.add_many, [(oid, 0) for oid in oids], objs, sizes)
+
+    def register_and_add_many(self, objs: list[Any], oids: list[str]) -> int:
+        """Record many objects in the catalogue as held here (one message, one transaction), then
+        take them into the table (version 0)."""
+        groups, sizes = self._groups(objs, oids)
+        self.catalogue("register_groups", groups=groups)
+        return self.add_many([(oid, 0) for oid in oids], objs, sizes)
+
+    def _groups(self, objs: list[Any], oids: list[str]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Catalogue entries of objects held here, by columns (per class: what they share once)."""
+        sizes = [state_nbytes(obj) for obj in objs]
+        groups: dict[type, dict[str, Any]] = {}
+        for obj, oid, size in zip(objs, oids, sizes):
+            cls = type(obj)
+            if cls not in groups:
+                common = catalogue_entry(cls, "", 0, self.worker.address, 0, None)
+                groups[cls] = {
+                    "common": {k: common[k] for k in ("version", "class_label", "kind", "methods", "meta", "worker")},
+                    "entries": [],
+                }
+            groups[cls]["entries"].append({"oid": oid, "nbytes": size})
+        return list(groups.values()), sizes
+
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
         self.catalogue(
@@ -250,12 +302,18 @@ class StoreBackend(WorkerPlugin):
         if not self.memory_limit:
             return
         with self.table_lock:
-            used = sum(e.nbytes for e in self.table.values())
+            if self.used_bound <= self.memory_limit:
+                return
+            used = self.used_bound = sum(e.nbytes for e in self.table.values())
+            if used <= self.memory_limit:
+                return
             victims = sorted((e.last_used, k) for k, e in self.table.items() if k != keep)
         for _, key in victims:
             if used <= self.memory_limit:
                 break
             used -= self.op_evict(*key, wait=0.0)  # a busy object stays: evict an idle one instead
+        with self.table_lock:
+            self.used_bound = sum(e.nbytes for e in self.table.values())
 
     def local(self, ref: ObjectRef) -> Entry | None:
         """The table's entry of exactly this version, or None (marks it used)."""
@@ -360,7 +418,10 @@ class StoreBackend(WorkerPlugin):
             finally:
                 if writes:
                     set_arrays_writeable(entry.obj, False)
-                    entry.nbytes = state_nbytes(entry.obj)
+                    grown = state_nbytes(entry.obj) - entry.nbytes
+                    entry.nbytes += grown
+                    with self.table_lock:
+                        self.used_bound += max(0, grown)
                     if entry.disk_path:  # the disk copy is now stale
                         Path(entry.disk_path).unlink(missing_ok=True)
                         entry.disk_path = None
@@ -398,6 +459,20 @@ class StoreBackend(WorkerPlugin):
     def op_put(self, oid: str, version: int, obj: Any, announce: bool = False) -> int:
         """Take a copy of an object (a move or a replica); ``announce``: record this backend as a holder."""
         return self.add(oid, version, obj, announce=announce)
+
+    def op_put_many(
+        self, keys: list[list[Any]], data: bytes, buffers: list[Any], nbytes: list[int] | None = None
+    ) -> int:
+        """Take a batch of new objects (``keys``: ``[oid, version]`` each), one message for all: the
+        objects pickled together by the client (``data``), their arrays' buffers out of band."""
+        objs = pickle.loads(data, buffers=buffers)
+        if not isinstance(objs, list) or len(keys) != len(objs):
+            raise ValueError(f"put_many got {len(keys)} keys for a batch of {type(objs).__name__}")
+        return self.add_many([(str(k[0]), int(k[1])) for k in keys], objs, nbytes)
+
+    def op_drop_many(self, keys: list[list[Any]]) -> int:
+        """Forget a batch of objects here (a batch that failed elsewhere); how many were held."""
+        return sum(bool(self.op_drop(str(k[0]), int(k[1]))) for k in keys)
 
     def op_get(self, oid: str, version: int) -> Any:
         """The object itself (another backend or a client copies it)."""

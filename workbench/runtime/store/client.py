@@ -11,6 +11,7 @@ scheduler); ``proxy.method.local(*args)`` is the non-active path: fetch the obje
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat
 import uuid
@@ -35,7 +36,14 @@ from workbench.runtime.store.backend import (
     run_non_active,
     task_key,
 )
-from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME, StoreCatalogue, default_directory
+from workbench.runtime.store.catalogue import (
+    DELETED,
+    HANDLER,
+    PLUGIN_NAME,
+    StoreCatalogue,
+    default_directory,
+    without_gc,
+)
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
@@ -47,6 +55,7 @@ from workbench.runtime.store.model import (
     check_method,
     class_name,
     install_persister,
+    new_object_ids,
     ship_by_value,
     state_nbytes,
 )
@@ -248,8 +257,9 @@ class Store:
                 raise UnknownAlias(error.args[0] if error.args else str(error)) from None
             raise
 
-    def backend(self, address: str, op: str, **kwargs: Any) -> Any:
-        """One operation on the backend at ``address`` (a direct message, no scheduler).
+    def backend(self, address: str, op: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One operation on the backend at ``address`` (a direct message, no scheduler), waiting at
+        most ``timeout`` seconds (default: the session's).
 
         Errors of the operation itself (a method's exception) are raised as they are; a backend
         that does not answer raises ``BackendUnreachable``.
@@ -258,7 +268,7 @@ class Store:
 
         async def ask() -> Any:
             return await asyncio.wait_for(
-                self.client.rpc(address).workbench_store(action=op, **kwargs), self.session.timeout
+                self.client.rpc(address).workbench_store(action=op, **kwargs), timeout or self.session.timeout
             )
 
         try:
@@ -322,13 +332,15 @@ class Store:
         aliases = list(aliases) if aliases is not None else [None] * len(objs)
         if len(aliases) != len(objs):
             raise ValueError(f"{len(objs)} objects but {len(aliases)} aliases: give one alias (or None) per object")
-        for obj in objs:
-            _check_persistable(obj)
+        for cls in {type(obj) for obj in objs}:  # once per class, not per object
+            _check_persistable(next(obj for obj in objs if type(obj) is cls))
         for alias in aliases:
             check_alias(alias)
         known = set(self.backends())
-        if backends is None:
-            backends = self.catalogue("backends", n=len(objs))
+        if backends is None:  # round-robin from where the catalogue's turn is
+            turn = self.catalogue("turn", n=len(objs))
+            workers, start = list(turn["workers"]), int(turn["start"])
+            backends = [workers[(start + i) % len(workers)] for i in range(len(objs))]
         backends = list(backends)
         if len(backends) != len(objs):
             raise ValueError(
@@ -346,26 +358,82 @@ class Store:
                 )
         if len({a for a in aliases if a is not None}) != len([a for a in aliases if a is not None]):
             raise ValueError(f"the aliases {aliases} repeat a name: each alias names one object")
-        entries = []
-        for obj, alias, b in zip(objs, aliases, backends):
-            ship_by_value(type(obj))
-            entry = catalogue_entry(type(obj), uuid.uuid4().hex, 0, b, state_nbytes(obj), alias)
-            # In the catalogue first: the backend may evict other objects to disk while taking this
-            # one, and tells the catalogue about objects it knows.
-            self.catalogue("register", entries=[entry])
+        for cls in {type(obj) for obj in objs}:
+            ship_by_value(cls)
+        by_backend: dict[str, list[int]] = {}
+        for i, b in enumerate(backends):
+            by_backend.setdefault(b, []).append(i)
+        # Serialized here, per backend, before anything is registered: an object that cannot be
+        # pickled fails the batch with nothing stored, and each backend gets one message.
+        payloads = {b: _serialized_batch([objs[i] for i in indexes], indexes) for b, indexes in by_backend.items()}
+        oids = new_object_ids(len(objs))
+        sizes = [state_nbytes(obj) for obj in objs]
+        for b, indexes in by_backend.items():
+            payloads[b]["nbytes"] = [sizes[i] for i in indexes]
+        # Sent by columns: what a class's objects share once, then id, size, backend and alias each.
+        groups: dict[type, dict[str, Any]] = {}
+        with without_gc():
+            for obj, oid, size, alias, b in zip(objs, oids, sizes, aliases, backends):
+                cls = type(obj)
+                if cls not in groups:
+                    common = catalogue_entry(cls, "", 0, None, 0, None)
+                    groups[cls] = {
+                        "common": {k: common[k] for k in ("version", "class_label", "kind", "methods", "meta")},
+                        "entries": [],
+                    }
+                entry = {"oid": oid, "nbytes": size, "worker": b}
+                if alias is not None:
+                    entry["alias"] = alias
+                groups[cls]["entries"].append(entry)
+        # In the catalogue first (one transaction): a backend taking objects may evict others to
+        # disk, and tells the catalogue about objects it knows.
+        self.catalogue("register_groups", groups=list(groups.values()))
+        self._put_batches(by_backend, payloads, oids)
+        labels = {cls: (group["common"]["class_label"], group["common"]["methods"]) for cls, group in groups.items()}
+        with without_gc():
+            return [
+                Proxy(ObjectRef(oid, 0, alias, labels[type(obj)][0]), labels[type(obj)][1], self)
+                for obj, oid, alias in zip(objs, oids, aliases)
+            ]
+
+    def _put_batches(self, by_backend: dict[str, list[int]], payloads: dict[str, Any], oids: list[str]) -> None:
+        """One ``put_many`` message per backend, all in flight together; if any fails, the batch is
+        taken back everywhere (catalogue and backends) before the error is raised."""
+
+        async def put(b: str) -> Any:
+            keys = [[oids[i], 0] for i in by_backend[b]]
+            comm = self.client.rpc(b)
+            return await asyncio.wait_for(
+                comm.workbench_store(action="put_many", keys=keys, **payloads[b]), self.session.timeout
+            )
+
+        async def put_all() -> list[Any]:
+            return await asyncio.gather(*(put(b) for b in by_backend), return_exceptions=True)
+
+        replies = self.client.sync(put_all)
+        failures = []
+        for b, reply in zip(by_backend, replies):
             try:
-                self.backend(b, "put", oid=entry["oid"], version=0, obj=to_serialize(obj))
+                if isinstance(reply, BaseException):
+                    raise reply
+                raise_error(reply, f"backend {b}")
             except BaseException as error:
-                self.catalogue("delete", oids=[entry["oid"]])
-                if _is_pickling_error(error):
-                    raise TypeError(
-                        f"{type(obj).__name__} object cannot be pickled to ship it to a backend ({error}). Store only "
-                        "picklable state: drop open files, locks, sockets or lambdas from its attributes, "
-                        "or recreate them in a method"
-                    ) from error
-                raise
-            entries.append(entry)
-        return [Proxy(ObjectRef(e["oid"], 0, e["alias"], e["class_label"]), e["methods"], self) for e in entries]
+                failures.append((b, error))
+        if failures:
+            with contextlib.suppress(Exception):
+                self.catalogue("delete", oids=oids)
+            failed = {b for b, _ in failures}
+            for b in by_backend:  # a failed backend may be gone: asked briefly, in case it took its part
+                with contextlib.suppress(Exception):
+                    keys = [[oids[i], 0] for i in by_backend[b]]
+                    self.backend(b, "drop_many", keys=keys, timeout=2.0 if b in failed else None)
+            b, error = failures[0]
+            if isinstance(error, (OSError, asyncio.TimeoutError)):
+                raise BackendUnreachable(
+                    f"backend {b} did not take its {len(by_backend[b])} objects ({type(error).__name__}: {error}); "
+                    f"none of the {len(oids)} objects was stored"
+                ) from error
+            raise error
 
     def persist_blocks(
         self,
@@ -390,17 +458,17 @@ class Store:
         if isinstance(array, da.Array):
             array, blocks, row_counts = persist_row_blocks(self.session, array, "persist_blocks")
             who_has = self.client.who_has(blocks)
-            oids = [uuid.uuid4().hex for _ in blocks]
-            placed = self.session.submit_pinned(
-                [
-                    PinnedCall(
-                        _store_block, (block, oid, block_class), sorted(who_has[block.key])[:1], f"persist-block-{oid}"
-                    )
-                    for block, oid in zip(blocks, oids)
-                ]
-            )
+            oids = new_object_ids(len(blocks))
+            # Each worker takes the blocks it holds from its own memory (the client holds their
+            # futures, so they stay), all in one Client.run: one catalogue message per worker, and
+            # no task with thousands of dependencies (Dask's cost there grows with the blocks).
+            assignments: dict[str, tuple[list[Any], list[str]]] = {}
+            for block, oid in zip(blocks, oids):
+                keys, ids = assignments.setdefault(sorted(who_has[block.key])[0], ([], []))
+                keys.append(block.key)
+                ids.append(oid)
             try:
-                self.session.gather(placed)
+                self.session.run(_store_blocks_here, assignments, block_class, workers=list(assignments))
             except BaseException:
                 self._drop(self.catalogue("delete", oids=oids))
                 raise
@@ -453,9 +521,19 @@ class Store:
         except BaseException:  # e.g. the alias was taken meanwhile: the blocks go too
             self._drop(self.catalogue("delete", oids=oids))
             raise
-        return self._collection(collection_oid, alias, meta)
+        return self._collection(collection_oid, alias, meta, block_class)
 
-    def _collection(self, oid: str, alias: str | None, meta: dict[str, Any]) -> BlockCollection:
+    def _collection(
+        self, oid: str, alias: str | None, meta: dict[str, Any], block_class: type | None = None
+    ) -> BlockCollection:
+        """The collection ``oid`` (``block_class``: the blocks' class when the caller just made them,
+        so nothing needs asking)."""
+        if block_class is not None:
+            label, methods = class_name(block_class), block_class.active_methods()
+            blocks = [Proxy(ObjectRef(b, 0, None, label), methods, self) for b in meta["blocks"]]
+            return BlockCollection(
+                self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"])
+            )
         infos = self.catalogue("resolve", refs=[[b, None] for b in meta["blocks"]])
         blocks = [
             Proxy(ObjectRef(i["oid"], i.get("version"), None, i.get("class_label", "")), i.get("methods", {}), self)
@@ -478,8 +556,12 @@ class Store:
         return Proxy(ObjectRef(oid, info["version"], alias, info["class_label"]), info["methods"], self)
 
     def locate(self, objects: Iterable[Proxy]) -> list[list[str]]:
-        """Backends holding each object in memory, for many objects in one catalogue query."""
-        return [info.get("workers", []) for info in self.resolve([p.ref for p in objects])]
+        """Backends holding each object in memory, for many objects in one catalogue query (pinned
+        versions are looked up as such; a deleted object holds nowhere: [])."""
+        objects = list(objects)
+        if any(p.ref.pinned for p in objects):
+            return [info.get("workers", []) for info in self.resolve([p.ref for p in objects])]
+        return locations_of(self.catalogue("locate", oids="\n".join(p.ref.oid for p in objects)), len(objects))
 
     def resolve(self, refs: Sequence[ObjectRef]) -> list[dict[str, Any]]:
         """The catalogue's record of each object (current version unless pinned), with live holders."""
@@ -546,12 +628,18 @@ class Store:
         self._drop(self.catalogue("delete", oids=[p.ref.oid for p in objects]))
 
     def _drop(self, dropped: list[dict[str, Any]]) -> None:
+        """Make the backends forget what the catalogue deleted (one message per backend) and remove
+        the disk copies (only inside this store's ``objects`` directory)."""
+        by_worker: dict[str, list[list[Any]]] = {}
         for d in dropped:
             for worker in d["workers"]:
-                try:
-                    self.backend(worker, "drop", oid=d["oid"], version=d["version"])
-                except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
-                    pass
+                by_worker.setdefault(worker, []).append([d["oid"], d["version"]])
+        for worker, keys in by_worker.items():
+            try:
+                self.backend(worker, "drop_many", keys=keys)
+            except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
+                pass
+        for d in dropped:
             if d["disk_path"] and in_objects_directory(self.directory, d["disk_path"]):  # never a file elsewhere
                 Path(d["disk_path"]).unlink(missing_ok=True)
 
@@ -969,9 +1057,64 @@ install_persister(_persist_anywhere)
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def _store_block(block: np.ndarray, oid: str, block_class: type) -> int:
-    """Task body: make this worker's block an object of the store, in place (no copy)."""
-    return local_backend().register_and_add(block_class(block), oid, None)
+async def _store_blocks_here(assignments: dict[str, Any], block_class: type, dask_worker: Any = None) -> int:
+    """``Client.run`` body: make the blocks this worker holds objects of its backend, in place (no
+    copy), registered in one catalogue message. ``assignments``: worker -> (block keys, object ids)."""
+    mine = assignments.get(dask_worker.address)
+    if not mine:
+        return 0
+    keys, oids = mine
+    backend = dask_worker.plugins.get(PLUGIN_NAME)
+    if backend is None:
+        raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
+    objs = [block_class(dask_worker.data[_as_key(key)]) for key in keys]
+    return await backend.register_and_add_many_here(objs, list(oids))
+
+
+def _as_key(key: Any) -> Any:
+    """A Dask key as the worker stores it (messages turn its tuples into lists)."""
+    return tuple(_as_key(k) for k in key) if isinstance(key, (list, tuple)) else key
+
+
+def locations_of(reply: dict[str, Any], count: int) -> list[list[str]]:
+    """The holders of each object from the catalogue's compact ``locate`` reply (deleted: [])."""
+    import array
+
+    first = array.array("H")
+    first.frombytes(reply["first"])
+    if len(first) != count:
+        raise StoreError(f"the catalogue located {len(first)} objects of {count} asked for")
+    workers = list(reply["workers"])
+    more = {int(i): [workers[j] for j in v] for i, v in dict(reply.get("more") or {}).items()}
+    with without_gc():
+        out = [[workers[f - 1]] if 0 < f < DELETED else [] for f in first]
+    for i, holders in more.items():
+        out[i] = holders
+    return out
+
+
+def _serialized_batch(objs: list[Any], indexes: list[int]) -> dict[str, Any]:
+    """``objs`` pickled once, as one message part: cloudpickle (classes defined in a notebook travel by
+    value), protocol 5 with numpy buffers out of band (sent as frames, not copied into the pickle).
+    A ``TypeError`` names the first object that cannot be pickled (``indexes``: their places in the
+    caller's batch)."""
+    import cloudpickle
+
+    buffers: list[Any] = []
+    try:
+        data = cloudpickle.dumps(objs, protocol=5, buffer_callback=buffers.append)
+    except Exception as error:
+        for index, obj in zip(indexes, objs):
+            try:
+                cloudpickle.dumps(obj, protocol=5)
+            except Exception as culprit:
+                raise TypeError(
+                    f"object {index} of the batch ({type(obj).__name__}) cannot be pickled to ship it to a backend "
+                    f"({culprit}); nothing was stored. Store only picklable state: drop open files, locks, sockets "
+                    "or lambdas from its attributes, or recreate them in a method"
+                ) from culprit
+        raise TypeError(f"the batch cannot be pickled ({error}); nothing was stored") from error
+    return {"data": data, "buffers": [to_serialize(b.raw()) for b in buffers]}
 
 
 def _check_persistable(obj: Any) -> None:

@@ -1,0 +1,193 @@
+"""``workbench bench store-scale``: the active store from 10^2 to 10^5 objects and 10^3 to 10^4 blocks.
+
+At each count, in a fresh store: ``make_persistent_many`` of small objects (seconds per object),
+``locate`` of all of them (one catalogue query), the latency of a direct ``.value()`` call (on
+one object, with all the others held), reopening the store on its catalogue (a restart), and the
+scheduler's memory per catalogued object; then ``persist_blocks`` of an already persisted Dask
+array cut into 10^3 ... 10^4 blocks that do not move. Goals (issue 12) are printed next to the
+figures, never asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import dask.array as da
+from distributed import futures_of
+
+from workbench import machine
+from workbench.runtime.session import Session, start
+from workbench.runtime.store import PersistentObject, Store, active
+
+OBJECTS = {"ci": (100, 1_000), "lab": (100, 1_000, 10_000, 100_000), "full": (10, 100, 1_000, 10_000, 100_000)}
+BLOCKS = {"ci": (100, 1_000), "lab": (1_000, 10_000), "full": (1_000, 10_000)}
+
+
+class Tiny(PersistentObject):
+    """A one-attribute object: what is measured is the store's cost per object, not the data."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    @active
+    def get(self) -> int:
+        """The value (a null call that returns something)."""
+        return self.value
+
+
+def _scheduler_rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _latency_ms(call: Any, calls: int) -> float:
+    for _ in range(20):
+        call()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return 1e3 * (time.perf_counter() - start) / calls
+
+
+def objects_at(session: Session, count: int, calls: int = 300) -> dict[str, Any]:
+    """Registration, location, call latency, restart and memory at ``count`` objects, in a fresh store."""
+    with tempfile.TemporaryDirectory(prefix="workbench-bench-scale-") as directory:
+        store = Store(session, directory)
+        try:
+            gc.collect()
+            before = session.run_on_scheduler(_scheduler_rss)
+            start = time.perf_counter()
+            proxies = store.make_persistent_many([Tiny(i) for i in range(count)])
+            persist_s = time.perf_counter() - start
+            memory = session.run_on_scheduler(_scheduler_rss) - before
+            start = time.perf_counter()
+            where = store.locate(proxies)
+            locate_s = time.perf_counter() - start
+            if len(where) != count or not all(where):
+                raise AssertionError(f"locate found {sum(map(bool, where))} of {count} objects")
+            probe = proxies[count // 2]
+            latency = _latency_ms(probe.get.value, calls)
+            if probe.get.value() != count // 2:
+                raise AssertionError("the probe object answered another value")
+        finally:
+            store.close()
+        start = time.perf_counter()
+        reopened = Store(session, directory)  # the catalogue is read back from SQLite
+        restart_s = time.perf_counter() - start
+        try:
+            catalogued = len(reopened.catalogue("list"))
+        finally:
+            reopened.close()
+    return {
+        "objects": count,
+        "make_persistent_many_s": persist_s,
+        "per_object_ms": 1e3 * persist_s / count,
+        "locate_s": locate_s,
+        "value_latency_ms": latency,
+        "restart_s": restart_s,
+        "catalogued_after_restart": catalogued,
+        "scheduler_bytes_per_object": memory / count,
+    }
+
+
+def blocks_at(session: Session, count: int) -> dict[str, Any]:
+    """``persist_blocks`` of a persisted array of ``count`` blocks (they stay where they are)."""
+    array = session.client.persist(da.ones((count * 8, 4), chunks=(8, 4)))
+    session.wait(futures_of(array))
+    with tempfile.TemporaryDirectory(prefix="workbench-bench-scale-") as directory, Store(session, directory) as store:
+        start = time.perf_counter()
+        collection = store.persist_blocks(array)
+        seconds = time.perf_counter() - start
+        if len(collection) != count:
+            raise AssertionError(f"persist_blocks made {len(collection)} of {count} blocks")
+        collection.delete()
+    return {"blocks": count, "persist_blocks_s": seconds, "per_block_ms": 1e3 * seconds / count}
+
+
+def run(
+    size: str = "lab",
+    objects: Sequence[int] | None = None,
+    blocks: Sequence[int] | None = None,
+    session: Session | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
+    objects = tuple(objects or OBJECTS[size])
+    blocks = tuple(blocks or BLOCKS[size])
+    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=600) as session:
+        object_rows = [objects_at(session, n) for n in objects]
+        block_rows = [blocks_at(session, n) for n in blocks]
+        workers = len(session.workers())
+    goals = []
+    by_objects = {r["objects"]: r for r in object_rows}
+    by_blocks = {r["blocks"]: r for r in block_rows}
+    if 10_000 in by_blocks:
+        s = by_blocks[10_000]["persist_blocks_s"]
+        goals.append({"goal": "persist_blocks of 10,000 blocks < 0.5 s", "measured": s, "met": s < 0.5})
+    if 100_000 in by_objects:
+        top = by_objects[100_000]
+        goals.append(
+            {
+                "goal": "make_persistent_many of 10^5 objects < 5 s",
+                "measured": top["make_persistent_many_s"],
+                "met": top["make_persistent_many_s"] < 5.0,
+            }
+        )
+        goals.append(
+            {"goal": "locate of 10^5 objects < 100 ms", "measured": 1e3 * top["locate_s"], "met": top["locate_s"] < 0.1}
+        )
+        goals.append(
+            {
+                "goal": "restart with 10^5 catalogued objects < 2 s",
+                "measured": top["restart_s"],
+                "met": top["restart_s"] < 2.0,
+            }
+        )
+    smallest = object_rows[0]
+    if len(object_rows) > 1:
+        top = object_rows[-1]
+        ratio = top["value_latency_ms"] / smallest["value_latency_ms"]
+        goals.append(
+            {
+                "goal": f".value() latency at {top['objects']} objects within 20 % of {smallest['objects']}",
+                "measured": ratio,
+                "met": ratio <= 1.2,
+            }
+        )
+    return {
+        "benchmark": "store-scale",
+        "size": size,
+        "workers": workers,
+        "objects": object_rows,
+        "blocks": block_rows,
+        "goals": goals,
+        "machine": machine.describe(),
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as the text tables the command prints, goals last."""
+    lines = [
+        f"{report['workers']} workers",
+        f"{'objects':>8} {'persist s':>10} {'ms/object':>10} {'locate ms':>10} {'.value() ms':>12} "
+        f"{'restart s':>10} {'B/object':>9}",
+    ]
+    for r in report["objects"]:
+        lines.append(
+            f"{r['objects']:>8} {r['make_persistent_many_s']:>10.3f} {r['per_object_ms']:>10.3f} "
+            f"{1e3 * r['locate_s']:>10.2f} {r['value_latency_ms']:>12.3f} {r['restart_s']:>10.3f} "
+            f"{r['scheduler_bytes_per_object']:>9.0f}"
+        )
+    lines += ["", f"{'blocks':>8} {'persist_blocks s':>17} {'ms/block':>9}"]
+    for r in report["blocks"]:
+        lines.append(f"{r['blocks']:>8} {r['persist_blocks_s']:>17.3f} {r['per_block_ms']:>9.3f}")
+    lines.append("")
+    for g in report["goals"]:
+        lines.append(f"goal: {g['goal']}: measured {g['measured']:.3f} ({'met' if g['met'] else 'NOT met'})")
+    return "\n".join(lines)
