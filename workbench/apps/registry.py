@@ -21,6 +21,7 @@ from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan
+from workbench.runtime.strategies.base import named
 from workbench.runtime.trace import Recorder
 
 
@@ -181,12 +182,7 @@ def unregister(name: str) -> None:
 def get(name: str) -> Application:
     """The application ``name``; a close-match suggestion when there is none (importing
     :mod:`workbench.apps` registers the built-in applications)."""
-    if name not in _APPS:
-        hint = difflib.get_close_matches(name, _APPS, n=1)
-        raise ValueError(
-            f"no application {name!r}; there are {sorted(_APPS)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
-        )
-    return _APPS[name]
+    return named(_APPS, name, "application")
 
 
 def names() -> list[str]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import difflib
 import inspect
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from distributed import Future
@@ -25,6 +25,8 @@ from distributed import Future
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -240,14 +242,19 @@ def unregister(name: str) -> None:
     _STRATEGIES.pop(name, None)
 
 
+def named(table: Mapping[str, T], name: str, what: str) -> T:
+    """``table[name]``; else a ``ValueError`` that lists the ``what``s there are and a close match."""
+    if name not in table:
+        hint = difflib.get_close_matches(name, list(table), n=1)
+        raise ValueError(
+            f"no {what} {name!r}; there are {sorted(table)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
+        )
+    return table[name]
+
+
 def get(name: str) -> Strategy:
     """The strategy ``name``; a close-match suggestion when there is none."""
-    if name not in _STRATEGIES:
-        hint = difflib.get_close_matches(name, _STRATEGIES, n=1)
-        raise ValueError(
-            f"no strategy {name!r}; there are {sorted(_STRATEGIES)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
-        )
-    return _STRATEGIES[name]
+    return named(_STRATEGIES, name, "strategy")
 
 
 def names() -> list[str]:
