@@ -8,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.runtime.store import ArrayBlock, NotHere, local_object, store_for
+from workbench.runtime.store import ArrayBlock, NotHere, StoreError, local_object, store_for
+from workbench.runtime.store.backend import local_backend
 
-STORE = Path(__file__).resolve().parents[1] / "workbench" / "runtime" / "store"
-# module -> the store modules it may import (any import statement, function-local ones included)
+ROOT = Path(__file__).resolve().parents[1]
+STORE = ROOT / "workbench" / "runtime" / "store"
+PACKAGE = "workbench.runtime.store"
+# store module -> the store modules it may import (any import statement, function-local ones included).
+# Every module of the package is listed: a new one must be placed in the layers here.
 ALLOWED = {
     "errors": set(),
     "model": set(),
@@ -19,32 +23,155 @@ ALLOWED = {
     "catalogue_file": {"catalogue", "model", "errors"},
     "backend": {"model", "catalogue", "errors"},
     "client": {"model", "catalogue", "errors", "backend"},
+    "__init__": {"client", "model", "errors"},
+}
+# store module -> the workbench modules outside the store it may import (None: any that does not import the store)
+OUTSIDE = {
+    "errors": set(),
+    "model": set(),
+    "catalogue": set(),
+    "catalogue_file": set(),
+    "backend": {"workbench.runtime.trace", "workbench.runtime.session"},
+    "client": None,
+    "__init__": set(),
 }
 
 
-def _store_imports(path: Path) -> set[str]:
-    found = set()
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path, module: str | None = None) -> set[str]:
+    """Every module name ``path`` (module ``module``) imports, at any level of its code (function-local
+    imports included), relative imports made absolute; ``from package import name`` also yields
+    ``package.name``."""
+    module = module or _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            if name.startswith("workbench.runtime.store."):
-                found.add(name.split(".")[3])
-            elif name == "workbench.runtime.store":
-                found.add("__init__")
-    return found
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            names.add(source)
+            names.update(f"{source}.{a.name}" for a in node.names)
+    return names
+
+
+def _workbench_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in (ROOT / "workbench").rglob("*.py")}
+
+
+def _store_layer(name: str) -> str | None:
+    """The store module ``name`` is (``__init__`` for the package itself), or None outside the store."""
+    if name == PACKAGE:
+        return "__init__"
+    if name.startswith(PACKAGE + "."):
+        return name.split(".")[3]
+    return None
+
+
+def test_every_store_module_has_a_layer():
+    assert {p.stem for p in STORE.glob("*.py")} == set(ALLOWED), "place new store modules in ALLOWED and OUTSIDE"
 
 
 @pytest.mark.parametrize("module", sorted(ALLOWED))
 def test_store_modules_import_only_the_layers_below(module):
-    imported = _store_imports(STORE / f"{module}.py") - {module}
-    assert imported <= ALLOWED[module], f"{module} imports {sorted(imported - ALLOWED[module])}"
+    imported = _imports(STORE / f"{module}.py")
+    known = _workbench_modules()
+    store = {layer for name in imported if (layer := _store_layer(name)) is not None} - {module}
+    assert store <= ALLOWED[module], f"{module} imports {sorted(store - ALLOWED[module])}"
+    outside = {n for n in imported if n in known and _store_layer(n) is None}
+    if OUTSIDE[module] is not None:
+        assert outside <= OUTSIDE[module], f"{module} imports {sorted(outside - OUTSIDE[module])}"
+
+
+def test_no_store_module_takes_part_in_an_import_cycle():
+    """From every store module, following every import (function-local ones included) through the
+    workbench: no cycle (so trace, session and blocks, which the store uses, never import it)."""
+    known = _workbench_modules()
+    graph: dict[str, set[str]] = {}
+
+    def edges(module: str) -> set[str]:
+        if module not in graph:
+            graph[module] = {n for n in _imports(known[module]) if n in known and n != module}
+        return graph[module]
+
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges(module)):
+            if state.get(target) == 1:
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(target) :] + [target]))
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for path in sorted(STORE.glob("*.py")):
+        if _module_name(path) not in state:
+            visit(_module_name(path))
+
+
+def test_the_layer_check_sees_function_local_and_relative_imports(tmp_path):
+    fake = tmp_path / "model.py"
+    fake.write_text(
+        "def f():\n    from .client import current_store\n    from . import backend\n"
+        "    import workbench.runtime.store.catalogue\n"
+    )
+    found = {_store_layer(n) for n in _imports(fake, f"{PACKAGE}.model")}
+    assert {"client", "backend", "catalogue"} <= found
+
+
+def test_persistent_object_needs_no_client_import():
+    """model.make_persistent goes through a hook the client installs, not through an import."""
+    from workbench.runtime.store import model
+
+    assert model._PERSISTER is not None and model._PERSISTER.__module__ == f"{PACKAGE}.client"
+
+
+# -- local_object ----------------------------------------------------------------------------------
+def _held_entry(proxy):
+    backend = local_backend()
+    with backend.table_lock:
+        return next(e for (oid, _), e in backend.table.items() if oid == proxy.oid)
 
 
 def _read_where_it_lives(proxy):
     block = local_object(proxy)
-    return block.data.sum(), block.data.ctypes.data
+    held = _held_entry(proxy).obj
+    return (
+        float(block.data.sum()),
+        block is held,
+        bool(np.shares_memory(block.data, held.data)),
+        block.data.flags.writeable,
+        block.data.ctypes.data,
+    )
+
+
+def _write_where_it_lives(proxy, value):
+    with local_object(proxy, for_write=True) as block:
+        writeable = block.data.flags.writeable
+        block.data[:] = value
+        shared_free = _held_entry(proxy).lock.acquire(False, timeout=0)  # the exclusive lock is held
+    return writeable, shared_free, local_object(proxy).data.flags.writeable
+
+
+def _misuse_write(proxy):
+    return local_object(proxy, for_write=True).data
+
+
+def _submit(session, function, *args, worker):
+    return session.client.submit(function, *args, workers=[worker], allow_other_workers=False, pure=False).result(
+        timeout=60
+    )
 
 
 def test_local_object_reads_in_place_where_the_object_lives(session):
@@ -53,18 +180,41 @@ def test_local_object_reads_in_place_where_the_object_lives(session):
     try:
         holder = proxy.locations()[0]
         other = next(w for w in session.workers() if w != holder)
-        total, first = session.client.submit(_read_where_it_lives, proxy, workers=[holder], pure=False).result(
-            timeout=60
-        )
-        again = session.client.submit(_read_where_it_lives, proxy, workers=[holder], pure=False).result(timeout=60)[1]
-        assert total == sum(range(1000)) and first == again  # the backend's own array, not a copy per call
-        with pytest.raises(NotHere, match="not held by this backend"):
-            session.client.submit(
-                _read_where_it_lives, proxy, workers=[other], allow_other_workers=False, pure=False
-            ).result(timeout=60)
+        total, same, shared, writeable, first = _submit(session, _read_where_it_lives, proxy, worker=holder)
+        assert total == sum(range(1000))
+        assert same and shared  # the backend's own object and array, not a copy
+        assert not writeable  # read-only between calls
+        assert _submit(session, _read_where_it_lives, proxy, worker=holder)[4] == first
+        with pytest.raises(NotHere, match="not held by this backend.*lives on other backends"):
+            _submit(session, _read_where_it_lives, proxy, worker=other)
     finally:
         proxy.delete()
     with pytest.raises(RuntimeError, match="inside a task on a worker"):
         local_object(proxy)
+    with pytest.raises(RuntimeError, match="inside a task on a worker"):
+        local_object(proxy, for_write=True)
     with pytest.raises(TypeError, match="takes a store proxy"):
         local_object(np.zeros(3))
+
+
+def test_local_object_for_write_holds_the_exclusive_lock(session):
+    store = store_for(session)
+    proxy = store.make_persistent(ArrayBlock(np.zeros(100)))
+    try:
+        holder = proxy.locations()[0]
+        other = next(w for w in session.workers() if w != holder)
+        path = proxy.flush()
+        writeable, shared_free, after = _submit(session, _write_where_it_lives, proxy, 2.0, worker=holder)
+        assert writeable and not shared_free and not after  # writeable inside the block only, locked meanwhile
+        assert proxy.apply.value(np.sum) == 200.0
+        assert proxy.info()["disk_path"] is None and not Path(path).exists()  # the stale disk copy is gone
+        with pytest.raises(NotHere, match="not held by this backend"):
+            _submit(session, _write_where_it_lives, proxy, 3.0, worker=other)
+        with pytest.raises(TypeError, match="is a context manager"):
+            _submit(session, _misuse_write, proxy, worker=holder)
+        proxy.replicate(other)
+        with pytest.raises(StoreError, match="replicas"):
+            _submit(session, _write_where_it_lives, proxy, 4.0, worker=holder)
+        assert proxy.apply.value(np.sum) == 200.0
+    finally:
+        proxy.delete()

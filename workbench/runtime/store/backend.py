@@ -24,6 +24,7 @@ import stat
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,24 +390,51 @@ class StoreBackend(WorkerPlugin):
         return obj
 
     # -- running methods -------------------------------------------------------------------------
-    def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
-        args, kwargs = self.resolve_arguments(args, kwargs, method)
+    def locked(
+        self,
+        ref: ObjectRef,
+        task: str,
+        writes: bool,
+        find: Callable[[ObjectRef], tuple[ObjectRef, Entry]] | None = None,
+    ) -> tuple[ObjectRef, Entry]:
+        """The entry for ``ref`` under its lock (exclusive if ``writes``, else shared); release it
+        with ``entry.lock.release(writes)``.
+
+        ``find`` looks the entry up (default :meth:`obtain`: local, reloaded from disk, or a copy for
+        reads). Once locked, the entry is checked to be still the table's: one evicted (or replaced)
+        between finding and locking it is looked up again, since a write to it would be lost.
+        """
+        find = find or (lambda r: self.obtain(r, task, for_write=writes))
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
-            ref, entry = self.obtain(ref, method, for_write=writes)
+            ref, entry = find(ref)
             if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic())):
-                raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {method!r}")
+                raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {task!r}")
             with self.table_lock:
                 current = self.table.get((ref.oid, ref.version))  # type: ignore[arg-type]
             if current is entry or entry.copy:
-                break
-            # Evicted (or replaced) between finding it and locking it: a write to this entry would be lost.
+                return ref, entry
             entry.lock.release(writes)
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {method!r} waited"
-                )
+                raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {task!r} waited")
+
+    def wrote(self, ref: ObjectRef, entry: Entry) -> None:
+        """After a write to ``entry``'s object, its exclusive lock still held: its arrays read-only
+        again, its size updated, its disk copy (now stale) deleted."""
+        set_arrays_writeable(entry.obj, False)
+        grown = state_nbytes(entry.obj) - entry.nbytes
+        entry.nbytes += grown
+        with self.table_lock:
+            self.used_bound += max(0, grown)
+        if entry.disk_path:  # the disk copy is now stale
+            Path(entry.disk_path).unlink(missing_ok=True)
+            entry.disk_path = None
+            self.catalogue("set_disk", oid=ref.oid, version=ref.version, disk_path=None)
+
+    def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
+        args, kwargs = self.resolve_arguments(args, kwargs, method)
+        ref, entry = self.locked(ref, method, writes)
         try:
             bound = getattr(entry.obj, method, None)
             if bound is None:
@@ -417,15 +445,7 @@ class StoreBackend(WorkerPlugin):
                 return detach_result(bound(*args, **kwargs), entry.obj)
             finally:
                 if writes:
-                    set_arrays_writeable(entry.obj, False)
-                    grown = state_nbytes(entry.obj) - entry.nbytes
-                    entry.nbytes += grown
-                    with self.table_lock:
-                        self.used_bound += max(0, grown)
-                    if entry.disk_path:  # the disk copy is now stale
-                        Path(entry.disk_path).unlink(missing_ok=True)
-                        entry.disk_path = None
-                        self.catalogue("set_disk", oid=ref.oid, version=ref.version, disk_path=None)
+                    self.wrote(ref, entry)
         finally:
             entry.lock.release(writes)
 
