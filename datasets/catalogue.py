@@ -163,6 +163,16 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
         "lab": dict(points=1_000_000, queries=10_000, neighbours=5, block=62_500),
         "full": dict(points=10_000_000, queries=100_000, neighbours=5, block=625_000),
     },
+    "histogram1d": {
+        "ci": dict(points=1_048_576, bins=64, block=131_072),
+        "lab": dict(points=16_777_216, bins=64, block=1_048_576),
+        "full": dict(points=134_217_728, bins=64, block=8_388_608),
+    },
+    "matadd": {
+        "ci": dict(rows=1_024, cols=512, block=128),
+        "lab": dict(rows=8_192, cols=2_048, block=512),
+        "full": dict(rows=16_384, cols=8_192, block=1_024),
+    },
     "csvm": {
         "ci": dict(points=4_000, dims=8, block=500),
         "lab": dict(points=40_000, dims=16, block=5_000),
@@ -176,6 +186,8 @@ DESCRIPTIONS = {
     "matmul": "two square matrices A and B of uniform values in blocks (PyCOMPSs matmul, Table II)",
     "knn": "a 3-D point cloud to fit and query points, uniform in the unit cube (thesis kNN)",
     "csvm": "two overlapping classes of points with labels 0/1 (thesis Cascade SVM)",
+    "histogram1d": "uniform random values in [0, 1), binned 64 ways (thesis ch. 6 histogram)",
+    "matadd": "two matrices A and B of uniform values in row blocks (thesis ch. 6 matrix addition)",
 }
 
 
@@ -200,6 +212,13 @@ def _build(name: str, size: str, seed: int, overrides: dict[str, int]) -> Datase
             "queries": _uniform_spec(seed, 1, (s["queries"], 3), (s["queries"], 3)),
         }
         params = dict(neighbours=s["neighbours"])
+    elif name == "histogram1d":
+        arrays = {"points": _uniform_spec(seed, 0, (s["points"],), (s["block"],))}
+        params = dict(bins=s["bins"], range=(0.0, 1.0))
+    elif name == "matadd":
+        shape, block = (s["rows"], s["cols"]), (s["block"], s["cols"])
+        arrays = {"A": _uniform_spec(seed, 0, shape, block), "B": _uniform_spec(seed, 1, shape, block)}
+        params = {}
     elif name == "csvm":
         n, d = s["points"], s["dims"]
         arrays = {

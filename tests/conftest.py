@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 import workbench
@@ -31,8 +36,12 @@ def rng():
     return np.random.default_rng(20260101)
 
 
-# -- the test session must leave /dev/shm as it found it ---------------------------------------
+# -- the test session must leave /dev/shm (and its tier directory) as it found them -------------
 _SHM_BEFORE: set[str] = set()
+# Tier files the tests and their workers make go to a directory of this test session (workers
+# inherit the variable), which must be empty of files at the end.
+_TIER_DIR = tempfile.mkdtemp(prefix="workbench-test-tiers-")
+os.environ["WORKBENCH_TIER_DIR"] = _TIER_DIR
 
 
 def _workbench_segments() -> set[str]:
@@ -49,4 +58,9 @@ def pytest_sessionfinish(session, exitstatus):
     leaked = sorted(_workbench_segments() - _SHM_BEFORE)
     if leaked:
         print(f"\nFAILED: the tests left {len(leaked)} shared-memory segments in /dev/shm: {leaked}")
+        session.exitstatus = 1
+    tier_files = sorted(str(p) for p in Path(_TIER_DIR).rglob("*") if not p.is_dir())
+    shutil.rmtree(_TIER_DIR, ignore_errors=True)
+    if tier_files:
+        print(f"\nFAILED: the tests left {len(tier_files)} files in the tier directory: {tier_files}")
         session.exitstatus = 1

@@ -35,3 +35,23 @@ def hang_in_fill(name: str, directory: str, ready: str) -> None:
         time.sleep(600)
 
     shm.attach_or_create(name, (100,), np.float64, fill, directory=directory)
+
+
+def hang_in_replace(name: str, directory: str, ready: str) -> None:
+    """Start writing a new version of tier array ``name`` and die there (SIGKILL from the test)."""
+    from workbench.memory import tiers
+
+    def fill(out):
+        out[...] = -1.0
+        open(ready, "w").close()
+        time.sleep(600)
+
+    view = tiers.open_array(name, "mapped", directory=directory).array
+    shm.replace(name, fill=fill, shape=view.shape, dtype=view.dtype, directory=directory)
+
+
+def reopen_sum(name: str, tier: str, directory: str) -> float:
+    """In a fresh process (a restart): reopen ``name`` on ``tier`` and sum it."""
+    from workbench.memory import tiers
+
+    return float(tiers.open_array(name, tier, directory=directory).array.sum())

@@ -69,6 +69,28 @@ def test_run_store_variants_json(tmp_path):
     assert document["baseline"] == "active"  # the first named: knn's own baseline (blocks) was not asked for
 
 
+def test_run_tier_variants_json(tmp_path):
+    result = _workbench(
+        "run",
+        "matadd",
+        "--variants",
+        "dram,mapped,non-active",
+        "--size",
+        "ci",
+        "--repeat",
+        "2",
+        "--json",
+        "--out",
+        str(tmp_path / "matadd"),
+        "--workers",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert {r["variant"] for r in document["results"]} == {"dram", "mapped", "non-active"}
+    assert document["baseline"] == "dram"
+
+
 def test_store_list_reads_the_catalogue_without_a_cluster(tmp_path):
     import numpy as np
 
@@ -111,6 +133,8 @@ def _bad_inputs(tmp_path):
         (["run", "histogram", "--param", "blocks_per_worker"], ["NAME=V1,V2"]),
         (["run", "histogram", "--variants", "blocks,nosuch"], ["no variant 'nosuch'"]),
         (["run", "histogrm"], ["no application 'histogrm'", "did you mean 'histogram'"]),
+        (["bench", "tiers", "--apps", "histogram,kmeans"], ["no tier application 'histogram'", "histogram1d"]),
+        (["bench", "tiers", "--variants", "dram,nvm"], ["no tier configuration 'nvm'", "mapped"]),
         (["report", str(tmp_path)], ["holds no results.json"]),
         (["report", str(not_an_experiment)], ["is not a workbench experiment", "metadata"]),
         (["shm", "list", "--dir", str(a_file)], ["is not a directory"]),

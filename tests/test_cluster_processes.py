@@ -31,6 +31,8 @@ RUNS = {
     "matmul": ["--param", "blocks=2", "--param", "block_size=64"],
     "csvm": ["--param", "blocks_per_worker=2"],
     "knn": ["--param", "blocks_per_worker=2"],
+    "histogram1d": ["--param", "points=262144", "--param", "block=32768"],
+    "matadd": ["--param", "rows=256", "--param", "block=64"],
 }
 
 

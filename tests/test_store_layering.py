@@ -21,8 +21,9 @@ ALLOWED = {
     "model": set(),
     "catalogue": {"model", "errors"},
     "catalogue_file": {"catalogue", "model", "errors"},
-    "backend": {"model", "catalogue", "errors"},
-    "client": {"model", "catalogue", "errors", "backend"},
+    "tiering": set(),
+    "backend": {"model", "catalogue", "errors", "tiering"},
+    "client": {"model", "catalogue", "errors", "backend", "tiering"},
     "__init__": {"client", "model", "errors"},
 }
 # store module -> the workbench modules outside the store it may import (None: any that does not import the store)
@@ -31,7 +32,14 @@ OUTSIDE = {
     "model": set(),
     "catalogue": set(),
     "catalogue_file": set(),
-    "backend": {"workbench.runtime.trace", "workbench.runtime.session"},
+    "tiering": {"workbench.memory", "workbench.memory.tiers"},
+    "backend": {
+        "workbench.runtime.trace",
+        "workbench.runtime.session",
+        "workbench.memory",
+        "workbench.memory.tiers",
+        "workbench.memory.placement",
+    },
     "client": None,
     "__init__": set(),
 }

@@ -181,6 +181,22 @@ def _bench_store_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_tiers(args: argparse.Namespace) -> int:
+    from workbench.bench import tiers
+
+    apps = args.apps.split(",") if args.apps else list(tiers.APPS)
+    variants = args.variants.split(",") if args.variants else None
+    for app in apps:
+        if app not in tiers.APPS:
+            raise ValueError(f"--apps: no tier application {app!r}; they are {', '.join(tiers.APPS)}")
+    for variant in variants or ():
+        if variant not in tiers.VARIANTS:
+            raise ValueError(f"--variants: no tier configuration {variant!r}; they are {', '.join(tiers.VARIANTS)}")
+    report = tiers.run(size=args.size, apps=apps, variants=variants, workers=args.workers)
+    print(json.dumps(report, indent=2, default=str) if args.json else tiers.format_report(report))
+    return 0
+
+
 def _store(args: argparse.Namespace) -> int:
     from workbench.runtime.store import catalogue_file
 
@@ -266,6 +282,16 @@ def _parser() -> argparse.ArgumentParser:
     bss.add_argument("--blocks", type=int, nargs="+", help="block counts (default: the size's)")
     bss.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bss.set_defaults(func=_bench_store_scale)
+
+    bti = benches.add_parser(
+        "tiers", help="memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result placement, dynamic"
+    )
+    bti.add_argument("--json", action="store_true")
+    bti.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bti.add_argument("--apps", help="comma-separated applications (default: histogram1d,kmeans,matadd,matmul)")
+    bti.add_argument("--variants", help="comma-separated tier configurations (default: all)")
+    bti.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    bti.set_defaults(func=_bench_tiers)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

@@ -9,7 +9,9 @@ RRO exploits, and what SplIter's materialized partitions keep in one piece.
 ``partial_sum`` is a PyCOMPSs-style task whose fragment is ``RRO`` (``@task(fragment=RRO)``): in
 the ``files``, ``dask`` and ``rro`` variants the direction decides how the fragment reaches each
 task; the other variants (``blocks``, ``rechunk``, ``split``, ``split-materialized``, ``active``,
-``non-active``; thesis Listing 4.9 for the store) run the same function with their own locality.
+``non-active``; thesis Listing 4.9 for the store) run the same function with their own locality,
+and so do the memory-tier configurations of thesis ch. 6 (``dram``, ``mapped``, ``cached``, ``disk``,
+``dynamic``, the peers ``dask-spill`` and ``memmap``: :mod:`workbench.runtime.strategies.tiers`).
 A partition's fragments are summed in one kernel call (``kernels.kmeans_partial_blocks``).
 """
 
@@ -27,6 +29,7 @@ from workbench.apps.registry import Application, PlacedData, register
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan
+from workbench.runtime.strategies.tiers import TIER_VARIANTS
 from workbench.runtime.tasks import RRO, task
 
 SHAPE_PARAMETERS = ("points", "dims", "centres", "block")
@@ -101,7 +104,18 @@ APP = register(
         prepare=prepare,
         work=WORK,
         solve=lloyd,
-        strategies=["files", "dask", "rro", "blocks", "rechunk", "split", "split-materialized", "active", "non-active"],
+        strategies=[
+            "files",
+            "dask",
+            "rro",
+            "blocks",
+            "rechunk",
+            "split",
+            "split-materialized",
+            "active",
+            "non-active",
+            *(v for v in TIER_VARIANTS if v != "non-active"),
+        ],
         baseline="files",
         grids={
             "ci": {"dims": [8, 32], "iterations": [3]},

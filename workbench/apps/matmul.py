@@ -5,6 +5,12 @@ RRO arguments (each is read by ``blocks`` tasks), C blocks INOUT (renamed: every
 version). With few large blocks each A/B block is reused often; with many small ones, rarely:
 the paper found RRO helps the first and costs in the second. The algorithm is written with
 ``@task`` functions, so it runs under the strategies that run such tasks (the RRO modes).
+
+Under every other strategy (the memory tiers of thesis ch. 6, ``blocks``, ``non-active``) the same
+product is one reduce of block work over A's *row* blocks with B as a broadcast argument: each
+row block of C is ``A[i, :] @ B``, computed where the row block lies, the row blocks stacked in
+order. The product with its result written *in place* into a mapped object (``C += A @ B``) is
+the store's writing method, measured by ``workbench bench tiers``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import datasets
 import kernels
 from datasets import Dataset
 from workbench.apps.registry import Application, PlacedData, register
+from workbench.apps.tiered import stack_rows
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
-from workbench.runtime.strategies import Plan
+from workbench.runtime.strategies import BlockWork, Broadcast, Plan
+from workbench.runtime.strategies.modes import ModePlan
+from workbench.runtime.strategies.tiers import TIER_VARIANTS
 from workbench.runtime.tasks import INOUT, RRO, task
 
 
@@ -30,10 +39,22 @@ def multiply(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
     kernels.multiply_accumulate(a, b, c)
 
 
+def multiply_rows(a_rows: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One row block of C: ``a_rows @ b`` (a new array)."""
+    c = np.zeros((a_rows.shape[0], b.shape[1]))
+    kernels.multiply_accumulate(np.ascontiguousarray(a_rows), b, c)
+    return c
+
+
+ROWS = BlockWork(block=multiply_rows, merge=stack_rows)
+
+
 @dataclass(kw_only=True)
 class MatmulData(PlacedData):
-    """A (the placed blocks) and B in worker memory, each a grid of ``n x n`` blocks."""
+    """A and B in worker memory, each a grid of ``n x n`` blocks (``a_grid``, ``b``); A's row blocks
+    (the placed blocks strategies map over) and B whole (a broadcast argument) for the row form."""
 
+    a_grid: PlacedBlocks
     b: PlacedBlocks
     n: int
     block_size: int
@@ -44,20 +65,24 @@ class MatmulData(PlacedData):
 
     def locality(self) -> dict[str, str]:
         """Block of A or B -> the worker holding it."""
-        return {f"A{k}": w for k, w in self.blocks.locality().items()} | {
+        return {f"A{k}": w for k, w in self.a_grid.locality().items()} | {
             f"B{k}": w for k, w in self.b.locality().items()
         }
 
     def release(self) -> None:
-        """Release A and B."""
+        """Release A (grid and rows) and B."""
         super().release()
+        self.a_grid.release()
         self.b.release()
 
 
 def solve(plan: Plan, data: MatmulData) -> np.ndarray:
-    """Algorithm 2 in the plan's task runtime; returns the whole product (gathered to the caller)."""
+    """Algorithm 2 in a task-mode plan's runtime, else one reduce of the row form; returns the whole
+    product (gathered to the caller)."""
+    if not isinstance(plan, ModePlan):
+        return plan.reduce(ROWS, *data.args)
     n, size = data.n, data.block_size
-    a, b = data.grid(data.blocks), data.grid(data.b)
+    a, b = data.grid(data.a_grid), data.grid(data.b)
     c: list[list[Any]] = [[np.zeros((size, size)) for _ in range(n)] for _ in range(n)]
     for i in range(n):
         for j in range(n):
@@ -71,8 +96,11 @@ def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> Matmu
     shape = {k: int(params[k]) for k in ("blocks", "block_size") if k in params}
     if shape:
         dataset = datasets.get(dataset.name, dataset.size, dataset.seed, **shape)
+    side = dataset.params["blocks"] * dataset.params["block_size"]
     return MatmulData(
-        blocks=PlacedBlocks(session, dataset.to_dask("A")),
+        blocks=PlacedBlocks(session, dataset.to_dask("A", (dataset.params["block_size"], side))),
+        args=(Broadcast(dataset.load("B")),),
+        a_grid=PlacedBlocks(session, dataset.to_dask("A")),
         b=PlacedBlocks(session, dataset.to_dask("B")),
         n=dataset.params["blocks"],
         block_size=dataset.params["block_size"],
@@ -86,7 +114,7 @@ APP = register(
         dataset="matmul",
         prepare=prepare,
         solve=solve,
-        strategies=["files", "dask", "rro"],
+        strategies=["files", "dask", "rro", "blocks", *TIER_VARIANTS],
         baseline="files",
         grids={
             "ci": {"blocks": [2, 4], "block_size": [64]},

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from workbench import machine
+from workbench.bench.goals import goal_lines
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session, start
 from workbench.runtime.store import PersistentObject, Store, active
@@ -253,6 +254,5 @@ def format_report(report: dict[str, Any]) -> str:
             f"{r['active_bytes_moved'] / 1e6:>16.2f} {r['non_active_bytes_moved'] / 1e6:>11.2f}"
         )
     lines.append("")
-    for g in report["goals"]:
-        lines.append(f"goal: {g['goal']}: measured {g['measured']:.3f} ({'met' if g['met'] else 'NOT met'})")
+    lines += goal_lines(report["goals"])
     return "\n".join(lines)

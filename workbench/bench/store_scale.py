@@ -21,6 +21,7 @@ import dask.array as da
 from distributed import futures_of
 
 from workbench import machine
+from workbench.bench.goals import goal_lines
 from workbench.runtime.session import Session, start
 from workbench.runtime.store import PersistentObject, Store, active
 
@@ -188,6 +189,5 @@ def format_report(report: dict[str, Any]) -> str:
     for r in report["blocks"]:
         lines.append(f"{r['blocks']:>8} {r['persist_blocks_s']:>17.3f} {r['per_block_ms']:>9.3f}")
     lines.append("")
-    for g in report["goals"]:
-        lines.append(f"goal: {g['goal']}: measured {g['measured']:.3f} ({'met' if g['met'] else 'NOT met'})")
+    lines += goal_lines(report["goals"])
     return "\n".join(lines)

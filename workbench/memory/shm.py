@@ -407,11 +407,17 @@ def _create_partial(partial: Path) -> int:
 
 
 # -- the mapped array --------------------------------------------------------------------------
-def _map(path: Path, writable: bool, populate: bool) -> np.ndarray:
+MAP_SHARED_VALIDATE = 0x03  # Linux; Python's mmap module does not name these two
+MAP_SYNC = 0x80000  # writes reach persistent memory without msync (DAX mounts only)
+
+
+def _map(path: Path, writable: bool, populate: bool, sync: bool = False) -> np.ndarray:
     """Map a complete segment; the array's base chain owns the mapping (no use-after-unmap).
 
     A file other users may write is refused too: they could truncate it under the mapping, and
     reading the lost pages would kill this process with SIGBUS (the workbench makes its files 0600).
+    ``sync``: map with ``MAP_SYNC`` (a DAX file system: stores are persistent once flushed from
+    the CPU caches, no ``msync``); the kernel refuses it elsewhere, which raises a clear error.
     """
     _require_mapping_slot()
     fd = _open_own(path, os.O_RDWR if writable else os.O_RDONLY)
@@ -426,8 +432,16 @@ def _map(path: Path, writable: bool, populate: bool) -> np.ndarray:
         shape, dtype, fortran, offset = _read_header(fd, path)
         length = offset + math.prod(shape) * dtype.itemsize  # never more than the header says (checked to fit)
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
-        mapping = mmap.mmap(fd, length, flags=flags, prot=prot)
+        flags = (MAP_SHARED_VALIDATE | MAP_SYNC if sync else mmap.MAP_SHARED) | (mmap.MAP_POPULATE if populate else 0)
+        try:
+            mapping = mmap.mmap(fd, length, flags=flags, prot=prot)
+        except OSError as error:
+            if not sync or error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            raise SharedMemoryError(
+                f"{path} cannot be mapped with MAP_SYNC ({error.strerror}): only a DAX mount (persistent memory) "
+                "supports it; map it without sync=True"
+            ) from None
     finally:
         os.close(fd)  # the mapping stays valid after the descriptor is closed
     try:
@@ -665,7 +679,12 @@ def copy_in(
 
 
 def attach(
-    name: str, *, writable: bool = False, directory: str | Path | None = None, populate: bool = False
+    name: str,
+    *,
+    writable: bool = False,
+    directory: str | Path | None = None,
+    populate: bool = False,
+    sync: bool = False,
 ) -> np.ndarray:
     """Map an existing shared array: read-only by default (writes raise), writable on request.
 
@@ -676,7 +695,40 @@ def attach(
     if not _present(path):
         hint = _similar(name, directory)
         raise FileNotFoundError(f"no shared array {name!r} in {path.parent}{hint}; 'workbench shm list' shows them all")
-    return _map(path, writable=writable, populate=populate)
+    return _map(path, writable=writable, populate=populate, sync=sync)
+
+
+def replace(
+    name: str,
+    array: np.ndarray | None = None,
+    *,
+    fill: Callable[[np.ndarray], None] | None = None,
+    shape: int | tuple[int, ...] | None = None,
+    dtype: object = None,
+    directory: str | Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> None:
+    """Write a new version of segment ``name`` (made if missing), atomically.
+
+    The new bytes go to a partial file renamed over the old segment only once complete: a writer
+    killed half-way leaves the previous version whole and readable (its partial file is what
+    ``clean`` removes). Mappings of the previous version stay valid (they keep its old file).
+    Give ``array`` (copied in, its shape and dtype), or ``fill`` with ``shape`` and ``dtype``.
+    """
+    if (array is None) == (fill is None):
+        raise TypeError("replace takes an array, or a fill function with shape and dtype (one of them)")
+    if array is not None:
+        array = np.asarray(array)
+        source = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+        layout, content = _layout(array.shape, array.dtype, "C"), source
+    else:
+        if shape is None or dtype is None:
+            raise TypeError("replace with a fill function needs shape= and dtype=")
+        layout, content = _layout(shape, dtype, "C"), fill
+    _check_fill(content, layout)
+    path = segment_path(name, directory)
+    with _writer_lock(path, _check_timeout(timeout)):
+        _write_new(path, layout, content, directory)
 
 
 def attach_or_create(

@@ -123,7 +123,7 @@ class ExperimentPanel:
         self.knobs = {
             name: widgets.SelectionSlider(
                 options=list(choices),
-                value=start.get(name, choices[len(choices) // 2]),
+                value=start[name] if start.get(name) in choices else choices[len(choices) // 2],
                 description=name,
                 style={"description_width": "initial"},
             )

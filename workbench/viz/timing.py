@@ -165,3 +165,88 @@ def store_scale_figure(report: dict, title: str = "the active store as it fills"
         fig.scatter("count", "ms", source=source, size=7, color=colour)
     fig.legend.location = "top_left"
     return fig
+
+
+def tier_bandwidth_figure(bandwidth: dict, title: str = "bandwidth per tier, hot and cold"):
+    """Grouped bars of ``workbench bench tiers``' bandwidth part: read hot, read cold and write GB/s
+    per tier (log axis: a cold read from the device is an order of magnitude below DRAM)."""
+    from bokeh.transform import dodge
+
+    rows = bandwidth["rows"]
+    tiers = [r["tier"] for r in rows]
+    source = ColumnDataSource(
+        dict(
+            tier=tiers,
+            read_hot=[r["read_hot_GBs"] for r in rows],
+            read_cold=[r["read_cold_GBs"] for r in rows],
+            write=[r["write_GBs"] for r in rows],
+            medium=[r["medium"] for r in rows],
+        )
+    )
+    fig = figure(
+        x_range=tiers,
+        y_axis_type="log",
+        height=320,
+        width=620,
+        title=title,
+        y_axis_label="GB/s",
+        toolbar_location=None,
+    )
+    for offset, column, color, label in (
+        (-0.25, "read_hot", PALETTE[0], "read, hot"),
+        (0.0, "read_cold", PALETTE[1], "read, cold"),
+        (0.25, "write", PALETTE[2], "write (durable)"),
+    ):
+        fig.vbar(
+            x=dodge("tier", offset, range=fig.x_range),
+            top=column,
+            bottom=1e-3,
+            width=0.22,
+            color=color,
+            legend_label=label,
+            source=source,
+        )
+    fig.add_tools(
+        HoverTool(
+            tooltips=[
+                ("tier", "@tier"),
+                ("read hot", "@read_hot{0.00} GB/s"),
+                ("read cold", "@read_cold{0.00} GB/s"),
+                ("write", "@write{0.00} GB/s"),
+                ("on", "@medium"),
+            ]
+        )
+    )
+    fig.legend.location = "top_right"
+    return fig
+
+
+def tier_ratio_figure(ratios: pd.DataFrame, title: str = "time relative to dram (same run)"):
+    """Horizontal bars of each configuration's median time over ``dram``'s (a ``ratios_to_dram`` table);
+    a line at 1."""
+    from bokeh.models import Span
+
+    labels = list(ratios.index)
+    source = ColumnDataSource(
+        dict(
+            variant=labels,
+            ratio=[float(v) for v in ratios["vs_dram"]],
+            seconds=[float(v) for v in ratios["median_s"]],
+            color=[PALETTE[0] if v <= 1.1 else PALETTE[1] for v in ratios["vs_dram"]],
+        )
+    )
+    fig = figure(
+        y_range=labels[::-1],
+        height=40 + 26 * len(labels),
+        width=560,
+        title=title,
+        x_axis_label="median time / dram's",
+        toolbar_location=None,
+    )
+    fig.hbar(y="variant", right="ratio", height=0.7, color="color", source=source)
+    fig.add_layout(Span(location=1.0, dimension="height", line_dash="dashed", line_color="black"))
+    fig.add_tools(
+        HoverTool(tooltips=[("variant", "@variant"), ("ratio", "@ratio{0.00}x"), ("median", "@seconds{0.0000} s")])
+    )
+    fig.x_range.start = 0
+    return fig

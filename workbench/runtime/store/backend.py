@@ -36,6 +36,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
+import workbench.runtime.store.tiering as tiering
+from workbench.memory import tiers
+from workbench.memory.placement import DynamicPolicy, Usage
 from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME, RESULT_KEY
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
 from workbench.runtime.store.model import (
@@ -63,6 +66,10 @@ class Entry:
     last_used: float = field(default_factory=time.monotonic)
     disk_path: str | None = None
     copy: bool = False  # a copy fetched from another backend for one read-only call, not in the table
+    placement: tiering.Placement = field(default_factory=tiering.Placement)  # its tier, its tier files
+    reads: int = 0  # calls that read it here (what dynamic placement weighs)
+    writes: int = 0  # calls that changed it here
+    managed: bool = False  # placed by the backend's dynamic policy (``place("dynamic")``)
 
 
 def disk_path(directory: str, oid: str, version: int) -> Path:
@@ -132,10 +139,20 @@ class StoreBackend(WorkerPlugin):
     name = PLUGIN_NAME
     idempotent = True  # a second Store on the same cluster must not wipe the table
 
-    def __init__(self, directory: str, memory_limit: int | None = None, memory_fraction: float = 0.5):
+    def __init__(
+        self,
+        directory: str,
+        memory_limit: int | None = None,
+        memory_fraction: float = 0.5,
+        tier: str = "dram",
+        cache_bytes: int | None = None,
+    ):
         self.directory = str(directory)
         self.memory_limit = memory_limit
         self.memory_fraction = memory_fraction
+        self.default_tier = tiering.check_tier(tier)
+        self.cache_bytes = cache_bytes
+        self.dynamic = DynamicPolicy(int(cache_bytes or memory_limit or 256 * 2**20))
         # An upper bound of the table's bytes, kept as objects arrive, so that taking an object in
         # does not count (and sort) the whole table: that happens only when the bound passes the limit.
         self.used_bound = 0
@@ -152,6 +169,8 @@ class StoreBackend(WorkerPlugin):
         self.io = ThreadPoolExecutor(4, thread_name_prefix="workbench-store-io")
         if self.memory_limit is None and worker.memory_manager.memory_limit:
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
+        self.cache = tiers.DramCache(int(self.cache_bytes or self.memory_limit or 256 * 2**20))
+        self.policy_lock = threading.Lock()  # one dynamic placement pass at a time
         worker.handlers[HANDLER] = self.handle
 
     def teardown(self, worker: Any) -> None:
@@ -159,7 +178,11 @@ class StoreBackend(WorkerPlugin):
         worker.handlers.pop(HANDLER, None)
         self.calls.shutdown(wait=False, cancel_futures=True)
         self.io.shutdown(wait=False, cancel_futures=True)
-        self.table.clear()
+        with self.table_lock:
+            entries = list(self.table.values())
+            self.table.clear()
+        for entry in entries:  # tier files go with their objects (a PMEM directory outlives the store's)
+            tiering.release(entry.placement)
 
     # -- messages --------------------------------------------------------------------------------
     async def handle(self, action: str, **kwargs: Any) -> Any:
@@ -240,6 +263,8 @@ class StoreBackend(WorkerPlugin):
                     raise
         finally:
             entry.lock.release(True)
+        if self.default_tier != "dram":
+            self.op_place(oid, key[1], self.default_tier, reason="the store's default tier")
         self.make_room(keep=key)
         return entry.nbytes
 
@@ -255,6 +280,9 @@ class StoreBackend(WorkerPlugin):
                 self.table[(oid, int(version))] = entry
                 total += entry.nbytes
             self.used_bound += total
+        if self.default_tier != "dram":
+            for oid, version in keys:
+                self.op_place(oid, int(version), self.default_tier, reason="the store's default tier")
         self.make_room()
         return total
 
@@ -422,7 +450,8 @@ class StoreBackend(WorkerPlugin):
         """After a write to ``entry``'s object, its exclusive lock still held: its arrays read-only
         again, its size updated, its disk copy (now stale) deleted."""
         set_arrays_writeable(entry.obj, False)
-        grown = state_nbytes(entry.obj) - entry.nbytes
+        entry.writes += 1
+        grown = dram_bytes(entry) - entry.nbytes
         entry.nbytes += grown
         with self.table_lock:
             self.used_bound += max(0, grown)
@@ -441,13 +470,19 @@ class StoreBackend(WorkerPlugin):
                 raise AttributeError(f"{ref.label()} ({type(entry.obj).__name__}) has no method {method!r}")
             if writes:
                 set_arrays_writeable(entry.obj, True)
+            was_hot = self.dynamic.hot(entry.reads, entry.writes)
+            if not writes:
+                entry.reads += 1
             try:
-                return detach_result(bound(*args, **kwargs), entry.obj)
+                with tiering.in_use(entry.obj, entry.placement, writes):
+                    return detach_result(bound(*args, **kwargs), entry.obj)
             finally:
                 if writes:
                     self.wrote(ref, entry)
         finally:
             entry.lock.release(writes)
+            if entry.managed and not entry.copy and self.dynamic.hot(entry.reads, entry.writes) != was_hot:
+                self.place_dynamically()  # its use changed class: the placement may change (this call pays)
 
     def resolve_arguments(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str
@@ -515,9 +550,12 @@ class StoreBackend(WorkerPlugin):
         return self.add(oid, new_version, copy)
 
     def op_drop(self, oid: str, version: int) -> bool:
-        """Forget a version here; whether it was held."""
+        """Forget a version here (and free its tier files); whether it was held."""
         with self.table_lock:
-            return self.table.pop((oid, int(version)), None) is not None
+            entry = self.table.pop((oid, int(version)), None)
+        if entry is not None:
+            tiering.release(entry.placement)
+        return entry is not None
 
     def op_flush(self, oid: str, version: int) -> str:
         """Write the object to the disk tier (it stays in memory too); returns the file."""
@@ -567,6 +605,7 @@ class StoreBackend(WorkerPlugin):
             self.catalogue("remove_location", oid=oid, version=key[1], worker=self.worker.address)
             with self.table_lock:
                 self.table.pop(key, None)
+            tiering.release(entry.placement)  # the disk copy has the arrays now
             return entry.nbytes
         finally:
             entry.lock.release(True)
@@ -592,6 +631,134 @@ class StoreBackend(WorkerPlugin):
                     del self.load_locks[key]
             load_lock.release()
 
+    # -- tiers -------------------------------------------------------------------------------------
+    def op_place(self, oid: str, version: int, tier: str, reason: str = "") -> dict[str, Any]:
+        """Put the object's numpy attributes on ``tier`` (``disk``: evict it to the disk tier, staged back
+        when used); a tier event in the trace says what moved and why. Returns the placement."""
+        tier = tiering.check_tier(tier)
+        key = (oid, int(version))
+        if tier == "dynamic":  # under the dynamic policy from now on: cold (mapped) until its use says otherwise
+            entry = self.here(oid, key[1])
+            entry.managed = True
+            if entry.placement.tier in ("dram", "mapped"):
+                self.trace("place", time.time(), 0, f"place {entry.placement.tier}->dynamic: {reason or 'asked'}")
+                return {"tier": entry.placement.tier, "from": entry.placement.tier, "dram_bytes": entry.nbytes}
+            tier = "mapped"
+        if tier == "disk":
+            entry = self.here(oid, key[1])
+            old = entry.placement.tier
+            start = time.time()
+            freed = self.op_evict(oid, key[1])
+            if entry.disk_path and Path(entry.disk_path).exists():
+                tiers.evict_pages(entry.disk_path)  # staged back from the device, not the page cache
+            self.trace("demote", start, freed, f"place {old}->disk: {reason or 'asked'}", source=old)
+            return {"tier": "disk", "from": old, "dram_bytes": 0, "seconds": time.time() - start}
+        ref, entry = self.locked(ObjectRef(oid, key[1]), "place", True, find=lambda r: (r, self.here(r.oid, r.version)))
+        try:
+            old = entry.placement.tier
+            start = time.time()
+            entry.placement = tiering.place_state(
+                entry.obj, entry.placement, tier, tiering.tier_directory(self.directory), f"{oid}-v{key[1]}", self.cache
+            )
+            before, entry.nbytes = entry.nbytes, dram_bytes(entry)
+            with self.table_lock:
+                self.used_bound += max(0, entry.nbytes - before)
+            action = "promote" if tier == "dram" and old != "dram" else "demote" if old == "dram" else "place"
+            moved = entry.placement.tier_bytes or entry.nbytes
+            self.trace(action, start, moved, f"place {old}->{tier}: {reason or 'asked'}", source=old)
+            placed = {"tier": tier, "from": old, "dram_bytes": entry.nbytes, "seconds": time.time() - start}
+        finally:
+            entry.lock.release(True)
+        if tier == "dram":
+            self.make_room(keep=key)
+        return placed
+
+    def op_cool(self, oid: str, version: int) -> list[dict[str, Any]]:
+        """Make the object's tier files cold (out of the DRAM cache and the page cache); what each
+        eviction achieved (``evicted`` False with a reason where the medium cannot be cold)."""
+        ref, entry = self.locked(
+            ObjectRef(oid, int(version)), "cool", True, find=lambda r: (r, self.here(r.oid, r.version))
+        )
+        try:
+            start = time.time()
+            evictions = tiering.cool(entry.obj, entry.placement)
+            nbytes = sum(e.resident_before - e.resident_after for e in evictions)
+            self.trace(
+                "evict", start, nbytes, f"cool {entry.placement.tier}: page cache dropped", source=entry.placement.tier
+            )
+            return [e.__dict__ for e in evictions]
+        finally:
+            entry.lock.release(True)
+
+    def op_place_many(self, keys: list[list[Any]], tier: str, reason: str = "") -> int:
+        """:meth:`op_place` for a batch of objects held here; how many were placed."""
+        for oid, version in keys:
+            self.op_place(str(oid), int(version), tier, reason)
+        return len(keys)
+
+    def op_cool_many(self, keys: list[list[Any]]) -> list[dict[str, Any]]:
+        """:meth:`op_cool` for a batch of objects held here; every eviction."""
+        return [e for oid, version in keys for e in self.op_cool(str(oid), int(version))]
+
+    def op_set_memory_limit(self, nbytes: int | None) -> int | None:
+        """Set the bytes of objects this backend keeps in DRAM before evicting to disk (None: no
+        limit), evicting now what is over it; the old limit."""
+        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0):
+            raise ValueError(f"a memory limit is a number of bytes >= 0 (or None), got {nbytes!r}")
+        old, self.memory_limit = self.memory_limit, nbytes
+        with self.table_lock:
+            self.used_bound = sum(e.nbytes for e in self.table.values())
+        self.make_room()
+        return old
+
+    def op_set_cache(self, nbytes: int) -> int:
+        """Set the byte budget of this backend's DRAM cache (entries over it go now); the old budget."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"a cache budget is a number of bytes >= 0, got {nbytes!r}")
+        with self.cache.lock:
+            old, self.cache.budget = self.cache.budget, nbytes
+            while self.cache.used > nbytes and self.cache.entries:
+                self.cache.evict_oldest()
+        return old
+
+    def op_rebalance(self, budget: int | None = None, hot_reads: int | None = None) -> list[dict[str, Any]]:
+        """Set the dynamic policy's DRAM ``budget`` (and ``hot_reads``) when given, and place the
+        dynamically managed objects here by it now; the moves made, each with its reason."""
+        if budget is not None or hot_reads is not None:
+            self.dynamic = DynamicPolicy(
+                self.dynamic.budget if budget is None else int(budget),
+                self.dynamic.hot_reads if hot_reads is None else int(hot_reads),
+            )
+        return self.place_dynamically(wait=True)
+
+    def place_dynamically(self, wait: bool = False) -> list[dict[str, Any]]:
+        """One pass of :class:`~workbench.memory.placement.DynamicPolicy` over the objects placed
+        ``dynamic`` here: hot ones into DRAM within its budget, cold ones in place on ``mapped``. Each
+        move is a tier event whose task names its reason. Runs after a call whose object changed
+        class (cold to hot), so it costs nothing while use is steady; a pass already running is
+        not waited for unless ``wait``."""
+        if not self.policy_lock.acquire(timeout=WAIT_SECONDS if wait else 0):
+            return []
+        try:
+            with self.table_lock:
+                entries = {f"{oid}-v{version}": (oid, version, e) for (oid, version), e in self.table.items()}
+            usages = [
+                Usage(key, int(e.placement.tier_bytes or e.nbytes), e.reads, e.writes, e.placement.tier)
+                for key, (_, _, e) in entries.items()
+                if e.managed and e.placement.tier in ("dram", "mapped")
+            ]
+            moves = []
+            for decision in self.dynamic.decide(usages):
+                oid, version, _ = entries[decision.key]
+                try:
+                    self.op_place(oid, version, decision.tier, reason=decision.reason)
+                except NotHere:  # dropped or evicted meanwhile: nothing to place
+                    continue
+                moves.append({"oid": oid, "version": version, "tier": decision.tier, "reason": decision.reason})
+            return moves
+        finally:
+            self.policy_lock.release()
+
     def op_table(self) -> list[dict[str, Any]]:
         """What this backend holds: one row per object version."""
         with self.table_lock:
@@ -602,6 +769,7 @@ class StoreBackend(WorkerPlugin):
                     "class": type(e.obj).__name__,
                     "nbytes": e.nbytes,
                     "on_disk": e.disk_path is not None,
+                    "tier": e.placement.tier,
                 }
                 for (oid, version), e in self.table.items()
             ]
@@ -639,6 +807,11 @@ def raise_error(reply: Any, where: str) -> Any:
             "Open it again with Store(session, directory)"
         )
     return reply[RESULT_KEY]
+
+
+def dram_bytes(entry: Entry) -> int:
+    """Bytes of the object held in the worker's memory (its tier files not counted)."""
+    return max(0, state_nbytes(entry.obj) - entry.placement.tier_bytes)
 
 
 def local_backend() -> StoreBackend:

@@ -25,6 +25,8 @@ import pandas as pd
 from distributed import Future
 from distributed.protocol import to_serialize
 
+import kernels
+import workbench.runtime.store.tiering as tiering
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store.backend import (
@@ -172,10 +174,21 @@ class Store:
     directory: where the SQLite catalogue and the disk tier live (shared by every node for a
         multi-node cluster); ``$WORKBENCH_STORE_DIR`` or ``~/.cache/locality-workbench/store``.
     memory_limit: bytes of objects a backend keeps in memory before evicting the least recently
-        used to disk (default: half the worker's memory limit).
+        used to disk (default: half the worker's memory limit): its DRAM budget.
+    tier: where new objects' numpy attributes go (``dram``, ``mapped``, ``cached``; see
+        :mod:`workbench.runtime.store.tiering`); ``proxy.place(tier)`` moves one object.
+    cache_bytes: the byte budget of each backend's DRAM cache for ``cached`` objects (default:
+        ``memory_limit``).
     """
 
-    def __init__(self, session: Session, directory: str | Path | None = None, memory_limit: int | None = None):
+    def __init__(
+        self,
+        session: Session,
+        directory: str | Path | None = None,
+        memory_limit: int | None = None,
+        tier: str = "dram",
+        cache_bytes: int | None = None,
+    ):
         global _current
         self.session = session
         self.client = session.client
@@ -183,6 +196,16 @@ class Store:
         wanted = Path(directory or default_directory()).expanduser().resolve()
         if memory_limit is not None and memory_limit < 0:
             raise ValueError(f"memory_limit is bytes per backend, got {memory_limit}")
+        if cache_bytes is not None and (
+            isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0
+        ):
+            raise ValueError(f"cache_bytes is a number of bytes per backend, got {cache_bytes!r}")
+        self._tier = tiering.check_tier(tier)
+        if self._tier == "disk":
+            raise ValueError(
+                "new objects start in memory or in a mapped file: tier='dram', 'mapped', 'cached' or 'dynamic'"
+            )
+        self._cache_bytes = cache_bytes
         if directory is not None:
             _refuse_world_writable(wanted)  # before anything is sent
         self._token: str | None = None  # of the registration this Store made, if it made one
@@ -232,7 +255,7 @@ class Store:
             self._token = catalogue.token
             self.session.bounded(
                 self.client.register_plugin,
-                StoreBackend(str(self.directory), memory_limit),
+                StoreBackend(str(self.directory), memory_limit, tier=self._tier, cache_bytes=self._cache_bytes),
                 name=PLUGIN_NAME,
                 where="registering the store's backends on the workers",
             )
@@ -290,6 +313,56 @@ class Store:
     def backends(self) -> list[str]:
         """Addresses of the workers with a backend."""
         return self.session.workers()
+
+    def place(self, proxies: Sequence[StoredHandle], tier: str, reason: str = "") -> int:
+        """Put many objects on ``tier`` (one message per backend); see :meth:`Proxy.place`."""
+        tiering.check_tier(tier)
+        by_worker: dict[str, list[list[Any]]] = {}
+        for ref, workers in self.holders([p.ref for p in proxies]):
+            for w in workers:
+                by_worker.setdefault(w, []).append([ref.oid, ref.version])
+        return sum(self.backend(w, "place_many", keys=keys, tier=tier, reason=reason) for w, keys in by_worker.items())
+
+    def cool(self, proxies: Sequence[StoredHandle]) -> list[dict[str, Any]]:
+        """Make many objects' tier files cold (one message per backend); every eviction (see :meth:`Proxy.cool`)."""
+        by_worker: dict[str, list[list[Any]]] = {}
+        for ref, workers in self.holders([p.ref for p in proxies]):
+            for w in workers:
+                by_worker.setdefault(w, []).append([ref.oid, ref.version])
+        return [e for w, keys in by_worker.items() for e in self.backend(w, "cool_many", keys=keys)]
+
+    def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
+        """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
+        disk tier; None: no limit); each backend's old limit, to set back."""
+        return {w: self.backend(w, "set_memory_limit", nbytes=nbytes) for w in self.backends()}
+
+    def set_cache(self, nbytes: int) -> None:
+        """Set every backend's DRAM cache budget (for ``cached`` objects) to ``nbytes``."""
+        for w in self.backends():
+            self.backend(w, "set_cache", nbytes=nbytes)
+
+    def set_dynamic_budget(self, budget: int) -> None:
+        """Set every backend's DRAM budget for dynamic placement (``rebalance(budget)``), unless this
+        store set that budget last already (then no message is sent)."""
+        if getattr(self, "_dynamic_budget", None) != budget:
+            self.rebalance(budget=budget)
+            self._dynamic_budget = budget
+
+    def rebalance(self, budget: int | None = None, hot_reads: int | None = None) -> list[dict[str, Any]]:
+        """Dynamic placement now, on every backend, of the objects placed ``dynamic``: by their measured
+        reads and writes, hot ones into DRAM within ``budget`` bytes per backend (when given, it
+        becomes each backend's budget), cold ones in place on ``mapped`` (see
+        :mod:`workbench.memory.placement`). Backends also do this by themselves when an object's use
+        changes class. Returns the moves made, each with its reason (also in the trace)."""
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"budget is DRAM bytes per backend, got {budget!r}")
+        if hot_reads is not None and (isinstance(hot_reads, bool) or not isinstance(hot_reads, int) or hot_reads < 1):
+            raise ValueError(f"hot_reads is a count >= 1, got {hot_reads!r}")
+        return [
+            {"worker": w, **move}
+            for w in self.backends()
+            for move in self.backend(w, "rebalance", budget=budget, hot_reads=hot_reads)
+        ]
 
     def close(self) -> None:
         """Close the store; safe to call twice.
@@ -706,8 +779,59 @@ class ActiveMethod:
             run_non_active, self.proxy.ref, self.name, args, kwargs, pure=False, key=task_key(self.name, active=False)
         )
 
+    def to_store(self, tier: str = "dram", alias: str | None = None) -> Callable[..., Future]:
+        """The call with its result kept in the store, on the backend that computed it, on ``tier``:
+        ``proxy.add.to_store("mapped")(other)`` is a future of the new object's proxy (a numpy result
+        becomes an :class:`ArrayBlock`). The thesis's ``store`` result placement: nothing travels."""
+        tiering.check_tier(tier)
+        check_alias(alias)
+
+        def call(*args: Any, **kwargs: Any) -> Future:
+            ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
+            _check_writable(ref, workers, self.name, self.writes)
+            return self.proxy.store.client.submit(
+                run_active_to_store,
+                ref,
+                self.name,
+                self.writes,
+                args,
+                kwargs,
+                tier,
+                alias,
+                workers=workers,
+                allow_other_workers=False,
+                pure=False,
+                key=task_key(self.name, active=True),
+            )
+
+        return call
+
     def __repr__(self) -> str:
         return f"<active method {self.name} ({'writes' if self.writes else 'read-only'}) of {self.proxy!r}>"
+
+
+def run_active_to_store(
+    ref: ObjectRef,
+    method: str,
+    writes: bool,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    tier: str,
+    alias: str | None,
+) -> Proxy:
+    """Task body: an active call whose result becomes a new object here, placed on ``tier``."""
+    result = run_active(ref, method, writes, args, kwargs)
+    if isinstance(result, np.ndarray):
+        result = ArrayBlock(result)
+    if not isinstance(result, PersistentObject):
+        raise TypeError(
+            f"{method!r} returned a {type(result).__name__}: a result kept in the store must be a numpy array "
+            "or a PersistentObject (call the method without to_store for any other value)"
+        )
+    proxy = persist_here(result, alias)
+    if tier != "dram":
+        local_backend().op_place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
+    return proxy
 
 
 def submit_active(
@@ -879,6 +1003,35 @@ class Proxy(StoredHandle):
         ref, workers = self._cached_holders(refresh=True)
         return self.store.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
 
+    def place(self, tier: str, reason: str = "") -> list[dict[str, Any]]:
+        """Put the object's numpy attributes on ``tier`` on every backend holding it: ``dram``, ``mapped``
+        (files mapped in place), ``cached`` (files through the backend's DRAM cache), ``disk``
+        (evicted, staged back when used) or ``dynamic`` (the backend's policy moves it between
+        ``mapped`` and ``dram`` by its use). Returns each backend's placement (tier, from, seconds)."""
+        tier = tiering.check_tier(tier)
+        ref, workers = self._cached_holders(refresh=True)
+        placed = [
+            self.store.backend(w, "place", oid=ref.oid, version=ref.version, tier=tier, reason=reason) for w in workers
+        ]
+        if tier == "disk":
+            self._holders = None
+        return placed
+
+    def tier(self) -> str:
+        """The tier the object is on (``disk`` when no backend holds it in memory)."""
+        info = self.info()
+        ref, workers = ObjectRef(self.ref.oid, info["version"]), info["workers"]
+        if not workers:
+            return "disk"
+        rows = self.store.backend(workers[0], "table")
+        return next((r["tier"] for r in rows if r["oid"] == ref.oid and r["version"] == ref.version), "disk")
+
+    def cool(self) -> list[dict[str, Any]]:
+        """Make the object's tier files cold on every holder (out of the DRAM cache and the page cache)
+        for a cold run; each eviction says whether the medium could be made cold and why not."""
+        ref, workers = self._cached_holders(refresh=True)
+        return [e for w in workers for e in self.store.backend(w, "cool", oid=ref.oid, version=ref.version)]
+
     def evict(self) -> None:
         """Move the object to the disk tier only (reloaded into memory on its next use)."""
         ref, workers = self._cached_holders(refresh=True)
@@ -911,6 +1064,23 @@ class ArrayBlock(PersistentObject):
     def shape(self) -> tuple[int, ...]:
         """The block's shape, read where it lives."""
         return tuple(self.data.shape)
+
+    @active(writes=True)
+    def apply_in_place(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(self.data, *args, **kwargs)``, which may write into the block (a writing call:
+        alone on the object; on a ``mapped`` block the writes go to its file and are made durable)."""
+        return function(self.data, *args, **kwargs)
+
+    @active
+    def plus(self, other: ArrayBlock) -> np.ndarray:
+        """``data + other.data`` (matrix addition where the blocks are; ``other`` resolved there)."""
+        return kernels.matrix_add(self.data, other.data)
+
+    @active(writes=True)
+    def fma(self, a: ArrayBlock, b: ArrayBlock) -> None:
+        """``data += a.data @ b.data`` written in place: on a ``mapped`` block, straight into its file
+        (the thesis's in-place result placement); ``a`` and ``b`` are resolved where this block is."""
+        kernels.multiply_accumulate(a.data, b.data, self.data)
 
 
 class BlockCollection:

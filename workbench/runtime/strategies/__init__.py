@@ -2,13 +2,15 @@
 
 Built in: ``blocks``, ``fetch``, ``rechunk``, ``split``, ``split-materialized`` (Dask),
 ``active``, ``non-active``, ``active-split`` (the active store), ``files``, ``dask``, ``rro``
-(PyCOMPSs-style tasks, the RRO argument modes). Each lives in one module of this package and
+(PyCOMPSs-style tasks, the RRO argument modes), and the memory-tier configurations ``dram``,
+``mapped[-cold]``, ``cached[-cold]``, ``disk``, ``dynamic`` with the peers ``dask-spill[-lz4]`` and
+``memmap`` (:mod:`.tiers`). Each lives in one module of this package and
 registers itself; ``docs/architecture.md`` has the one-file recipe for adding one.
 """
 
-from workbench.runtime.strategies import blocks, fetch, modes, rechunk, split, store
+from workbench.runtime.strategies import blocks, fetch, modes, rechunk, split, store, tiers
 from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, get, names, register, unregister
 
-BUILTIN = (blocks, fetch, rechunk, split, store, modes)
+BUILTIN = (blocks, fetch, rechunk, split, store, modes, tiers)
 
 __all__ = ["BUILTIN", "BlockWork", "Broadcast", "Plan", "Strategy", "get", "names", "register", "unregister"]

@@ -79,10 +79,15 @@ class StorePlan(Plan):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.store = store_for(self.session)
-        placed = self.blocks()
-        self.collection: BlockCollection = placed.view(
-            ("store", ArrayBlock), lambda: self.store.persist_blocks(placed.array), _delete
-        )
+        self.collection: BlockCollection = self.blocks().view(self.collection_key(), self.make_collection, _delete)
+
+    def collection_key(self) -> tuple[Any, ...]:
+        """What the placed array's store collection is kept under (one per key, made once)."""
+        return ("store", ArrayBlock)
+
+    def make_collection(self) -> BlockCollection:
+        """The placed blocks as store objects, each where it already lives."""
+        return self.store.persist_blocks(self.blocks().array)
 
     def pieces(self, broadcast: Broadcast) -> BlockCollection:
         """``broadcast``'s value in the store, one piece per worker, placed round-robin (made once)."""

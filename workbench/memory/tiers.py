@@ -1,0 +1,584 @@
+"""Memory tiers: where an array's bytes live, and what using them costs.
+
+Four named tiers (thesis ch. 6, with what this machine has instead of Optane):
+
+* ``dram``: process memory. Fastest, volatile, and what a DRAM budget counts.
+* ``mapped``: a file mapped ``MAP_SHARED`` and used *in place* (no copy into DRAM): the
+  software form of byte-addressable persistent memory (App Direct). It lives in
+  ``$WORKBENCH_PMEM_DIR`` when set (a DAX mount maps with ``MAP_SYNC``), otherwise in a local
+  disk directory, where the page cache stands between the code and the device. It survives a
+  restart: data and ``.npy`` header are the file.
+* ``disk``: staged. The file is read into DRAM when used and written back (atomically) when
+  changed: the disk tier of an object store, and the way most codes use files.
+* ``cached``: a transparent DRAM cache with a byte budget in front of a ``mapped`` file (the
+  software analogue of Optane's Memory Mode): a hit reads DRAM, a miss copies the file in and
+  evicts the least recently used entries (writing dirty ones back).
+
+The files are ``workbench.memory.shm`` segments (one code for a file in a directory: header
+checks, untrusted-file rules, space reserved before mapping, atomic partial-and-rename writes), so
+a full file system is a clear error, never SIGBUS, and a killed writer leaves the previous
+version readable. What a file sits on (file system, device, DAX or not, memory-backed or not) is
+:func:`medium`, reported with every measurement. :func:`evict_pages` makes a file cold for real
+(``fsync`` then ``posix_fadvise(DONTNEED)``, checked with ``mincore``) or says why it cannot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workbench.memory import shm
+
+TIERS = ("dram", "mapped", "disk", "cached")
+PMEM_ENV = "WORKBENCH_PMEM_DIR"
+TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
+MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+
+
+class TierError(RuntimeError):
+    """A tier operation that cannot be done, with what to do instead."""
+
+
+# -- where files live --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Medium:
+    """What a tier directory sits on: reported with every measurement made there."""
+
+    directory: str
+    filesystem: str
+    device: str
+    mount: str
+    dax: bool
+    memory_backed: bool  # tmpfs/ramfs: the "file" is DRAM, and cannot be made cold
+
+    def describe(self) -> str:
+        """One line for reports: ``/tmp on ext4 (/dev/vda), page cache in front``."""
+        if self.dax:
+            kind = "DAX (persistent memory, MAP_SYNC)"
+        elif self.memory_backed:
+            kind = "memory (no device behind it: never cold)"
+        else:
+            kind = "page cache in front of the device"
+        return f"{self.directory} on {self.filesystem} ({self.device}), {kind}"
+
+
+def medium(directory: str | Path) -> Medium:
+    """The mount ``directory`` lives on, from ``/proc/mounts`` (longest mount point that contains it)."""
+    path = os.path.realpath(directory)
+    best = ("", "?", "?", "")
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 4:
+                    continue
+                device, mount, fstype, options = fields[:4]
+                mount = mount.replace("\\040", " ")
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[0]):
+                    best = (mount, device, fstype, options)
+    except OSError:
+        pass
+    mount, device, fstype, options = best
+    dax = any(o == "dax" or o.startswith("dax=") and o != "dax=never" for o in options.split(","))
+    return Medium(str(directory), fstype, device, mount, dax, fstype in MEMORY_FILESYSTEMS)
+
+
+def default_directory(tier: str) -> Path:
+    """Where ``tier``'s files go unless told: ``$WORKBENCH_PMEM_DIR`` for ``mapped`` and ``cached``
+    when set, else ``$WORKBENCH_TIER_DIR/<tier>``, else a per-user directory in the temporary
+    directory (a local disk on most machines; :func:`medium` says what it is). Made 0700."""
+    if tier in ("mapped", "cached") and os.environ.get(PMEM_ENV):
+        path = Path(os.environ[PMEM_ENV])
+        if not path.is_dir():
+            raise TierError(f"${PMEM_ENV} names {path}, which is not a directory: create it or unset the variable")
+        return path
+    base = Path(os.environ.get(TIER_DIR_ENV) or Path(tempfile.gettempdir()) / f"workbench-tiers-{os.getuid()}")
+    path = base / ("mapped" if tier == "cached" else tier)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def _check_tier(tier: str) -> str:
+    if tier not in TIERS:
+        raise TierError(f"no tier {tier!r}: the tiers are {', '.join(TIERS)}")
+    return tier
+
+
+# -- residency and cold runs -------------------------------------------------------------------
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+PAGE = mmap.PAGESIZE
+
+
+def resident_bytes(path: str | Path) -> tuple[int, int]:
+    """``(bytes of the file in the page cache, file bytes)``, from ``mincore`` on a fresh mapping
+    (which faults nothing in)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0, 0
+        mapping = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        pages = -(-size // PAGE)
+        vector = (ctypes.c_ubyte * pages)()
+        view = np.frombuffer(mapping, dtype=np.uint8)
+        try:
+            if _libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vector) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
+        finally:
+            del view
+        resident = int(np.count_nonzero(np.frombuffer(vector, dtype=np.uint8) & 1))
+    finally:
+        mapping.close()
+    return min(size, resident * PAGE), size
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What :func:`evict_pages` did: the file's resident bytes before and after, or why not."""
+
+    path: str
+    evicted: bool
+    resident_before: int
+    resident_after: int
+    nbytes: int
+    reason: str = ""
+
+
+def evict_pages(path: str | Path) -> Eviction:
+    """Make ``path`` cold: ``fsync`` it, then ``posix_fadvise(POSIX_FADV_DONTNEED)``, and check with
+    ``mincore`` how much stayed in memory. On a memory-backed file system (tmpfs) there is no
+    device to be cold on: ``evicted`` is False and ``reason`` says so. Pages that a live mapping
+    has in its page tables stay (the kernel drops only unmapped ones): drop views first."""
+    before, size = resident_bytes(path)
+    where = medium(Path(path).parent)
+    if where.memory_backed:
+        return Eviction(str(path), False, before, before, size, f"{where.filesystem} keeps files in memory")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    after, _ = resident_bytes(path)
+    evicted = after <= max(PAGE * 2, size // 20)
+    reason = "" if evicted else f"{after} of {size} bytes stayed resident (mapped by a live process?)"
+    return Eviction(str(path), evicted, before, after, size, reason)
+
+
+def device_read_bytes() -> int | None:
+    """Bytes this process has read from block devices (``/proc/self/io``), or None where not counted."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+# -- arrays on tiers ---------------------------------------------------------------------------
+_DRAM: dict[str, np.ndarray] = {}
+_DRAM_LOCK = threading.Lock()
+
+
+class TierArray:
+    """An array placed on a tier: ``.array`` is what code uses; ``sync()`` makes changes durable."""
+
+    tier = ""
+
+    def __init__(self, name: str, directory: Path | None):
+        self.name = name
+        self.directory = directory
+
+    @property
+    def path(self) -> Path | None:
+        """The file behind the array (None on ``dram``)."""
+        return None if self.directory is None else shm.segment_path(self.name, self.directory)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The array to compute on."""
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array's data."""
+        return int(self.array.nbytes)
+
+    @property
+    def dram_bytes(self) -> int:
+        """Bytes this placement holds in process memory (what a DRAM budget counts)."""
+        return 0
+
+    def sync(self) -> None:
+        """Make changes to ``array`` durable on the tier (nothing on ``dram``)."""
+
+    def medium(self) -> Medium | None:
+        """What the file sits on (None on ``dram``)."""
+        return None if self.directory is None else medium(self.directory)
+
+    def __repr__(self) -> str:
+        return f"<{self.tier} array {self.name!r} {self.array.shape} {self.array.dtype}>"
+
+
+class DramArray(TierArray):
+    """In process memory, named in this process only; not persistent."""
+
+    tier = "dram"
+
+    def __init__(self, name: str, array: np.ndarray):
+        super().__init__(name, None)
+        self._array = array
+
+    @property
+    def array(self) -> np.ndarray:
+        """The array itself."""
+        return self._array
+
+    @property
+    def dram_bytes(self) -> int:
+        """All of it."""
+        return int(self._array.nbytes)
+
+
+class MappedArray(TierArray):
+    """A file mapped ``MAP_SHARED``; code runs on the mapping in place."""
+
+    tier = "mapped"
+
+    def __init__(self, name: str, directory: Path, writable: bool, view: np.ndarray | None = None):
+        super().__init__(name, directory)
+        self.writable = writable
+        self.sync_mapped = medium(directory).dax
+        self._view = view
+
+    @property
+    def array(self) -> np.ndarray:
+        """The mapping (made on first use: no page is read before code touches it)."""
+        if self._view is None:
+            self._view = shm.attach(self.name, writable=self.writable, directory=self.directory, sync=self.sync_mapped)
+        return self._view
+
+    def sync(self) -> None:
+        """``msync`` the mapping (a no-op on a ``MAP_SYNC`` DAX mapping beyond the cache flush)."""
+        if self._view is not None and self.writable:
+            base = self._view.base
+            while base is not None and not isinstance(base, mmap.mmap):
+                base = getattr(base, "base", None)
+            if isinstance(base, mmap.mmap):
+                base.flush()
+
+    def unmap(self) -> None:
+        """Drop this handle's mapping (views others hold keep theirs); the next use maps again."""
+        self._view = None
+
+    def evict(self) -> Eviction:
+        """Unmap and make the file cold (see :func:`evict_pages`)."""
+        self.sync()
+        self.unmap()
+        return evict_pages(self.path)
+
+
+class DiskArray(TierArray):
+    """Staged: read into DRAM on use, written back (a new version, atomically) by ``sync``."""
+
+    tier = "disk"
+
+    def __init__(self, name: str, directory: Path):
+        super().__init__(name, directory)
+        self._copy: np.ndarray | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The DRAM copy, read from the file on first use."""
+        if self._copy is None:
+            self._copy = read_file(self.name, self.directory)
+        return self._copy
+
+    @property
+    def dram_bytes(self) -> int:
+        """The staged copy's bytes (0 before first use)."""
+        return 0 if self._copy is None else int(self._copy.nbytes)
+
+    def sync(self) -> None:
+        """Write the DRAM copy back as the file's new version."""
+        if self._copy is not None:
+            shm.replace(self.name, self._copy, directory=self.directory)
+
+    def drop(self) -> None:
+        """Forget the DRAM copy (unsynced changes are lost); the next use reads the file again."""
+        self._copy = None
+
+
+def read_file(name: str, directory: Path) -> np.ndarray:
+    """A DRAM copy of tier file ``name``, read into a new array (one copy, no mapping); the file is
+    checked as untrusted input first (owner, header, size), as ``shm.attach`` checks it."""
+    path = shm.segment_path(name, directory)
+    fd = shm._open_own(path, os.O_RDONLY)
+    try:
+        shape, dtype, fortran, offset = shm._read_header(fd, path)
+        out = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+        target = memoryview(out.ravel(order="F" if fortran else "C").view(np.uint8))  # a view: out is contiguous
+        done = 0
+        while done < len(target):
+            got = os.preadv(fd, [target[done : done + (1 << 30)]], offset + done)
+            if not got:
+                raise TierError(
+                    f"{path} ended after {done} of {len(target)} data bytes (truncated by another process?)"
+                )
+            done += got
+    finally:
+        os.close(fd)
+    return out
+
+
+def write_file(name: str, directory: Path, array: np.ndarray) -> None:
+    """Write ``array`` into tier file ``name`` in place (the same file: its mappings see the new bytes,
+    as the page cache is shared), then ``fsync`` it. The file must hold an array of this shape and dtype."""
+    path = shm.segment_path(name, directory)
+    fd = shm._open_own(path, os.O_RDWR)
+    try:
+        shape, dtype, fortran, offset = shm._read_header(fd, path)
+        if shape != array.shape or dtype != array.dtype:
+            raise TierError(
+                f"{path} holds a {shape} {dtype} array, not {array.shape} {array.dtype}: place() a new version instead"
+            )
+        source = memoryview(np.ravel(array, order="F" if fortran else "C").view(np.uint8))
+        done = 0
+        while done < len(source):
+            done += os.pwrite(fd, source[done : done + (1 << 30)], offset + done)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DramCache:
+    """A transparent DRAM cache with a byte budget over mapped files (Memory Mode, in software).
+
+    ``get(placed)`` returns a DRAM copy of the file's array: a hit if cached, else the file is
+    read in and the least recently used entries go (written back first if marked dirty). An
+    array larger than the whole budget bypasses the cache (read from the mapping in place).
+    """
+
+    def __init__(self, budget: int):
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(f"a cache budget is a number of bytes >= 0, got {budget!r}")
+        self.budget = budget
+        self.entries: OrderedDict[str, tuple[CachedArray, np.ndarray]] = OrderedDict()
+        self.dirty: set[str] = set()
+        self.used = 0
+        self.hits = self.misses = self.bypasses = self.evictions = 0
+        self.lock = threading.RLock()
+
+    def get(self, placed: CachedArray) -> np.ndarray:
+        """The DRAM copy of ``placed`` (a hit, or read in now)."""
+        key = str(placed.path)
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                self.hits += 1
+                return self.entries[key][1]
+            nbytes = placed.file_nbytes
+            if nbytes > self.budget:
+                self.bypasses += 1
+                return placed.mapped.array
+            self.misses += 1
+            while self.used + nbytes > self.budget and self.entries:
+                self._evict_oldest()
+            copy = read_file(placed.name, placed.directory)
+            self.entries[key] = (placed, copy)
+            self.used += copy.nbytes
+            return copy
+
+    def mark_dirty(self, placed: CachedArray) -> None:
+        """``placed``'s DRAM copy was changed: write it back before it leaves the cache."""
+        with self.lock:
+            if str(placed.path) in self.entries:
+                self.dirty.add(str(placed.path))
+
+    def evict_oldest(self) -> None:
+        """Drop the least recently used entry (written back first if dirty)."""
+        self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        key, (placed, copy) = self.entries.popitem(last=False)
+        if key in self.dirty:  # written back into the same file: every mapping of it sees the change
+            write_file(placed.name, placed.directory, copy)
+            self.dirty.discard(key)
+        self.used -= copy.nbytes
+        self.evictions += 1
+
+    def drop(self, placed: CachedArray | None = None) -> None:
+        """Empty the cache (or drop one array), writing dirty entries back: the next use is a miss."""
+        with self.lock:
+            keys = list(self.entries) if placed is None else [str(placed.path)]
+            for key in keys:
+                if key in self.entries:
+                    self.entries.move_to_end(key, last=False)
+                    self._evict_oldest()
+
+    def stats(self) -> dict[str, int]:
+        """Hits, misses, bypasses, evictions and bytes held."""
+        return dict(
+            hits=self.hits, misses=self.misses, bypasses=self.bypasses, evictions=self.evictions, used=self.used
+        )
+
+
+_DEFAULT_CACHE = DramCache(256 * 2**20)
+
+
+class CachedArray(TierArray):
+    """A mapped file used through a :class:`DramCache` (the process's default, 256 MiB, unless given)."""
+
+    tier = "cached"
+
+    def __init__(self, name: str, directory: Path, cache: DramCache | None = None):
+        super().__init__(name, directory)
+        self.cache = cache or _DEFAULT_CACHE
+        self.mapped = MappedArray(name, directory, writable=True)
+
+    @property
+    def file_nbytes(self) -> int:
+        """Bytes of the file's array (from its header; nothing read)."""
+        return int(self.mapped.array.nbytes)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The cached DRAM copy (a hit or a miss), or the mapping for an array over the budget."""
+        return self.cache.get(self)
+
+    def sync(self) -> None:
+        """Write a changed cached copy back now (or ``msync`` the mapping an array over the budget is
+        used through)."""
+        with self.cache.lock:
+            if str(self.path) in self.cache.entries:
+                self.cache.mark_dirty(self)
+                self.cache.drop(self)
+            else:
+                self.mapped.sync()
+
+    def evict(self) -> Eviction:
+        """Out of the cache and out of the page cache: the next use is cold."""
+        self.cache.drop(self)
+        return self.mapped.evict()
+
+
+# -- operations by name ------------------------------------------------------------------------
+def _directory(tier: str, directory: str | Path | None) -> Path:
+    path = default_directory(tier) if directory is None else Path(directory)
+    if not path.is_dir():
+        raise TierError(f"tier directory {path} does not exist: create it, or leave directory= out for the default")
+    return path
+
+
+def place(
+    name: str,
+    array: np.ndarray,
+    tier: str,
+    *,
+    directory: str | Path | None = None,
+    cache: DramCache | None = None,
+    replace: bool = False,
+) -> TierArray:
+    """Put a copy of ``array`` on ``tier`` under ``name`` and return its handle.
+
+    File tiers write an ``.npy`` segment (atomically; the space reserved first, so a full file
+    system is a ``TierError`` and nothing is left behind). ``replace=True`` writes a new version
+    over an existing one (a killed writer leaves the previous one readable); otherwise an existing
+    name is an error.
+    """
+    _check_tier(tier)
+    shm._check_name(name, "tier array name")
+    array = np.asarray(array)
+    if tier == "dram":
+        with _DRAM_LOCK:
+            if name in _DRAM and not replace:
+                raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
+            _DRAM[name] = np.array(array, copy=True)
+            return DramArray(name, _DRAM[name])
+    where = _directory(tier, directory)
+    try:
+        if replace:
+            shm.replace(name, array, directory=where)
+        elif shm.exists(name, where):
+            raise TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
+        else:
+            shm.copy_in(name, array, directory=where)
+    except shm.SharedMemoryError as error:
+        raise TierError(f"cannot place {name!r} on {tier}: {error}") from None
+    return _handle(name, tier, where, cache)
+
+
+def _handle(name: str, tier: str, where: Path, cache: DramCache | None, writable: bool = True) -> TierArray:
+    if tier == "mapped":
+        return MappedArray(name, where, writable=writable)
+    if tier == "disk":
+        return DiskArray(name, where)
+    return CachedArray(name, where, cache)
+
+
+def open_array(
+    name: str, tier: str, *, directory: str | Path | None = None, cache: DramCache | None = None, writable: bool = False
+) -> TierArray:
+    """Reopen an array placed earlier (after a restart too: the file is the data and its header).
+    ``dram`` is volatile: only this process's own placements reopen."""
+    _check_tier(tier)
+    if tier == "dram":
+        with _DRAM_LOCK:
+            if name not in _DRAM:
+                raise TierError(f"no dram array {name!r} in this process: dram does not survive a restart")
+            return DramArray(name, _DRAM[name])
+    where = _directory(tier, directory)
+    if not shm.exists(name, where):
+        raise FileNotFoundError(f"no {tier} array {name!r} in {where}; list them with tiers.names({tier!r})")
+    handle = _handle(name, tier, where, cache, writable)
+    handle.array  # noqa: B018 - check the file now (header, owner), not at first use
+    return handle
+
+
+def move(handle: TierArray, tier: str, *, directory: str | Path | None = None) -> TierArray:
+    """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle."""
+    _check_tier(tier)
+    if tier == handle.tier and (directory is None or handle.directory == Path(directory)):
+        return handle
+    if handle.directory is not None and tier != "dram":
+        where = _directory(tier, directory)
+        if where.resolve() == handle.directory.resolve():  # the same file serves both tiers: no copy
+            handle.sync()
+            return _handle(handle.name, tier, where, None)
+    data = handle.array
+    new = place(handle.name, data, tier, directory=directory, replace=True)
+    free(handle.name, handle.tier, directory=handle.directory)
+    return new
+
+
+def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
+    """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped)."""
+    _check_tier(tier)
+    if tier == "dram":
+        with _DRAM_LOCK:
+            return _DRAM.pop(name, None) is not None
+    return shm.delete(name, _directory(tier, directory))
+
+
+def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
+    """The arrays on ``tier`` (complete files of this user only)."""
+    _check_tier(tier)
+    if tier == "dram":
+        with _DRAM_LOCK:
+            return sorted(_DRAM)
+    return sorted(s.name for s in shm.list_segments(_directory(tier, directory)) if s.state == "complete")

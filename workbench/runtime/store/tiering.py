@@ -1,0 +1,147 @@
+"""Object state on memory tiers: where a stored object's numpy attributes live.
+
+An object in a backend's table is on one tier (thesis ch. 6):
+
+* ``dram``: its arrays are in the worker's memory (the default, what ``memory_limit`` counts);
+* ``mapped``: each numpy attribute is a file of the tier directory mapped into the worker, and
+  active methods run on the mapping in place (read-only at rest, writeable during a writing
+  method, ``msync``-ed after it);
+* ``cached``: the same files, used through the backend's DRAM cache (a byte budget; Memory Mode
+  in software): a call swaps in the cached DRAM copies, and a writing call writes through;
+* ``disk``: the object is evicted to the store's disk tier (issue 6's pickle per version) and
+  staged back into DRAM when used: one tier among these, through the same ``place`` call;
+* ``dynamic``: not a place but a manager: the backend's
+  :class:`~workbench.memory.placement.DynamicPolicy` moves the object between ``mapped`` and
+  ``dram`` by its measured use, under a DRAM budget per backend, each move explained in the trace.
+
+Files are named ``<oid>-v<version>-<attribute>`` in ``<store>/tiers/mapped`` (or
+``$WORKBENCH_PMEM_DIR``), made and checked by :mod:`workbench.memory.tiers` (and so by
+``workbench.memory.shm``'s file code): no second copy of that code here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.memory import tiers
+
+STORE_TIERS = ("dram", "mapped", "cached", "disk", "dynamic")
+
+
+@dataclass
+class Placement:
+    """The tier of one object version here, and the tier files of its numpy attributes."""
+
+    tier: str = "dram"
+    arrays: dict[str, tiers.TierArray] = field(default_factory=dict)
+
+    @property
+    def tier_bytes(self) -> int:
+        """Bytes of the object's arrays held in tier files (not counted against DRAM)."""
+        return sum(
+            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes)
+            for h in self.arrays.values()
+        )
+
+
+def check_tier(tier: object) -> str:
+    """``tier`` if the store can place objects there; a clear error otherwise."""
+    if tier not in STORE_TIERS:
+        raise ValueError(f"no store tier {tier!r}: an object can be placed on {', '.join(STORE_TIERS)}")
+    return str(tier)
+
+
+def tier_directory(store_directory: str) -> Path:
+    """Where this store's mapped (and cached) files live: ``$WORKBENCH_PMEM_DIR/<store name>`` when set,
+    else ``<store>/tiers/mapped`` (0700)."""
+    pmem = os.environ.get(tiers.PMEM_ENV)
+    base = Path(pmem) / f"store-{Path(store_directory).name}" if pmem else Path(store_directory) / "tiers" / "mapped"
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return base
+
+
+def _arrays(obj: Any) -> dict[str, np.ndarray]:
+    state = getattr(obj, "__dict__", None) or {}
+    return {k: v for k, v in state.items() if isinstance(v, np.ndarray) and v.size and not v.dtype.hasobject}
+
+
+def place_state(
+    obj: Any, placement: Placement, tier: str, directory: Path, stem: str, cache: tiers.DramCache
+) -> Placement:
+    """Move ``obj``'s numpy attributes to ``tier`` (``dram``, ``mapped`` or ``cached``); the caller holds
+    the object's exclusive lock. Returns the new placement; files the object no longer uses are freed."""
+    state = obj.__dict__
+    new = Placement(tier)
+    for attr, value in _arrays(obj).items():
+        if tier == "dram":
+            state[attr] = np.array(value, copy=True)  # promoted: a DRAM copy of the mapping
+            continue
+        name = f"{stem}-{attr}"
+        old = placement.arrays.get(attr)
+        if old is None:  # not in a file yet: write one (a new version over any stale one)
+            tiers.place(name, value, "mapped", directory=directory, replace=True)
+        handle: tiers.TierArray = (
+            tiers.MappedArray(name, directory, writable=True)
+            if tier == "mapped"
+            else tiers.CachedArray(name, directory, cache)
+        )
+        new.arrays[attr] = handle
+        mapping = handle.array if tier == "mapped" else handle.mapped.array  # type: ignore[attr-defined]
+        mapping.flags.writeable = False
+        state[attr] = mapping
+    if tier == "dram":
+        release(placement)
+    return new
+
+
+def release(placement: Placement) -> None:
+    """Free the tier files of ``placement`` (views still held stay valid until dropped)."""
+    for handle in placement.arrays.values():
+        if isinstance(handle, tiers.CachedArray):
+            handle.cache.drop(handle)
+        tiers.free(handle.name, "mapped", directory=handle.directory)
+    placement.arrays.clear()
+
+
+@contextmanager
+def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
+    """For one call: a ``cached`` object's attributes are its DRAM cache copies (hits or misses),
+    then its mappings again; a ``mapped`` object's mappings are used as they are. After a writing
+    call the changes are made durable (``msync``, or written through from the cache)."""
+    if placement.tier == "cached":
+        state = obj.__dict__
+        for attr, handle in placement.arrays.items():
+            copy = handle.array
+            copy.flags.writeable = writes
+            state[attr] = copy
+    try:
+        yield
+    finally:
+        if placement.tier == "cached":
+            for attr, handle in placement.arrays.items():
+                if writes:
+                    handle.sync()  # write-through, then out of the cache until the next read
+                obj.__dict__[attr] = handle.mapped.array  # type: ignore[attr-defined]
+        elif placement.tier == "mapped" and writes:
+            for handle in placement.arrays.values():
+                handle.sync()
+
+
+def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
+    """Make the object's files cold: out of the DRAM cache and the page cache (the attributes are
+    remapped lazily, so nothing is read back until a call touches it)."""
+    evictions = []
+    for attr, handle in placement.arrays.items():
+        obj.__dict__[attr] = None  # drop the mapping this object holds, so its pages can go
+        evictions.append(handle.evict())  # type: ignore[attr-defined]
+        mapping = handle.array if isinstance(handle, tiers.MappedArray) else handle.mapped.array  # type: ignore[attr-defined]
+        mapping.flags.writeable = False
+        obj.__dict__[attr] = mapping
+    return evictions
