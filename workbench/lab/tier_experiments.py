@@ -24,21 +24,27 @@ from workbench.runtime.strategies import tiers as tier_strategies
 MiB = 2**20
 APPS = ("histogram1d", "kmeans", "matadd", "matmul")
 FITS, OVER = 0.5, 2.5  # dataset bytes per worker, as multiples of the DRAM budget
-# per size: the DRAM budget per worker and the small object's bytes (None: the last-level cache)
+# per size: the least DRAM budget per worker, and the most bytes of a small object (the last-level
+# cache up to that; None: the cache whatever its size). "lab" caps it so that the big dataset of
+# 2.5x a budget of 20 small objects per worker stays in a classroom machine's memory.
 BUDGET = {"ci": 4 * MiB, "lab": 64 * MiB, "full": 512 * MiB}
-SMALL = {"ci": 512 * 1024, "lab": None, "full": None}
+SMALL_CAP = {"ci": 512 * 1024, "lab": 8 * MiB, "full": None}
 TIER_EVENTS = ("place", "promote", "demote", "evict", "tier-read", "tier-write")
 
 
 def small_object_bytes(size: str) -> int:
-    """Bytes of a "small" object at ``size``: the last-level cache, except at ``ci`` (kept small)."""
-    return SMALL[size] or machine.last_level_cache_bytes() or 32 * MiB
+    """Bytes of a "small" object at ``size``: about the last-level cache (capped at ``ci`` and ``lab``)."""
+    llc = machine.last_level_cache_bytes() or 32 * MiB
+    cap = SMALL_CAP[size]
+    return int(min(llc, cap) if cap and size != "ci" else cap or llc)
 
 
 def budget_for(size: str) -> int:
-    """The DRAM budget per worker at ``size``: at least twice a big object's bytes at ``lab``/``full``."""
-    small = small_object_bytes(size)
-    return BUDGET[size] if SMALL[size] else max(BUDGET[size], 5 * small)
+    """The DRAM budget per worker at ``size``: two big objects (20 small ones) at least, so a dataset
+    that fits the budget still holds a big object; ``ci`` keeps its few MiB."""
+    if size == "ci":
+        return BUDGET["ci"]
+    return max(BUDGET[size], 20 * small_object_bytes(size))
 
 
 def app_grid(app: str, data_bytes: int, object_bytes: int, iterations: int) -> dict[str, list[Any]]:
