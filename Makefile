@@ -41,7 +41,7 @@ bench: $(STAMP)
 
 # The peers the benchmarks measure against (optional; each benchmark skips a missing one, saying so).
 peers: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test,peers,dataclay]"
+	$(BIN)/python -m pip install --quiet -e ".[test,peers,dataclay,mpi]"
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq redis-server; } \
 	  || echo "redis-server is missing (apt-get install redis-server as root): the dataClay peer will be skipped"
 

@@ -173,6 +173,11 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
         "lab": dict(rows=8_192, cols=2_048, block=512),
         "full": dict(rows=16_384, cols=8_192, block=1_024),
     },
+    "prk": {  # the PRK make their data in place by formula: the catalogue holds their sizes
+        "ci": dict(length=65_536, order=256, n=256, iterations=3),
+        "lab": dict(length=4_194_304, order=2_048, n=2_048, iterations=10),
+        "full": dict(length=16_777_216, order=8_192, n=8_192, iterations=10),
+    },
     "csvm": {
         "ci": dict(points=4_000, dims=8, block=500),
         "lab": dict(points=40_000, dims=16, block=5_000),
@@ -188,6 +193,7 @@ DESCRIPTIONS = {
     "csvm": "two overlapping classes of points with labels 0/1 (thesis Cascade SVM)",
     "histogram1d": "uniform random values in [0, 1), binned 64 ways (thesis ch. 6 histogram)",
     "matadd": "two matrices A and B of uniform values in row blocks (thesis ch. 6 matrix addition)",
+    "prk": "Parallel Research Kernels sizes (vector length, transpose order, stencil grid): data made by formula",
 }
 
 
@@ -219,6 +225,9 @@ def _build(name: str, size: str, seed: int, overrides: dict[str, int]) -> Datase
         shape, block = (s["rows"], s["cols"]), (s["block"], s["cols"])
         arrays = {"A": _uniform_spec(seed, 0, shape, block), "B": _uniform_spec(seed, 1, shape, block)}
         params = {}
+    elif name == "prk":
+        arrays = {}
+        params = dict(s)
     elif name == "csvm":
         n, d = s["points"], s["dims"]
         arrays = {

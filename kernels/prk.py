@@ -134,9 +134,9 @@ def stencil_weights(radius: int) -> np.ndarray:
 
 @njit(nogil=True, cache=True, parallel=True)
 def _stencil_star(a, b, weights, radius):
-    n = a.shape[0]
-    for i in prange(radius, n - radius):
-        for j in range(radius, n - radius):
+    rows, cols = a.shape
+    for i in prange(radius, rows - radius):
+        for j in range(radius, cols - radius):
             acc = 0.0
             for k in range(1, radius + 1):
                 acc += weights[radius, radius + k] * a[i, j + k]
@@ -155,6 +155,25 @@ def stencil_star(a: np.ndarray, b: np.ndarray, radius: int = 2) -> None:
     radius = positive_int("radius", radius)
     if a.shape[0] <= 2 * radius:
         raise ValueError(f"a must be larger than 2 * radius = {2 * radius} per side, got {a.shape[0]}")
+    _stencil_star(a, b, stencil_weights(radius), radius)
+
+
+def stencil_star_rows(a: np.ndarray, b: np.ndarray, radius: int = 2) -> None:
+    """The star stencil on a block of rows (with ``radius`` halo rows above and below): adds into the
+    interior of ``b``, of ``a``'s shape (a rank's part of a row-decomposed grid)."""
+    a, b = as_array("a", a), as_array("b", b)
+    for name, array in (("a", a), ("b", b)):
+        require_ndim(name, array, 2)
+        require_float(name, array)
+    require_shape("b", b, a.shape)
+    a = native(a)
+    require_native("b", b)
+    require_same_dtype(("a", "b"), (a, b))
+    require_writeable("b", b)
+    require_apart(("a", "b"), (a, b))
+    radius = positive_int("radius", radius)
+    if min(a.shape) <= 2 * radius:
+        raise ValueError(f"a must be larger than 2 * radius = {2 * radius} in both dimensions, got {a.shape}")
     _stencil_star(a, b, stencil_weights(radius), radius)
 
 

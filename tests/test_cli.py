@@ -135,6 +135,7 @@ def _bad_inputs(tmp_path):
         (["run", "histogrm"], ["no application 'histogrm'", "did you mean 'histogram'"]),
         (["bench", "tiers", "--apps", "histogram,kmeans"], ["no tier application 'histogram'", "histogram1d"]),
         (["bench", "tiers", "--variants", "dram,nvm"], ["no tier configuration 'nvm'", "mapped"]),
+        (["bench", "channels", "--workers", "1"], ["--workers must be at least 2"]),
         (["report", str(tmp_path)], ["holds no results.json"]),
         (["report", str(not_an_experiment)], ["is not a workbench experiment", "metadata"]),
         (["shm", "list", "--dir", str(a_file)], ["is not a directory"]),

@@ -33,6 +33,10 @@ RUNS = {
     "knn": ["--param", "blocks_per_worker=2"],
     "histogram1d": ["--param", "points=262144", "--param", "block=32768"],
     "matadd": ["--param", "rows=256", "--param", "block=64"],
+    # ranks on the two nodes talk over sockets; two ranks on one node through shared memory
+    "prk-reduce": ["--param", "ranks=2,3", "--param", "length=4096"],
+    "prk-transpose": ["--param", "ranks=2", "--param", "order=64"],
+    "prk-stencil": ["--param", "ranks=3", "--param", "n=64"],
 }
 
 

@@ -9,7 +9,7 @@ import datasets
 def test_every_dataset_has_every_size_and_reports_bytes(name, size):
     ds = datasets.get(name, size)
     assert ds.nbytes == sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in ds.arrays.values())
-    assert ds.nbytes > 0
+    assert ds.nbytes > 0 or (name == "prk" and not ds.arrays)  # the PRK make their data on each rank, by formula
     if size == "full":  # the largest dataset must leave room to compute on a 24 GB machine
         assert ds.nbytes < 8e9
 

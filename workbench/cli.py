@@ -197,6 +197,16 @@ def _bench_tiers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_channels(args: argparse.Namespace) -> int:
+    from workbench.bench import channels
+
+    if args.workers is not None and args.workers < 2:
+        raise ValueError(f"--workers must be at least 2 (one per ping-pong rank), got {args.workers}")
+    report = channels.run(size=args.size, workers=args.workers, two_nodes=not args.no_two_nodes, mpi=not args.no_mpi)
+    print(json.dumps(report, indent=2, default=str) if args.json else channels.format_report(report))
+    return 0
+
+
 def _store(args: argparse.Namespace) -> int:
     from workbench.runtime.store import catalogue_file
 
@@ -292,6 +302,16 @@ def _parser() -> argparse.ArgumentParser:
     bti.add_argument("--variants", help="comma-separated tier configurations (default: all)")
     bti.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     bti.set_defaults(func=_bench_tiers)
+
+    bch = benches.add_parser(
+        "channels", help="array channels: ping-pong vs eager vs mpi4py, steady-state allocation, PRK kernels"
+    )
+    bch.add_argument("--json", action="store_true")
+    bch.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bch.add_argument("--workers", type=int, help="worker processes (default 2)")
+    bch.add_argument("--no-mpi", action="store_true", help="leave out the mpi4py peer")
+    bch.add_argument("--no-two-nodes", action="store_true", help="leave out the two-simulated-nodes (socket) run")
+    bch.set_defaults(func=_bench_channels)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

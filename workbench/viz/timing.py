@@ -250,3 +250,34 @@ def tier_ratio_figure(ratios: pd.DataFrame, title: str = "time relative to dram 
     )
     fig.x_range.start = 0
     return fig
+
+
+def pingpong_figure(curves: Mapping[str, list], title: str = "ping-pong throughput"):
+    """Log-log throughput (MB/s) against payload bytes, one line per variant (``bench channels`` rows)."""
+    fig = figure(
+        x_axis_type="log",
+        y_axis_type="log",
+        height=340,
+        width=620,
+        title=title,
+        x_axis_label="payload (bytes)",
+        y_axis_label="MB/s (round trips x payload / s)",
+    )
+    for i, (name, rows) in enumerate(curves.items()):
+        if not rows:
+            continue
+        source = ColumnDataSource(
+            dict(
+                nbytes=[r["nbytes"] for r in rows],
+                MBps=[max(r["MBps"], 1e-6) for r in rows],
+                rtt_us=[r["round_trip_s"] * 1e6 for r in rows],
+            )
+        )
+        color = PALETTE[i % len(PALETTE)]
+        fig.line("nbytes", "MBps", source=source, line_width=2, color=color, legend_label=name)
+        fig.scatter("nbytes", "MBps", source=source, size=6, color=color, legend_label=name)
+    fig.add_tools(
+        HoverTool(tooltips=[("payload", "@nbytes B"), ("MB/s", "@MBps{0.0}"), ("round trip", "@rtt_us{0.0} us")])
+    )
+    fig.legend.location = "top_left"
+    return fig

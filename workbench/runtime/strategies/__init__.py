@@ -4,13 +4,14 @@ Built in: ``blocks``, ``fetch``, ``rechunk``, ``split``, ``split-materialized`` 
 ``active``, ``non-active``, ``active-split`` (the active store), ``files``, ``dask``, ``rro``
 (PyCOMPSs-style tasks, the RRO argument modes), and the memory-tier configurations ``dram``,
 ``mapped[-cold]``, ``cached[-cold]``, ``disk``, ``dynamic`` with the peers ``dask-spill[-lz4]`` and
-``memmap`` (:mod:`.tiers`). Each lives in one module of this package and
+``memmap`` (:mod:`.tiers`), and ``channels`` / ``eager`` (SPMD ranks over array channels:
+:mod:`.channels`). Each lives in one module of this package and
 registers itself; ``docs/architecture.md`` has the one-file recipe for adding one.
 """
 
-from workbench.runtime.strategies import blocks, fetch, modes, rechunk, split, store, tiers
+from workbench.runtime.strategies import blocks, channels, fetch, modes, rechunk, split, store, tiers
 from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, get, names, register, unregister
 
-BUILTIN = (blocks, fetch, rechunk, split, store, modes, tiers)
+BUILTIN = (blocks, fetch, rechunk, split, store, modes, tiers, channels)
 
 __all__ = ["BUILTIN", "BlockWork", "Broadcast", "Plan", "Strategy", "get", "names", "register", "unregister"]

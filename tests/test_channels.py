@@ -1,0 +1,182 @@
+"""Array channels: every pattern against numpy on 1, 2 and 3 ranks (odd sizes and dtypes), the eager
+baseline with the same answers, the socket path between two simulated nodes, clear errors before
+any byte moves, and a rank that dies mid-take failing the group with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import workbench
+from workbench.lab.runner import run_experiment
+from workbench.memory import shm
+from workbench.runtime.channels import ChannelError, run_group
+
+DTYPES = ["float64", "float32", "int16", ">f8", "complex128"]
+
+
+def _value(rank: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return (np.arange(int(np.prod(shape))).reshape(shape) % 7 + rank + 1).astype(dtype)
+
+
+def patterns(rank, shape, dtype):
+    """Every pattern once; returns what each rank saw."""
+    channel = rank.channel("patterns", shape, dtype)
+    mine = _value(rank.rank, shape, dtype)
+    out = {}
+    np.copyto(channel.buffer, mine)
+    total = channel.reduce("sum", root=rank.size - 1)
+    out["reduce"] = None if total is None else total.copy()
+    np.copyto(channel.buffer, mine)
+    out["allreduce_max"] = channel.allreduce("max").copy()
+    np.copyto(channel.buffer, mine)
+    out["broadcast"] = channel.broadcast(root=0).copy()
+    data = np.stack([_value(r + 10, shape, dtype) for r in range(rank.size)]) if rank.rank == 0 else None
+    out["scatter"] = channel.scatter(0, data).copy()
+    np.copyto(channel.buffer, mine)
+    gathered = channel.gather(root=rank.size // 2)
+    out["gather"] = None if gathered is None else gathered.copy()
+    if rank.size > 1:  # a ring shift with put/take, and with exchange
+        np.copyto(channel.buffer, mine)
+        right, left = (rank.rank + 1) % rank.size, (rank.rank - 1) % rank.size
+        if rank.rank % 2 == 0:
+            channel.put(right)
+            channel.take(left)
+        else:
+            saved = channel.buffer.copy()
+            channel.take(left)
+            received = channel.buffer.copy()
+            np.copyto(channel.buffer, saved)
+            channel.put(right)
+            np.copyto(channel.buffer, received)
+        out["ring"] = channel.buffer.copy()
+        np.copyto(channel.buffer, mine)
+        out["exchange"] = channel.exchange(right, left).copy()
+    return out
+
+
+def _check(results, size, shape, dtype):
+    values = [_value(r, shape, dtype) for r in range(size)]
+    total = sum(values[1:], values[0].copy())
+    for r, seen in enumerate(results):
+        if r == size - 1:
+            np.testing.assert_array_equal(seen["reduce"], total)
+        else:
+            assert seen["reduce"] is None
+        np.testing.assert_array_equal(seen["allreduce_max"], np.maximum.reduce(values) if size > 1 else values[0])
+        np.testing.assert_array_equal(seen["broadcast"], values[0])
+        np.testing.assert_array_equal(seen["scatter"], _value(r + 10, shape, dtype))
+        if r == size // 2:
+            np.testing.assert_array_equal(seen["gather"], np.stack(values))
+        if size > 1:
+            np.testing.assert_array_equal(seen["ring"], values[(r - 1) % size])
+            np.testing.assert_array_equal(seen["exchange"], values[(r - 1) % size])
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("eager", [False, True], ids=["channels", "eager"])
+def test_every_pattern_matches_numpy(session, size, eager):
+    for shape, dtype in [
+        ((7,), DTYPES[size % len(DTYPES)]),
+        ((3, 5), DTYPES[(size + 2) % len(DTYPES)]),
+        ((0,), "float64"),
+    ]:
+        results = run_group(session, patterns, [(shape, dtype)] * size, ranks=size, eager=eager).results
+        _check(results, size, shape, dtype)
+    assert not [s for s in shm.list_segments() if s.name.startswith("ch-")]
+
+
+def mismatched(rank):
+    rank.channel("data", 10 + rank.rank, np.float64)  # rank 1 asks for 11 elements
+
+
+def test_mismatched_channels_fail_before_any_byte_moves(session):
+    with pytest.raises(ChannelError, match=r"rank \d.*channel 0.*every rank must make the same channels"):
+        run_group(session, mismatched, ranks=2)
+    assert not [s for s in shm.list_segments() if s.name.startswith("ch-")]
+
+
+def misuse(rank, what):
+    channel = rank.channel("c", 4, np.float64)
+    if what == "self":
+        channel.put(rank.rank)
+    elif what == "range":
+        channel.take(rank.size + 3)
+    elif what == "op":
+        channel.reduce("median")
+    elif what == "scatter":
+        channel.scatter(0, np.zeros((rank.size, 5)))
+
+
+@pytest.mark.parametrize(
+    "what, message",
+    [
+        ("self", "a rank does not send to itself"),
+        ("range", "src must be a rank from 0 to 0"),
+        ("op", "no reduction 'median'"),
+        ("scatter", r"scatter's root needs data of shape \(1, 4\)"),
+    ],
+)
+def test_misuse_is_a_clear_error(session, what, message):
+    with pytest.raises(ChannelError, match=message):
+        run_group(session, misuse, [(what,)], ranks=1)
+
+
+def test_group_arguments_are_checked(session):
+    with pytest.raises(ValueError, match="ranks must be a positive number"):
+        run_group(session, patterns, ranks=0)
+    with pytest.raises(ValueError, match="args has 1 entries for 2 ranks"):
+        run_group(session, patterns, [((3,), "float64")], ranks=2)
+    with pytest.raises(ValueError, match="no workers"):
+        run_group(session, patterns, workers=["tcp://nowhere:1"])
+
+
+def die_in_take(rank):
+    channel = rank.channel("c", 1000, np.float64)
+    if rank.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies with this rank
+    channel.take(1)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    with workbench.start(nodes=["nodeA", "nodeB"], timeout=60) as session:
+        yield session
+
+
+def test_the_socket_path_between_two_nodes(two_nodes):
+    for size in (2, 3):
+        results = run_group(two_nodes, patterns, [((6, 2), "float32")] * size, ranks=size).results
+        _check(results, size, (6, 2), "float32")
+
+
+@pytest.fixture(scope="module")
+def one_node():
+    with workbench.start(n_workers=2, timeout=60) as session:  # its own: a test kills one of its workers
+        yield session
+
+
+@pytest.mark.parametrize("path", ["shared memory", "socket"])
+def test_a_rank_that_dies_mid_take_fails_the_group_and_leaves_nothing(one_node, two_nodes, path):
+    session = one_node if path == "shared memory" else two_nodes
+    session.client.wait_for_workers(2, timeout=60)
+    with pytest.raises(
+        ChannelError, match=r"rank [01].*(died|closed its connection|left the cluster|it died or failed)"
+    ):
+        run_group(session, die_in_take, ranks=2, timeout=20)
+    assert not [s for s in shm.list_segments() if s.name.startswith("ch-")]
+    session.client.wait_for_workers(2, timeout=60)  # the nanny restarted the dead worker
+    results = run_group(session, patterns, [((4,), "float64")] * 2, ranks=2).results  # the cluster still works
+    _check(results, 2, (4,), "float64")
+
+
+@pytest.mark.parametrize("app", ["prk-reduce", "prk-transpose", "prk-stencil"])
+def test_prk_through_channels_and_eager_verify(session, app):
+    # The runner checks each answer with the PRK's own check and channels against eager.
+    experiment = run_experiment(session, app, ["channels", "eager"], size="ci", repeats=1, progress=False)
+    assert set(experiment.results["variant"]) == {"channels", "eager"}
+    frame = experiment.median_trace("channels")
+    assert {"put", "take"} <= set(frame["action"])  # the message events are in the trace

@@ -1,0 +1,306 @@
+"""``workbench bench channels``: in-place array channels against eager messages and MPI.
+
+1. **Ping-pong** between two ranks, payloads from 8 B up (256 MiB at ``lab``), throughput
+   MB/s = iterations x payload x 1e-6 / s (an iteration is a round trip), for ``channels`` (one
+   node: shared memory), ``eager`` (every message pickled through Dask) and ``mpi`` (mpi4py under
+   ``mpiexec``, when installed: ``pip install -e ".[mpi]"``), and ``channels`` between two
+   simulated nodes (the socket path).
+2. **Steady state**: 10,000 messages through a channel after a warm-up, with ``tracemalloc`` and
+   the RSS measured around them: a persistent buffer allocates nothing per message.
+3. **The kernels** (PRK reduce, transpose, stencil) through ``channels`` and ``eager``: time per
+   iteration inside the ranks (group start-up apart).
+
+Goals (issue 14) are printed beside the figures, never asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import psutil
+
+from workbench import machine
+from workbench.apps import prk
+from workbench.bench.goals import goal, goal_lines
+from workbench.runtime.channels import Rank, run_group
+from workbench.runtime.session import Session, start
+
+KiB, MiB = 2**10, 2**20
+PAYLOADS = {
+    "ci": [8, 4 * KiB, 256 * KiB, MiB, 16 * MiB],
+    "lab": [8, 64, KiB, 16 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
+    "full": [8, 64, KiB, 16 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
+}
+KERNEL_SIZES = {"ci": dict(length=MiB // 8, order=512, n=512), "lab": dict(length=4 * MiB, order=2048, n=2048)}
+KERNEL_SIZES["full"] = KERNEL_SIZES["lab"]
+STEADY_MESSAGES = 10_000
+
+
+def iterations_for(nbytes: int) -> int:
+    """Round trips for a payload: many for small ones, enough bytes (about 1 GiB) for large ones."""
+    return int(min(5_000, max(5, (1 << 30) // max(1, nbytes))))
+
+
+def pingpong_rank(rank: Rank, nbytes: int, iterations: int) -> float:
+    """Ranks 0 and 1 bounce a buffer ``iterations`` times (after a tenth as warm-up); seconds per round trip."""
+    channel = rank.channel("pingpong", nbytes, np.uint8)
+    channel.buffer[:] = rank.rank
+    other = 1 - rank.rank
+    for warm in (True, False):
+        count = max(1, iterations // 10) if warm else iterations
+        rank.barrier()
+        begin = time.perf_counter()
+        for _ in range(count):
+            if rank.rank == 0:
+                channel.put(other)
+                channel.take(other)
+            else:
+                channel.take(other)
+                channel.put(other)
+        seconds = time.perf_counter() - begin
+    return seconds / iterations
+
+
+def pingpong(session: Session, nbytes: int, eager: bool, workers: Sequence[str] | None = None) -> dict[str, float]:
+    """One payload's round trip and throughput between two ranks."""
+    iterations = iterations_for(nbytes) if not eager else max(3, iterations_for(nbytes) // 20)
+    placed = list(workers or session.workers()[:2])
+    if len(placed) == 1:
+        placed = placed * 2
+    result = run_group(session, pingpong_rank, [(nbytes, iterations)] * 2, workers=placed, eager=eager)
+    round_trip = max(result.results)
+    return {"nbytes": nbytes, "round_trip_s": round_trip, "MBps": nbytes * 1e-6 / round_trip}
+
+
+def mpi_pingpong(payloads: Sequence[int], timeout: float = 600) -> dict[str, Any]:
+    """mpi4py's ping-pong under ``mpiexec`` (round trips per payload), or why it was skipped."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return {"skipped": 'mpi4py is not installed: pip install -e ".[mpi]" (mpi4py and the mpich wheel)'}
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        return {"skipped": 'no mpiexec found: pip install -e ".[mpi]" brings MPICH\'s'}
+    command = [
+        mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "workbench.bench.mpi_pingpong",
+        "--payloads",
+        *map(str, payloads),
+        "--iterations",
+        *(str(iterations_for(n)) for n in payloads),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        return {"skipped": f"mpiexec failed ({done.returncode}): {done.stderr.strip()[-400:]}"}
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = [
+        {"nbytes": n, "round_trip_s": report["round_trip_s"][str(n)], "MBps": n * 1e-6 / report["round_trip_s"][str(n)]}
+        for n in payloads
+    ]
+    return {"library": report["library"], "rows": rows}
+
+
+def steady_rank(rank: Rank, nbytes: int, messages: int) -> dict[str, int]:
+    """Ping-pong ``messages`` round trips after a warm-up, measuring what was allocated meanwhile."""
+    channel = rank.channel("steady", nbytes, np.uint8)
+    other = 1 - rank.rank
+
+    def bounce(count: int) -> None:
+        for _ in range(count):
+            if rank.rank == 0:
+                channel.put(other)
+                channel.take(other)
+            else:
+                channel.take(other)
+                channel.put(other)
+
+    bounce(200)
+    process = psutil.Process()
+    rss = process.memory_info().rss
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        bounce(messages)
+        after = tracemalloc.take_snapshot()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # what the message path allocated and kept (the worker's own threads allocate meanwhile too)
+    ours = [tracemalloc.Filter(True, f"*{os.sep}runtime{os.sep}channels{os.sep}*"), tracemalloc.Filter(True, __file__)]
+    grown = sum(
+        s.size_diff
+        for s in after.filter_traces(ours).compare_to(before.filter_traces(ours), "filename")
+        if s.size_diff > 0
+    )
+    return {
+        "tracemalloc_growth": int(grown),
+        "tracemalloc_peak": int(peak),
+        "rss_growth": process.memory_info().rss - rss,
+    }
+
+
+def steady_state(session: Session, nbytes: int = 64 * KiB, messages: int = STEADY_MESSAGES) -> dict[str, Any]:
+    """Allocation over ``messages`` round trips on each rank (channels)."""
+    workers = session.workers()[:2] if len(session.workers()) > 1 else session.workers() * 2
+    result = run_group(session, steady_rank, [(nbytes, messages)] * 2, workers=workers)
+    return {"nbytes": nbytes, "messages": messages, "ranks": result.results}
+
+
+def timed_rank(rank: Rank, function: Callable[..., Any], args: tuple[Any, ...]) -> float:
+    """Seconds of ``function(None, *args, rank=rank)``'s timed iterations on this rank (its
+    ``rank.timed("iterations")``), after one warm-up call with no timed iterations (kernels compiled
+    or loaded, pages touched)."""
+    function(None, *args[:-1], 0, rank=rank)
+    rank.timings.clear()
+    rank.barrier()
+    function(None, *args, rank=rank)
+    return rank.timings["iterations"]
+
+
+def kernels_rates(session: Session, size: str, ranks: int, iterations: int = 10) -> list[dict[str, Any]]:
+    """PRK reduce, transpose and stencil through channels and eager: seconds per iteration."""
+    sizes = KERNEL_SIZES[size]
+    kernels = {
+        "reduce": (prk.reduce_rank, (sizes["length"], iterations), 8 * sizes["length"]),
+        "transpose": (prk.transpose_rank, (sizes["order"], iterations), 8 * sizes["order"] ** 2),
+        "stencil": (prk.stencil_rank, (sizes["n"], iterations), 8 * sizes["n"] ** 2),
+    }
+    rows = []
+    for name, (function, args, nbytes) in kernels.items():
+        row: dict[str, Any] = {"kernel": name, "ranks": ranks, "bytes": nbytes}
+        for variant in ("channels", "eager"):
+            result = run_group(session, timed_rank, [(function, args)] * ranks, ranks=ranks, eager=variant == "eager")
+            row[f"{variant}_s_per_iteration"] = max(result.results) / (iterations + 1)
+        row["channels_vs_eager"] = row["eager_s_per_iteration"] / row["channels_s_per_iteration"]
+        rows.append(row)
+    return rows
+
+
+def run(
+    size: str = "lab",
+    session: Session | None = None,
+    workers: int | None = None,
+    two_nodes: bool = True,
+    mpi: bool = True,
+) -> dict[str, Any]:
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
+    if size not in PAYLOADS:
+        raise ValueError(f"size must be one of {', '.join(PAYLOADS)}, got {size!r}")
+    payloads = PAYLOADS[size]
+    with (
+        contextlib.nullcontext(session)
+        if session is not None
+        else start(n_workers=workers or 2, timeout=600) as session
+    ):
+        if len(session.workers()) < 2:
+            raise ValueError("bench channels needs at least 2 workers (one per ping-pong rank)")
+        channel_rows = [pingpong(session, n, eager=False) for n in payloads]
+        eager_rows = [pingpong(session, n, eager=True) for n in payloads if n <= 64 * MiB]
+        steady = steady_state(session, messages=STEADY_MESSAGES)
+        kernel_rows = kernels_rates(session, size, ranks=len(session.workers()))
+    socket_rows: list[dict[str, Any]] = []
+    if two_nodes:
+        with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:
+            socket_rows = [pingpong(nodes, n, eager=False) for n in payloads]
+    peer = mpi_pingpong(payloads) if mpi else {"skipped": "not asked for (--no-mpi)"}
+    report = {
+        "benchmark": "channels",
+        "size": size,
+        "channels": channel_rows,
+        "eager": eager_rows,
+        "channels_two_nodes": socket_rows,
+        "mpi": peer,
+        "steady_state": steady,
+        "kernels": kernel_rows,
+        "machine": machine.describe(),
+    }
+    report["goals"] = goals(report)
+    return report
+
+
+def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 14's goals against this run's figures."""
+    out = []
+    channels = {r["nbytes"]: r for r in report["channels"]}
+    eager = {r["nbytes"]: r for r in report["eager"]}
+    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
+    large = [n for n in channels if n >= MiB and n in mpi_rows]
+    if large:
+        worst = min(channels[n]["MBps"] / mpi_rows[n]["MBps"] for n in large)
+        out.append(
+            goal("channels >= mpi4py bandwidth for payloads of 1 MiB and more (worst ratio)", worst, worst >= 1.0)
+        )
+    smallest = min(channels)
+    rtt_us = channels[smallest]["round_trip_s"] * 1e6
+    out.append(goal(f"small-message ({smallest} B) round trip < 20 us", rtt_us, rtt_us < 20.0))
+    if 16 * MiB in channels and 16 * MiB in eager:
+        ratio = channels[16 * MiB]["MBps"] / eager[16 * MiB]["MBps"]
+        out.append(goal("channels >= 2x the eager baseline at 16 MiB", ratio, ratio >= 2.0))
+    ranks = report["steady_state"]["ranks"]
+    grown = max(r["tracemalloc_growth"] for r in ranks)
+    out.append(
+        goal(
+            f"no allocation per message: tracemalloc growth over {report['steady_state']['messages']} messages "
+            "< 64 KiB (bytes)",
+            grown,
+            grown < 64 * KiB,
+        )
+    )
+    rss = max(r["rss_growth"] for r in ranks)
+    out.append(goal("RSS flat over the steady-state messages: growth < 1 MiB (bytes)", rss, rss < MiB))
+    return out
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as the text tables the command prints, goals last."""
+    eager = {r["nbytes"]: r for r in report["eager"]}
+    sockets = {r["nbytes"]: r for r in report["channels_two_nodes"]}
+    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
+    lines = ["ping-pong, MB/s (round trip in us)"]
+    lines.append(f"{'payload':>10} {'channels':>20} {'eager':>20} {'mpi4py':>20} {'channels, 2 nodes':>20}")
+
+    def cell(row: dict[str, Any] | None) -> str:
+        return f"{row['MBps']:>9.1f} ({row['round_trip_s'] * 1e6:>8.1f})" if row else f"{'-':>20}"
+
+    for r in report["channels"]:
+        n = r["nbytes"]
+        lines.append(
+            f"{n:>10} {cell(r):>20} {cell(eager.get(n)):>20} {cell(mpi_rows.get(n)):>20} {cell(sockets.get(n)):>20}"
+        )
+    if "skipped" in report["mpi"]:
+        lines.append(f"mpi4py: skipped ({report['mpi']['skipped']})")
+    else:
+        lines.append(f"mpi4py: {report['mpi']['library']}")
+    steady = report["steady_state"]
+    lines += [
+        "",
+        f"steady state, {steady['messages']} round trips of {steady['nbytes']} B: "
+        + "; ".join(
+            f"rank {i}: tracemalloc +{r['tracemalloc_growth']} B, RSS +{r['rss_growth']} B"
+            for i, r in enumerate(steady["ranks"])
+        ),
+        "",
+        f"{'kernel':<10} {'ranks':>5} {'channels s/it':>14} {'eager s/it':>11} {'eager/channels':>15}",
+    ]
+    for r in report["kernels"]:
+        lines.append(
+            f"{r['kernel']:<10} {r['ranks']:>5} {r['channels_s_per_iteration']:>14.5f} "
+            f"{r['eager_s_per_iteration']:>11.5f} {r['channels_vs_eager']:>15.2f}"
+        )
+    lines.append("")
+    lines += goal_lines(report["goals"])
+    return "\n".join(lines)

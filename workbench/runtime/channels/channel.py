@@ -1,0 +1,265 @@
+"""Array channels: a persistent buffer per rank, rendezvous put/take, and the collectives on them.
+
+``ArrayChannel`` (ArrayChannels.jl's design, in Python): ``channel.buffer`` is this rank's
+persistent array; ``put(dest)`` copies it into ``dest``'s buffer once ``dest`` is ready to take;
+``take(src)`` waits until ``src`` has. Collectives are built on the same two steps, into the
+receiver's scratch slots: ``reduce`` (a binomial tree, in place, two scratch buffers),
+``allreduce``, ``broadcast``, ``scatter`` and ``gather`` (the two the paper described but never
+shipped). ``EagerChannel`` has the same API and sends every message through Dask (a new array,
+pickled, per message): the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from workbench.runtime.channels.transport import ChannelError, Mailbox, pid_alive, wait_for
+
+OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _op(op: Any) -> Any:
+    if isinstance(op, str):
+        if op not in OPS:
+            raise ValueError(f"no reduction {op!r}: use one of {sorted(OPS)} or a numpy ufunc of two arguments")
+        return OPS[op]
+    if not isinstance(op, np.ufunc) or op.nin != 2:
+        raise ValueError(f"a reduction is one of {sorted(OPS)} or a numpy ufunc of two arguments, got {op!r}")
+    return op
+
+
+class Collectives:
+    """The patterns, on three primitives of a subclass: ``_send(dest, array, slot)`` (rendezvous into
+    ``dest``'s slot), ``_post(src, slot)`` (this rank is ready to take from ``src``: does not wait)
+    and ``_wait(src, slot)`` (until ``src`` has filled the slot)."""
+
+    rank: Any  # the rank's context (group.Rank): its number, the group's size, its links and deadlines
+    index: int
+    slots: list[np.ndarray]
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """This rank's persistent buffer (slot 0)."""
+        return self.slots[0]
+
+    def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
+        raise NotImplementedError
+
+    def _post(self, src: int, slot: int) -> None:
+        raise NotImplementedError
+
+    def _wait(self, src: int, slot: int) -> None:
+        raise NotImplementedError
+
+    def _recv(self, src: int, slot: int) -> None:
+        self._post(src, slot)
+        self._wait(src, slot)
+
+    def exchange(self, dest: int | None, src: int | None) -> np.ndarray:
+        """Send this rank's buffer to ``dest`` while taking ``src``'s into scratch slot 1 (either may be
+        None): the shift of a halo exchange or an all-to-all, with no deadlock however the ranks are
+        ordered (the take is posted first). Returns slot 1."""
+        if src is not None:
+            self._post(self._peer(src, "src"), 1)
+        if dest is not None:
+            self._send(self._peer(dest, "dest"), self.buffer, 1)
+        if src is not None:
+            self._wait(src, 1)
+        return self.slots[1]
+
+    def _peer(self, other: int, what: str) -> int:
+        if isinstance(other, bool) or not isinstance(other, (int, np.integer)) or not 0 <= other < self.rank.size:
+            raise ValueError(f"{what} must be a rank from 0 to {self.rank.size - 1}, got {other!r}")
+        if other == self.rank.rank:
+            raise ValueError(f"{what} is this rank ({other}): a rank does not send to itself")
+        return int(other)
+
+    def put(self, dest: int) -> None:
+        """Copy this rank's buffer into ``dest``'s buffer, as soon as ``dest`` is ready to take."""
+        self._send(self._peer(dest, "dest"), self.buffer, 0)
+
+    def take(self, src: int) -> np.ndarray:
+        """Wait until ``src`` has put its buffer into this rank's buffer; returns the buffer."""
+        self._recv(self._peer(src, "src"), 0)
+        return self.buffer
+
+    def reduce(self, op: Any = "sum", root: int = 0) -> np.ndarray | None:
+        """Combine every rank's buffer with ``op`` into ``root``'s buffer (binomial tree, in place: a
+        child's buffer lands in its parent's scratch slot, then ``op(buffer, scratch, out=buffer)``).
+        Returns the result on ``root``, None elsewhere (other buffers hold partial results)."""
+        ufunc = _op(op)
+        n, me = self.rank.size, self.rank.rank
+        root = self._root(root)
+        relative = (me - root) % n
+        mask, level = 1, 0
+        while mask < n:
+            scratch = 1 + level % 2
+            if relative & mask:
+                self._send((relative - mask + root) % n, self.buffer, scratch)
+                return None
+            child = relative + mask
+            if child < n:
+                self._recv((child + root) % n, scratch)
+                ufunc(self.buffer, self.slots[scratch], out=self.buffer)
+            mask <<= 1
+            level += 1
+        return self.buffer
+
+    def broadcast(self, root: int = 0) -> np.ndarray:
+        """``root``'s buffer into every rank's buffer (binomial tree); returns the buffer."""
+        n, me = self.rank.size, self.rank.rank
+        root = self._root(root)
+        relative = (me - root) % n
+        mask = 1
+        while mask < n:  # receive from the parent first
+            if relative & mask:
+                self._recv((relative - mask + root) % n, 0)
+                break
+            mask <<= 1
+        mask >>= 1
+        while mask > 0:
+            if relative + mask < n:
+                self._send((relative + mask + root) % n, self.buffer, 0)
+            mask >>= 1
+        return self.buffer
+
+    def allreduce(self, op: Any = "sum") -> np.ndarray:
+        """Every rank's buffer combined with ``op``, in every rank's buffer (reduce, then broadcast)."""
+        self.reduce(op, 0)
+        return self.broadcast(0)
+
+    def scatter(self, root: int = 0, data: np.ndarray | None = None) -> np.ndarray:
+        """``data[i]`` (given on ``root``: shape ``(ranks, *buffer.shape)``) into rank ``i``'s buffer."""
+        root = self._root(root)
+        if self.rank.rank == root:
+            expected = (self.rank.size, *self.buffer.shape)
+            if data is None or data.shape != expected or not np.can_cast(data.dtype, self.buffer.dtype, "equiv"):
+                got = "nothing" if data is None else f"{data.shape} {data.dtype}"
+                raise ValueError(
+                    f"scatter's root needs data of shape {expected} and dtype {self.buffer.dtype}, got {got}"
+                )
+            data = np.asarray(data, dtype=self.buffer.dtype)  # the channel's byte order: bytes travel as they are
+            for dest in range(self.rank.size):
+                if dest == root:
+                    np.copyto(self.buffer, data[dest])
+                else:
+                    self._send(dest, data[dest], 0)
+        else:
+            self._recv(root, 0)
+        return self.buffer
+
+    def gather(self, root: int = 0) -> np.ndarray | None:
+        """Every rank's buffer, stacked on ``root`` (shape ``(ranks, *buffer.shape)``); None elsewhere."""
+        root = self._root(root)
+        if self.rank.rank != root:
+            self._send(root, self.buffer, 1)
+            return None
+        out = np.empty((self.rank.size, *self.buffer.shape), dtype=self.buffer.dtype)
+        for src in range(self.rank.size):
+            if src == root:
+                out[src] = self.buffer
+            else:
+                self._recv(src, 1)
+                out[src] = self.slots[1]
+        return out
+
+    def _root(self, root: int) -> int:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.rank.size:
+            raise ValueError(f"root must be a rank from 0 to {self.rank.size - 1}, got {root!r}")
+        return int(root)
+
+
+class ArrayChannel(Collectives):
+    """A channel whose buffers persist on every rank; same node: shared memory, else a socket."""
+
+    def __init__(self, rank: Any, index: int, name: str, mailbox: Mailbox):
+        self.rank, self.index, self.name = rank, index, name
+        self.mailbox = mailbox
+        self.slots = mailbox.slots
+        self._peers: dict[int, Mailbox] = {}
+
+    def _peer_mailbox(self, dest: int) -> Mailbox:
+        if dest not in self._peers:
+            self._peers[dest] = self.rank.attach_mailbox(self.index, dest, self.mailbox.shape, self.mailbox.dtype)
+        return self._peers[dest]
+
+    def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
+        rank = self.rank
+        start = time.time()
+        what = f"rank {rank.rank} put to rank {dest} on channel {self.name!r}"
+        link = rank.links.get(dest)
+        if link is not None:
+            waited = link.wait_ready(self.index, slot, rank.deadline(), what)
+            link.send(self.index, slot, array)
+        else:
+            box = self._peer_mailbox(dest)
+            control, ready = box.control, box.word(rank.rank, slot)
+            waited = wait_for(
+                lambda: control[ready] == control[ready + 1] + 1, rank.deadline(), rank.liveness(dest), what
+            )
+            np.copyto(box.slots[slot], array)
+            control[ready + 1] += 1  # done: the copy above is in place (x86 keeps stores in order)
+        rank.event("put", start, array.nbytes, dest, waited, self.name)
+
+    def _post(self, src: int, slot: int) -> None:
+        link = self.rank.links.get(src)
+        if link is not None:
+            link.send_ready(self.index, slot)
+        else:
+            self.mailbox.control[self.mailbox.word(src, slot)] += 1  # ready
+
+    def _wait(self, src: int, slot: int) -> None:
+        rank = self.rank
+        start = time.time()
+        what = f"rank {rank.rank} took from rank {src} on channel {self.name!r}"
+        link = rank.links.get(src)
+        if link is not None:
+            link.receive(self.index, slot, self.slots[slot], rank.deadline(), what)
+            waited = time.time() - start
+        else:
+            control, ready = self.mailbox.control, self.mailbox.word(src, slot)
+            waited = wait_for(lambda: control[ready + 1] == control[ready], rank.deadline(), rank.liveness(src), what)
+        rank.event("take", start, self.slots[slot].nbytes, src, waited, self.name)
+
+
+class EagerChannel(Collectives):
+    """The same API, every message a new array pickled through Dask (a ``distributed.Queue`` per pair
+    and slot): the eager baseline (what sending arrays between Dask tasks costs)."""
+
+    def __init__(self, rank: Any, index: int, name: str, shape: tuple[int, ...], dtype: np.dtype):
+        self.rank, self.index, self.name = rank, index, name
+        self.slots = [np.zeros(shape, dtype) for _ in range(3)]
+        self._queues: dict[tuple[int, int, int], Any] = {}
+
+    def _queue(self, src: int, dest: int, slot: int) -> Any:
+        from distributed import Queue
+
+        key = (src, dest, slot)
+        if key not in self._queues:
+            self._queues[key] = Queue(f"{self.rank.group}-{self.index}-{src}-{dest}-{slot}")
+        return self._queues[key]
+
+    def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
+        start = time.time()
+        self._queue(self.rank.rank, dest, slot).put(np.array(array, copy=True), timeout=self.rank.timeout)
+        self.rank.event("put", start, array.nbytes, dest, 0.0, self.name)
+
+    def _post(self, src: int, slot: int) -> None:
+        """Nothing to do: an eager message is sent whenever the sender likes."""
+
+    def _wait(self, src: int, slot: int) -> None:
+        start = time.time()
+        try:
+            value = self._queue(src, self.rank.rank, slot).get(timeout=self.rank.timeout)
+        except TimeoutError:
+            raise ChannelError(
+                f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}: nothing within the timeout"
+            ) from None
+        np.copyto(self.slots[slot], value)
+        self.rank.event("take", start, value.nbytes, src, time.time() - start, self.name)
+
+
+__all__ = ["ArrayChannel", "ChannelError", "EagerChannel", "pid_alive"]

@@ -1,0 +1,359 @@
+"""An SPMD group on a Dask cluster: one long-running rank per worker (or several), started by one call.
+
+``run_group(session, fn, ...)`` submits one Dask task per rank, pinned to its worker; each task
+leaves the worker's thread pool (``secede``) so that several ranks can share a worker, builds its
+endpoints (a listening socket; shared-memory mailboxes as channels are made), publishes its
+address with a Dask ``Variable`` and reads everyone else's (Dask starts the ranks and exchanges
+their addresses; the messages themselves never go through Dask), connects to the ranks on other
+nodes, then runs ``fn(rank, *args)``. Every wait is bounded; the first rank that fails fails the
+group with its rank number and error, the others are cancelled, and every segment and socket of
+the group is removed on every worker, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from distributed import Variable, get_worker, secede
+
+from workbench.memory import shm
+from workbench.runtime.channels.channel import ArrayChannel, EagerChannel
+from workbench.runtime.channels.transport import ChannelError, Link, Mailbox, pid_alive, segment_name
+from workbench.runtime.session import Session, node_id
+from workbench.runtime.trace import record
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class Rank:
+    """What a rank function gets: its number, the group's size, and collective channel creation."""
+
+    def __init__(self, group: str, rank: int, size: int, timeout: float, eager: bool, trace: bool):
+        self.group, self.rank, self.size = group, rank, size
+        self.timeout, self.eager, self.trace = timeout, eager, trace
+        self.node = node_id()
+        self.pid = os.getpid()
+        self.links: dict[int, Link] = {}
+        self.peers: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.channels: list[Any] = []
+        self.timings: dict[str, float] = {}  # seconds of the sections a rank function timed (``timed``)
+        self._mailboxes: list[Mailbox] = []
+        self._attached: list[Mailbox] = []
+        self._listener: socket.socket | None = None
+        try:
+            self.worker = get_worker().address
+        except ValueError:
+            self.worker = "client"
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _variable(self, key: str, rank: int) -> Variable:
+        return Variable(f"{self.group}-{key}-r{rank}")
+
+    def _exchange(self, key: str, value: dict[str, Any]) -> list[dict[str, Any]]:
+        """Publish ``value`` and read every rank's (bounded)."""
+        self._variable(key, self.rank).set(value)
+        out = []
+        for r in range(self.size):
+            try:
+                out.append(self._variable(key, r).get(timeout=self.timeout))
+            except TimeoutError:
+                raise ChannelError(
+                    f"rank {self.rank}: rank {r} did not publish its {key} within {self.timeout} s (did it start?)"
+                ) from None
+        return out
+
+    def connect(self) -> None:
+        """Publish this rank's address, read the others', connect to the ranks on other nodes."""
+        host = _host_of(self.worker)
+        if not self.eager:
+            self._listener = socket.create_server((host, 0), backlog=max(8, self.size))
+        port = self._listener.getsockname()[1] if self._listener else 0
+        self.peers = self._exchange("address", {"node": self.node, "pid": self.pid, "host": host, "port": port})
+        if self.eager:
+            return
+        remote = [r for r in range(self.size) if r != self.rank and self.peers[r]["node"] != self.node]
+        deadline = self.deadline()
+        for r in (r for r in remote if r > self.rank):  # connect up, accept from below
+            sock = socket.create_connection((self.peers[r]["host"], self.peers[r]["port"]), timeout=self.timeout)
+            sock.sendall(self.rank.to_bytes(4, "little"))
+            self.links[r] = Link(sock, r)
+        for _ in (r for r in remote if r < self.rank):
+            self._listener.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                raise ChannelError(f"rank {self.rank}: a rank on another node did not connect in time") from None
+            sock.settimeout(self.timeout)
+            peer = int.from_bytes(_recv_exactly(sock, 4), "little")
+            self.links[peer] = Link(sock, peer)
+
+    def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
+        """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
+        rank makes the same channels in the same order; ranks that disagree on the shape or dtype get
+        a ``ChannelError`` before any byte moves."""
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            raise TypeError(
+                f"a channel carries fixed-size values, not {dtype} (object pointers mean nothing elsewhere)"
+            )
+        index = len(self.channels)
+        described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": dtype.str})
+        for r, other in enumerate(described):
+            if (other["name"], tuple(other["shape"]), other["dtype"]) != (name, shape, dtype.str):
+                raise ChannelError(
+                    f"channel {index}: rank {self.rank} made {name!r} {shape} {dtype.str}, rank {r} made "
+                    f"{other['name']!r} {tuple(other['shape'])} {other['dtype']}: every rank must make the same "
+                    "channels in the same order"
+                )
+        if self.eager:
+            made: ArrayChannel | EagerChannel = EagerChannel(self, index, name, shape, dtype)
+        else:
+            box = Mailbox(segment_name(self.group, index, self.rank), self.size, shape, dtype, create=True)
+            self._mailboxes.append(box)
+            self._exchange(f"mailbox{index}", {"ready": True})  # every mailbox exists before anyone attaches
+            made = ArrayChannel(self, index, name, box)
+        self.channels.append(made)
+        return made
+
+    def attach_mailbox(self, index: int, dest: int, shape: tuple[int, ...], dtype: np.dtype) -> Mailbox:
+        """Rank ``dest``'s mailbox of channel ``index`` (same node), mapped here."""
+        box = Mailbox(segment_name(self.group, index, dest), self.size, shape, dtype, create=False)
+        self._attached.append(box)
+        return box
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """``with rank.timed("iterations"):`` adds the block's seconds to ``rank.timings[name]`` (a kernel's
+        loop apart from its set-up: making channels is a collective exchange through Dask)."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - begin
+
+    def barrier(self) -> None:
+        """Wait until every rank got here (an allreduce of one number on an internal channel)."""
+        if not hasattr(self, "_barrier"):
+            self._barrier = self.channel("barrier", 1, np.int64)
+        self._barrier.buffer[0] = 1
+        self._barrier.allreduce()
+
+    # -- during the run --------------------------------------------------------------------------------
+    def deadline(self) -> float:
+        """When the current wait gives up."""
+        return time.monotonic() + self.timeout
+
+    def liveness(self, peer: int) -> Callable[[], str | None]:
+        """A check of ``peer`` for waits: why it is gone (its process died), or None."""
+        info = self.peers[peer]
+
+        def check() -> str | None:
+            if info["node"] == self.node and not pid_alive(info["pid"]):
+                return f"rank {peer} (pid {info['pid']}) died"
+            return None
+
+        return check
+
+    def event(self, action: str, start: float, nbytes: int, peer: int, waited: float, channel: str) -> None:
+        """A message event for the trace (when the group traces): put or take, with the time waited."""
+        if self.trace:
+            self.events.append(
+                record(
+                    action,
+                    start,
+                    time.time(),
+                    worker=self.worker,
+                    task=f"{action} {channel}",
+                    nbytes=nbytes,
+                    source=str(peer),
+                    key=f"rank{self.rank}",
+                    thread=self.rank,
+                )
+            )
+            if waited > 1e-4:
+                self.events.append(
+                    record(
+                        "wait",
+                        start,
+                        start + waited,
+                        worker=self.worker,
+                        task=f"wait {channel}",
+                        nbytes=0,
+                        source=str(peer),
+                        key=f"rank{self.rank}",
+                        thread=self.rank,
+                    )
+                )
+
+    def close(self) -> None:
+        """Close sockets, unmap peers' mailboxes, remove this rank's own segments."""
+        for link in self.links.values():
+            link.close()
+        if self._listener is not None:
+            self._listener.close()
+        self._attached.clear()
+        for box in self._mailboxes:
+            shm.delete(box.name)
+        self._mailboxes.clear()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ChannelError("a peer closed its connection while the group was starting")
+        data += chunk
+    return data
+
+
+def _host_of(address: str) -> str:
+    """The host part of a worker address (``tcp://10.0.0.5:4321`` -> ``10.0.0.5``), else localhost."""
+    if "://" in address:
+        return address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+    return "127.0.0.1"
+
+
+def rank_main(
+    group: str, rank: int, size: int, fn: Callable[..., Any], args: tuple[Any, ...], options: dict[str, Any]
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Task body of one rank: leave the thread pool, connect, run ``fn(rank, *args)``, clean up."""
+    secede()  # a long-running rank must not hold a worker thread that another rank needs to start
+    context = Rank(group, rank, size, options["timeout"], options["eager"], options["trace"])
+    try:
+        context.connect()
+        result = fn(context, *args)
+        return result, context.events
+    finally:
+        context.close()
+
+
+def remove_group_segments(group: str) -> list[str]:
+    """On a worker: remove every mailbox segment of ``group`` (a killed rank leaves its own)."""
+    return shm.delete_prefix(f"ch-{group}-")
+
+
+@dataclass
+class GroupResult:
+    """What a group run returned: each rank's result, the message events, the seconds it took."""
+
+    results: list[Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def run_group(
+    session: Session,
+    fn: Callable[..., Any],
+    args: Sequence[tuple[Any, ...]] | None = None,
+    ranks: int | None = None,
+    workers: Sequence[str] | None = None,
+    eager: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    trace: bool = False,
+) -> GroupResult:
+    """Run ``fn(rank, *args[r])`` as an SPMD group: rank ``r`` on ``workers[r]`` (default: round-robin
+    over the cluster's workers, one rank each, or ``ranks`` of them). ``eager=True`` gives every rank
+    :class:`EagerChannel` channels (the baseline). Raises ``ChannelError`` naming the first rank that
+    failed; nothing of the group is left on any worker."""
+    all_workers = session.workers()
+    if workers is None:
+        count = ranks if ranks is not None else len(all_workers)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"ranks must be a positive number, got {ranks!r}")
+        workers = [all_workers[r % len(all_workers)] for r in range(count)]
+    workers = list(workers)
+    unknown = sorted(set(workers) - set(all_workers))
+    if unknown:
+        raise ValueError(f"no workers {unknown} in this cluster; it has {all_workers}")
+    size = len(workers)
+    args = [tuple(a) for a in args] if args is not None else [()] * size
+    if len(args) != size:
+        raise ValueError(f"args has {len(args)} entries for {size} ranks: give one tuple per rank")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    group = f"g{uuid.uuid4().hex[:10]}"
+    options = {"timeout": float(timeout), "eager": bool(eager), "trace": bool(trace)}
+    client = session.client
+    start = time.perf_counter()
+    futures = [
+        client.submit(
+            rank_main, group, r, size, fn, args[r], options, workers=[workers[r]], pure=False, key=f"rank{r}-{group}"
+        )
+        for r in range(size)
+    ]
+    try:
+        results = _gather_ranks(session, futures, workers, timeout * 3 + 30)
+    finally:
+        client.cancel(futures, force=True)
+        session.run(remove_group_segments, group)
+        _forget_variables(session, group, size)
+    seconds = time.perf_counter() - start
+    return GroupResult([r for r, _ in results], [e for _, events in results for e in events], seconds)
+
+
+def _gather_ranks(session: Session, futures: list[Any], workers: list[str], timeout: float) -> list[Any]:
+    """Every rank's result. The first rank that fails (in time) fails the group with its rank and error;
+    so does a rank whose worker left the cluster (its process died: Dask would wait for the worker
+    forever, since a rank is pinned to it); so does ``timeout``."""
+    deadline = time.monotonic() + timeout
+    results: dict[int, Any] = {}
+    pending = dict(enumerate(futures))
+    delay, next_check = 0.001, time.monotonic() + 0.5
+    while pending:
+        finished = [r for r, f in pending.items() if f.status in ("finished", "error", "cancelled")]
+        for r in sorted(finished, key=lambda r: pending[r].status == "finished"):  # errors first
+            future = pending.pop(r)
+            if future.status != "finished":
+                try:
+                    future.result(timeout=5)
+                except Exception as error:  # the rank's own exception
+                    raise ChannelError(f"rank {r} (on {workers[r]}) failed: {type(error).__name__}: {error}") from error
+            results[r] = future.result()
+        if finished:
+            delay = 0.001
+            continue
+        now = time.monotonic()
+        if now > deadline:
+            raise ChannelError(f"ranks {sorted(pending)} did not finish within {timeout:.0f} s")
+        if now > next_check:
+            alive = set(session.workers())
+            lost = [r for r in pending if workers[r] not in alive]
+            if lost:
+                raise ChannelError(
+                    f"rank {lost[0]}'s worker {workers[lost[0]]} left the cluster while the group ran (its process "
+                    "died): the group failed"
+                )
+            next_check = now + 0.5
+        time.sleep(delay)  # a bounded poll of the ranks' states
+        delay = min(delay * 2, 0.05)
+    return [results[r] for r in range(len(futures))]
+
+
+def _forget_variables(session: Session, group: str, size: int) -> None:
+    """Delete the group's address and channel variables on the scheduler."""
+
+    def forget(dask_scheduler: Any = None) -> int:
+        extension = dask_scheduler.extensions.get("variables")
+        if extension is None:
+            return 0
+        names = [n for n in list(extension.variables) if str(n).startswith(f"{group}-")]
+        for name in names:
+            extension.variables.pop(name, None)
+            extension.waiting_conditions.pop(name, None)
+        return len(names)
+
+    try:
+        session.run_on_scheduler(forget)
+    except Exception:  # best effort: a variable left behind holds a few bytes on the scheduler
+        pass
