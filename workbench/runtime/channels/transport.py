@@ -69,6 +69,7 @@ class Mailbox:
             self.segment[control + i * slot : control + i * slot + nbytes].view(dtype).reshape(shape)
             for i in range(SLOTS)
         ]
+        self.raw = [memoryview(self.segment[control + i * slot : control + i * slot + nbytes]) for i in range(SLOTS)]
 
     @staticmethod
     def word(sender: int, slot: int) -> int:
