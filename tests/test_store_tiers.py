@@ -10,7 +10,7 @@ import pytest
 
 from workbench.memory import placement
 from workbench.runtime import trace
-from workbench.runtime.store import ArrayBlock, store_for
+from workbench.runtime.store import ArrayBlock, active, store_for
 
 
 @pytest.fixture
@@ -181,3 +181,67 @@ def test_writes_to_a_tiered_object_are_seen_by_every_later_reader(store, tier):
         assert proxy.apply.value(np.sum) == 2.0 * 50_000
     finally:
         proxy.delete()
+
+
+def _double(data: np.ndarray) -> np.ndarray:
+    return data * 2
+
+
+class Rebinder(ArrayBlock):
+    """A block whose writing method binds a new array (not in place)."""
+
+    @active(writes=True)
+    def doubled(self) -> None:
+        self.data = self.data * 2
+
+    @active(writes=True)
+    def grown(self) -> None:
+        self.data = np.concatenate([self.data, self.data])
+
+
+@pytest.mark.parametrize("tier", ["mapped", "cached"])
+def test_a_writing_method_that_binds_a_new_array_keeps_its_change(store, tier):
+    proxy = store.make_persistent(Rebinder(np.ones(100)))
+    try:
+        proxy.place(tier)
+        proxy.doubled.value()
+        assert proxy.apply.value(np.sum) == 200.0
+        proxy.grown.value()
+        assert proxy.shape.value() == (200,)
+        proxy.cool()  # remapped from the file: the new version, not the old one
+        assert proxy.apply.value(np.sum) == 400.0 and proxy.fetch().data.sum() == 400.0
+    finally:
+        proxy.delete()
+
+
+def test_tiered_objects_survive_replicas_moves_and_a_return_to_the_cache(store):
+    proxy = store.make_persistent(ArrayBlock(np.arange(1000.0)))
+    try:
+        proxy.replicate()
+        proxy.place("mapped")  # each backend its own file: dropping a replica deletes only its own
+        proxy.drop_replicas()
+        proxy.cool()
+        assert proxy.apply.value(np.sum) == 499_500.0
+        other = next(w for w in store.backends() if w not in proxy.locations())
+        proxy.move(other)
+        proxy.place("mapped")
+        assert proxy.apply.value(np.sum) == 499_500.0
+        proxy.place("cached")
+        proxy.apply.value(np.sum)  # a copy in the cache
+        proxy.place("mapped")
+        proxy.apply_in_place.value(_add_one)  # written through the mapping
+        proxy.place("cached")
+        assert proxy.apply.value(np.sum) == 500_500.0  # not the cache's old copy
+    finally:
+        proxy.delete()
+    assert _tier_files(store) == []
+
+
+def test_byte_counts_beyond_what_a_message_carries_are_refused(store):
+    for call in (
+        lambda: store.rebalance(budget=2**70),
+        lambda: store.set_memory_limit(2**70),
+        lambda: store.set_cache(2**70),
+    ):
+        with pytest.raises(ValueError, match="2\\*\\*63 - 1"):
+            call()

@@ -92,7 +92,7 @@ def test_placing_twice_needs_replace(tmp_path):
 def test_a_full_file_system_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(shm, "free_bytes", lambda directory=None: 1024)
     for tier in FILE_TIERS:
-        with pytest.raises(tiers.TierError, match=r"cannot place 'big' on .*does not fit.*MiB free"):
+        with pytest.raises(tiers.TierError, match=r"cannot place .big. on .*does not fit.*free"):
             tiers.place("big", np.ones(1_000_000), tier, directory=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -230,3 +230,38 @@ def test_a_dirty_cache_entry_written_back_is_seen_through_an_existing_mapping(tm
     with pytest.raises(tiers.TierError, match="place\\(\\) a new version"):
         tiers.write_file("shared-view", tmp_path, np.zeros(3))
     tiers.free("shared-view", "cached", directory=tmp_path)
+
+
+def test_cache_copies_never_outlive_a_change_of_their_file(tmp_path):
+    cache = tiers.DramCache(budget=10**6)
+    first = tiers.place("stale", np.zeros(4), "cached", directory=tmp_path, cache=cache)
+    assert first.array.sum() == 0.0  # cached now
+    again = tiers.place("stale", np.ones(4), "cached", directory=tmp_path, cache=cache, replace=True)
+    assert again.array.sum() == 4.0  # a new version: the old copy was dropped
+    writer = tiers.open_array("stale", "mapped", directory=tmp_path, writable=True)
+    writer.array[:] = 5.0
+    writer.sync()  # a write through a mapping, made durable: cached copies are stale
+    assert tiers.open_array("stale", "cached", directory=tmp_path, cache=cache).array.sum() == 20.0
+    tiers.free("stale", "cached", directory=tmp_path)
+    fresh = tiers.place("stale", np.full(4, 7.0), "cached", directory=tmp_path, cache=cache)
+    assert fresh.array.sum() == 28.0  # freed and placed again: not the old copy
+    dirty = tiers.place("dirty", np.zeros(4), "cached", directory=tmp_path, cache=cache)
+    dirty.array[:] = 1.0
+    cache.mark_dirty(dirty)
+    tiers.free("dirty", "cached", directory=tmp_path)  # its dirty copy goes with it, bytes accounted
+    assert cache.used == 32 and list(cache.entries) == [str(fresh.path)]
+    tiers.free("stale", "cached", directory=tmp_path)
+
+
+def test_move_never_overwrites_another_array_and_planted_names_are_refused(tmp_path):
+    (tmp_path / "d").mkdir()
+    tiers.place("taken", np.zeros(3), "disk", directory=tmp_path / "d")
+    source = tiers.place("taken", np.ones(3), "mapped", directory=tmp_path)
+    with pytest.raises(tiers.TierError, match="another array 'taken' is on disk already"):
+        tiers.move(source, "disk", directory=tmp_path / "d")
+    moved = tiers.move(source, "disk", directory=tmp_path / "d", replace=True)
+    assert moved.array.sum() == 3.0
+    tiers.free("taken", "disk", directory=tmp_path / "d")
+    (tmp_path / f"{shm.PREFIX}a-directory").mkdir()
+    with pytest.raises(tiers.TierError, match="exists and is not an array file"):
+        tiers.place("a-directory", np.ones(2), "mapped", directory=tmp_path, replace=True)

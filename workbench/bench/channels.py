@@ -43,6 +43,7 @@ PAYLOADS = {
 }
 KERNEL_SIZES = {"ci": dict(length=MiB // 8, order=512, n=512), "lab": dict(length=4 * MiB, order=2048, n=2048)}
 KERNEL_SIZES["full"] = KERNEL_SIZES["lab"]
+KERNEL_RANKS = {"ci": (2,), "lab": (1, 2, 4), "full": (1, 2, 4)}  # 4 ranks on 2 workers: two per worker
 STEADY_MESSAGES = 10_000
 
 
@@ -211,7 +212,7 @@ def run(
         channel_rows = [pingpong(session, n, eager=False) for n in payloads]
         eager_rows = [pingpong(session, n, eager=True) for n in payloads if n <= 64 * MiB]
         steady = steady_state(session, messages=STEADY_MESSAGES)
-        kernel_rows = kernels_rates(session, size, ranks=len(session.workers()))
+        kernel_rows = [row for ranks in KERNEL_RANKS[size] for row in kernels_rates(session, size, ranks=ranks)]
     socket_rows: list[dict[str, Any]] = []
     if two_nodes:
         with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:

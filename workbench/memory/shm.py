@@ -139,12 +139,20 @@ def free_bytes(directory: str | Path | None = None) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
+def size_text(nbytes: int) -> str:
+    """Bytes for a message: ``512 B``, ``3.0 KiB``, ``1.5 MiB``, ``2.0 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
 def _require_space(nbytes: int, directory: str | Path | None) -> None:
     free = free_bytes(directory)
     if nbytes > free:
         where = _directory(directory)
         raise SharedMemoryError(
-            f"a shared array of {nbytes / 2**20:.1f} MiB does not fit: {where} has {free / 2**20:.1f} MiB free. "
+            f"a shared array of {size_text(nbytes)} does not fit: {where} has {size_text(free)} free. "
             f"Free space ('workbench shm clean' removes leftovers), use a smaller size, back the array with "
             f"files (directory=...), or give the container more shared memory (docker run --shm-size=4g)."
         )
@@ -527,8 +535,8 @@ def _write_new(
                 if error.errno != errno.ENOSPC:
                     raise
                 raise SharedMemoryError(
-                    f"no space for {nbytes / 2**20:.1f} MiB in {partial.parent} ({free_bytes(directory) / 2**20:.1f} "
-                    "MiB free): free space ('workbench shm clean'), use a smaller size or back with files"
+                    f"no space for {size_text(nbytes)} in {partial.parent} ({size_text(free_bytes(directory))} free): "
+                    "free space ('workbench shm clean'), use a smaller size or back with files"
                 ) from None
             if fill is not None:
                 _fill_through_mapping(fd, layout, fill)
@@ -572,8 +580,8 @@ def _pwrite_all(fd: int, array: np.ndarray, offset: int, directory: str | Path |
         if error.errno != errno.ENOSPC:
             raise
         raise SharedMemoryError(
-            f"no space for {len(data) / 2**20:.1f} MiB in {_directory(directory)} ({free_bytes(directory) / 2**20:.1f} "
-            "MiB free): free space ('workbench shm clean'), use a smaller size or back with files"
+            f"no space for {size_text(len(data))} in {_directory(directory)} ({size_text(free_bytes(directory))} "
+            "free): free space ('workbench shm clean'), use a smaller size or back with files"
         ) from None
 
 
@@ -727,6 +735,15 @@ def replace(
         layout, content = _layout(shape, dtype, "C"), fill
     _check_fill(content, layout)
     path = segment_path(name, directory)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise SharedMemoryError(
+            f"{path} exists and is not an array file ({stat.filemode(info.st_mode)}: a directory, link or device): "
+            "the workbench never makes one; remove it yourself, or choose another name"
+        )
     with _writer_lock(path, _check_timeout(timeout)):
         _write_new(path, layout, content, directory)
 

@@ -30,6 +30,7 @@ import mmap
 import os
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,9 @@ TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 
 
-class TierError(RuntimeError):
-    """A tier operation that cannot be done, with what to do instead."""
+class TierError(shm.SharedMemoryError):
+    """A tier operation that cannot be done, with what to do instead (a file-tier problem found by
+    ``workbench.memory.shm`` is one too: catch either)."""
 
 
 # -- where files live --------------------------------------------------------------------------
@@ -274,13 +276,16 @@ class MappedArray(TierArray):
         return self._view
 
     def sync(self) -> None:
-        """``msync`` the mapping (a no-op on a ``MAP_SYNC`` DAX mapping beyond the cache flush)."""
+        """``msync`` the mapping (a no-op on a ``MAP_SYNC`` DAX mapping beyond the cache flush); DRAM
+        cache copies of the file are dropped (they no longer hold its bytes). Writes not synced are
+        not seen by cached readers."""
         if self._view is not None and self.writable:
             base = self._view.base
             while base is not None and not isinstance(base, mmap.mmap):
                 base = getattr(base, "base", None)
             if isinstance(base, mmap.mmap):
                 base.flush()
+            forget_cached(self.path)
 
     def unmap(self) -> None:
         """Drop this handle's mapping (views others hold keep theirs); the next use maps again."""
@@ -317,7 +322,11 @@ class DiskArray(TierArray):
     def sync(self) -> None:
         """Write the DRAM copy back as the file's new version."""
         if self._copy is not None:
-            shm.replace(self.name, self._copy, directory=self.directory)
+            try:
+                shm.replace(self.name, self._copy, directory=self.directory)
+            except shm.SharedMemoryError as error:
+                raise TierError(f"cannot write {self.name!r} back to disk: {error}") from None
+            forget_cached(self.path)
 
     def drop(self) -> None:
         """Forget the DRAM copy (unsynced changes are lost); the next use reads the file again."""
@@ -328,9 +337,17 @@ def read_file(name: str, directory: Path) -> np.ndarray:
     """A DRAM copy of tier file ``name``, read into a new array (one copy, no mapping); the file is
     checked as untrusted input first (owner, header, size), as ``shm.attach`` checks it."""
     path = shm.segment_path(name, directory)
-    fd = shm._open_own(path, os.O_RDONLY)
     try:
-        shape, dtype, fortran, offset = shm._read_header(fd, path)
+        fd = shm._open_own(path, os.O_RDONLY)
+    except TierError:
+        raise
+    except shm.SharedMemoryError as error:
+        raise TierError(str(error)) from None
+    try:
+        try:
+            shape, dtype, fortran, offset = shm._read_header(fd, path)
+        except shm.SharedMemoryError as error:
+            raise TierError(str(error)) from None
         out = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
         target = memoryview(out.ravel(order="F" if fortran else "C").view(np.uint8))  # a view: out is contiguous
         done = 0
@@ -383,6 +400,7 @@ class DramCache:
         self.used = 0
         self.hits = self.misses = self.bypasses = self.evictions = 0
         self.lock = threading.RLock()
+        _CACHES.add(self)
 
     def get(self, placed: CachedArray) -> np.ndarray:
         """The DRAM copy of ``placed`` (a hit, or read in now)."""
@@ -416,11 +434,25 @@ class DramCache:
 
     def _evict_oldest(self) -> None:
         key, (placed, copy) = self.entries.popitem(last=False)
-        if key in self.dirty:  # written back into the same file: every mapping of it sees the change
-            write_file(placed.name, placed.directory, copy)
-            self.dirty.discard(key)
         self.used -= copy.nbytes
         self.evictions += 1
+        if key in self.dirty:  # written back into the same file: every mapping of it sees the change
+            self.dirty.discard(key)
+            try:
+                write_file(placed.name, placed.directory, copy)
+            except FileNotFoundError:
+                pass  # the file was freed meanwhile: there is nothing left to write back to
+
+    def forget(self, path: str | Path) -> bool:
+        """Drop the copy of ``path`` without writing it back (its file was replaced, freed or written
+        through a mapping: the copy is stale). True if there was one."""
+        key = str(path)
+        with self.lock:
+            entry = self.entries.pop(key, None)
+            self.dirty.discard(key)
+            if entry is not None:
+                self.used -= entry[1].nbytes
+            return entry is not None
 
     def drop(self, placed: CachedArray | None = None) -> None:
         """Empty the cache (or drop one array), writing dirty entries back: the next use is a miss."""
@@ -436,6 +468,16 @@ class DramCache:
         return dict(
             hits=self.hits, misses=self.misses, bypasses=self.bypasses, evictions=self.evictions, used=self.used
         )
+
+
+_CACHES: weakref.WeakSet[DramCache] = weakref.WeakSet()
+
+
+def forget_cached(path: str | Path | None) -> None:
+    """Drop every DRAM cache's copy of the file at ``path`` (it changed under them)."""
+    if path is not None:
+        for cache in list(_CACHES):
+            cache.forget(path)
 
 
 _DEFAULT_CACHE = DramCache(256 * 2**20)
@@ -514,6 +556,7 @@ def place(
     try:
         if replace:
             shm.replace(name, array, directory=where)
+            forget_cached(shm.segment_path(name, where))
         elif shm.exists(name, where):
             raise TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
         else:
@@ -546,12 +589,18 @@ def open_array(
     if not shm.exists(name, where):
         raise FileNotFoundError(f"no {tier} array {name!r} in {where}; list them with tiers.names({tier!r})")
     handle = _handle(name, tier, where, cache, writable)
-    handle.array  # noqa: B018 - check the file now (header, owner), not at first use
+    try:
+        handle.array  # noqa: B018 - check the file now (header, owner), not at first use
+    except TierError:
+        raise
+    except shm.SharedMemoryError as error:
+        raise TierError(f"cannot open {name!r} on {tier}: {error}") from None
     return handle
 
 
-def move(handle: TierArray, tier: str, *, directory: str | Path | None = None) -> TierArray:
-    """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle."""
+def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, replace: bool = False) -> TierArray:
+    """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
+    Another array of that name already on ``tier`` is an error unless ``replace=True``."""
     _check_tier(tier)
     if tier == handle.tier and (directory is None or handle.directory == Path(directory)):
         return handle
@@ -559,7 +608,13 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None) -
         where = _directory(tier, directory)
         if where.resolve() == handle.directory.resolve():  # the same file serves both tiers: no copy
             handle.sync()
+            if isinstance(handle, CachedArray):
+                handle.cache.drop(handle)
             return _handle(handle.name, tier, where, None)
+    if not replace and handle.name in names(tier, directory=directory):
+        raise TierError(
+            f"another array {handle.name!r} is on {tier} already: free() it, or move(..., replace=True) to overwrite it"
+        )
     data = handle.array
     new = place(handle.name, data, tier, directory=directory, replace=True)
     free(handle.name, handle.tier, directory=handle.directory)
@@ -572,7 +627,9 @@ def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
     if tier == "dram":
         with _DRAM_LOCK:
             return _DRAM.pop(name, None) is not None
-    return shm.delete(name, _directory(tier, directory))
+    where = _directory(tier, directory)
+    forget_cached(shm.segment_path(name, where))
+    return shm.delete(name, where)
 
 
 def names(tier: str, *, directory: str | Path | None = None) -> list[str]:

@@ -171,6 +171,7 @@ class StoreBackend(WorkerPlugin):
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
         self.cache = tiers.DramCache(int(self.cache_bytes or self.memory_limit or 256 * 2**20))
         self.policy_lock = threading.Lock()  # one dynamic placement pass at a time
+        self.tag = uuid.uuid4().hex[:8]  # in tier file names: backends of one node never share a file
         worker.handlers[HANDLER] = self.handle
 
     def teardown(self, worker: Any) -> None:
@@ -649,8 +650,12 @@ class StoreBackend(WorkerPlugin):
             old = entry.placement.tier
             start = time.time()
             freed = self.op_evict(oid, key[1])
-            if entry.disk_path and Path(entry.disk_path).exists():
-                tiers.evict_pages(entry.disk_path)  # staged back from the device, not the page cache
+            disk_copy = entry.disk_path
+            if disk_copy:
+                try:
+                    tiers.evict_pages(disk_copy)  # staged back from the device, not the page cache
+                except FileNotFoundError:
+                    pass  # a writing call made the copy stale and deleted it meanwhile: nothing to cool
             self.trace("demote", start, freed, f"place {old}->disk: {reason or 'asked'}", source=old)
             return {"tier": "disk", "from": old, "dram_bytes": 0, "seconds": time.time() - start}
         ref, entry = self.locked(ObjectRef(oid, key[1]), "place", True, find=lambda r: (r, self.here(r.oid, r.version)))
@@ -658,7 +663,12 @@ class StoreBackend(WorkerPlugin):
             old = entry.placement.tier
             start = time.time()
             entry.placement = tiering.place_state(
-                entry.obj, entry.placement, tier, tiering.tier_directory(self.directory), f"{oid}-v{key[1]}", self.cache
+                entry.obj,
+                entry.placement,
+                tier,
+                tiering.tier_directory(self.directory),
+                f"{oid}-v{key[1]}-{self.tag}",
+                self.cache,
             )
             before, entry.nbytes = entry.nbytes, dram_bytes(entry)
             with self.table_lock:

@@ -154,6 +154,16 @@ def _refuse_world_writable(directory: Path) -> None:
             )
 
 
+MAX_BYTES = 2**63 - 1  # what a message (and the kernel) can carry as a byte count
+
+
+def _check_bytes(value: object, what: str) -> int:
+    """``value`` if it is a byte count: an int from 0 to 2**63 - 1; a ``ValueError`` saying ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+        raise ValueError(f"{what} (an int from 0 to 2**63 - 1), got {value!r}")
+    return value
+
+
 def store_for(session: Session) -> Store:
     """The current store when it belongs to ``session``, else the store of ``session``'s cluster."""
     if _current is not None and _current.session is session:
@@ -196,10 +206,8 @@ class Store:
         wanted = Path(directory or default_directory()).expanduser().resolve()
         if memory_limit is not None and memory_limit < 0:
             raise ValueError(f"memory_limit is bytes per backend, got {memory_limit}")
-        if cache_bytes is not None and (
-            isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0
-        ):
-            raise ValueError(f"cache_bytes is a number of bytes per backend, got {cache_bytes!r}")
+        if cache_bytes is not None:
+            _check_bytes(cache_bytes, "cache_bytes is a number of bytes per backend")
         self._tier = tiering.check_tier(tier)
         if self._tier == "disk":
             raise ValueError(
@@ -334,10 +342,13 @@ class Store:
     def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
         """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
         disk tier; None: no limit); each backend's old limit, to set back."""
+        if nbytes is not None:
+            _check_bytes(nbytes, "a memory limit is bytes per backend")
         return {w: self.backend(w, "set_memory_limit", nbytes=nbytes) for w in self.backends()}
 
     def set_cache(self, nbytes: int) -> None:
         """Set every backend's DRAM cache budget (for ``cached`` objects) to ``nbytes``."""
+        _check_bytes(nbytes, "a cache budget is bytes per backend")
         for w in self.backends():
             self.backend(w, "set_cache", nbytes=nbytes)
 
@@ -354,8 +365,8 @@ class Store:
         becomes each backend's budget), cold ones in place on ``mapped`` (see
         :mod:`workbench.memory.placement`). Backends also do this by themselves when an object's use
         changes class. Returns the moves made, each with its reason (also in the trace)."""
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise ValueError(f"budget is DRAM bytes per backend, got {budget!r}")
+        if budget is not None:
+            _check_bytes(budget, "budget is DRAM bytes per backend")
         if hot_reads is not None and (isinstance(hot_reads, bool) or not isinstance(hot_reads, int) or hot_reads < 1):
             raise ValueError(f"hot_reads is a count >= 1, got {hot_reads!r}")
         return [

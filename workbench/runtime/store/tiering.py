@@ -72,20 +72,35 @@ def _arrays(obj: Any) -> dict[str, np.ndarray]:
     return {k: v for k, v in state.items() if isinstance(v, np.ndarray) and v.size and not v.dtype.hasobject}
 
 
+def _mapping(handle: tiers.TierArray) -> np.ndarray:
+    """The mapping of a mapped or cached handle's file (what the object's attribute is at rest)."""
+    return handle.mapped.array if isinstance(handle, tiers.CachedArray) else handle.array
+
+
+def _stored(handle: tiers.TierArray, value: np.ndarray) -> bool:
+    """Whether ``value`` is the handle's own mapping (else it is a new array, not yet in the file)."""
+    view = (handle.mapped if isinstance(handle, tiers.CachedArray) else handle)._view  # type: ignore[union-attr]
+    return view is not None and value is view
+
+
 def place_state(
     obj: Any, placement: Placement, tier: str, directory: Path, stem: str, cache: tiers.DramCache
 ) -> Placement:
     """Move ``obj``'s numpy attributes to ``tier`` (``dram``, ``mapped`` or ``cached``); the caller holds
-    the object's exclusive lock. Returns the new placement; files the object no longer uses are freed."""
+    the object's exclusive lock. Returns the new placement; files the object no longer uses are freed.
+    ``stem`` names the files: unique per object version *and* backend (two backends of one node
+    holding replicas must never share a file: dropping one would delete the other's data)."""
     state = obj.__dict__
     new = Placement(tier)
+    for handle in placement.arrays.values():  # cache copies are stale once the object changes tier
+        tiers.forget_cached(handle.path)
     for attr, value in _arrays(obj).items():
         if tier == "dram":
             state[attr] = np.array(value, copy=True)  # promoted: a DRAM copy of the mapping
             continue
         name = f"{stem}-{attr}"
         old = placement.arrays.get(attr)
-        if old is None:  # not in a file yet: write one (a new version over any stale one)
+        if old is None or not _stored(old, value):  # not in a file yet (or rebound): a new version
             tiers.place(name, value, "mapped", directory=directory, replace=True)
         handle: tiers.TierArray = (
             tiers.MappedArray(name, directory, writable=True)
@@ -93,7 +108,7 @@ def place_state(
             else tiers.CachedArray(name, directory, cache)
         )
         new.arrays[attr] = handle
-        mapping = handle.array if tier == "mapped" else handle.mapped.array  # type: ignore[attr-defined]
+        mapping = _mapping(handle)
         mapping.flags.writeable = False
         state[attr] = mapping
     if tier == "dram":
@@ -104,8 +119,7 @@ def place_state(
 def release(placement: Placement) -> None:
     """Free the tier files of ``placement`` (views still held stay valid until dropped)."""
     for handle in placement.arrays.values():
-        if isinstance(handle, tiers.CachedArray):
-            handle.cache.drop(handle)
+        tiers.forget_cached(handle.path)
         tiers.free(handle.name, "mapped", directory=handle.directory)
     placement.arrays.clear()
 
@@ -114,34 +128,54 @@ def release(placement: Placement) -> None:
 def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
     """For one call: a ``cached`` object's attributes are its DRAM cache copies (hits or misses),
     then its mappings again; a ``mapped`` object's mappings are used as they are. After a writing
-    call the changes are made durable (``msync``, or written through from the cache)."""
-    if placement.tier == "cached":
+    call the changes are made durable (``msync``, or written through from the cache); an attribute
+    the method bound to a *new* array (``self.data = self.data * 2``) is written as a new version of
+    its file, so the change is kept whatever the tier."""
+    given: dict[str, np.ndarray] = {}
+    if placement.tier in ("mapped", "cached"):
         state = obj.__dict__
         for attr, handle in placement.arrays.items():
-            copy = handle.array
-            copy.flags.writeable = writes
-            state[attr] = copy
+            array = handle.array if placement.tier == "cached" else state[attr]
+            if placement.tier == "cached":
+                array.flags.writeable = writes
+                state[attr] = array
+            given[attr] = array
     try:
         yield
     finally:
-        if placement.tier == "cached":
-            for attr, handle in placement.arrays.items():
-                if writes:
-                    handle.sync()  # write-through, then out of the cache until the next read
-                obj.__dict__[attr] = handle.mapped.array  # type: ignore[attr-defined]
-        elif placement.tier == "mapped" and writes:
-            for handle in placement.arrays.values():
-                handle.sync()
+        if placement.tier in ("mapped", "cached"):
+            _after_call(obj, placement, writes, given)
+
+
+def _after_call(obj: Any, placement: Placement, writes: bool, given: dict[str, np.ndarray]) -> None:
+    state = obj.__dict__
+    for attr, handle in placement.arrays.items():
+        current = state.get(attr)
+        if writes and isinstance(current, np.ndarray) and current is not given[attr]:
+            # rebound to a new array: its bytes become the file's new version (a new file: remap)
+            tiers.place(handle.name, current, "mapped", directory=handle.directory, replace=True)
+            (handle.mapped if isinstance(handle, tiers.CachedArray) else handle).unmap()  # type: ignore[union-attr]
+        elif writes:
+            handle.sync()  # msync a mapping; write a cached copy through (then out of the cache)
+        mapping = _mapping(handle)
+        mapping.flags.writeable = False
+        state[attr] = mapping
 
 
 def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     """Make the object's files cold: out of the DRAM cache and the page cache (the attributes are
-    remapped lazily, so nothing is read back until a call touches it)."""
+    remapped lazily, so nothing is read back until a call touches it). If evicting fails, the
+    object keeps the mapping it had: never an attribute left unset."""
     evictions = []
     for attr, handle in placement.arrays.items():
+        kept = obj.__dict__[attr]
         obj.__dict__[attr] = None  # drop the mapping this object holds, so its pages can go
-        evictions.append(handle.evict())  # type: ignore[attr-defined]
-        mapping = handle.array if isinstance(handle, tiers.MappedArray) else handle.mapped.array  # type: ignore[attr-defined]
-        mapping.flags.writeable = False
+        try:
+            evictions.append(handle.evict())  # type: ignore[attr-defined]
+            mapping = _mapping(handle)
+            mapping.flags.writeable = False
+        except BaseException:
+            obj.__dict__[attr] = kept
+            raise
         obj.__dict__[attr] = mapping
     return evictions

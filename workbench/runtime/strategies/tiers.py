@@ -62,7 +62,7 @@ def settings() -> TierSettings:
 
 def configure(dram_budget: int) -> TierSettings:
     """Set the DRAM budget per backend for the tier strategies (a benchmark sets it per dataset)."""
-    if isinstance(dram_budget, bool) or not isinstance(dram_budget, int) or dram_budget < 0:
+    if isinstance(dram_budget, bool) or not isinstance(dram_budget, int) or not 0 <= dram_budget < 2**63:
         raise ValueError(f"dram_budget is bytes per backend (an int >= 0), got {dram_budget!r}")
     _SETTINGS.dram_budget = dram_budget
     return _SETTINGS
