@@ -102,3 +102,70 @@ def test_catalogue_and_flushed_objects_survive_a_cluster_restart(tmp_path):
             store.get_by_alias("kep")
         store.clear()
         store.close()
+
+
+def _read_while_the_holder_evicts(ref):
+    """On a backend that does not hold ``ref``: read it, the holder evicting it to disk just after
+    the catalogue named it (the race, made certain), and return the copy's total."""
+    from workbench.runtime.store.backend import local_backend
+
+    backend = local_backend()
+    original = backend.backend
+
+    def evict_first(address, op, **kwargs):
+        if op == "get" and not evicted:
+            evicted.append(original(address, "evict", oid=kwargs["oid"], version=kwargs["version"]))
+        return original(address, op, **kwargs)
+
+    evicted: list[int] = []
+    backend.backend = evict_first
+    try:
+        _, entry = backend.obtain(ref, "race", for_write=False)
+    finally:
+        backend.backend = original
+    assert evicted and evicted[0] > 0, "the holder did not evict the object"
+    return entry.obj.total()
+
+
+def test_a_read_racing_an_eviction_asks_the_catalogue_again(tmp_path):
+    """The holder the catalogue named evicts the object (its memory limit) before the copy is made:
+    the reader asks the catalogue again and reads the disk copy back, never a NotHere."""
+    with workbench.start(n_workers=2, timeout=60) as session:
+        store = Store(session, tmp_path)
+        holder, reader = session.workers()
+        proxy = store.make_persistent(Counter(np.full(1000, 3.0)), backend=holder)
+        future = session.client.submit(_read_while_the_holder_evicts, proxy.ref, workers=[reader], pure=False)
+        assert session.gather(future, timeout=60) == 3000.0
+        store.clear()
+        store.close()
+
+
+def test_retry_while_moving_asks_again_until_its_deadline(monkeypatch):
+    from workbench.runtime.store import backend
+    from workbench.runtime.store.errors import NotHere
+
+    answers = iter([NotHere("evicted"), NotHere("evicted"), "found"])
+
+    def attempt():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert backend.retry_while_moving(attempt) == "found"
+    monkeypatch.setattr(backend, "WAIT_SECONDS", 0.05)
+    tries = []
+
+    def never_here():
+        tries.append(1)
+        raise NotHere("object abc v0 is not on backend tcp://x")
+
+    with pytest.raises(NotHere, match="not on backend"):
+        backend.retry_while_moving(never_here)
+    assert len(tries) >= 2
+
+    def broken():
+        raise ValueError("not a move")
+
+    with pytest.raises(ValueError, match="not a move"):  # only NotHere is retried
+        backend.retry_while_moving(broken)

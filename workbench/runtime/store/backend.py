@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import cloudpickle
 from distributed import get_worker
@@ -54,6 +54,7 @@ from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
 WAIT_SECONDS = 60.0  # longest wait for a lock, the catalogue or another backend
+T = TypeVar("T")
 
 
 @dataclass
@@ -361,7 +362,18 @@ class StoreBackend(WorkerPlugin):
         return entry
 
     def obtain(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
-        """The entry for ``ref`` here: local, reloaded from disk, or (for reads) a copy from its holder."""
+        """The entry for ``ref`` here: local, reloaded from disk, or (for reads) a copy from its holder.
+
+        The holder the catalogue named can evict the object to disk (its memory limit) or drop it
+        between the catalogue's answer and the copy: the catalogue is then asked again, until
+        :data:`WAIT_SECONDS` have passed.
+        """
+        if for_write:  # a writing method runs only on a holder: the proxy asks again, elsewhere
+            return self._obtain_once(ref, task, for_write)
+        return retry_while_moving(lambda: self._obtain_once(ref, task, for_write))
+
+    def _obtain_once(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
+        """One try of :meth:`obtain`."""
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
@@ -408,6 +420,10 @@ class StoreBackend(WorkerPlugin):
 
     def fetch_copy(self, ref: ObjectRef, task: str) -> Any:
         """A copy of the object through the store's API, even from this backend (the non-active way)."""
+        return retry_while_moving(lambda: self._fetch_copy_once(ref, task))
+
+    def _fetch_copy_once(self, ref: ObjectRef, task: str) -> Any:
+        """One try of :meth:`fetch_copy`."""
         (info,) = self.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
         if "missing" in info or not info["workers"]:
             ref, _ = self.obtain(ref, task, for_write=False)  # the same clear errors, or a reload from disk
@@ -817,6 +833,22 @@ def raise_error(reply: Any, where: str) -> Any:
             "Open it again with Store(session, directory)"
         )
     return reply[RESULT_KEY]
+
+
+def retry_while_moving(attempt: Callable[[], T]) -> T:
+    """``attempt()``, tried again while it raises ``NotHere``: the holder the catalogue named evicted
+    the object to disk (its memory limit) or dropped it between the catalogue's answer and the copy.
+    Gives up after :data:`WAIT_SECONDS`."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            return attempt()
+        except NotHere:
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(0.1, pause * 2)
 
 
 def dram_bytes(entry: Entry) -> int:
