@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -117,7 +119,7 @@ def misuse(rank, what):
         ("self", "a rank does not send to itself"),
         ("range", "src must be a rank from 0 to 0"),
         ("op", "no reduction 'median'"),
-        ("scatter", r"scatter's root needs data of shape \(1, 4\)"),
+        ("scatter", r"scatter's root needs a numpy array of shape \(1, 4\)"),
     ],
 )
 def test_misuse_is_a_clear_error(session, what, message):
@@ -126,7 +128,7 @@ def test_misuse_is_a_clear_error(session, what, message):
 
 
 def test_group_arguments_are_checked(session):
-    with pytest.raises(ValueError, match="ranks must be a positive number"):
+    with pytest.raises(ValueError, match="ranks must be a positive whole number"):
         run_group(session, patterns, ranks=0)
     with pytest.raises(ValueError, match="args has 1 entries for 2 ranks"):
         run_group(session, patterns, [((3,), "float64")], ranks=2)
@@ -180,3 +182,170 @@ def test_prk_through_channels_and_eager_verify(session, app):
     assert set(experiment.results["variant"]) == {"channels", "eager"}
     frame = experiment.median_trace("channels")
     assert {"put", "take"} <= set(frame["action"])  # the message events are in the trace
+
+
+# -- after an adversarial review ----------------------------------------------------------------
+def big_exchange(rank, n):
+    channel = rank.channel("halo", n, np.float64)
+    channel.buffer[:] = rank.rank + 1
+    got = channel.exchange((rank.rank + 1) % rank.size, (rank.rank - 1) % rank.size)
+    return float(got[0]), float(got[-1])
+
+
+def test_an_exchange_bigger_than_the_socket_buffers_does_not_deadlock(two_nodes):
+    # Both ranks send 16 MiB at once: the send overlaps the receive (on the link's thread).
+    results = run_group(two_nodes, big_exchange, [(2 * 2**20,)] * 2, ranks=2, timeout=60).results
+    assert results == [(2.0, 2.0), (1.0, 1.0)]
+
+
+def structured(rank):
+    names = ("a", "b") if rank.rank == 0 else ("x", "y")  # the same bytes per item, other fields
+    rank.channel("records", 4, np.dtype([(names[0], "<f4"), (names[1], "<f4")]))
+
+
+def test_ranks_that_disagree_on_a_structured_dtype_fail(session):
+    with pytest.raises(ChannelError, match="every rank must make the same channels"):
+        run_group(session, structured, ranks=2)
+
+
+def fail_or_wait(rank, message):
+    channel = rank.channel("c", 8, np.float64)
+    if rank.rank == 1:
+        raise RuntimeError(message)
+    channel.take(1)  # would wait for the rank that failed until its timeout
+
+
+def _ranks_running(session) -> int:
+    def count() -> int:
+        import sys
+        import traceback
+
+        return sum(
+            any(f.name == "rank_main" for f in traceback.extract_stack(frame))
+            for frame in sys._current_frames().values()
+        )
+
+    return sum(session.run(count).values())
+
+
+@pytest.mark.parametrize("path", ["shared memory", "socket", "eager"])
+def test_a_failing_rank_is_the_reported_cause_and_stops_the_others(session, two_nodes, path):
+    where = two_nodes if path == "socket" else session
+    with pytest.raises(ChannelError, match=r"^rank 1 .*RuntimeError: THE REAL CAUSE") as caught:
+        run_group(where, fail_or_wait, [("THE REAL CAUSE",)] * 2, ranks=2, eager=path == "eager", timeout=300)
+    assert "ranks [0] failed too" in str(caught.value) or "failed too" not in str(caught.value)
+    deadline = time.monotonic() + 60  # far below the ranks' 300 s timeout: the abort stopped rank 0
+    while _ranks_running(where):
+        assert time.monotonic() < deadline, "a rank of a failed group is still waiting"
+        time.sleep(0.05)
+
+
+def test_an_eager_group_leaves_no_queue_on_the_scheduler(session):
+    run_group(session, patterns, [((3,), "float64")] * 2, ranks=2, eager=True)
+
+    def queues(dask_scheduler=None):
+        extension = dask_scheduler.extensions.get("queues")
+        return [] if extension is None else [str(name) for name in extension.queues]
+
+    assert not [q for q in session.client.run_on_scheduler(queues) if q.startswith("g")]
+
+
+def mismatch(rank, case):
+    channel = rank.channel("c", 4, np.float64)
+    channel.buffer[:] = rank.rank + 1
+    if case == "reduce-vs-gather":
+        channel.reduce("sum", 0) if rank.rank == 0 else channel.gather(0)
+    elif case == "roots-differ":
+        channel.reduce("sum", root=rank.rank)
+    elif case == "extra-allreduce":
+        channel.allreduce()
+        if rank.rank == 0:
+            channel.allreduce()
+    elif case == "put-vs-broadcast":
+        channel.put(1) if rank.rank == 0 else channel.broadcast(0)
+
+
+@pytest.mark.parametrize("case", ["reduce-vs-gather", "roots-differ", "extra-allreduce", "put-vs-broadcast"])
+def test_ranks_in_different_operations_fail_clearly_before_the_timeout(session, case):
+    with pytest.raises(ChannelError, match="in the same order|returned from its rank function") as caught:
+        run_group(session, mismatch, [(case,)] * 2, ranks=2, timeout=300)
+    assert "within the timeout" not in str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["reduce-vs-gather", "put-vs-broadcast"])
+def test_ranks_in_different_operations_fail_clearly_between_nodes(two_nodes, case):
+    with pytest.raises(ChannelError, match="in the same order"):
+        run_group(two_nodes, mismatch, [(case,)] * 2, ranks=2, timeout=300)
+
+
+def make_channel(rank, shape, dtype):
+    return rank.channel("c", shape, dtype).buffer.shape
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, message",
+    [
+        (-1, "f8", "none negative"),
+        ((2, -3), "f8", "none negative"),
+        (3.7, "f8", "whole number"),
+        ((2**62,), "f8", "use a smaller buffer"),
+        (4, "V0", "has no bytes"),
+        (4, np.dtype(("f8", (2,))), "put its dimensions"),
+        (4, "O", "fixed-size values"),
+    ],
+)
+def test_bad_channel_shapes_and_dtypes_are_clear(session, shape, dtype, message):
+    with pytest.raises(ChannelError, match=message):
+        run_group(session, make_channel, [(shape, dtype)], ranks=1)
+    assert not [s for s in shm.list_segments() if s.name.startswith("ch-")]
+
+
+def reduce_with(rank, op, dtype):
+    channel = rank.channel("c", 3, dtype)
+    channel.buffer[:] = rank.rank + 2
+    out = channel.reduce(op)
+    return None if out is None else out.copy()
+
+
+@pytest.mark.parametrize(
+    "op, dtype, message",
+    [(np.divmod, "f8", "one result"), (np.divide, "i8", "does not fit back"), (np.add, "M8[s]", "does not apply")],
+)
+def test_reductions_that_cannot_run_in_place_are_refused(session, op, dtype, message):
+    with pytest.raises(ChannelError, match=message):
+        run_group(session, reduce_with, [(op, dtype)] * 2, ranks=2)
+
+
+def scatter_from_root(rank, data):
+    return rank.channel("c", 2, np.float32).scatter(0, data if rank.rank == 0 else None).copy()
+
+
+def test_scatter_takes_lists_and_safe_casts_and_refuses_lossy_ones(session):
+    results = run_group(session, scatter_from_root, [([[1, 2], [3, 4]],)] * 2, ranks=2).results
+    np.testing.assert_array_equal(results[1], np.array([3, 4], np.float32))
+    big_endian = np.arange(4, dtype=">f4").reshape(2, 2)
+    results = run_group(session, scatter_from_root, [(big_endian,)] * 2, ranks=2).results
+    np.testing.assert_array_equal(results[1], [2.0, 3.0])
+    with pytest.raises(ChannelError, match="without loss"):
+        run_group(session, scatter_from_root, [(np.ones((2, 2)),)] * 2, ranks=2)
+
+
+def echo(rank, *args):
+    return args
+
+
+def unsendable(rank):
+    return threading.Lock()
+
+
+def test_more_group_arguments_are_checked(session):
+    assert run_group(session, echo, ranks=np.int64(2)).results == [(), ()]
+    with pytest.raises(ValueError, match="workers is empty"):
+        run_group(session, echo, workers=[])
+    with pytest.raises(TypeError, match="one tuple of arguments per rank"):
+        run_group(session, echo, ["ab", "cd"], ranks=2)
+    for timeout in (float("inf"), 1e12, float("nan"), 0):
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            run_group(session, echo, ranks=1, timeout=timeout)
+    with pytest.raises(ChannelError, match="rank 0 .*cannot be sent back to the client"):
+        run_group(session, unsendable, ranks=1)

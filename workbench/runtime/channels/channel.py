@@ -12,22 +12,56 @@ pickled, per message): the baseline.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from workbench.runtime.channels.transport import ChannelError, Mailbox, pid_alive, wait_for
+from workbench.runtime.channels.transport import FINISHED, ChannelError, Mailbox, pid_alive, wait_for
 
 OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
+# What a message's tag and a rank's state word say: the operation, its root, its collective call.
+PUT, EXCHANGE, REDUCE, BROADCAST, SCATTER, GATHER = 1, 2, 3, 4, 5, 6
+OPERATIONS = {PUT: "put/take", EXCHANGE: "exchange", REDUCE: "reduce", BROADCAST: "broadcast", SCATTER: "scatter",
+              GATHER: "gather"}  # fmt: skip
+COLLECTIVE = {REDUCE, BROADCAST, SCATTER, GATHER}
+ABORT_MESSAGE = "workbench-channel-group-aborted"  # what an eager rank's queue gets when its group failed
 
-def _op(op: Any) -> Any:
+
+def make_tag(operation: int, root: int = 0, call: int = 0) -> int:
+    """A 63-bit word naming an operation: its code, its root, which collective call of the channel."""
+    return (call << 24) | (root << 8) | operation
+
+
+def describe(tag: int) -> str:
+    """An operation's name from its tag (for errors)."""
+    if tag == FINISHED:
+        return "nothing (it returned from its rank function)"
+    operation, root, call = tag & 0xFF, (tag >> 8) & 0xFFFF, tag >> 24
+    name = OPERATIONS.get(operation, f"an unknown operation {operation}")
+    return f"{name} (root {root}, collective call {call})" if operation in COLLECTIVE else name
+
+
+def _op(op: Any, dtype: np.dtype) -> Any:
+    """The ufunc of a reduction, checked to combine two ``dtype`` arrays into one of ``dtype`` in place."""
     if isinstance(op, str):
         if op not in OPS:
             raise ValueError(f"no reduction {op!r}: use one of {sorted(OPS)} or a numpy ufunc of two arguments")
-        return OPS[op]
-    if not isinstance(op, np.ufunc) or op.nin != 2:
-        raise ValueError(f"a reduction is one of {sorted(OPS)} or a numpy ufunc of two arguments, got {op!r}")
+        op = OPS[op]
+    if not isinstance(op, np.ufunc) or op.nin != 2 or op.nout != 1:
+        raise ValueError(
+            f"a reduction is one of {sorted(OPS)} or a numpy ufunc of two arguments and one result, got {op!r}"
+        )
+    try:
+        types = op.resolve_dtypes((dtype, dtype, None))
+    except (TypeError, ValueError, np.exceptions.DTypePromotionError) as error:
+        raise TypeError(f"reduction {op.__name__} does not apply to {dtype} buffers ({error})") from None
+    if not np.can_cast(types[-1], dtype, "same_kind"):
+        raise TypeError(
+            f"reduction {op.__name__} of two {dtype} buffers gives {types[-1]}, which does not fit back into the "
+            f"{dtype} buffer: use a channel of dtype {types[-1]}"
+        )
     return op
 
 
@@ -39,6 +73,31 @@ class Collectives:
     rank: Any  # the rank's context (group.Rank): its number, the group's size, its links and deadlines
     index: int
     slots: list[np.ndarray]
+    calls = 0  # collective calls made on this channel (every rank counts the same)
+    tag = 0  # the operation in progress: its messages carry it, a receiver checks it
+    state = 0  # the same with the collective call counted (the state word peers read)
+
+    def _enter(self, operation: int, root: int = 0) -> None:
+        """Start an operation: its tag, and the state peers see (every rank must be in the same one)."""
+        if operation in COLLECTIVE:
+            self.calls += 1
+            self.tag = make_tag(operation, root, self.calls)
+        else:
+            self.tag = make_tag(operation)
+        self.state = make_tag(operation, root, self.calls)
+        self._publish(self.state)
+
+    def _publish(self, state: int) -> None:
+        """Show ``state`` to the peers (a channel with a state word)."""
+
+    def _check_tag(self, src: int, got: int) -> None:
+        """A message from ``src`` must carry the operation this rank is in."""
+        if got != self.tag:
+            raise ChannelError(
+                f"rank {self.rank.rank} took from rank {src} on channel {getattr(self, 'name', self.index)!r} in "
+                f"{describe(self.tag)}, but rank {src} sent in {describe(got)}: every rank must call the same "
+                "operations, with the same root, in the same order"
+            )
 
     @property
     def buffer(self) -> np.ndarray:
@@ -54,6 +113,11 @@ class Collectives:
     def _wait(self, src: int, slot: int) -> None:
         raise NotImplementedError
 
+    def _send_begin(self, dest: int, array: np.ndarray, slot: int) -> Callable[[], None]:
+        """Start a send that a receive will overlap; returns the call that finishes it."""
+        self._send(dest, array, slot)
+        return _finished
+
     def _recv(self, src: int, slot: int) -> None:
         self._post(src, slot)
         self._wait(src, slot)
@@ -61,13 +125,17 @@ class Collectives:
     def exchange(self, dest: int | None, src: int | None) -> np.ndarray:
         """Send this rank's buffer to ``dest`` while taking ``src``'s into scratch slot 1 (either may be
         None): the shift of a halo exchange or an all-to-all, with no deadlock however the ranks are
-        ordered (the take is posted first). Returns slot 1."""
+        ordered (the take is posted first, and a send to another node overlaps the receive). Returns
+        slot 1."""
+        dest = None if dest is None else self._peer(dest, "dest")
+        src = None if src is None else self._peer(src, "src")
+        self._enter(EXCHANGE)
         if src is not None:
-            self._post(self._peer(src, "src"), 1)
-        if dest is not None:
-            self._send(self._peer(dest, "dest"), self.buffer, 1)
+            self._post(src, 1)
+        finish = _finished if dest is None else self._send_begin(dest, self.buffer, 1)
         if src is not None:
             self._wait(src, 1)
+        finish()
         return self.slots[1]
 
     def _peer(self, other: int, what: str) -> int:
@@ -79,20 +147,25 @@ class Collectives:
 
     def put(self, dest: int) -> None:
         """Copy this rank's buffer into ``dest``'s buffer, as soon as ``dest`` is ready to take."""
-        self._send(self._peer(dest, "dest"), self.buffer, 0)
+        dest = self._peer(dest, "dest")
+        self._enter(PUT)
+        self._send(dest, self.buffer, 0)
 
     def take(self, src: int) -> np.ndarray:
         """Wait until ``src`` has put its buffer into this rank's buffer; returns the buffer."""
-        self._recv(self._peer(src, "src"), 0)
+        src = self._peer(src, "src")
+        self._enter(PUT)
+        self._recv(src, 0)
         return self.buffer
 
     def reduce(self, op: Any = "sum", root: int = 0) -> np.ndarray | None:
         """Combine every rank's buffer with ``op`` into ``root``'s buffer (binomial tree, in place: a
         child's buffer lands in its parent's scratch slot, then ``op(buffer, scratch, out=buffer)``).
         Returns the result on ``root``, None elsewhere (other buffers hold partial results)."""
-        ufunc = _op(op)
+        ufunc = _op(op, self.buffer.dtype)
         n, me = self.rank.size, self.rank.rank
         root = self._root(root)
+        self._enter(REDUCE, root)
         relative = (me - root) % n
         mask, level = 1, 0
         while mask < n:
@@ -112,6 +185,7 @@ class Collectives:
         """``root``'s buffer into every rank's buffer (binomial tree); returns the buffer."""
         n, me = self.rank.size, self.rank.rank
         root = self._root(root)
+        self._enter(BROADCAST, root)
         relative = (me - root) % n
         mask = 1
         while mask < n:  # receive from the parent first
@@ -136,12 +210,19 @@ class Collectives:
         root = self._root(root)
         if self.rank.rank == root:
             expected = (self.rank.size, *self.buffer.shape)
-            if data is None or data.shape != expected or not np.can_cast(data.dtype, self.buffer.dtype, "equiv"):
-                got = "nothing" if data is None else f"{data.shape} {data.dtype}"
-                raise ValueError(
-                    f"scatter's root needs data of shape {expected} and dtype {self.buffer.dtype}, got {got}"
+            if isinstance(data, (list, tuple)):  # Python numbers: in the channel's dtype
+                data = np.asarray(data, dtype=self.buffer.dtype)
+            if not isinstance(data, np.ndarray) or data.shape != expected:
+                got = f"{data.shape} {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
+                raise ValueError(f"scatter's root needs a numpy array of shape {expected}, got {got}")
+            if not np.can_cast(data.dtype, self.buffer.dtype, "safe"):
+                raise TypeError(
+                    f"scatter's data is {data.dtype}, which does not convert to the channel's {self.buffer.dtype} "
+                    f"without loss: convert it first (data.astype({str(self.buffer.dtype)!r}))"
                 )
             data = np.asarray(data, dtype=self.buffer.dtype)  # the channel's byte order: bytes travel as they are
+        self._enter(SCATTER, root)
+        if self.rank.rank == root:
             for dest in range(self.rank.size):
                 if dest == root:
                     np.copyto(self.buffer, data[dest])
@@ -154,6 +235,7 @@ class Collectives:
     def gather(self, root: int = 0) -> np.ndarray | None:
         """Every rank's buffer, stacked on ``root`` (shape ``(ranks, *buffer.shape)``); None elsewhere."""
         root = self._root(root)
+        self._enter(GATHER, root)
         if self.rank.rank != root:
             self._send(root, self.buffer, 1)
             return None
@@ -172,6 +254,10 @@ class Collectives:
         return int(root)
 
 
+def _finished() -> None:
+    """A send that finished when it was started."""
+
+
 class ArrayChannel(Collectives):
     """A channel whose buffers persist on every rank; same node: shared memory, else a socket."""
 
@@ -186,15 +272,55 @@ class ArrayChannel(Collectives):
             self._peers[dest] = self.rank.attach_mailbox(self.index, dest, self.mailbox.shape, self.mailbox.dtype)
         return self._peers[dest]
 
+    def _publish(self, state: int) -> None:
+        self.mailbox.control[self.mailbox.state] = state
+
+    def _watch(self, peer: int) -> Callable[[], str | None]:
+        """What a wait for ``peer`` (on this node) checks besides its own condition: the peer is alive
+        and the group not aborted, and the peer is not in another collective call of this channel, or
+        finished (then the message waited for never comes)."""
+        alive = self.rank.liveness(peer)
+        me = self.rank.rank
+
+        def check() -> str | None:
+            problem = alive()
+            if problem:
+                return problem
+            try:
+                box = self._peer_mailbox(peer)
+            except Exception:  # its segment was removed: the peer closed (every mailbox exists before use)
+                return f"rank {peer} returned from its rank function (its mailbox is gone)"
+            theirs = box.control[box.state]
+            if theirs == FINISHED:
+                return (
+                    f"rank {peer} returned from its rank function while rank {me} waits for it in {describe(self.tag)}"
+                )
+            if theirs >> 24 == self.calls and self.state & 0xFF in COLLECTIVE and theirs != self.state:
+                return (
+                    f"rank {me} is in {describe(self.state)}, rank {peer} in {describe(theirs)}: every rank must call "
+                    "the same collectives, with the same root, in the same order"
+                )
+            return None
+
+        return check
+
     def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
+        self._send_begin(dest, array, slot, background=False)()
+
+    def _send_begin(self, dest: int, array: np.ndarray, slot: int, background: bool = True) -> Callable[[], None]:
         rank = self.rank
         start = time.time() if rank.trace else 0.0
         link = rank.links.get(dest)
         waited = 0.0
+        finish = _finished
         if link is not None:
             what = f"rank {rank.rank} put to rank {dest} on channel {self.name!r}"
-            waited = link.wait_ready(self.index, slot, rank.deadline(), what)
-            link.send(self.index, slot, array)
+            deadline = rank.deadline()
+            waited = link.wait_ready(self.index, slot, self.tag, deadline, what, describe)
+            if background:  # the peer sends to this rank meanwhile: a big message would block both
+                finish = link.send_in_background(self.index, slot, self.tag, array, deadline, what)
+            else:
+                link.send(self.index, slot, self.tag, array, deadline, what)
         else:
             box = self._peers.get(dest) or self._peer_mailbox(dest)
             control, ready = box.control, box.word(rank.rank, slot)
@@ -202,21 +328,24 @@ class ArrayChannel(Collectives):
                 waited = wait_for(
                     lambda: control[ready] == control[ready + 1] + 1,
                     rank.deadline(),
-                    rank.liveness(dest),
+                    self._watch(dest),
                     f"rank {rank.rank} put to rank {dest} on channel {self.name!r}",
                 )
             if array is self.slots[0]:  # the buffer itself: bytes to bytes, no numpy call
                 box.raw[slot][:] = self.mailbox.raw[0]
             else:
                 np.copyto(box.slots[slot], array)
-            control[ready + 1] += 1  # done: the copy above is in place (x86 keeps stores in order)
+            control[ready + 2] = self.tag
+            control[ready + 1] += 1  # done: the copy and tag above are in place (x86 keeps stores in order)
         if rank.trace:
             rank.event("put", start, array.nbytes, dest, waited, self.name)
+        return finish
 
     def _post(self, src: int, slot: int) -> None:
         link = self.rank.links.get(src)
         if link is not None:
-            link.send_ready(self.index, slot)
+            what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}"
+            link.send_ready(self.index, slot, self.tag, self.rank.deadline(), what)
         else:
             self.mailbox.control[self.mailbox.word(src, slot)] += 1  # ready
 
@@ -227,7 +356,7 @@ class ArrayChannel(Collectives):
         waited = 0.0
         if link is not None:
             what = f"rank {rank.rank} took from rank {src} on channel {self.name!r}"
-            link.receive(self.index, slot, self.slots[slot], rank.deadline(), what)
+            link.receive(self.index, slot, self.tag, self.slots[slot], rank.deadline(), what, describe)
             waited = time.time() - start if rank.trace else 0.0
         else:
             control, ready = self.mailbox.control, self.mailbox.word(src, slot)
@@ -235,9 +364,11 @@ class ArrayChannel(Collectives):
                 waited = wait_for(
                     lambda: control[ready + 1] == control[ready],
                     rank.deadline(),
-                    rank.liveness(src),
+                    self._watch(src),
                     f"rank {rank.rank} took from rank {src} on channel {self.name!r}",
                 )
+            if control[ready + 2] != self.tag:
+                self._check_tag(src, control[ready + 2])
         if rank.trace:
             rank.event("take", start, self.slots[slot].nbytes, src, waited, self.name)
 
@@ -261,7 +392,7 @@ class EagerChannel(Collectives):
 
     def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
         start = time.time()
-        self._queue(self.rank.rank, dest, slot).put(np.array(array, copy=True), timeout=self.rank.timeout)
+        self._queue(self.rank.rank, dest, slot).put((self.tag, np.array(array, copy=True)), timeout=self.rank.timeout)
         self.rank.event("put", start, array.nbytes, dest, 0.0, self.name)
 
     def _post(self, src: int, slot: int) -> None:
@@ -269,12 +400,16 @@ class EagerChannel(Collectives):
 
     def _wait(self, src: int, slot: int) -> None:
         start = time.time()
+        queue = self._queue(src, self.rank.rank, slot)
+        what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}"
         try:
-            value = self._queue(src, self.rank.rank, slot).get(timeout=self.rank.timeout)
+            message = queue.get(timeout=self.rank.timeout)
         except TimeoutError:
-            raise ChannelError(
-                f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}: nothing within the timeout"
-            ) from None
+            raise ChannelError(f"{what}: nothing within the timeout") from None
+        if isinstance(message, str) and message == ABORT_MESSAGE:  # put there when the group failed
+            raise ChannelError(f"{what}: the group was aborted (another rank failed)")
+        tag, value = message
+        self._check_tag(src, tag)
         np.copyto(self.slots[slot], value)
         self.rank.event("take", start, value.nbytes, src, time.time() - start, self.name)
 

@@ -13,7 +13,9 @@ the group is removed on every worker, whatever happened.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import pickle
 import socket
 import time
 import uuid
@@ -25,12 +27,27 @@ import numpy as np
 from distributed import Variable, get_worker, secede
 
 from workbench.memory import shm
-from workbench.runtime.channels.channel import ArrayChannel, EagerChannel
-from workbench.runtime.channels.transport import ChannelError, Link, Mailbox, pid_alive, segment_name
+from workbench.runtime.channels.channel import ABORT_MESSAGE, ArrayChannel, EagerChannel
+from workbench.runtime.channels.transport import (
+    FINISHED,
+    ChannelError,
+    Link,
+    Mailbox,
+    abort,
+    forget_abort,
+    is_aborted,
+    pid_alive,
+    segment_name,
+)
 from workbench.runtime.session import Session, node_id
 from workbench.runtime.trace import record
 
 DEFAULT_TIMEOUT = 60.0
+MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer waits are a mistake (and overflow socket timeouts)
+MAX_CHANNEL_BYTES = 1 << 40  # a channel's buffer: three of them per rank live in shared memory
+# What a rank's ChannelError says when it only saw another rank fail (not the root cause)
+CONSEQUENCES = ("aborted", "closed its connection", "broke", "died", "returned from its rank function", "is gone")
+GRACE_SECONDS = 2.0  # after the first failure, how long the other ranks' errors are collected
 
 
 class Rank:
@@ -85,7 +102,7 @@ class Rank:
         for r in (r for r in remote if r > self.rank):  # connect up, accept from below
             sock = socket.create_connection((self.peers[r]["host"], self.peers[r]["port"]), timeout=self.timeout)
             sock.sendall(self.rank.to_bytes(4, "little"))
-            self.links[r] = Link(sock, r)
+            self.links[r] = Link(sock, r, self.aborted_check)
         for _ in (r for r in remote if r < self.rank):
             self._listener.settimeout(max(0.001, deadline - time.monotonic()))
             try:
@@ -94,24 +111,19 @@ class Rank:
                 raise ChannelError(f"rank {self.rank}: a rank on another node did not connect in time") from None
             sock.settimeout(self.timeout)
             peer = int.from_bytes(_recv_exactly(sock, 4), "little")
-            self.links[peer] = Link(sock, peer)
+            self.links[peer] = Link(sock, peer, self.aborted_check)
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
         """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
         rank makes the same channels in the same order; ranks that disagree on the shape or dtype get
         a ``ChannelError`` before any byte moves."""
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
-        dtype = np.dtype(dtype)
-        if dtype.hasobject:
-            raise TypeError(
-                f"a channel carries fixed-size values, not {dtype} (object pointers mean nothing elsewhere)"
-            )
+        shape, dtype = channel_layout(name, shape, dtype)
         index = len(self.channels)
-        described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": dtype.str})
+        described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": repr(dtype)})
         for r, other in enumerate(described):
-            if (other["name"], tuple(other["shape"]), other["dtype"]) != (name, shape, dtype.str):
+            if (other["name"], tuple(other["shape"]), other["dtype"]) != (name, shape, repr(dtype)):
                 raise ChannelError(
-                    f"channel {index}: rank {self.rank} made {name!r} {shape} {dtype.str}, rank {r} made "
+                    f"channel {index}: rank {self.rank} made {name!r} {shape} {dtype!r}, rank {r} made "
                     f"{other['name']!r} {tuple(other['shape'])} {other['dtype']}: every rank must make the same "
                     "channels in the same order"
                 )
@@ -153,14 +165,20 @@ class Rank:
         """When the current wait gives up."""
         return time.monotonic() + self.timeout
 
+    def aborted_check(self) -> str | None:
+        """Why this rank must stop waiting (its group was aborted: another rank failed), or None."""
+        if is_aborted(self.group):
+            return "the group was aborted (another rank failed)"
+        return None
+
     def liveness(self, peer: int) -> Callable[[], str | None]:
-        """A check of ``peer`` for waits: why it is gone (its process died), or None."""
+        """A check of ``peer`` for waits: why it is gone (its process died, the group was aborted), or None."""
         info = self.peers[peer]
 
         def check() -> str | None:
             if info["node"] == self.node and not pid_alive(info["pid"]):
                 return f"rank {peer} (pid {info['pid']}) died"
-            return None
+            return self.aborted_check()
 
         return check
 
@@ -203,8 +221,40 @@ class Rank:
             self._listener.close()
         self._attached.clear()
         for box in self._mailboxes:
+            box.control[box.state] = FINISHED  # a peer still waiting for this rank stops at once
             shm.delete(box.name)
         self._mailboxes.clear()
+
+
+def channel_layout(name: Any, shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """A channel's shape and dtype, checked: whole non-negative sizes, a fixed-size dtype with no
+    sub-array, a buffer that fits in memory. Raises ``TypeError``/``ValueError`` saying what to give."""
+    if not isinstance(name, str):
+        raise TypeError(f"a channel's name is a string, got {type(name).__name__} {name!r}")
+    dims = [shape] if np.ndim(shape) == 0 else list(np.asarray(shape, dtype=object).reshape(-1))
+    if not dims or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in dims):
+        raise ValueError(f"a channel's shape is a whole number or a tuple of them, none negative; got {shape!r}")
+    out_shape = tuple(int(n) for n in dims)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{dtype!r} is not a numpy dtype ({error})") from None
+    if dtype.hasobject:
+        raise TypeError(f"a channel carries fixed-size values, not {dtype} (object pointers mean nothing elsewhere)")
+    if dtype.subdtype is not None:
+        raise TypeError(
+            f"{dtype!r} holds a sub-array: put its dimensions {dtype.subdtype[1]} into the channel's shape and give "
+            f"its element type {dtype.subdtype[0]}"
+        )
+    if dtype.itemsize == 0:
+        raise TypeError(f"{dtype!r} has no bytes: give a sized type, such as 'S8' or 'V16'")
+    nbytes = math.prod(out_shape) * dtype.itemsize
+    if nbytes > MAX_CHANNEL_BYTES:
+        raise ValueError(
+            f"a channel of {out_shape} {dtype} needs {nbytes} bytes per buffer (three per rank): more than "
+            f"{MAX_CHANNEL_BYTES} bytes; use a smaller buffer and send it in parts"
+        )
+    return out_shape, dtype
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -233,14 +283,54 @@ def rank_main(
     try:
         context.connect()
         result = fn(context, *args)
+        _check_sendable(result, rank)
         return result, context.events
     finally:
         context.close()
 
 
-def remove_group_segments(group: str) -> list[str]:
-    """On a worker: remove every mailbox segment of ``group`` (a killed rank leaves its own)."""
+def _check_sendable(result: Any, rank: int) -> None:
+    """Raise a clear error for a result Dask could not send back (a lock, a socket, an open file)."""
+    if result is None or isinstance(result, (bool, int, float, str, bytes, np.generic)):
+        return  # the common results: always sendable
+    if isinstance(result, np.ndarray) and not result.dtype.hasobject:
+        return
+    try:
+        import cloudpickle
+
+        cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:
+        raise TypeError(
+            f"rank {rank} returned a {type(result).__name__}, which cannot be sent back to the client ({error}): "
+            "return arrays, numbers or other picklable values"
+        ) from None
+
+
+def remove_group_segments(group: str, aborted: bool = False) -> list[str]:
+    """On a worker: remove every mailbox segment of ``group`` (a killed rank leaves its own). The
+    abort mark of a failed group stays while its ranks may still be running (each mark is a few
+    bytes); a finished group's is forgotten."""
+    if not aborted:
+        forget_abort(group)
     return shm.delete_prefix(f"ch-{group}-")
+
+
+def _abort_group(session: Session, group: str) -> None:
+    """Tell every worker that ``group`` failed: its ranks' waits stop at their next check, and an
+    eager rank waiting on a queue gets a message saying so."""
+
+    def wake_eager(dask_scheduler: Any = None) -> int:
+        queues = dask_scheduler.extensions.get("queues")
+        names = [n for n in list(queues.queues) if str(n).startswith(f"{group}-")] if queues is not None else []
+        for name in names:
+            queues.queues[name].put_nowait({"type": "msgpack", "value": ABORT_MESSAGE})
+        return len(names)
+
+    for call in (lambda: session.run(abort, group), lambda: session.run_on_scheduler(wake_eager)):
+        try:
+            call()
+        except Exception:  # a worker that is gone has no rank left to stop
+            pass
 
 
 @dataclass
@@ -269,19 +359,27 @@ def run_group(
     all_workers = session.workers()
     if workers is None:
         count = ranks if ranks is not None else len(all_workers)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"ranks must be a positive number, got {ranks!r}")
-        workers = [all_workers[r % len(all_workers)] for r in range(count)]
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+            raise ValueError(f"ranks must be a positive whole number, got {ranks!r}")
+        workers = [all_workers[r % len(all_workers)] for r in range(int(count))]
+    if isinstance(workers, str):
+        raise TypeError(f"workers is a list of worker addresses, got the string {workers!r}")
     workers = list(workers)
+    if not workers:
+        raise ValueError(f"workers is empty: give at least one of {all_workers} (a rank runs on each)")
     unknown = sorted(set(workers) - set(all_workers))
     if unknown:
         raise ValueError(f"no workers {unknown} in this cluster; it has {all_workers}")
     size = len(workers)
-    args = [tuple(a) for a in args] if args is not None else [()] * size
+    if args is None:
+        args = [()] * size
+    if isinstance(args, (str, bytes)) or any(not isinstance(a, (tuple, list)) for a in args):
+        raise TypeError(f"args is one tuple of arguments per rank, such as [(x,)] * {size}; got {args!r:.80}")
+    args = [tuple(a) for a in args]
     if len(args) != size:
         raise ValueError(f"args has {len(args)} entries for {size} ranks: give one tuple per rank")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}, got {timeout!r}")
     group = f"g{uuid.uuid4().hex[:10]}"
     options = {"timeout": float(timeout), "eager": bool(eager), "trace": bool(trace)}
     client = session.client
@@ -292,38 +390,55 @@ def run_group(
         )
         for r in range(size)
     ]
+    failed = True
     try:
-        results = _gather_ranks(session, futures, workers, timeout * 3 + 30)
+        results = _gather_ranks(session, futures, workers, timeout * 3 + 30, lambda: _abort_group(session, group))
+        failed = False
     finally:
+        if failed:  # the ranks still waiting stop within a poll, instead of at their timeout
+            _abort_group(session, group)
         client.cancel(futures, force=True)
-        session.run(remove_group_segments, group)
+        session.run(remove_group_segments, group, failed)
         _forget_variables(session, group, size)
     seconds = time.perf_counter() - start
     return GroupResult([r for r, _ in results], [e for _, events in results for e in events], seconds)
 
 
-def _gather_ranks(session: Session, futures: list[Any], workers: list[str], timeout: float) -> list[Any]:
-    """Every rank's result. The first rank that fails (in time) fails the group with its rank and error;
-    so does a rank whose worker left the cluster (its process died: Dask would wait for the worker
-    forever, since a rank is pinned to it); so does ``timeout``."""
+def _gather_ranks(
+    session: Session, futures: list[Any], workers: list[str], timeout: float, on_failure: Callable[[], None]
+) -> list[Any]:
+    """Every rank's result. A rank that fails fails the group: ``on_failure`` (abort the others) is
+    called at once, the other ranks' errors are collected for up to :data:`GRACE_SECONDS`, and the
+    error raised names every rank that failed and shows the root cause (a rank's own error before
+    the channel errors it caused elsewhere). So does a rank whose worker left the cluster (its
+    process died: Dask would wait for the worker forever, since a rank is pinned to it); so does
+    ``timeout``."""
     deadline = time.monotonic() + timeout
     results: dict[int, Any] = {}
+    errors: dict[int, BaseException] = {}
     pending = dict(enumerate(futures))
     delay, next_check = 0.001, time.monotonic() + 0.5
+    grace_until: float | None = None
     while pending:
         finished = [r for r, f in pending.items() if f.status in ("finished", "error", "cancelled")]
-        for r in sorted(finished, key=lambda r: pending[r].status == "finished"):  # errors first
+        for r in finished:
             future = pending.pop(r)
-            if future.status != "finished":
-                try:
-                    future.result(timeout=5)
-                except Exception as error:  # the rank's own exception
-                    raise ChannelError(f"rank {r} (on {workers[r]}) failed: {type(error).__name__}: {error}") from error
-            results[r] = future.result()
+            if future.status == "finished":
+                results[r] = future.result()
+                continue
+            try:
+                future.result(timeout=5)
+            except Exception as error:  # the rank's own exception
+                errors[r] = error
+        if errors and grace_until is None:
+            on_failure()
+            grace_until = time.monotonic() + GRACE_SECONDS
+        now = time.monotonic()
+        if grace_until is not None and now > grace_until:
+            break
         if finished:
             delay = 0.001
             continue
-        now = time.monotonic()
         if now > deadline:
             raise ChannelError(f"ranks {sorted(pending)} did not finish within {timeout:.0f} s")
         if now > next_check:
@@ -337,21 +452,49 @@ def _gather_ranks(session: Session, futures: list[Any], workers: list[str], time
             next_check = now + 0.5
         time.sleep(delay)  # a bounded poll of the ranks' states
         delay = min(delay * 2, 0.05)
+    if errors:
+        raise _group_error(errors, workers)
     return [results[r] for r in range(len(futures))]
 
 
+def _group_error(errors: dict[int, BaseException], workers: list[str]) -> ChannelError:
+    """The group's error: the root cause first (a rank's own error rather than a ``ChannelError`` it
+    caused in its peers; among those, the lowest rank), then which other ranks failed."""
+
+    def rank_of(r: int) -> tuple[int, int]:
+        error = errors[r]
+        if not isinstance(error, ChannelError):
+            return (0, r)  # the rank's own error
+        return (2 if any(m in str(error) for m in CONSEQUENCES) else 1, r)  # a mismatch it found, or a consequence
+
+    cause = min(errors, key=rank_of)
+    error = errors[cause]
+    others = sorted(r for r in errors if r != cause)
+    also = f" (ranks {others} failed too, after it)" if others else ""
+    out = ChannelError(f"rank {cause} (on {workers[cause]}) failed: {type(error).__name__}: {error}{also}")
+    out.__cause__ = error
+    return out
+
+
 def _forget_variables(session: Session, group: str, size: int) -> None:
-    """Delete the group's address and channel variables on the scheduler."""
+    """Delete the group's address and channel variables, and an eager group's queues, on the scheduler."""
 
     def forget(dask_scheduler: Any = None) -> int:
-        extension = dask_scheduler.extensions.get("variables")
-        if extension is None:
-            return 0
-        names = [n for n in list(extension.variables) if str(n).startswith(f"{group}-")]
-        for name in names:
-            extension.variables.pop(name, None)
-            extension.waiting_conditions.pop(name, None)
-        return len(names)
+        prefix = f"{group}-"
+        count = 0
+        variables = dask_scheduler.extensions.get("variables")
+        if variables is not None:
+            for name in [n for n in list(variables.variables) if str(n).startswith(prefix)]:
+                variables.variables.pop(name, None)
+                variables.waiting_conditions.pop(name, None)
+                count += 1
+        queues = dask_scheduler.extensions.get("queues")  # an eager group's messages
+        if queues is not None:
+            for name in [n for n in list(queues.queues) if str(n).startswith(prefix)]:
+                queues.queues.pop(name, None)
+                queues.client_refcount.pop(name, None)
+                count += 1
+        return count
 
     try:
         session.run_on_scheduler(forget)
