@@ -197,6 +197,16 @@ def _bench_tiers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_execution_models(args: argparse.Namespace) -> int:
+    from workbench.bench import execution_models
+
+    report = execution_models.run(
+        size=args.size, dask=not args.no_dask, apps=None if args.no_apps else execution_models.APPS, cores=args.cores
+    )
+    print(json.dumps(report, indent=2, default=str) if args.json else execution_models.format_report(report))
+    return 0
+
+
 def _bench_channels(args: argparse.Namespace) -> int:
     from workbench.bench import channels
 
@@ -312,6 +322,17 @@ def _parser() -> argparse.ArgumentParser:
     bch.add_argument("--no-mpi", action="store_true", help="leave out the mpi4py peer")
     bch.add_argument("--no-two-nodes", action="store_true", help="leave out the two-simulated-nodes (socket) run")
     bch.set_defaults(func=_bench_channels)
+
+    bem = benches.add_parser(
+        "execution-models",
+        help="threads vs processes + shared memory (PiP): spawn, first touch, page tables, mmap, applications",
+    )
+    bem.add_argument("--json", action="store_true")
+    bem.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
+    bem.add_argument("--no-dask", action="store_true", help="leave out the Dask workers' spawn times")
+    bem.add_argument("--no-apps", action="store_true", help="leave out the applications on clusters")
+    bem.add_argument("--cores", type=int, help="cores for the application clusters (default: all)")
+    bem.set_defaults(func=_bench_execution_models)
 
     r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
     r.add_argument("app", help="application name (histogram, ...)")

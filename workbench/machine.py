@@ -51,6 +51,18 @@ def last_level_cache_bytes() -> int | None:
     return max(sizes) if sizes else None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; figures are quoted with it), else the architecture."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def describe() -> dict[str, Any]:
     """A JSON-ready description of this machine and software."""
     import numba
@@ -60,7 +72,7 @@ def describe() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "logical_cores": os.cpu_count(),
         "physical_cores": psutil.cpu_count(logical=False),
         "last_level_cache": last_level_cache_bytes(),

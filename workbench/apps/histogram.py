@@ -66,7 +66,7 @@ APP = register(
         dataset="histogram",
         prepare=prepare,
         work=WORK,
-        strategies=["blocks", "fetch", "rechunk", "split", "split-materialized", "active", "non-active"],
+        strategies=["blocks", "fetch", "rechunk", "split", "split-materialized", "active", "non-active", "dask", "rro"],
         baseline="blocks",
         grids={
             "ci": {"blocks_per_worker": [1, 8, 64]},

@@ -177,3 +177,47 @@ class ExperimentPanel:
             raise
         finally:
             self.button.disabled = False
+
+
+class PageTablePanel:
+    """Pick a shared segment's size and the most tasks, press Run: page tables are measured for 1, 2,
+    4, ... processes and as many threads, and drawn (lesson 07). ``panel.run()`` does what the
+    button does; ``panel.rows`` holds the last measurement."""
+
+    def __init__(self, sizes_mib: Sequence[int] = (16, 64, 128, 256), tasks: Sequence[int] = (2, 4, 8, 16)):
+        from workbench.lab import execution_models
+
+        self._measure = execution_models.page_tables
+        self.rows: list[dict] = []
+        self.segment = widgets.SelectionSlider(options=list(sizes_mib), value=sizes_mib[1], description="segment MiB")
+        self.tasks = widgets.SelectionSlider(options=list(tasks), value=tasks[1], description="most tasks")
+        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.status = widgets.HTML(value="Choose a segment size and the most tasks, then press <b>Run</b>.")
+        self.output = widgets.Output()
+        self.button.on_click(lambda _: self.run())
+        self.widget = widgets.VBox([widgets.HBox([self.segment, self.tasks, self.button]), self.status, self.output])
+
+    def run(self) -> list[dict]:
+        """Measure page tables for processes and threads up to the chosen tasks; show the figure."""
+        from workbench.viz.execution_models import page_table_figure
+
+        self.button.disabled = True
+        counts = [n for n in (1, 2, 4, 8, 16) if n <= self.tasks.value]
+        self.status.value = f"measuring {counts} processes and threads on {self.segment.value} MiB ..."
+        try:
+            nbytes = self.segment.value * 2**20
+            self.rows = self._measure(nbytes, counts, "processes") + self._measure(nbytes, counts, "threads")
+            with self.output:
+                self.output.clear_output(wait=True)
+                show(page_table_figure(self.rows, title=f"page tables, {self.segment.value} MiB segment"))
+            most = {r["model"]: r["vmpte_kib"] for r in self.rows if r["tasks"] == counts[-1]}
+            self.status.value = (
+                f"{counts[-1]} processes: {most['processes']} KiB of page tables; "
+                f"{counts[-1]} threads: {most['threads']} KiB"
+            )
+        except Exception as error:  # shown in the panel: a click has no traceback to read
+            self.status.value = f"<b>error:</b> {error}"
+            raise
+        finally:
+            self.button.disabled = False
+        return self.rows

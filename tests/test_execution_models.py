@@ -1,0 +1,108 @@
+"""Execution-model measurements at small sizes: figures are positive, a first touch faults about once
+per page, page tables grow with processes and not with threads, and nothing is left behind
+(child processes, shared segments). Times are never asserted (noisy machines)."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from workbench.bench import execution_models as bench
+from workbench.lab import execution_models as em
+from workbench.memory import shm
+
+MiB = 2**20
+
+
+def _children() -> set[int]:
+    """This process's children, apart from multiprocessing's resource tracker (one per interpreter)."""
+    out = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(child.cmdline()):
+                out.add(child.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture
+def leaves_nothing():
+    children = _children()
+    segments = {s.name for s in shm.list_segments()}
+    yield
+    assert _children() <= children, "a child process was left running"
+    assert {s.name for s in shm.list_segments()} <= segments, "a shared segment was left behind"
+
+
+def test_spawn_costs_time_every_model_and_stop_their_children(leaves_nothing):
+    rows = em.spawn_costs(repeats=1, dask=False)
+    models = [r["model"] for r in rows]
+    assert {"thread", "fork", "forkserver", "spawn", "posix_spawn (python)"} <= set(models)
+    assert all(r["seconds"] > 0 and r["fastest_s"] <= r["seconds"] for r in rows)
+    assert rows[0]["model"] == "thread" and rows[0]["vs_thread"] == 1.0
+
+
+def test_a_dask_worker_is_timed_to_its_first_task_and_stopped(leaves_nothing):
+    (seconds,) = em._time_dask_workers(nanny=False, repeats=1)
+    assert seconds > 0
+
+
+@pytest.mark.parametrize("mode", em.TOUCH_MODES)
+def test_a_first_touch_faults_about_once_per_page(mode):
+    row = em.first_touch(8 * MiB, mode)
+    assert row["pages"] == 8 * MiB // em.PAGE
+    assert row["first_touch_s"] > 0 and row["ns_per_page"] > 0
+    assert row["second_pass_faults"] <= row["pages"] // 50  # mapped already: (almost) no faults
+    if mode == "huge pages" and row["thp"] in ("always", "madvise"):
+        assert row["faults"] <= row["pages"] // 50 and row["huge_pages_kib"] > 0
+    elif mode != "huge pages":
+        assert 0.9 <= row["faults_per_page"] <= 1.2
+
+
+def test_page_tables_grow_with_processes_and_not_with_threads(leaves_nothing):
+    processes = em.page_tables(16 * MiB, (1, 2), "processes")
+    threads = em.page_tables(16 * MiB, (1, 2), "threads")
+    one = processes[0]["vmpte_kib"]
+    assert one >= 0.5 * processes[0]["expected_kib"]  # the segment's entries are there
+    assert processes[1]["vmpte_kib"] >= 1.6 * one
+    assert threads[1]["vmpte_kib"] <= 1.3 * threads[0]["vmpte_kib"]
+
+
+def test_mmap_contention_runs_threads_and_processes(leaves_nothing):
+    report = em.mmap_contention((1, 2), iterations=200)
+    assert [r["tasks"] for r in report["rows"]] == [1, 2]
+    assert all(r["threads_per_s"] > 0 and r["processes_per_s"] > 0 for r in report["rows"])
+    assert report["compile_s"] >= 0
+
+
+def test_bad_arguments_are_clear():
+    with pytest.raises(ValueError, match="no first-touch mode"):
+        em.first_touch(MiB, "gigantic")
+    with pytest.raises(ValueError, match="nbytes must be a positive whole number"):
+        em.first_touch(0)
+    with pytest.raises(ValueError, match="model is 'processes' or 'threads'"):
+        em.page_tables(MiB, (1,), "fibres")
+    with pytest.raises(ValueError, match="a number of tasks must be a positive"):
+        em.mmap_contention((0,))
+    with pytest.raises(ValueError, match="no size"):
+        bench.run(size="huge")
+    with pytest.raises(ValueError, match="no execution-model point"):
+        em.application_models(["matmul"], cores=1)
+
+
+def test_applications_in_each_execution_model_with_a_recommendation(leaves_nothing):
+    rows = em.application_models(["histogram"], size="ci", cores=2, repeats=1)
+    assert {r["configuration"] for r in rows} == set(em.CONFIGURATIONS)
+    assert all(r["seconds"] > 0 and r["peak_pss_mib"] > 0 for r in rows)
+    assert min(r["time_vs_best"] for r in rows) == 1.0
+    pick = em.recommendation(rows, "histogram")
+    assert pick["configuration"] in em.CONFIGURATIONS and pick["why"]
+
+
+def test_the_benchmark_reports_every_measurement_with_goals(leaves_nothing):
+    report = bench.run(size="ci", dask=False, apps=None)
+    assert {"spawn", "first_touch", "page_tables", "mmap", "goals", "pip_published"} <= set(report)
+    assert all(set(g) == {"goal", "measured", "met"} for g in report["goals"])
+    text = bench.format_report(report)
+    assert "PiP:" in text and "goal: threads add no page-table memory" in text

@@ -1,0 +1,233 @@
+"""``workbench bench execution-models``: Process-in-Process's microbenchmarks from Python, and which
+execution model each workbench application should run in, on this machine.
+
+Every figure is a ratio within the run (a thread's spawn, one process's page tables, processes'
+``mmap`` rate, an application's best configuration), printed beside PiP's published results
+(``../shared/references/003_b930a90b83a05796.txt``), with a ``goals`` list as the other benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from workbench import machine
+from workbench.bench.goals import goal, goal_lines
+from workbench.lab import execution_models as em
+
+APPS = ("histogram", "kmeans")
+
+# What PiP (HPDC 2018) published, for the side-by-side: its text and tables (its figures carry no
+# printed numbers). Wallaby: Xeon E5-2650 v2, Linux (the paper's Table 3).
+PIP_PUBLISHED = {
+    "page_tables": "Figure 6 / Table 5: a 128 MiB region touched by every task; Pthread and PiP share one page "
+    "table (M + D + sum S_i entries), Fork&Shmem and Fork&XPMEM need M x N entries: page-table memory grows "
+    "linearly with processes and stays flat with threads",
+    "first_touch": "Section 6.2: with POSIX shmem a page fault happened every time a new 4 KiB page was accessed; "
+    "with 2 MiB HugeTLB pages the spikes vanish (one fault per 2 MiB)",
+    "spawn": "Figure 7: Pthread creation fastest; PiP spawning about the same as creating processes "
+    "(fork&exec, vfork&exec, posix_spawn): program loading is costly but rare",
+    "mmap": "Figure 8: 10 tasks each mmap()ing and munmap()ing 10,000 times: PiP and Pthread alike, forked "
+    "processes much faster (threads share one memory map and its lock)",
+    "shm_setup_cycles": {
+        "shm_open (sender)": 22294,
+        "ftruncate": 4080,
+        "mmap (sender)": 5553,
+        "shm_open (receiver)": 13522,
+        "mmap (receiver)": 16232,
+    },  # Table 4, measured once
+}
+
+
+def run(
+    size: str = "ci",
+    dask: bool = True,
+    apps: Sequence[str] | None = APPS,
+    cores: int | None = None,
+) -> dict[str, Any]:
+    """Every measurement at ``size`` (``ci``, ``lab``, ``full``): spawn costs (``dask``: with Dask
+    workers), first touch, page tables, ``mmap`` contention, and ``apps`` in each execution model
+    (None or empty: skipped); with the goals and a recommendation per application."""
+    sizes = em._check_size(size)
+    report: dict[str, Any] = {
+        "size": size,
+        "machine": {
+            "cpu": machine.cpu_model(),
+            "cores": os.cpu_count(),
+            "kernel": platform.release(),
+            "thp": em.transparent_huge_pages(),
+        },
+        "pip_published": PIP_PUBLISHED,
+    }
+    report["spawn"] = em.spawn_costs(sizes["spawn_repeats"], sizes["dask_repeats"], dask=dask)
+    report["first_touch"] = [em.first_touch(sizes["touch_bytes"], mode) for mode in em.TOUCH_MODES]
+    report["page_tables"] = [
+        *em.page_tables(sizes["pte_bytes"], sizes["tasks"], "processes"),
+        *em.page_tables(sizes["pte_bytes"], sizes["tasks"], "threads"),
+    ]
+    report["mmap"] = em.mmap_contention(sizes["mmap_tasks"], sizes["mmap_iterations"])
+    if apps:
+        rows = em.application_models(apps, size=size, cores=cores, repeats=sizes["app_repeats"])
+        report["applications"] = rows
+        report["recommendations"] = [em.recommendation(rows, app) for app in apps]
+    report["goals"] = goals(report)
+    report["pip_side_by_side"] = side_by_side(report)
+    return report
+
+
+def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's goals against this run's figures."""
+    out = []
+    tables = report["page_tables"]
+    threads = sorted((r for r in tables if r["model"] == "threads"), key=lambda r: r["tasks"])
+    processes = sorted((r for r in tables if r["model"] == "processes"), key=lambda r: r["tasks"])
+    flat = threads[-1]["vmpte_kib"] / max(threads[0]["vmpte_kib"], 1)
+    out.append(
+        goal(
+            f"threads add no page-table memory: VmPTE with {threads[-1]['tasks']} threads / with 1 (<= 1.25)",
+            flat,
+            flat <= 1.25,
+        )
+    )
+    linear = processes[-1]["vmpte_kib"] / max(processes[0]["vmpte_kib"] * processes[-1]["tasks"], 1)
+    out.append(
+        goal(
+            f"processes add page tables linearly: VmPTE of {processes[-1]['tasks']} processes / "
+            f"({processes[-1]['tasks']} x one process's) (0.8-1.25)",
+            linear,
+            0.8 <= linear <= 1.25,
+        )
+    )
+    touch = {r["mode"]: r for r in report["first_touch"]}
+    per_page = touch["4k pages"]["faults_per_page"]
+    out.append(goal("first touch: one minor fault per 4 KiB page (0.9-1.1)", per_page, 0.9 <= per_page <= 1.1))
+    out.append(
+        goal(
+            "first touch: ns per 4 KiB page faulted (a figure, not a threshold)",
+            touch["4k pages"]["ns_per_page"],
+            touch["4k pages"]["ns_per_page"] > 0,
+        )
+    )
+    huge = touch["huge pages"]
+    cut = touch["4k pages"]["faults"] / max(huge["faults"], 1)
+    allowed = huge["thp"] in ("always", "madvise")
+    out.append(
+        goal(
+            f"huge pages cut first-touch faults >= 100x (transparent huge pages: {huge['thp']})",
+            cut,
+            allowed and cut >= 100,
+        )
+    )
+    spawn = {r["model"]: r["seconds"] for r in report["spawn"]}
+    order = ["thread", "fork", "spawn"] + [m for m in ("dask worker",) if m in spawn]
+    ordered = all(spawn[a] < spawn[b] for a, b in zip(order, order[1:], strict=False))
+    out.append(
+        goal("spawn ordering " + " < ".join(order) + ": spawn / thread", spawn["spawn"] / spawn["thread"], ordered)
+    )
+    most = max(report["mmap"]["rows"], key=lambda r: r["tasks"])
+    out.append(
+        goal(
+            f"mmap/munmap: {most['tasks']} threads slower than {most['tasks']} processes "
+            "(threads' rate / processes', < 1)",
+            most["threads_vs_processes"],
+            most["threads_vs_processes"] < 1,
+        )
+    )
+    if "recommendations" in report:
+        out.append(
+            goal(
+                "a measured recommendation for each application (how many)",
+                len(report["recommendations"]),
+                len(report["recommendations"]) == len({r["app"] for r in report["applications"]}),
+            )
+        )
+    return out
+
+
+def side_by_side(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """PiP's findings beside this run's figures, one row per finding."""
+    tables = report["page_tables"]
+    by = {(r["model"], r["tasks"]): r["vmpte_kib"] for r in tables}
+    most = max(r["tasks"] for r in tables)
+    touch = {r["mode"]: r for r in report["first_touch"]}
+    spawn = {r["model"]: r["seconds"] for r in report["spawn"]}
+    contention = max(report["mmap"]["rows"], key=lambda r: r["tasks"])
+    return [
+        {"finding (PiP)": "page tables grow linearly with processes (M x N entries)",
+         "measured here": f"{most} processes: {by['processes', most] / max(by['processes', 1], 1):.2f}x one process's "
+         f"VmPTE ({by['processes', most]} KiB)"},
+        {"finding (PiP)": "threads share one page table (M entries)",
+         "measured here": f"{most} threads: {by['threads', most] / max(by['threads', 1], 1):.2f}x one thread's VmPTE"},
+        {"finding (PiP)": "a page fault every time a new 4 KiB page is touched",
+         "measured here": f"{touch['4k pages']['faults_per_page']:.3f} faults per page, "
+         f"{touch['4k pages']['ns_per_page']:.0f} ns per page"},
+        {"finding (PiP)": "2 MiB pages: the per-page fault spikes vanish",
+         "measured here": f"{touch['4k pages']['faults'] / max(touch['huge pages']['faults'], 1):.0f}x fewer faults "
+         f"(transparent huge pages: {touch['huge pages']['thp']})"},
+        {"finding (PiP)": "a thread spawns fastest; processes (fork&exec, posix_spawn) cost about the same",
+         "measured here": f"thread {spawn['thread'] * 1e3:.3f} ms, fork {spawn['fork'] * 1e3:.2f} ms, posix_spawn of "
+         f"Python {spawn['posix_spawn (python)'] * 1e3:.1f} ms"},
+        {"finding (PiP)": "mmap/munmap: forked processes much faster than threads (10 tasks, 10 cores)",
+         "measured here": f"{contention['tasks']} tasks on {report['machine']['cores']} cores: processes "
+         f"{1 / max(contention['threads_vs_processes'], 1e-9):.2f}x the threads' rate"},
+    ]  # fmt: skip
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as text: each measurement's table with its ratios, PiP's results beside, goals last."""
+    m = report["machine"]
+    lines = [
+        f"execution models, size {report['size']}: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, "
+        f"transparent huge pages: {m['thp']}",
+        "",
+        "spawn, to the first useful instruction",
+    ]
+    lines += [
+        f"  {r['model']:<28} {r['seconds'] * 1e3:10.3f} ms  (x{r['vs_thread']:8.1f} a thread)  {r['how']}"
+        for r in report["spawn"]
+    ]
+    lines += ["  PiP: " + PIP_PUBLISHED["spawn"], "", "first touch, one write per 4 KiB page"]
+    for r in report["first_touch"]:
+        lines.append(
+            f"  {r['mode']:<14} {r['faults']:>8} faults ({r['faults_per_page']:.3f}/page)  "
+            f"{r['ns_per_page']:8.0f} ns/page first, {r['ns_per_page_mapped']:6.0f} ns/page mapped  "
+            f"huge: {r['huge_pages_kib']} KiB"
+        )
+    lines += [
+        "  PiP: " + PIP_PUBLISHED["first_touch"],
+        "",
+        f"page tables for one shared segment of {report['page_tables'][0]['bytes'] // em.MiB} MiB read by every task",
+    ]
+    one = {r["model"]: r["vmpte_kib"] for r in report["page_tables"] if r["tasks"] == 1}
+    for r in report["page_tables"]:
+        lines.append(
+            f"  {r['model']:<10} {r['tasks']:>3} tasks: VmPTE {r['vmpte_kib']:>7} KiB "
+            f"(x{r['vmpte_kib'] / max(one[r['model']], 1):5.2f}"
+            f" one task; expected {r['expected_kib']:7.0f})  node PageTables +{r['node_pagetables_kib']} KiB"
+        )
+    lines += [
+        "  PiP: " + PIP_PUBLISHED["page_tables"],
+        "",
+        f"mmap + first write + munmap of {report['mmap']['bytes']} B, {report['mmap']['iterations']} per task "
+        f"(numba loop compiled in {report['mmap']['compile_s']:.2f} s, not timed)",
+    ]
+    for r in report["mmap"]["rows"]:
+        lines.append(
+            f"  {r['tasks']:>3} tasks: threads {r['threads_per_s']:10.0f}/s, processes {r['processes_per_s']:10.0f}/s"
+            f"  threads / processes {r['threads_vs_processes']:.2f}"
+        )
+    lines += ["  PiP: " + PIP_PUBLISHED["mmap"]]
+    if "applications" in report:
+        lines += ["", "applications, per execution model (median s, peak PSS of the workers)"]
+        for r in report["applications"]:
+            lines.append(
+                f"  {r['app']:<10} {r['configuration']:<33} {r['workers']}x{r['threads']}  "
+                f"{r['seconds']:8.3f} s (x{r['time_vs_best']:.2f})  "
+                f"{r['peak_pss_mib']:8.1f} MiB (x{r['memory_vs_best']:.2f})"
+            )
+        lines += [f"  recommended for {r['app']}: {r['configuration']} ({r['why']})" for r in report["recommendations"]]
+    lines += ["", "PiP's findings, measured here"]
+    lines += [f"  {r['finding (PiP)']}: {r['measured here']}" for r in report["pip_side_by_side"]]
+    return "\n".join([*lines, "", *goal_lines(report["goals"])])
