@@ -12,7 +12,7 @@ LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--al
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test lint install bench peers clean distclean
+.PHONY: lab test lint install bench peers site clean distclean
 
 install: $(STAMP)
 
@@ -25,8 +25,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# Every lesson's cluster serves Dask's dashboard, linked through JupyterLab's proxy (jupyter-server-proxy):
+# dask-labextension's sidebar finds it from the notebook's client (docs/course/setup.md).
+LAB_DASK := WORKBENCH_DASHBOARD=1 DASK_DISTRIBUTED__DASHBOARD__LINK=/proxy/{port}/status
+
 lab: $(STAMP)
-	$(LAB_CONFIG) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
+	$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
 
 # The linter and the formatter (settings in pyproject.toml: 120 columns) run before the tests.
 lint: $(STAMP)
@@ -35,6 +39,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest
+
+# The course site: syllabus, guide, setup and every lesson executed at size ci (build/site/index.html).
+site: $(STAMP)
+	$(BIN)/python -m workbench.teach.site
 
 bench: $(STAMP)
 	$(BIN)/workbench bench kernels

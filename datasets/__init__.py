@@ -1,5 +1,6 @@
-"""Catalogue of the seed datasets: ``datasets.get("kmeans", size="ci")``."""
+"""Catalogue of the seed datasets: ``datasets.get("kmeans", size="ci")``; per-block cost factors for
+the imbalance experiments: ``datasets.block_costs(n_blocks, skew)``."""
 
-from datasets.catalogue import SIZES, ArraySpec, Dataset, describe, get, names
+from datasets.catalogue import SIZES, ArraySpec, Dataset, block_costs, describe, get, names
 
-__all__ = ["SIZES", "ArraySpec", "Dataset", "describe", "get", "names"]
+__all__ = ["SIZES", "ArraySpec", "Dataset", "block_costs", "describe", "get", "names"]

@@ -178,6 +178,11 @@ SHAPES: dict[str, dict[str, dict[str, int]]] = {
         "lab": dict(length=4_194_304, order=2_048, n=2_048, iterations=10),
         "full": dict(length=16_777_216, order=8_192, n=8_192, iterations=10),
     },
+    "sensors": {  # the capstone's pipeline: readings of many sensors, each with its calibration row
+        "ci": dict(points=100_000, dims=8, sensors=10_000, queries=200, centres=4, block=12_500),
+        "lab": dict(points=2_000_000, dims=8, sensors=250_000, queries=1_000, centres=4, block=250_000),
+        "full": dict(points=20_000_000, dims=8, sensors=2_000_000, queries=10_000, centres=4, block=2_500_000),
+    },
     "csvm": {
         "ci": dict(points=4_000, dims=8, block=500),
         "lab": dict(points=40_000, dims=16, block=5_000),
@@ -193,6 +198,8 @@ DESCRIPTIONS = {
     "csvm": "two overlapping classes of points with labels 0/1 (thesis Cascade SVM)",
     "histogram1d": "uniform random values in [0, 1), binned 64 ways (thesis ch. 6 histogram)",
     "matadd": "two matrices A and B of uniform values in row blocks (thesis ch. 6 matrix addition)",
+    "sensors": "readings of many sensors (column 0: the sensor id, then dims values), a calibration table "
+    "(offsets then gains, one row per sensor), query rows and initial centres (the capstone pipeline)",
     "prk": "Parallel Research Kernels sizes (vector length, transpose order, stencil grid): data made by formula",
 }
 
@@ -237,9 +244,55 @@ def _build(name: str, size: str, seed: int, overrides: dict[str, int]) -> Datase
             "labels": ArraySpec((n,), np.dtype(np.int8), (s["block"],), partial(_two_class_labels, seed, n)),
         }
         params = dict(shift=0.35)
+    elif name == "sensors":
+        n, d, m = s["points"], s["dims"], s["sensors"]
+        arrays = {
+            "readings": ArraySpec(
+                (n, d + 1), np.dtype(np.float64), (s["block"], d + 1), partial(_sensor_rows, seed, 0, (n, d + 1), m)
+            ),
+            "calibration": ArraySpec(
+                (2 * m, d), np.dtype(np.float64), (2 * m, d), partial(_calibration_rows, seed, (2 * m, d))
+            ),
+            "queries": ArraySpec(
+                (s["queries"], d + 1),
+                np.dtype(np.float64),
+                (s["queries"], d + 1),
+                partial(_sensor_rows, seed, 2, (s["queries"], d + 1), m),
+            ),
+            "centres": _uniform_spec(seed, 3, (s["centres"], d), (s["centres"], d)),
+        }
+        params = dict(sensors=m, centres=s["centres"], neighbours=5, iterations=3)
     else:  # pragma: no cover - names are checked by get()
         raise AssertionError(name)
     return Dataset(name, size, seed, DESCRIPTIONS[name], arrays, params)
+
+
+def _sensor_rows(seed: int, stream: int, shape: tuple[int, int], sensors: int, region: Region) -> np.ndarray:
+    """Rows of readings: column 0 a sensor id in [0, sensors), the others uniform [0, 1)."""
+    rows = uniform_region(seed, stream, shape, (region[0], slice(0, shape[1])))
+    rows[:, 0] = np.floor(rows[:, 0] * sensors)
+    return rows[:, region[1]]
+
+
+def _calibration_rows(seed: int, shape: tuple[int, int], region: Region) -> np.ndarray:
+    """The calibration table: the first half of the rows offsets in [-0.5, 0.5), the second gains in [0.5, 1.5)."""
+    values = uniform_region(seed, 4, shape, (region[0], slice(0, shape[1])))
+    first = np.arange(region[0].start, region[0].stop) < shape[0] // 2
+    values[first] -= 0.5
+    values[~first] += 0.5
+    return values[:, region[1]]
+
+
+def block_costs(n_blocks: int, skew: float) -> np.ndarray:
+    """A cost factor per block (integers >= 1) with a heavy head: block 0 costs ``skew`` times the last,
+    falling geometrically along the rows, as the expensive region of a simulation grid does. ``skew``
+    1 is balanced. The imbalance experiments multiply each block's work by its factor."""
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 1:
+        raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
+    if isinstance(skew, bool) or not isinstance(skew, (int, float, np.integer, np.floating)) or not 1 <= skew <= 1e4:
+        raise ValueError(f"skew must be a number from 1 (balanced) to 10000, got {skew!r}")
+    position = np.arange(n_blocks) / max(1, n_blocks - 1)
+    return np.maximum(1, np.rint(float(skew) ** (1.0 - position))).astype(np.int64)
 
 
 def names() -> list[str]:

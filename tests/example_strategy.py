@@ -1,7 +1,7 @@
 """The "adding a strategy" recipe of docs/architecture.md, as one file (exercised by the tests).
 
-``scattered``: one task per block, like ``blocks``, but each task pinned to the next worker in
-turn whatever holds its block: a strategy that ignores locality, so half the blocks move.
+``scattered``: one task per block, like ``blocks``, but each task pinned to the worker after the one
+that holds its block: a strategy that ignores locality on purpose, so every block moves.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from workbench.runtime.strategies.blocks import DaskPlan, on_block
 
 
 class ScatteredPlan(DaskPlan):
-    """One pinned task per block, on workers in turn (the blocks travel to them)."""
+    """One pinned task per block, each on a worker that does not hold it (the blocks travel there)."""
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         placed, workers = self.blocks(), sorted(self.session.workers())
-        ranges = placed.item_ranges()
+        ranges, holders = placed.item_ranges(), placed.holders()
+        elsewhere = [workers[(workers.index(h) + 1) % len(workers) if h in workers else 0] for h in holders]
         return self.session.submit_pinned(
             [
                 PinnedCall(
                     on_block,
                     (work, block, [a.block_futures[i] for a in self.aligned], self.task_args(args), *ranges[i]),
-                    workers[(i + 1) % len(workers)],
+                    elsewhere[i],
                     task_key(work.name),
                 )
                 for i, block in enumerate(placed.block_futures)
@@ -34,10 +35,10 @@ class ScatteredPlan(DaskPlan):
 
 
 class Scattered(Strategy):
-    """One task per block on the next worker in turn, ignoring where the block lives."""
+    """One task per block on the worker after its block's holder: locality ignored on purpose."""
 
     name = "scattered"
-    description = "one task per block on workers in turn, ignoring where each block lives (blocks move)"
+    description = "one task per block on a worker that does not hold it (every block moves)"
     plan = ScatteredPlan
 
 

@@ -12,13 +12,9 @@ detaches while it animates: clicking one is a race), only menus and modal dialog
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,60 +53,21 @@ def _free_port() -> int:
 
 @pytest.fixture
 def jupyter_lab(tmp_path):
-    """JupyterLab serving a temporary copy of the lesson, at size "ci"; stopped afterwards."""
+    """JupyterLab serving a temporary copy of the lesson, at size "ci", started as ``make lab`` starts it
+    (``workbench.doctor.jupyter_lab``: the project's settings first); stopped afterwards."""
+    from workbench import doctor
+
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(tmp_path / "jupyter.log", "w")
-    config_path = os.pathsep.join(filter(None, [str(ROOT / "jupyter-config"), os.environ.get("JUPYTER_CONFIG_PATH")]))
     env = {
-        **os.environ,
         "WORKBENCH_SIZE": "ci",
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-        "JUPYTER_CONFIG_PATH": config_path,
         # a fresh settings directory per run: no answer a person gave in their own JupyterLab applies
         "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
     }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--ServerApp.token={token}",
-            f"--ServerApp.root_dir={root}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log = (tmp_path / "jupyter.log").read_text()[-3000:]
-                    raise RuntimeError("JupyterLab did not start:\n" + log) from None
-                time.sleep(0.5)
+    with doctor.jupyter_lab(env=env, root=root) as (url, token):
         yield url, token
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-        log.close()
 
 
 def _prompts(page) -> list[str]:
@@ -191,3 +148,51 @@ def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
             page.screenshot(path=str(ARTIFACTS / "01-locality-tour.png"))
         finally:
             browser.close()
+
+
+def test_dask_task_stream_pane_renders_in_jupyterlab(tmp_path):
+    """dask-labextension, pointed at a workbench session's cluster as ``make lab`` points it (the
+    dashboard link through JupyterLab's proxy), opens the Task Stream pane and the pane renders."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
+    import json
+
+    import dask
+
+    import workbench
+    from workbench import doctor
+
+    settings = tmp_path / "user-settings"
+    (settings / "dask-labextension").mkdir(parents=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with dask.config.set({"distributed.dashboard.link": "/proxy/{port}/status"}):  # the Makefile's LAB_DASK
+        session = workbench.start(n_workers=1, dashboard=True)
+        link = session.client.dashboard_link
+    try:
+        assert link.startswith("/proxy/") and link.endswith("/status"), link
+        (settings / "dask-labextension" / "plugin.jupyterlab-settings").write_text(json.dumps({"defaultURL": link}))
+        lab_env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+        with doctor.jupyter_lab(env=lab_env, root=tmp_path) as (url, token), sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{url}/lab?token={token}")
+                page.wait_for_selector(".jp-LabShell", timeout=90_000)
+                sidebar_tab = page.locator(".lm-TabBar-tab[data-id='dask-dashboard-launcher']")
+                sidebar_tab.wait_for(timeout=60_000)
+                sidebar_tab.click()
+                assert page.locator(".dask-URLInput-wrapper input").input_value() == link
+                # the button is enabled once the extension's server side reached the dashboard
+                task_stream = page.locator(
+                    ".dask-DashboardListing-item:not(.dask-mod-disabled)", has_text="Task Stream"
+                )
+                task_stream.wait_for(timeout=60_000)
+                task_stream.click()
+                pane = page.locator(".dask-DaskDashboard-widget iframe").first
+                pane.wait_for(timeout=60_000)
+                assert f"/proxy/{link.split('/')[2]}/individual-task-stream" in pane.get_attribute("src")
+                pane.content_frame.locator("canvas").first.wait_for(timeout=60_000)  # bokeh drew the pane
+                page.screenshot(path=str(ARTIFACTS / "dask-task-stream-pane.png"))
+            finally:
+                browser.close()
+    finally:
+        session.close()

@@ -1,8 +1,13 @@
-"""Every lesson is executed at the small "ci" size, as CI and a learner's first run would do.
+"""Every lesson is executed at the small "ci" size twice, as CI and a learner would run it:
 
-The executed copy is kept in build/executed/ for debugging (with outputs; never committed).
-Cells tagged ``raises-exception`` demonstrate an error on purpose: they must raise, and nothing
-else may. (papermill reports any error output, tagged or not, so the check is done here.)
+- "solutions": with the hidden solution cells (tag ``solution``) — every check cell must pass;
+- "stubs": without them, as a learner first sees the lesson — every check cell must say "not yet",
+  and nothing may raise (a check never stops a notebook that runs all its cells).
+
+The executed copies are kept in build/executed/<mode>/ for debugging and for the course site (with
+outputs; never committed). Cells tagged ``raises-exception`` demonstrate an error on purpose: they
+must raise, and nothing else may. (papermill reports any error output, tagged or not, so the check is
+done here.)
 """
 
 from __future__ import annotations
@@ -12,30 +17,22 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from workbench.teach import NOT_YET, PASSED, exercises
+from workbench.teach.execute import check_verdicts, execute
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"
-CELL_TIMEOUT = 600  # seconds per cell; the test itself has pytest-timeout's limit below
+MODES = {"solutions": PASSED, "stubs": NOT_YET}
 
 
 @pytest.mark.notebook
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_at_ci_size(notebook: Path):
-    papermill = pytest.importorskip("papermill")
-    EXECUTED.mkdir(parents=True, exist_ok=True)
-    output = EXECUTED / notebook.name
-    try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(output),
-            parameters={"size": "ci"},
-            cwd=str(notebook.parent),
-            execution_timeout=CELL_TIMEOUT,
-            progress_bar=False,
-        )
-    except papermill.PapermillExecutionError:
-        pass  # judged below, cell by cell
+def test_notebook_runs_at_ci_size(notebook: Path, mode: str):
+    pytest.importorskip("papermill")
+    output = execute(notebook, EXECUTED / mode, mode)
     executed = nbformat.read(output, as_version=4)
     unexpected, missing = [], []
     for index, cell in enumerate(executed.cells):
@@ -51,3 +48,13 @@ def test_notebook_runs_at_ci_size(notebook: Path):
     assert not missing, "\n\n".join(missing)
     last = [c for c in executed.cells if c.cell_type == "code"][-1]
     assert last.execution_count is not None, f"the notebook stopped before its last cell ({output})"
+
+    verdicts = check_verdicts(executed)
+    lesson = notebook.name[:2]
+    declared = [e.id for e in exercises(lesson)]
+    assert [v["exercise"] for _, v in verdicts if v] == declared, f"check cells vs exercises of lesson {lesson}"
+    wrong = [(i, v) for i, v in verdicts if v is None or v["status"] != MODES[mode]]
+    assert not wrong, f"with {mode}, every check should say {MODES[mode]!r}: " + "; ".join(
+        f"cell {i}: {v['exercise'] + ': ' + v['status'] + ' - ' + v['message'] if v else 'no verdict shown'}"
+        for i, v in wrong
+    )

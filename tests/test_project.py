@@ -87,9 +87,10 @@ def test_every_jupyterlab_the_project_starts_has_no_news_toast():
     import subprocess
     import sys
 
-    assert "$(LAB_CONFIG) $(BIN)/jupyter lab" in (ROOT / "Makefile").read_text()
+    assert "$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab" in (ROOT / "Makefile").read_text()
     assert "jupyter-config" in (ROOT / "binder/start").read_text()
-    assert "jupyter-config" in (ROOT / "tests/test_browser.py").read_text()
+    assert "jupyter-config" in (ROOT / "workbench/doctor.py").read_text()  # it starts the browser tests' labs
+    assert "doctor.jupyter_lab" in (ROOT / "tests/test_browser.py").read_text()
     probe = (
         "import json; from jupyterlab_server.config import get_page_config; "
         "print(json.dumps(get_page_config([])['disabledExtensions']))"
@@ -99,3 +100,55 @@ def test_every_jupyterlab_the_project_starts_has_no_news_toast():
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=True
     )
     assert "@jupyterlab/apputils-extension:announcements" in json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_binder_postbuild_installs_the_project_in_a_fresh_environment(tmp_path):
+    """binder/postBuild run as repo2docker runs it: in a fresh virtual environment whose
+    dependencies are present (as the conda environment's are), it installs the project, and
+    binder/start then gives a kernel the course's settings."""
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    import venv
+
+    env_dir = tmp_path / "binder-env"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # the conda environment's packages: this suite's, seen through a .pth file (nothing copied)
+    (Path(site) / "binder-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {
+        **os.environ,
+        "PATH": f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    env.pop("PYTHONPATH", None)
+    env.pop("WORKBENCH_SIZE", None)
+    env.pop("WORKBENCH_DASHBOARD", None)
+    done = subprocess.run(
+        ["bash", str(ROOT / "binder" / "postBuild")], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    probe = (
+        "import os, workbench, dask; from distributed.utils import format_dashboard_link; "
+        "print(workbench.__file__, workbench.resolve_size(), os.environ['WORKBENCH_DASHBOARD'], "
+        "format_dashboard_link('h', 8787))"
+    )
+    env["JUPYTERHUB_SERVICE_PREFIX"] = "/user/learner/"
+    done = subprocess.run(
+        ["bash", str(ROOT / "binder" / "start"), str(python), "-c", probe],
+        cwd=tmp_path,  # not the project's directory: the import must come from what postBuild installed
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    where, size, dashboard, link = done.stdout.split()
+    assert Path(where).is_relative_to(ROOT) and sys.prefix not in where
+    assert (size, dashboard, link) == ("ci", "1", "/user/learner/proxy/8787/status")

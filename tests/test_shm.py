@@ -722,3 +722,42 @@ def test_a_file_in_place_of_the_directory_says_so(tmp_path):
     )
     assert result.returncode != 0 and "is not a directory" in result.stderr and "does not exist" not in result.stderr
     assert a_file.read_text() == "x"
+
+
+def test_a_header_parse_that_meets_another_threads_ast_build_is_retried(tmp_path, monkeypatch):
+    """CPython 3.11 (gh-106905): ast.literal_eval fails spuriously while another thread builds an AST."""
+    shm.share("race", np.arange(3.0), directory=tmp_path)
+    np.save(tmp_path / "plain.npy", np.arange(4.0))
+    real = shm.npy.read_array_header_2_0
+    clash = SystemError("AST constructor recursion depth mismatch (before=69, after=95)")
+    calls = []
+
+    def clashing_once(stream, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise clash
+        return real(stream, *args, **kwargs)
+
+    monkeypatch.setattr(shm.npy, "read_array_header_2_0", clashing_once)
+    view = shm.attach("race", directory=tmp_path)
+    assert view.tolist() == [0.0, 1.0, 2.0] and len(calls) == 2
+    del view
+    real_load = np.load
+    loads = []
+
+    def load_clashing_once(*args, **kwargs):
+        loads.append(1)
+        if len(loads) == 1:
+            raise clash
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(shm.np, "load", load_clashing_once)
+    assert shm.load_npy(tmp_path / "plain.npy").tolist() == [0.0, 1.0, 2.0, 3.0] and len(loads) == 2
+
+    def always(stream, *args, **kwargs):
+        raise SystemError("something else entirely")
+
+    monkeypatch.setattr(shm.npy, "read_array_header_2_0", always)  # any other SystemError is reported
+    with pytest.raises(shm.SharedMemoryError, match="header cannot be read .SystemError: something else"):
+        shm.attach("race", directory=tmp_path)
+    assert shm.delete("race", directory=tmp_path)

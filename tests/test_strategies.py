@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,14 +56,18 @@ def test_a_strategy_that_ignores_locality_moves_the_blocks(session, example):
     import example_app
 
     data = example.prepare(session, datasets.get("histogram", "ci"), {"blocks_per_worker": 3})
+
+    def bytes_fetched(name: str) -> int:
+        # The workers' own transfer logs, not the replica count afterwards: Dask's active memory
+        # manager drops extra replicas every few seconds, so counting holders after the run races it.
+        since = time.time()
+        with strategies.get(name).open(session, data.blocks) as plan:
+            plan.reduce(example_app.APP.work)
+        return sum(t["total"] for log in trace.incoming_transfer_logs(session, since).values() for t in log)
+
     try:
-        holders = lambda: [len(h) for h in session.client.who_has(data.blocks.block_futures).values()]  # noqa: E731
-        with strategies.get("blocks").open(session, data.blocks) as plan:
-            plan.reduce(example_app.APP.work)
-        assert max(holders()) == 1  # code went to the data: no block was copied
-        with strategies.get("scattered").open(session, data.blocks) as plan:
-            plan.reduce(example_app.APP.work)
-        assert max(holders()) == 2  # blocks were copied to the workers the tasks were sent to
+        assert bytes_fetched("blocks") < data.blocks.nbytes / 100  # code went to the data: only partial results
+        assert bytes_fetched("scattered") >= 0.9 * data.blocks.nbytes  # every block went to another worker
     finally:
         data.release()
 

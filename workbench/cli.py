@@ -207,6 +207,18 @@ def _bench_execution_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_balance(args: argparse.Namespace) -> int:
+    from workbench.bench import balance
+
+    if args.workers is not None and args.workers < 2:
+        raise ValueError(f"--workers must be at least 2 (balance needs someone to steal from), got {args.workers}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    report = balance.run(args.size, args.repeats, args.workers or 2)
+    print(json.dumps(report, indent=2, default=str) if args.json else balance.format_report(report))
+    return 0
+
+
 def _bench_channels(args: argparse.Namespace) -> int:
     from workbench.bench import channels
 
@@ -253,6 +265,12 @@ def _machine(args: argparse.Namespace) -> int:
 
     print(json.dumps(machine.describe(), indent=2) if args.json else "\n".join(machine.summary_lines()))
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from workbench import doctor
+
+    return 0 if doctor.report(doctor.run(quick=args.quick)) else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -322,6 +340,14 @@ def _parser() -> argparse.ArgumentParser:
     bch.add_argument("--no-mpi", action="store_true", help="leave out the mpi4py peer")
     bch.add_argument("--no-two-nodes", action="store_true", help="leave out the two-simulated-nodes (socket) run")
     bch.set_defaults(func=_bench_channels)
+    bba = benches.add_parser(
+        "balance", help="SplIter partitions that rebalance (split-balanced) vs split, blocks, rechunk under imbalance"
+    )
+    bba.add_argument("--json", action="store_true")
+    bba.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
+    bba.add_argument("--repeats", type=int, default=3)
+    bba.add_argument("--workers", type=int, help="worker processes (default 2; one core each)")
+    bba.set_defaults(func=_bench_balance)
 
     bem = benches.add_parser(
         "execution-models",
@@ -382,6 +408,9 @@ def _parser() -> argparse.ArgumentParser:
     m = commands.add_parser("machine", help="describe this machine and the installed versions")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_machine)
+    doc = commands.add_parser("doctor", help="is this machine ready for the course? each failed check names its fix")
+    doc.add_argument("--quick", action="store_true", help="skip the checks that start JupyterLab and a Dask cluster")
+    doc.set_defaults(func=_doctor)
     return parser
 
 

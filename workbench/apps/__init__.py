@@ -2,7 +2,7 @@
 registered on import: ``workbench.apps.get("kmeans")``. Importing any module of this package
 registers them all."""
 
-from workbench.apps import csvm, histogram, kmeans, knn, matmul, prk, tiered
+from workbench.apps import csvm, histogram, kmeans, knn, matmul, prk, skewed, tiered
 from workbench.apps.registry import Application, PlacedData, get, names, register, unregister
 
 BUILTIN = (
@@ -11,6 +11,7 @@ BUILTIN = (
     kmeans.APP,
     knn.APP,
     matmul.APP,
+    skewed.APP,
     tiered.HISTOGRAM1D_APP,
     tiered.MATADD_APP,
     *prk.APPS,

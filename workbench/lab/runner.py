@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 from distributed import get_task_stream
@@ -28,6 +28,10 @@ from workbench.apps import registry
 from workbench.lab import stats
 from workbench.runtime import trace as tracing
 from workbench.runtime.session import Session, node_id
+
+T = TypeVar("T")
+# Columns the runner writes in every result row: no application parameter may take these names.
+RESULT_COLUMNS = {"run_id", "variant", "seconds", "repeat", "tasks", "bytes_transferred"}
 
 
 @dataclass
@@ -268,6 +272,9 @@ def run_experiment(
     dataset = datasets.get(application.dataset, size, seed)
     grid = dict(grid if grid is not None else application.grids[size])
     application.check_parameters(list(grid))
+    clash = sorted(set(grid) & RESULT_COLUMNS)
+    if clash:
+        raise ValueError(f"parameters {clash} would overwrite the runner's own result columns {sorted(RESULT_COLUMNS)}")
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
@@ -339,6 +346,25 @@ def run_experiment(
     )
 
 
+def traced_call(
+    session: Session, call: Callable[[tracing.Recorder], T], trace: bool = True, nodes: dict[str, str] | None = None
+) -> tuple[T, float, tracing.Recorder, pd.DataFrame | None]:
+    """Run ``call(recorder)`` once, timed; with ``trace``, its records as one frame: the task stream,
+    the workers' incoming transfers, worker events and the recorder's own events (client side)."""
+    recorder = tracing.Recorder()
+    since = time.time()
+    with get_task_stream(session.client) as stream:
+        start = time.perf_counter()
+        answer = call(recorder)
+        seconds = time.perf_counter() - start
+    frame = None
+    if trace:
+        records = tracing.from_task_stream(stream.data, tracing.incoming_transfer_logs(session, since))
+        records += tracing.worker_events(session, since) + recorder.records
+        frame = tracing.normalise(records, nodes)
+    return answer, seconds, recorder, frame
+
+
 def _run_once(
     session: Session,
     application: registry.Application,
@@ -349,20 +375,13 @@ def _run_once(
     nodes: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Any, pd.DataFrame | None]:
     """One timed call of a variant: its result row, its answer, and its trace (or None)."""
-    recorder = tracing.Recorder()
     function = application.variant(variant)
-    since = time.time()
-    with get_task_stream(session.client) as stream:
-        start = time.perf_counter()
-        answer = function(session, prepared, recorder)
-        seconds = time.perf_counter() - start
+    answer, seconds, recorder, frame = traced_call(
+        session, lambda recorder: function(session, prepared, recorder), trace, nodes
+    )
     row: dict[str, Any] = {"variant": variant, **params, "seconds": seconds}
     row.update({f"phase_{name}_s": value for name, value in recorder.phases.items()})
-    frame = None
-    if trace:
-        records = tracing.from_task_stream(stream.data, tracing.incoming_transfer_logs(session, since))
-        records += tracing.worker_events(session, since) + recorder.records
-        frame = tracing.normalise(records, nodes)
+    if frame is not None:
         row["tasks"] = int(((frame["action"] == "compute") & (frame["worker"] != tracing.CLIENT)).sum())
         row["bytes_transferred"] = int(frame.loc[frame["action"] == "transfer", "bytes"].sum())
     return row, answer, frame

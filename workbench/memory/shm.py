@@ -43,6 +43,7 @@ import operator
 import os
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,12 @@ _HEADER_MAX = 8192
 _MAX_DIMS = 64  # numpy's limit on dimensions
 _MAX_BYTES = 2**63 - 1  # numpy sizes an array in a signed 64-bit integer (its zero dimensions aside)
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # no symlink, no hang on a planted FIFO
+# numpy parses .npy header text with ast.literal_eval, and CPython 3.11 keeps the AST builder's
+# recursion counter per interpreter, not per thread (gh-106905): two threads parsing at once can
+# fail with "SystemError: AST constructor recursion depth mismatch". Our own readers take turns;
+# a clash with another library's thread is retried (the counter is reset on every parse).
+_HEADER_PARSE_LOCK = threading.Lock()
+_HEADER_PARSE_TRIES = 5
 _LEAF_KINDS = frozenset("biufcmMSUV")  # bool, ints, floats, complex, datetimes, bytes, str, void
 
 
@@ -285,7 +292,7 @@ def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, 
         else:
             text = os.pread(fd, offset - 12, 12)
             try:
-                shape, fortran, dtype = npy.read_array_header_2_0(io.BytesIO(prefix[8:] + text))
+                shape, fortran, dtype = _parse_header(prefix[8:] + text)
             except Exception as error:  # untrusted text: whatever numpy's parser raises on it
                 problem = f"its header cannot be read ({type(error).__name__}: {error})"
             else:
@@ -295,6 +302,34 @@ def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, 
             f"{path} is not a valid workbench shared array: {problem}. Delete it if it is not yours"
         )
     return shape, dtype, fortran, offset
+
+
+def _parse_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """numpy's own .npy 2.0 header parser, safe to call from several threads at once."""
+    for attempt in range(_HEADER_PARSE_TRIES):
+        try:
+            with _HEADER_PARSE_LOCK:
+                return npy.read_array_header_2_0(io.BytesIO(raw))
+        except SystemError as error:  # gh-106905: another thread was building an AST meanwhile
+            if "recursion depth mismatch" not in str(error) or attempt == _HEADER_PARSE_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def load_npy(path: str | os.PathLike[str], mmap_mode: str | None = None) -> np.ndarray:
+    """``np.load`` of a plain .npy file (no pickles), retried on CPython 3.11's AST race (gh-106905).
+
+    For callers that read .npy files in worker threads (the file and page-cache baselines): numpy
+    parses the header with ``ast.literal_eval``, which can fail spuriously while another thread
+    builds an AST; the failure is retried, any other error is raised as it is.
+    """
+    for attempt in range(_HEADER_PARSE_TRIES):
+        try:
+            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error) or attempt == _HEADER_PARSE_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _shape_problem(shape: tuple[int, ...], itemsize: int) -> str | None:

@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 from distributed import Future, futures_of
 
-from workbench.runtime.session import Session
+from workbench.runtime.session import PinnedCall, Session
 
 
 def flat_keys(keys: Any) -> Iterator[Any]:
@@ -203,3 +203,29 @@ class PlacedBlocks:
         self.array = None
         if errors:
             raise errors[0]
+
+
+def _block(value: Any) -> Any:
+    """Task body: a block, computed where this task is pinned."""
+    return value
+
+
+def place_contiguous(session: Session, array: da.Array) -> da.Array:
+    """``array``'s row blocks computed in contiguous runs, one run per worker (a domain decomposition:
+    worker k holds blocks ``[k n / W, (k + 1) n / W)``), as a persisted array PlacedBlocks takes.
+
+    Dask places blocks where it likes (round robin, here); an HPC code decomposes its domain into
+    contiguous pieces, so a costly region lies on few workers: the layout imbalance experiments need.
+    """
+    array = check_row_blocks(array, "a contiguously placed array")
+    workers = sorted(session.workers())
+    blocks = array.to_delayed().ravel()
+    name = "contiguous-" + array.name
+    calls = [
+        PinnedCall(_block, (block,), workers[i * len(workers) // len(blocks)], (name, i, *[0] * (array.ndim - 1)))
+        for i, block in enumerate(blocks)
+    ]
+    futures = session.submit_pinned(calls)
+    session.wait(futures)
+    graph = {call.key: future for call, future in zip(calls, futures)}
+    return da.Array(graph, name, chunks=array.chunks, dtype=array.dtype, meta=array._meta)

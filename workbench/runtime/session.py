@@ -27,6 +27,7 @@ from distributed.system import MEMORY_LIMIT
 
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
+DASHBOARD_ENV = "WORKBENCH_DASHBOARD"  # "1": every local cluster serves its dashboard (make lab, Binder)
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
 
 
@@ -40,6 +41,7 @@ class PinnedCall:
     worker: str | Sequence[str]
     key: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0  # Dask's priority: a worker runs its higher-priority tasks first
 
 
 def _name(function: Any) -> str:
@@ -169,20 +171,22 @@ class Session:
                 raise TimeoutError(f"the cluster did not reach {n_workers} workers within {self.timeout} s")
             time.sleep(0.05)
 
-    def submit_pinned(self, calls: Sequence[PinnedCall]) -> list[Future]:
+    def submit_pinned(self, calls: Sequence[PinnedCall], loose: bool = False) -> list[Future]:
         """Submit many tasks, each pinned to its own worker, as one graph; their futures in order.
 
         ``client.submit`` sends one graph per task and the scheduler takes each in turn: 16
         pinned tasks cost 16 graph updates where ``client.map`` costs one (measured 1.4x slower
         here, and it grows with the workers). Futures among the arguments, also inside lists, are
-        real dependencies. Pinning (``allow_other_workers=False``) keeps work stealing away.
+        real dependencies. Pinning (``allow_other_workers=False``) keeps work stealing away;
+        ``loose=True`` makes each worker a preference that Dask's scheduler may override (its work
+        stealing can then give the task to an idle worker).
         """
         import dask
 
         delayed = []
         for call in calls:
             workers = [call.worker] if isinstance(call.worker, str) else list(call.worker)
-            with dask.annotate(workers=workers, allow_other_workers=False):
+            with dask.annotate(workers=workers, allow_other_workers=loose, priority=call.priority):
                 delayed.append(
                     dask.delayed(call.function, pure=False)(*call.args, dask_key_name=call.key, **call.kwargs)
                 )
@@ -230,7 +234,7 @@ def start(
     threads_per_worker: int = 1,
     nodes: Sequence[str] | None = None,
     memory_limit: str | int = "auto",
-    dashboard: bool = False,
+    dashboard: bool | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Session:
     """Start (or join) the cluster for a workbench run and return a :class:`Session`.
@@ -241,11 +245,15 @@ def start(
     threads_per_worker: threads per worker; 1 keeps one task per core, as the papers' runs do.
     nodes: one node id per local worker, to simulate several nodes on one machine.
     memory_limit: per worker; "auto" shares the machine's memory equally.
-    dashboard: serve the Dask dashboard on a free port.
+    dashboard: serve the Dask dashboard on a free port; default ``$WORKBENCH_DASHBOARD`` ("1" turns it
+        on: ``make lab`` and Binder set it, so dask-labextension's panes can show the lesson's cluster;
+        the link follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy).
     timeout: seconds for connecting, waiting for workers and closing.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    if dashboard is None:
+        dashboard = os.environ.get(DASHBOARD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     if threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):

@@ -41,6 +41,7 @@ import numpy as np
 from dask.base import tokenize
 from distributed import Future
 
+from workbench.memory import shm
 from workbench.runtime import rro, trace
 from workbench.runtime.session import PinnedCall, Session, node_id
 
@@ -90,7 +91,7 @@ _FILE_MARK = "__workbench_file__"  # {_FILE_MARK: FileRef or future of one}
 # -- worker side -------------------------------------------------------------------------------
 def _load_file(ref: FileRef) -> np.ndarray:
     start = time.time()
-    array = np.load(ref.path, allow_pickle=False)  # a full read and a new copy, every task
+    array = shm.load_npy(ref.path)  # a full read and a new copy, every task
     trace.emit("file-read", start, time.time(), task="file-read", nbytes=ref.nbytes)
     return array
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import pandas as pd
 from bokeh.io import show
+from IPython.display import display
 
 from workbench.lab.sweep import histogram_block_sweep
 from workbench.runtime.session import Session
@@ -94,7 +95,7 @@ class ExperimentPanel:
             description="workers",
             disabled=not owned_local,
         )
-        self.repeats = widgets.IntSlider(value=3, min=2, max=10, description="repeats")
+        self.repeats = widgets.IntSlider(value=2 if size == "ci" else 3, min=2, max=10, description="repeats")
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
         self.status = widgets.HTML("Choose, then press <b>Run</b>.")
         self.table = widgets.HTML()
@@ -221,3 +222,53 @@ class PageTablePanel:
         finally:
             self.button.disabled = False
         return self.rows
+
+
+class PipelinePanel:
+    """The capstone pipeline's knobs (lesson 08) and a Run button: the pipeline runs once with them
+    and its stages are drawn next to the planted run's. ``panel.run()`` does what the button does;
+    ``panel.last`` holds the last run."""
+
+    def __init__(self, session: Session, size: str, planted: object):
+        from workbench.lab import capstone
+
+        self._capstone, self.session, self.size, self.planted = capstone, session, size, planted
+        self.last = None
+        self.blocks = widgets.SelectionSlider(
+            options=[1, 2, 4, 8, 16, 32, 64], value=capstone.PLANTED.blocks_per_worker, description="blocks/worker"
+        )
+        self.knobs = {
+            name: widgets.Dropdown(options=list(options), value=getattr(capstone.PLANTED, name), description=name)
+            for name, options in [("calibration", capstone.CALIBRATION), *capstone.OPTIONS.items()]
+        }
+        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.status = widgets.HTML(value="Set the knobs, then press <b>Run</b>: stages compared with the planted run.")
+        self.output = widgets.Output()
+        self.button.on_click(lambda _: self.run())
+        knobs = [self.blocks, *self.knobs.values()]
+        self.widget = widgets.VBox(
+            [widgets.HBox(knobs[:3]), widgets.HBox([*knobs[3:], self.button]), self.status, self.output]
+        )
+
+    def run(self) -> object:
+        """Run the pipeline with the panel's knobs; show the stage figure and the comparison table."""
+        from workbench.viz.timing import stage_bars
+
+        self.button.disabled = True
+        pipeline = self._capstone.Pipeline(
+            blocks_per_worker=self.blocks.value, **{name: w.value for name, w in self.knobs.items()}
+        )
+        self.status.value = f"running {pipeline} ..."
+        try:
+            self.last = self._capstone.run(self.session, self.size, pipeline)
+            with self.output:
+                self.output.clear_output(wait=True)
+                show(stage_bars({"planted": self.planted.stages, "yours": self.last.stages}))
+                display(self._capstone.compare(self.planted, self.last).round(3))
+            self.status.value = f"planted {self.planted.seconds:.3f} s, yours {self.last.seconds:.3f} s"
+        except Exception as error:  # shown in the panel: a click has no traceback to read
+            self.status.value = f"<b>error:</b> {error}"
+            raise
+        finally:
+            self.button.disabled = False
+        return self.last

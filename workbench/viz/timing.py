@@ -281,3 +281,23 @@ def pingpong_figure(curves: Mapping[str, list], title: str = "ping-pong throughp
     )
     fig.legend.location = "top_left"
     return fig
+
+
+def stage_bars(stages: Mapping[str, pd.DataFrame], column: str = "seconds", title: str = "seconds per stage"):
+    """Bars of one column per pipeline stage, one bar per run side by side (capstone: planted vs fixed)."""
+    from bokeh.models import FactorRange
+    from bokeh.palettes import Category10
+    from bokeh.transform import factor_cmap
+
+    runs = list(stages)
+    names = [str(s) for s in next(iter(stages.values())).index] if stages else []
+    factors = [(stage, run) for stage in names for run in runs]
+    values = [float(stages[run].loc[stage, column]) for stage, run in factors]
+    source = ColumnDataSource(dict(x=factors, value=values, run=[run for _, run in factors]))
+    fig = figure(x_range=FactorRange(*factors), height=300, width=640, title=title, tools="hover,save")
+    fig.vbar(x="x", top="value", width=0.8, source=source, fill_color=factor_cmap("x", Category10[10], runs, 1, 2))
+    fig.yaxis.axis_label = column
+    fig.hover.tooltips = [("stage, run", "@x"), (column, "@value{0.000}")]
+    fig.xgrid.grid_line_color = None
+    fig.y_range.start = 0
+    return fig

@@ -357,6 +357,8 @@ def run_group(
     :class:`EagerChannel` channels (the baseline). Raises ``ChannelError`` naming the first rank that
     failed; nothing of the group is left on any worker."""
     all_workers = session.workers()
+    if not all_workers:
+        raise ChannelError("the cluster has no workers right now (one may have just died and be restarting): rerun")
     if workers is None:
         count = ranks if ranks is not None else len(all_workers)
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.memory import shm
 from workbench.memory import tiers as memory_tiers
 from workbench.runtime.store import ArrayBlock, BlockCollection
 from workbench.runtime.strategies.base import BlockWork, Strategy, register, task_key
@@ -244,7 +245,11 @@ class SpillPlan(DaskPlan):
         return SpilledBlocks(name, directory, holders)
 
     def _drop(self, spilled: SpilledBlocks) -> None:
-        self.session.client.run(spill_drop, spilled.name, spilled.directory, workers=spilled.workers)
+        alive = [w for w in spilled.workers if w in set(self.session.workers())]
+        if alive:
+            self.session.client.run(spill_drop, spilled.name, spilled.directory, workers=alive)
+        # a worker that died (or a directory this machine shares with the workers): its files go from here
+        shutil.rmtree(os.path.join(spilled.directory, spilled.name), ignore_errors=True)
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         """One task per block, on the worker whose buffer holds it, reading it from there."""
@@ -273,7 +278,7 @@ def memmap_remove(directory: str) -> None:
 
 def on_memmap(work: BlockWork, path: str, aligned: Sequence[Any], args: Sequence[Any], rows: Any) -> Any:
     """Task body: the work of one block on ``np.load(path, mmap_mode="r")`` (the page cache in front)."""
-    return work.call(np.load(path, mmap_mode="r"), aligned, args, rows)
+    return work.call(shm.load_npy(path, mmap_mode="r"), aligned, args, rows)
 
 
 class MemmapPlan(DaskPlan):
@@ -295,7 +300,11 @@ class MemmapPlan(DaskPlan):
         )
 
     def _drop(self, files: tuple[str, list[str], list[str | None]]) -> None:
-        self.session.client.run(memmap_remove, files[0], workers=sorted({h for h in files[2] if h}))
+        alive = set(self.session.workers())
+        holders = sorted({h for h in files[2] if h and h in alive})
+        if holders:
+            self.session.client.run(memmap_remove, files[0], workers=holders)
+        memmap_remove(files[0])  # a worker that died (or a directory shared with this machine)
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         """One task per block, on the worker whose disk has its file, on the block's memory map."""

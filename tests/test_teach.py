@@ -1,0 +1,301 @@
+"""Self-checking exercises: every check says "not yet" to a wrong answer, with what is wrong; the
+registry refuses author mistakes and never lets a learner's error stop the notebook.
+
+WRONG holds, for every declared exercise, a wrong answer and a phrase its message must contain: a
+check that cannot fail would have no entry that passes this test.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.lab import capstone
+from workbench.teach import MIME, NOT_YET, PASSED, Feedback, check, exercise, exercises, get
+from workbench.teach import registry as teach_registry
+
+
+def _runs():
+    blocks = np.repeat([2, 8, 32], 3)
+    return pd.DataFrame({"blocks": blocks, "seconds": 0.01 + 0.002 * blocks})
+
+
+KERNEL = pd.DataFrame({"variant": ["numba, 1 thread"], "seconds": [0.1]})
+
+
+class FakeExperiment:
+    """The few queries of an Experiment that the checks read."""
+
+    def __init__(self, rows: list[dict], metadata: dict | None = None, iterations: int = 1):
+        self.frame = pd.DataFrame(rows)
+        self.results = self.frame
+        self.metadata = metadata or {}
+        self.iterations = iterations
+
+    def summary(self):
+        return self.frame
+
+    def runs(self):
+        return self.frame
+
+    def moved(self):
+        return self.frame.set_index(["blocks_per_worker", "variant"])[["seconds", "tasks"]]
+
+    def points(self):
+        return [{"iterations": self.iterations}]
+
+
+def _sweep(split_tasks=(3, 3), blocks_tasks=(3, 65), blocks_s=(1.0, 4.0)):
+    return FakeExperiment(
+        [
+            {"blocks_per_worker": 1, "variant": "split", "seconds": 1.0, "tasks": split_tasks[0], "MB_moved": 0.0},
+            {"blocks_per_worker": 32, "variant": "split", "seconds": 1.0, "tasks": split_tasks[1], "MB_moved": 0.0},
+            {
+                "blocks_per_worker": 1,
+                "variant": "blocks",
+                "seconds": blocks_s[0],
+                "tasks": blocks_tasks[0],
+                "MB_moved": 0.5,
+            },
+            {
+                "blocks_per_worker": 32,
+                "variant": "blocks",
+                "seconds": blocks_s[1],
+                "tasks": blocks_tasks[1],
+                "MB_moved": 2.0,
+            },
+        ],
+        {"size": "ci", "dataset_bytes": 8_000_000},
+    )
+
+
+TABLE1 = pd.DataFrame(
+    {"sweep": ["dims"] * 3, "value": [8, 64, 128], "ci_low_pct": [-5, -30, -40], "ci_high_pct": [4, -10, -20]}
+)
+TIERS = FakeExperiment(
+    [
+        {"variant": "dram", "seconds": 1.0},
+        {"variant": "mapped", "seconds": 1.1},
+        {"variant": "mapped-cold", "seconds": 2.0},
+    ]
+)
+CURVES = {
+    "channels": [{"nbytes": n, "MBps": m} for n, m in ((8, 1.0), (1024, 100.0), (2**20, 3000.0))],
+    "eager": [{"nbytes": n, "MBps": m} for n, m in ((8, 1.0), (1024, 80.0), (2**20, 300.0))],
+}
+TABLES = [{"model": "processes", "tasks": 1, "vmpte_kib": 132, "bytes": 64 * 2**20}]
+CONTENTION = {
+    "rows": [
+        {"tasks": 1, "processes_per_s": 10.0, "threads_per_s": 10.0},
+        {"tasks": 4, "processes_per_s": 40.0, "threads_per_s": 10.0},
+    ]
+}
+
+
+def _sum_everywhere(rank):
+    return 0.0
+
+
+def _no_reduction(rank):
+    return (0, None, 0)
+
+
+class _NotPersistent:
+    pass
+
+
+# exercise -> (answers and context, phrase the "not yet" message must contain); "session" and
+# "planted_run" are filled in from fixtures.
+WRONG = {
+    "00.1": (dict(per_task_ms=0.002, tasks_to_match_kernel=50, runs=_runs(), kernel_times=KERNEL), "that is seconds"),
+    "01.1": (
+        dict(moved_fewest_mb=0.5, moved_most_mb=2e6, blocks_to_outweigh=30, experiment=_sweep()),
+        "you gave bytes",
+    ),
+    "02.1": (dict(first_significant_dims=8, table1=TABLE1), "includes 0"),
+    "02.2": (dict(attached_sum=_sum_everywhere, session="session"), "shared array sums to"),
+    "03.1": (dict(follows_workers="blocks", follows_blocks="split", sweep=_sweep()), "does not follow the workers"),
+    "03.2": (
+        dict(slowdown_histogram=0.25, slowdown_knn=4.0, suffers_more="knn", sweep=_sweep(), knn=_sweep()),
+        "you divided split by blocks",
+    ),
+    "04.1": (dict(Sensor2=_NotPersistent, store=None), "derived from Sensor"),
+    "04.2": (
+        dict(
+            nonactive_mb_per_iteration=30.0,
+            active_mb_per_iteration=0.01,
+            km=FakeExperiment(
+                [{"variant": "non-active", "MB_moved": 30.0}, {"variant": "active", "MB_moved": 0.01}], iterations=3
+            ),
+        ),
+        "divide by the 3 iterations",
+    ),
+    "04.3": (
+        dict(probe_info={"workers": ["a"], "aliases": ["probe"]}, alias_still_there=False, store=None),
+        "replicate()",
+    ),
+    "05.1": (
+        dict(
+            small_cache_stats={"hits": 1, "misses": 1, "bypasses": 0},
+            big_cache_stats={"hits": 1, "misses": 1, "bypasses": 0},
+        ),
+        "bypass it twice",
+    ),
+    "05.2": (dict(small=TIERS, cold_penalty_small=1.1, cold_penalty_big=2.0, hook=TIERS), "mapped-cold / dram is 2"),
+    "05.3": (dict(tiers_after_reads=["mapped", "dram"]), "promoted"),
+    "06.1": (dict(fan_out=_sum_everywhere, session="session"), "should each return 1000.0"),
+    "06.2": (dict(smallest_2x_payload=1024, curves=CURVES), "only 1.25x"),
+    "06.3": (dict(extremes=_no_reduction, session="session"), "allreduce('max') gave"),
+    "07.1": (dict(faults_per_page={4: 1.0, 16: 1.0, 64: 0.002}), "at 64 MiB"),
+    "07.2": (dict(processes_mib=8.25, threads_mib=8.25, tables=TABLES), "processes_mib is"),
+    "07.3": (dict(processes_over_threads=0.25, contention=CONTENTION), "you divided threads by processes"),
+    "08.1": (dict(calibration="argument", planted_run="planted_run", session="session"), "travels inside every task"),
+    "08.2": (
+        dict(blocks_per_worker=32, kmeans_strategy="blocks", planted_run="planted_run", session="session"),
+        "too little work",
+    ),
+    "08.3": (dict(statistics_strategy="fetch", planted_run="planted_run", session="session"), "to the client"),
+    "08.4": (dict(queries_strategy="non-active", planted_run="planted_run", session="session"), "travel to the code"),
+    "08.5": (
+        dict(
+            fixed=capstone.Pipeline(calibration="broadcast", statistics="blocks", kmeans="split", queries="active"),
+            planted_run="planted_run",
+            session="session",
+        ),
+        "active-split",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def planted_run(session):
+    return capstone.run(session, "ci", capstone.PLANTED)
+
+
+def test_every_exercise_has_a_wrong_answer_here():
+    assert sorted(WRONG) == [e.id for e in exercises()]
+
+
+@pytest.mark.parametrize("exercise_id", sorted(WRONG))
+def test_a_wrong_answer_is_not_yet_with_what_is_wrong(exercise_id, session, planted_run):
+    values, phrase = WRONG[exercise_id]
+    fixtures = {"session": session, "planted_run": planted_run}
+    values = {k: fixtures.get(v, v) if isinstance(v, str) else v for k, v in values.items()}
+    feedback = check(exercise_id, **values)
+    assert feedback.status == NOT_YET, feedback
+    assert phrase in feedback.message, feedback.message
+    assert feedback.hint  # something to try next
+    stub = check(exercise_id, **{**values, **{a: ... for a in get(exercise_id).answers}})
+    assert stub.status == NOT_YET and "no answer yet" in stub.message
+
+
+def test_right_answers_pass_for_the_answer_checks():
+    assert check("00.1", per_task_ms=2.0, tasks_to_match_kernel=50, runs=_runs(), kernel_times=KERNEL).passed
+    assert check("02.1", first_significant_dims=64, table1=TABLE1).passed
+    assert check(
+        "03.2",
+        slowdown_histogram=4.0,
+        slowdown_knn=2.0,
+        suffers_more="histogram",
+        sweep=_sweep(),
+        knn=_sweep(blocks_s=(1.0, 2.0)),
+    ).passed
+    assert check("06.2", smallest_2x_payload=2**20, curves=CURVES).passed
+    assert check("07.3", processes_over_threads=4.0, contention=CONTENTION).passed
+
+
+def test_the_learners_errors_become_not_yet_and_never_raise(session, planted_run):
+    def broken(rank):
+        raise ZeroDivisionError("oops")
+
+    feedback = check("06.1", fan_out=broken, session=session)
+    assert feedback.status == NOT_YET and "ZeroDivisionError" in feedback.message or "oops" in feedback.message
+    assert check("07.3", processes_over_threads="fast", contention=CONTENTION).message.startswith(
+        "`processes_over_threads` should be a number"
+    )
+    bad_knob = check("08.2", blocks_per_worker=0, kmeans_strategy="split", planted_run=planted_run, session=session)
+    assert bad_knob.status == NOT_YET and "blocks_per_worker must be" in bad_knob.message
+    unknown = check("08.3", statistics_strategy="teleport", planted_run=planted_run, session=session)
+    assert unknown.status == NOT_YET and "should be one of" in unknown.message
+
+
+def test_the_registry_refuses_author_mistakes():
+    with pytest.raises(ValueError, match="did you mean '03.2'"):
+        check("03.22")
+    with pytest.raises(TypeError, match="missing"):
+        check("07.3", processes_over_threads=1.0)
+    with pytest.raises(TypeError, match="unexpected"):
+        check("07.3", processes_over_threads=1.0, contention=CONTENTION, extra=1)
+    with pytest.raises(ValueError, match="NN.K"):
+        exercise("9.1", answers=(), hint="")
+    with pytest.raises(TypeError, match="no parameter for the answers"):
+        exercise("00.9", answers=("missing",), hint="")(lambda other: None)
+    assert "00.9" not in teach_registry._EXERCISES
+
+
+def test_feedback_renders_for_people_and_for_ci():
+    feedback = Feedback("01.1", PASSED, "<b>fine</b>", "")
+    bundle = feedback._repr_mimebundle_()
+    assert json.loads(json.dumps(bundle[MIME])) == {
+        "exercise": "01.1",
+        "status": "passed",
+        "message": "<b>fine</b>",
+        "hint": "",
+    }
+    assert "&lt;b&gt;fine" in bundle["text/html"]  # escaped
+    assert str(feedback).startswith("✔ exercise 01.1: passed")
+    assert "hint: do x" in str(Feedback("01.1", NOT_YET, "no", "do x"))
+
+
+def test_every_lesson_has_a_stub_a_hidden_solution_and_a_check_per_exercise():
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    notebooks = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+    assert [p.name[:2] for p in notebooks] == sorted(teach_registry.LESSON_MODULES)
+    for path in notebooks:
+        cells = nbformat.read(path, as_version=4).cells
+        tags = [c.metadata.get("tags", []) for c in cells]
+        checks = [i for i, t in enumerate(tags) if "check" in t]
+        ids = [re.match(r'check\(\s*"(\d\d\.\d+)"', cells[i].source).group(1) for i in checks]
+        assert ids == [e.id for e in exercises(path.name[:2])], path.name
+        for i in checks:  # stub, then hidden solution, then the check
+            assert "solution" in tags[i - 1] and "hide-cell" in tags[i - 1], (path.name, i)
+            assert cells[i - 1].metadata.get("jupyter", {}).get("source_hidden"), (path.name, i)
+            assert "exercise" in tags[i - 2], (path.name, i)
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def _raise_unprintable(rank):
+    raise _Unprintable()
+
+
+def test_adversarial_answers_get_not_yet_with_a_reason(session):
+    assert not check("06.2", smallest_2x_payload=2**20 + 0.9, curves=CURVES).passed
+    flat = pd.DataFrame({"blocks": [2, 2, 8, 8], "seconds": [0.02, 0.02, 0.01, 0.01]})  # slope below 0
+    feedback = check("00.1", per_task_ms=-1.67, tasks_to_match_kernel="banana", runs=flat, kernel_times=KERNEL)
+    assert not feedback.passed and "should be a number" in feedback.message
+    other_alias = {"workers": ["a", "b"], "aliases": ["other"], "nbytes": 8, "version": 0}
+    assert not check("04.3", probe_info=other_alias, alias_still_there=False, store=None).passed
+    as_strings = {"workers": "ab", "aliases": "probe", "nbytes": 8, "version": 0}
+    assert not check("04.3", probe_info=as_strings, alias_still_there=False, store=None).passed
+    store = types.SimpleNamespace(aliases=lambda: {})
+    right = {"workers": ["a", "b"], "aliases": ["probe"], "version": 0}  # no nbytes: still readable
+    assert check("04.3", probe_info=right, alias_still_there=np.False_, store=store).passed
+    assert not check("05.3", tiers_after_reads=("dram", None)).passed
+    for value in ("4.0", b"4", np.True_, 10**400):
+        assert check("07.3", processes_over_threads=value, contention=CONTENTION).status == NOT_YET, value
+    assert not check("07.1", faults_per_page={4: 1.0, "16": 1.0, 64: 1.0}).passed
+    broken = check("06.1", fan_out=_raise_unprintable, session=session)
+    assert broken.status == NOT_YET and "no text" in broken.message  # the rank's error, named, not raised
+    assert "could not be shown" in teach_registry._describe(_Unprintable())

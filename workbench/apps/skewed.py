@@ -1,0 +1,106 @@
+"""k-means with unequal work per block: the imbalance experiments of SplIter with balance (issue 17).
+
+The points are laid out as an HPC code decomposes its domain: contiguous runs of blocks, one run
+per worker (:func:`~workbench.runtime.blocks.place_contiguous`). Each block's work is the k-means
+partial step repeated ``repeat`` times its cost factor (:func:`datasets.block_costs`: a heavy head,
+block 0 costing ``skew`` times the last), so with ``skew`` > 1 the first workers hold the expensive
+region and ``split``'s pinned partitions wait for them. The answer does not depend on the costs
+(only the last repetition's sums are kept): every variant must return the same centres.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import datasets
+import kernels
+from datasets import Dataset
+from workbench.apps.kmeans import add_partials
+from workbench.apps.registry import Application, PlacedData, register
+from workbench.runtime.blocks import PlacedBlocks, place_contiguous, rows_per_block
+from workbench.runtime.session import Session
+from workbench.runtime.strategies import BlockWork, Plan
+
+ITERATIONS = 3
+REPEAT = {"ci": 40, "lab": 40, "full": 10}  # repetitions per unit of cost (bench balance asks for more at ci)
+
+
+def costly_partial(
+    fragment: np.ndarray, centres: np.ndarray, costs: np.ndarray, rows_per_block: int, repeat: int, *, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k-means partial step of one block, done ``repeat x`` its cost factor times (the last one kept)."""
+    cost = int(costs[min(len(costs) - 1, int(rows[0]) // rows_per_block)]) if len(rows) else 1
+    for _ in range(cost * repeat - 1):
+        kernels.kmeans_partial(fragment, centres)
+    _, sums, counts = kernels.kmeans_partial(fragment, centres)
+    return sums, counts
+
+
+WORK = BlockWork(block=costly_partial, merge=add_partials, with_rows=True)
+
+
+@dataclass(kw_only=True)
+class SkewedData(PlacedData):
+    """Points in contiguous runs per worker, the initial centres, and the per-block costs."""
+
+    centres: np.ndarray
+    costs: np.ndarray
+    rows_per_block: int
+    repeat: int
+
+
+def prepare(session: Session, dataset: Dataset, params: dict[str, Any]) -> SkewedData:
+    """``blocks_per_worker`` blocks per worker, contiguous; costs from ``skew``."""
+    points = dataset.spec("points").shape[0]
+    rows = rows_per_block(len(session.workers()), points, int(params.get("blocks_per_worker", 8)))
+    n_blocks = -(-points // rows)
+    array = place_contiguous(session, dataset.to_dask("points", rows))
+    return SkewedData(
+        blocks=PlacedBlocks(session, array, "skewed k-means points"),
+        centres=dataset.load("centres"),
+        costs=datasets.block_costs(n_blocks, float(params.get("skew", 1))),
+        rows_per_block=rows,
+        repeat=int(params.get("repetitions", REPEAT.get(dataset.size, 10))),
+    )
+
+
+def solve(plan: Plan, data: SkewedData) -> np.ndarray:
+    """``ITERATIONS`` Lloyd steps (fixed: every variant does the same work)."""
+    centres = data.centres.copy()
+    for _ in range(ITERATIONS):
+        sums, counts = plan.reduce(WORK, centres, data.costs, data.rows_per_block, data.repeat)
+        centres = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centres)
+    return centres
+
+
+def same_answer(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same centres (to 1e-9: partial sums add in other orders)."""
+    return bool(np.allclose(a, b, rtol=0.0, atol=1e-9))
+
+
+APP = register(
+    Application(
+        name="skewed-kmeans",
+        description="k-means with a heavy-tailed cost per block, blocks in contiguous runs per worker (imbalance)",
+        dataset="kmeans",
+        prepare=prepare,
+        work=WORK,
+        solve=solve,
+        strategies=["blocks", "rechunk", "split", "split-balanced", "split-balanced-replicas"],
+        baseline="split",
+        grids={
+            "ci": {"skew": [1, 16], "blocks_per_worker": [8]},
+            "lab": {"skew": [1, 4, 16, 64], "blocks_per_worker": [8]},
+            "full": {"skew": [1, 4, 16, 64], "blocks_per_worker": [16]},
+        },
+        parameters={
+            "skew": "cost of the first block over the last (1: balanced; heavy head, geometric fall)",
+            "blocks_per_worker": "blocks per worker (default 8)",
+            "repetitions": "repetitions of the partial step per unit of cost (default by size)",
+        },
+        same_answer=same_answer,
+    )
+)

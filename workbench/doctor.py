@@ -1,0 +1,298 @@
+"""``workbench doctor``: is this machine ready for the course? One line per check, and the fix for each
+that fails.
+
+What a learner needs on day one: enough cores and memory, a ``/dev/shm`` big enough for the
+shared-memory lessons, a JupyterLab that a browser can reach with the lessons' extensions (widgets,
+bokeh, Dask's dashboard panes), a Dask dashboard that answers directly and through JupyterLab's
+proxy (where dask-labextension reads it), and a numba cache it can write. The checks that start
+servers (JupyterLab, a small Dask cluster) stop them again, whatever happens; ``quick=True`` skips
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench import machine
+
+GIB = 1024**3
+MIN_CORES = 2
+MIN_MEMORY = 2 * GIB  # free memory for size "ci"; "lab" wants about 4 GiB
+MIN_SHM = 1 * GIB  # free /dev/shm for the shared-memory lessons at size "lab"
+# The JupyterLab front-end extensions the lessons use (folder names under share/jupyter/labextensions).
+LAB_EXTENSIONS = {
+    "@jupyter-widgets/jupyterlab-manager": "ipywidgets' panels",
+    "@bokeh/jupyter_bokeh": "bokeh figures inside widget panels",
+    "dask-labextension": "Dask's task stream and worker memory panes",
+    "@jupyterhub/jupyter-server-proxy": "the dashboard through JupyterLab's own port",
+}
+SERVER_START_SECONDS = 90.0  # bounded wait for JupyterLab to answer
+HTTP_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report: what was checked, what was found, and the fix if it failed."""
+
+    name: str
+    ok: bool
+    found: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """``ok   name: found`` or ``FAIL name: found -> fix: ...``."""
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.found}" + (
+            "" if self.ok else f"\n     fix: {self.fix}"
+        )
+
+
+def check_cores(cores: int | None) -> Check:
+    """At least two cores: one worker per core, and parallel speed-ups to see."""
+    cores = cores or 1
+    return Check(
+        "cores",
+        cores >= MIN_CORES,
+        f"{cores} logical core(s)",
+        f"give the machine or VM at least {MIN_CORES} cores (the lessons run one Dask worker per core)",
+    )
+
+
+def check_memory(available: int) -> Check:
+    """Enough free memory for the lessons at size "ci"."""
+    return Check(
+        "memory",
+        available >= MIN_MEMORY,
+        f"{available / GIB:.1f} GiB free",
+        f"free at least {MIN_MEMORY / GIB:.0f} GiB (close other programs) or give the VM more memory; "
+        "at less than 4 GiB run the lessons at size='ci'",
+    )
+
+
+def check_shm(space: dict[str, int] | None) -> Check:
+    """A /dev/shm with room for the shared-memory lessons (Docker's default is 64 MiB)."""
+    if space is None:
+        return Check(
+            "/dev/shm",
+            False,
+            "absent",
+            "shared arrays fall back to files; on Linux mount a tmpfs: sudo mount -t tmpfs -o size=2g tmpfs /dev/shm",
+        )
+    return Check(
+        "/dev/shm",
+        space["free"] >= MIN_SHM,
+        f"{space['free'] / GIB:.2f} GiB free of {space['total'] / GIB:.2f} GiB",
+        "in Docker: docker run --shm-size=2g ...; on Linux: sudo mount -o remount,size=2g /dev/shm; "
+        "then 'workbench shm clean' removes segments left by crashed runs",
+    )
+
+
+def check_numba_cache(directory: str | None) -> Check:
+    """The numba cache directory can be created and written (kernels compile once, then load)."""
+    fix = "export NUMBA_CACHE_DIR=$HOME/.cache/numba (an absolute path to a writable directory), or unset it"
+    if not directory:
+        return Check("numba cache", False, "NUMBA_CACHE_DIR is empty", fix)
+    if not os.path.isabs(directory):
+        return Check("numba cache", False, f"NUMBA_CACHE_DIR is relative ({directory}): each process resolves it", fix)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        return Check("numba cache", False, f"{directory} is a file, not a directory", fix)
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-"):
+            pass
+    except OSError as error:
+        return Check("numba cache", False, f"{directory} is not writable ({error.strerror or error})", fix)
+    return Check("numba cache", True, f"{directory} is writable")
+
+
+def check_lab_extensions(prefixes: list[Path] | None = None) -> Check:
+    """The front-end extensions the lessons need are installed where JupyterLab looks."""
+    prefixes = prefixes or [Path(sys.prefix) / "share" / "jupyter" / "labextensions"]
+    missing = [name for name in LAB_EXTENSIONS if not any((p / name / "package.json").exists() for p in prefixes)]
+    return Check(
+        "JupyterLab extensions",
+        not missing,
+        "all installed: " + ", ".join(LAB_EXTENSIONS) if not missing else "missing " + ", ".join(missing),
+        "run 'make lab' (it installs the project's dependencies into .venv), or pip install "
+        + " ".join(
+            {
+                "dask-labextension": "dask-labextension",
+                "@jupyterhub/jupyter-server-proxy": "jupyter-server-proxy",
+                "@bokeh/jupyter_bokeh": "jupyter_bokeh",
+            }.get(m, "ipywidgets")
+            for m in missing
+        ),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str]:
+    """Status and body (first 200 kB) of a GET; status 0 and the reason when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_SECONDS) as response:
+            return response.status, response.read(200_000).decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except (OSError, ValueError) as error:
+        return 0, str(getattr(error, "reason", error))
+
+
+def _exit_on_termination() -> dict[int, Any]:
+    """In the main thread, make SIGTERM and SIGHUP raise SystemExit (so cleanups run); the handlers replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return {s: signal.signal(s, leave) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+@contextmanager
+def jupyter_lab(
+    timeout: float = SERVER_START_SECONDS, env: dict[str, str] | None = None, root: Path | None = None
+) -> Iterator[tuple[str, str]]:
+    """A JupyterLab server on a free local port, as ``make lab`` starts it (``env`` added to its
+    environment, serving ``root``, default an empty directory); yields (url, token), then stops it."""
+    port, token = _free_port(), secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="lwb-doctor-") as scratch:
+        log_path = Path(scratch) / "jupyter.log"
+        project = Path(__file__).resolve().parents[1]
+        config = os.pathsep.join(filter(None, [str(project / "jupyter-config"), os.environ.get("JUPYTER_CONFIG_PATH")]))
+        env = {
+            **os.environ,
+            "JUPYTER_RUNTIME_DIR": str(Path(scratch) / "runtime"),
+            "JUPYTER_CONFIG_PATH": config,
+            **(env or {}),
+        }
+        command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
+        command += [f"--ServerApp.token={token}", f"--ServerApp.root_dir={root or scratch}"]
+        if hasattr(os, "getuid") and os.getuid() == 0:
+            command.append("--allow-root")
+        with open(log_path, "w") as log:
+            server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        previous = _exit_on_termination()  # a SIGTERM or SIGHUP still runs the finally below: no server left
+        try:
+            deadline = time.monotonic() + timeout
+            while _get(f"{url}/api/status?token={token}")[0] != 200:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-600:]
+                    raise RuntimeError(f"JupyterLab did not answer within {timeout:.0f} s: {tail}")
+                time.sleep(0.25)
+            yield url, token
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=10)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+@contextmanager
+def dask_dashboard() -> Iterator[int]:
+    """A one-worker local Dask cluster serving its dashboard on a free port; yields the port."""
+    from distributed import LocalCluster
+
+    port = _free_port()
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=f"127.0.0.1:{port}")
+    try:
+        yield port
+    finally:
+        cluster.close(timeout=30)
+
+
+def check_servers() -> list[Check]:
+    """JupyterLab answers a browser's request for /lab, the Dask dashboard answers, and JupyterLab's proxy
+    reaches the dashboard (the URL dask-labextension uses)."""
+    checks = []
+    lab_fix = "run 'make lab' and open the URL it prints; behind SSH: ssh -L 8888:localhost:8888 host"
+    try:
+        with jupyter_lab() as (url, token), dask_dashboard() as port:
+            status, body = _get(f"{url}/lab?token={token}")
+            checks.append(
+                Check(
+                    "JupyterLab",
+                    status == 200 and "JupyterLab" in body,
+                    f"{url}/lab answered {status}" + (" with the JupyterLab page" if "JupyterLab" in body else ""),
+                    lab_fix,
+                )
+            )
+            status, body = _get(f"http://127.0.0.1:{port}/status")
+            checks.append(
+                Check(
+                    "Dask dashboard",
+                    status == 200 and "bokeh" in body.lower(),
+                    f"http://127.0.0.1:{port}/status answered {status or body}",
+                    "pip install 'bokeh>=3.4' (the dashboard needs it); a firewall must allow local ports",
+                )
+            )
+            status, body = _get(f"{url}/proxy/{port}/status?token={token}")
+            checks.append(
+                Check(
+                    "dashboard in JupyterLab",
+                    status == 200 and "bokeh" in body.lower(),
+                    f"/proxy/{port}/status through JupyterLab answered {status or body}",
+                    "pip install jupyter-server-proxy dask-labextension and restart JupyterLab ('make lab' does both)",
+                )
+            )
+    except (RuntimeError, OSError) as error:
+        checks.append(Check("JupyterLab", False, f"could not start: {error}", lab_fix))
+    return checks
+
+
+def run(quick: bool = False) -> list[Check]:
+    """Every check, in the order a learner would fix them; ``quick`` skips those that start servers."""
+    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+
+    info = machine.describe()
+    checks = [
+        check_cores(info["logical_cores"]),
+        check_memory(info["memory_available"]),
+        check_shm(info["shm"]),
+        check_numba_cache(os.environ.get("NUMBA_CACHE_DIR")),
+        check_lab_extensions(),
+    ]
+    missing = [name for name, version in info["packages"].items() if version is None]
+    checks.append(
+        Check(
+            "packages",
+            not missing,
+            "all installed" if not missing else "missing " + ", ".join(missing),
+            "run 'make lab' (it installs everything into .venv)",
+        )
+    )
+    if not quick:
+        checks.extend(check_servers())
+    return checks
+
+
+def report(checks: list[Check], write: Callable[[str], Any] = print) -> bool:
+    """Print one line per check (and its fix when it failed); True when every check passed."""
+    for check in checks:
+        write(check.line())
+    failed = [c.name for c in checks if not c.ok]
+    write("ready for the course" if not failed else f"{len(failed)} to fix: {', '.join(failed)}")
+    return not failed
