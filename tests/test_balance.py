@@ -117,6 +117,32 @@ def _slow_block(block, delay):
 
 
 @pytest.mark.timeout(300)
+def test_a_thief_takes_the_next_waiting_chunk_and_a_victim_keeps_its_last():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from workbench.runtime.strategies import balance as balancing
+
+    chunks = {w: [balancing.Chunk([k + 10 * n], 100) for k in range(4)] for n, w in enumerate("abc")}
+    plan = SimpleNamespace(replicas={}, sizes=[100] * 40, steals=[], recorder=Recorder())
+    queues = {"a": deque(chunks["a"]), "b": deque(chunks["b"][:1]), "c": deque(chunks["c"][:3])}
+    threads = balancing._Threads({"a": 1, "b": 1, "c": 1})
+    assert threads.waiting("a", queues["a"]) == chunks["a"][1:]  # the first one is running
+    thief, victim, chunk = balancing.BalancedPlan._steal(plan, queues, "b", threads)
+    assert (thief, victim, chunk) == ("b", "a", chunks["a"][1])  # most bytes waiting; the one it runs next
+    assert list(queues["a"]) == [chunks["a"][0], *chunks["a"][2:]] and list(queues["b"])[-1] is chunk
+    assert plan.steals == [{"thief": "b", "victim": "a", "blocks": 1, "bytes": 100}]
+    queues["a"] = deque(chunks["a"][:2])  # a: one waiting, c: two waiting
+    assert balancing.BalancedPlan._steal(plan, queues, "b", threads)[1:] == ("c", chunks["c"][1])
+    assert balancing.BalancedPlan._steal(plan, queues, "b", threads) is None  # each victim keeps its last
+    plan.replicas = {22: {"b"}}  # a chunk the thief holds a replica of goes first, and moves no bytes
+    queues["c"] = deque(chunks["c"])
+    assert balancing.BalancedPlan._steal(plan, queues, "b", threads)[2] is chunks["c"][2]
+    assert plan.steals[-1]["bytes"] == 0
+    four = balancing._Threads({"w": 4})
+    assert four.of("w") == 4 and four.waiting("w", deque(chunks["a"])) == []
+
+
 def test_a_worker_lost_while_balancing_fails_clearly_and_leaves_nothing(tmp_path):
     own = workbench.start(n_workers=2)
     try:
@@ -196,8 +222,19 @@ def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
         "workers": 2,
         "repeats": 1,
         "skew": 16,
+        "skewed_ceiling": balance.ceiling(datasets.block_costs(8, 16), 2),
         "goals": goals,
         "scenarios": {k: t.reset_index().to_dict("records") for k, t in tables.items()},
     }
     text = balance.format_report(report)
     assert "split-balanced-replicas" in text and text.count("goal:") == 9
+    assert "more than 1.70x" in text  # costs 16 11 7 5 | 3 2 1 1: 39 on one worker, 23 a fair share
+
+
+def test_the_ceiling_and_the_scaled_work_follow_the_block_costs():
+    costs = datasets.block_costs(16, 16)  # 72 units on the first worker, 17 on the second
+    assert balance.ceiling(costs, 2) == pytest.approx(72 / 44.5)
+    assert balance.ceiling(datasets.block_costs(16, 1), 2) == 1.0
+    assert balance._repeat(400, costs) == 400 and balance._repeat(400, datasets.block_costs(16, 64)) == 100
+    assert balance._repeat(400, None) == 400
+    assert balance._repeat(None, costs) is None

@@ -2,16 +2,21 @@
 
 ``split`` pins one task per partition to the worker holding its blocks: perfect locality, no
 balance; when blocks cost unequal time, or a worker is slower, everyone waits for the slowest
-partition. Here each partition is cut into *chunks* of co-located blocks (a few per worker), all submitted at once,
-pinned to their owner in order (no block moves). When a worker has run all of its own chunks, it
-*steals* the last queued chunk of the worker with the most bytes queued: cancelled there, pinned to
-the idle worker, so only its blocks move (Dask fetches them), unless the idle worker holds a
-replica. Every steal is a ``steal`` event in the trace with the bytes it moved.
+partition. Here each partition is cut into *chunks* of co-located blocks (one block each, at most
+``MAX_CHUNKS`` per partition, so the task count still follows the workers, not the blocks), all
+submitted at once, pinned to their owner in order (no block moves). A worker that starts its last
+chunk *steals ahead*: it takes the next waiting chunk of the worker with the most bytes waiting
+(cancelled there, pinned to the thief), so the stolen block travels (Dask fetches it) while the
+thief still computes, and it never waits idle for a slow victim to serve it. The *next* chunk, not
+the last, because cost is spatially correlated: the victim is slow where it is, and the blocks
+beside its current one are the likeliest costly ones. A victim keeps its last waiting chunk
+(``STEAL_WAITING``): taking it would only move the wait. Every steal is a ``steal`` event in the
+trace with the bytes it moved (none when the thief holds a replica).
 
-``split-balanced-replicas`` first copies the blocks most likely to be stolen (the tail chunks of
-every partition: the ones a thief takes first) to one other worker, with Dask's ``replicate``; the
-copy is timed and counted in the same run (a ``replicate`` event), so a steal of such a chunk reads
-locally. Replicas are dropped when the plan closes.
+``split-balanced-replicas`` first copies the blocks most likely to be stolen (the back half of
+every partition, ``TAIL_FRACTION``) to one other worker, with Dask's ``replicate``; the copy is
+timed and counted in the same run (a ``replicate`` event), and a thief takes a chunk it holds a
+replica of first, so its steals read locally. Replicas are dropped when the plan closes.
 
 The client decides (it waits for chunk ends in bounded polls) and pins each chunk with
 ``allow_other_workers=False``, so Dask's own stealing, which moves single tasks by estimated cost
@@ -34,7 +39,9 @@ from workbench.runtime.strategies.base import BlockWork, Strategy, register, tas
 from workbench.runtime.strategies.split import SplitPlan, on_partition
 
 POLL_SECONDS = 0.5  # how often a wait checks that every worker with chunks queued is still there
-CHUNKS_PER_WORKER = 4  # chunks a partition is cut into: enough to rebalance, few enough to stay cheap
+MAX_CHUNKS = 16  # chunks a partition is cut into at most (one block each when it has fewer blocks)
+STEAL_WAITING = 2  # a victim keeps its last waiting chunk: stealing it would only move the wait
+TAIL_FRACTION = 0.5  # the share of a partition's chunks replicated for balance (its back half)
 
 
 class WorkerLost(RuntimeError):
@@ -49,12 +56,26 @@ class Chunk:
     nbytes: int
 
 
-def cut(partition: Partition, sizes: list[int], chunks: int = CHUNKS_PER_WORKER) -> list[Chunk]:
+def cut(partition: Partition, sizes: list[int], chunks: int = MAX_CHUNKS) -> list[Chunk]:
     """``partition``'s blocks in ``chunks`` contiguous groups (fewer when it has fewer blocks)."""
     indexes = partition.block_indexes
     n = max(1, min(chunks, len(indexes)))
     bounds = [round(i * len(indexes) / n) for i in range(n + 1)]
     return [Chunk(list(indexes[a:b]), sum(sizes[i] for i in indexes[a:b])) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+class _Threads:
+    """How many chunks each worker runs at once (its threads): the first ones of its queue are running."""
+
+    def __init__(self, nthreads: dict[str, int]) -> None:
+        self.nthreads = {w: max(1, int(n)) for w, n in nthreads.items()}
+
+    def of(self, worker: str) -> int:
+        return self.nthreads.get(worker, 1)
+
+    def waiting(self, worker: str, queue: deque[Chunk]) -> list[Chunk]:
+        """``worker``'s chunks not yet running, in the order it will run them."""
+        return list(queue)[self.of(worker) :]
 
 
 class BalancedPlan(SplitPlan):
@@ -80,12 +101,14 @@ class BalancedPlan(SplitPlan):
         return [int(rows) * width * itemsize for rows in placed.chunks] if placed.chunks else [0] * len(placed)
 
     def _replicate_tails(self) -> None:
-        """Copy each partition's last chunk to the next worker (the likeliest thief), timed and counted."""
+        """Copy the back of each partition (``TAIL_FRACTION`` of its chunks, where thieves arrive) to the next
+        worker (the likeliest thief), timed and counted as a ``replicate`` event."""
         workers = [p.worker for p in self.partitions]
         chosen: dict[str, list[int]] = {}
         for k, partition in enumerate(self.partitions):
-            tail = cut(partition, self.sizes)[-1]
-            chosen.setdefault(workers[(k + 1) % len(workers)], []).extend(tail.indexes)
+            chunks = cut(partition, self.sizes)
+            tail = chunks[len(chunks) - max(1, round(TAIL_FRACTION * len(chunks))) :]
+            chosen.setdefault(workers[(k + 1) % len(workers)], []).extend(i for c in tail for i in c.indexes)
         start = time.time()
         placed = self.blocks()
         moved = 0
@@ -115,13 +138,15 @@ class BalancedPlan(SplitPlan):
         return PinnedCall(on_partition, call, owner, task_key(work.name), priority=priority)
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
-        """Every chunk submitted at once to its owner (pinned: no block moves); each worker that runs dry
-        steals the busiest worker's last chunk still queued (cancelled there, resubmitted to the thief)."""
+        """Every chunk submitted at once to its owner (pinned: no block moves); each worker that starts its
+        last chunk steals ahead the last queued chunk of the worker predicted to finish last (cancelled
+        there, resubmitted to the thief), when the thief would finish it first."""
         task_args = self.task_args(args)
         queues = {p.worker: deque(cut(p, self.sizes)) for p in self.partitions}
         chunks = [(owner, chunk) for owner, queue in queues.items() for chunk in queue]
         # each worker runs its chunks in order (first chunk, highest priority): the last is the one to steal
         order = {id(c): -k for queue in queues.values() for k, c in enumerate(queue)}
+        threads = _Threads(self.session.client.nthreads())
         futures = self.session.submit_pinned(
             [self._call(work, task_args, c, owner, order[id(c)]) for owner, c in chunks]
         )
@@ -130,7 +155,7 @@ class BalancedPlan(SplitPlan):
         running = {f: (owner, chunk) for f, (owner, chunk) in zip(futures, chunks)}
         deadline = time.monotonic() + self.session.timeout
         try:
-            while running and any(len(q) > 1 for q in queues.values()):  # a steal is still possible
+            while running and any(len(threads.waiting(w, q)) >= STEAL_WAITING for w, q in queues.items()):
                 try:
                     done, _ = wait(list(running), timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
                 except TimeoutError:  # nothing ended within the poll: look for lost workers
@@ -140,26 +165,32 @@ class BalancedPlan(SplitPlan):
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"a balanced run did not finish within {self.session.timeout:.0f} s")
                     continue
-                for future in done:
+                for future in sorted(done, key=lambda f: running[f][0]):
                     worker, chunk = running.pop(future)
                     if future.status == "error":
                         future.result()  # raises the task's own error
                     if chunk in queues[worker]:
                         queues[worker].remove(chunk)
-                    if queues[worker]:
-                        continue  # this worker still has chunks of its own
-                    stolen = self._steal(queues, worker)
+                for _ in range(len(chunks)):  # every worker down to its running chunks steals one ahead
+                    stolen = next(
+                        (
+                            s
+                            for w, q in queues.items()
+                            if not threads.waiting(w, q) and (s := self._steal(queues, w, threads))
+                        ),  # noqa: E501
+                        None,
+                    )
                     if stolen is None:
-                        continue
-                    victim, chunk = stolen
+                        break
+                    thief, victim, chunk = stolen
                     old = next((f for f, (owner, c) in running.items() if owner == victim and c is chunk), None)
                     if old is None or old.status != "pending":
-                        queues[worker].remove(chunk)  # it finished meanwhile: nothing to take
+                        queues[thief].remove(chunk)  # it finished meanwhile: nothing to take
                         continue
                     self.session.client.cancel([old])
                     running.pop(old)
-                    new = self.session.submit_pinned([self._call(work, task_args, chunk, worker, 1)])[0]
-                    running[new] = (worker, chunk)
+                    new = self.session.submit_pinned([self._call(work, task_args, chunk, thief, 1)])[0]
+                    running[new] = (thief, chunk)
                     results[slot[id(chunk)]] = new
         except BaseException:
             self.session.client.cancel(list(running))
@@ -187,17 +218,18 @@ class BalancedPlan(SplitPlan):
             raise
         return self.session.gather(future)
 
-    def _steal(self, queues: dict[str, deque[Chunk]], thief: str) -> tuple[str, Chunk] | None:
-        """(victim, chunk) an idle ``thief`` takes: the last queued chunk of the worker with the most bytes
-        queued (a chunk the thief holds a replica of first), recorded as a ``steal`` event."""
-        victims = [w for w, q in queues.items() if w != thief and len(q) > 1]  # never the victim's running one
+    def _steal(self, queues: dict[str, deque[Chunk]], thief: str, threads: _Threads) -> tuple[str, str, Chunk] | None:
+        """(thief, victim, chunk) when ``thief``, down to its running chunks, should take one: from the
+        worker with the most bytes waiting, if it has at least ``STEAL_WAITING`` chunks waiting, the one
+        it would run next (one the thief holds a replica of first); recorded as a ``steal`` event."""
+        waiting = {w: threads.waiting(w, q) for w, q in queues.items() if w != thief}
+        victims = [w for w, chunks in waiting.items() if len(chunks) >= STEAL_WAITING]
         if not victims:
             return None
-        victim = max(victims, key=lambda w: sum(c.nbytes for c in queues[w]))
-        queue = queues[victim]
-        local = [c for c in list(queue)[1:] if all(thief in self.replicas.get(i, ()) for i in c.indexes)]
-        chunk = local[-1] if local else queue[-1]
-        queue.remove(chunk)
+        victim = max(victims, key=lambda w: sum(c.nbytes for c in waiting[w]))
+        local = [c for c in waiting[victim] if all(thief in self.replicas.get(i, ()) for i in c.indexes)]
+        chunk = (local or waiting[victim])[0]
+        queues[victim].remove(chunk)
         queues[thief].append(chunk)
         moved = sum(self.sizes[i] for i in chunk.indexes if thief not in self.replicas.get(i, ()))
         now = time.time()
@@ -205,7 +237,7 @@ class BalancedPlan(SplitPlan):
         self.recorder.event(
             "steal", now, now, task=f"{thief} took {len(chunk.indexes)} blocks of {victim}", nbytes=moved, source=victim
         )
-        return victim, chunk
+        return thief, victim, chunk
 
     def _check_workers(self, running: dict[Any, tuple[str, Chunk]]) -> None:
         alive = set(self.session.workers())
