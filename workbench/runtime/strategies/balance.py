@@ -261,7 +261,7 @@ class BalancedPlan(SplitPlan):
 
 
 class ReplicatedBalancedPlan(BalancedPlan):
-    """``split-balanced`` with the tail chunks replicated first (their copy counted in the run)."""
+    """``split-balanced`` with the back half of each partition replicated first (the copy counted in the run)."""
 
     replicate = True
 
@@ -270,7 +270,7 @@ class SplitBalanced(Strategy):
     """SplIter partitions in chunks, rebalanced by stealing chunks between workers."""
 
     name = "split-balanced"
-    description = "SplIter partitions in chunks; an idle worker steals the busiest one's last chunk (its blocks move)"
+    description = "SplIter partitions in one-block chunks; a worker starting its last one steals the busiest one's next"
     plan = BalancedPlan
 
 
@@ -278,7 +278,7 @@ class SplitBalancedReplicas(Strategy):
     """``split-balanced`` with the likeliest stolen blocks replicated beforehand."""
 
     name = "split-balanced-replicas"
-    description = "split-balanced with each partition's last chunk replicated to the next worker first"
+    description = "split-balanced with the back half of each partition replicated to the next worker first"
     plan = ReplicatedBalancedPlan
 
 
