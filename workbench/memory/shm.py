@@ -48,10 +48,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from numpy.lib import format as npy
+
+T = TypeVar("T")
 
 PREFIX = "lwb-"
 SHM_DIR = Path("/dev/shm")
@@ -304,16 +306,25 @@ def _read_header(fd: int, path: Path) -> tuple[tuple[int, ...], np.dtype, bool, 
     return shape, dtype, fortran, offset
 
 
-def _parse_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """numpy's own .npy 2.0 header parser, safe to call from several threads at once."""
+def _past_ast_race(call: Callable[[], T]) -> T:
+    """``call()``, tried again when it meets CPython 3.11's AST race (gh-106905); any other error is raised."""
     for attempt in range(_HEADER_PARSE_TRIES):
         try:
-            with _HEADER_PARSE_LOCK:
-                return npy.read_array_header_2_0(io.BytesIO(raw))
-        except SystemError as error:  # gh-106905: another thread was building an AST meanwhile
+            return call()
+        except SystemError as error:  # another thread was building an AST meanwhile
             if "recursion depth mismatch" not in str(error) or attempt == _HEADER_PARSE_TRIES - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def _parse_header(raw: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """numpy's own .npy 2.0 header parser, safe to call from several threads at once."""
+
+    def parse() -> tuple[tuple[int, ...], bool, np.dtype]:
+        with _HEADER_PARSE_LOCK:
+            return npy.read_array_header_2_0(io.BytesIO(raw))
+
+    return _past_ast_race(parse)
 
 
 def load_npy(path: str | os.PathLike[str], mmap_mode: str | None = None) -> np.ndarray:
@@ -321,15 +332,10 @@ def load_npy(path: str | os.PathLike[str], mmap_mode: str | None = None) -> np.n
 
     For callers that read .npy files in worker threads (the file and page-cache baselines): numpy
     parses the header with ``ast.literal_eval``, which can fail spuriously while another thread
-    builds an AST; the failure is retried, any other error is raised as it is.
+    builds an AST; the failure is retried, any other error is raised as it is. (No lock: a full
+    read must not hold up the other threads.)
     """
-    for attempt in range(_HEADER_PARSE_TRIES):
-        try:
-            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
-        except SystemError as error:
-            if "recursion depth mismatch" not in str(error) or attempt == _HEADER_PARSE_TRIES - 1:
-                raise
-    raise AssertionError("unreachable")
+    return _past_ast_race(lambda: np.load(path, mmap_mode=mmap_mode, allow_pickle=False))
 
 
 def _shape_problem(shape: tuple[int, ...], itemsize: int) -> str | None:
