@@ -61,12 +61,14 @@ def test_a_first_touch_faults_about_once_per_page(mode):
 
 
 def test_page_tables_grow_with_processes_and_not_with_threads(leaves_nothing):
-    processes = em.page_tables(16 * MiB, (1, 2), "processes")
-    threads = em.page_tables(16 * MiB, (1, 2), "threads")
-    one = processes[0]["vmpte_kib"]
-    assert one >= 0.5 * processes[0]["expected_kib"]  # the segment's entries are there
-    assert processes[1]["vmpte_kib"] >= 1.6 * one
-    assert threads[1]["vmpte_kib"] <= 1.3 * threads[0]["vmpte_kib"]
+    # 64 MiB: the segment's entries (128 KiB) dwarf the few KiB an interpreter's own page tables
+    # vary by between runs (at 16 MiB, 32 KiB against up to 12 KiB of noise, a ratio test failed)
+    processes = em.page_tables(64 * MiB, (1, 2), "processes")
+    threads = em.page_tables(64 * MiB, (1, 2), "threads")
+    expected = processes[0]["expected_kib"]
+    assert processes[0]["vmpte_kib"] >= 0.5 * expected  # the segment's entries are there
+    assert processes[1]["vmpte_kib"] - processes[0]["vmpte_kib"] >= 0.6 * expected  # a second process: a second copy
+    assert threads[1]["vmpte_kib"] - threads[0]["vmpte_kib"] <= 0.3 * expected  # a second thread: none
 
 
 def test_mmap_contention_runs_threads_and_processes(leaves_nothing):

@@ -24,6 +24,22 @@ def test_default_session_has_one_thread_per_worker_on_this_node(session):
     assert set(session.run(os.getenv, "NUMBA_NUM_THREADS").values()) == {"1"}
 
 
+def test_worker_list_ignores_the_clients_periodic_cache(session, monkeypatch):
+    """The client refreshes its cached scheduler identity every 2 s with no workers in it; a list
+    read from that cache just after a refresh said a live cluster had no workers (CI, lesson 06).
+    Here the refresh "lands last" on every call: the session must still see its workers."""
+    client = session.client
+    empty = dict(client.scheduler_info(), workers={})
+
+    async def refresh_landed_last(n_workers=0):
+        client._scheduler_identity = empty
+
+    monkeypatch.setattr(client, "_update_scheduler_info", refresh_landed_last)
+    assert client.scheduler_info(n_workers=-1)["workers"] == {}  # the cache alone would say "no workers"
+    assert len(session.workers()) == 2
+    assert len(session.describe()["workers"]) == 2
+
+
 def test_simulated_nodes_and_clean_close():
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     with workbench.start(nodes=["node-a", "node-a", "node-b"], timeout=60) as s:

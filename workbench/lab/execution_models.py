@@ -182,6 +182,8 @@ def _time_dask_workers(nanny: bool, repeats: int) -> list[float]:
     task ran; the scheduler lives in this process and every worker is stopped after."""
     from distributed import Client, LocalCluster
 
+    from workbench.runtime.session import cluster_identity
+
     times = []
     with (
         LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster,
@@ -205,7 +207,7 @@ def _time_dask_workers(nanny: bool, repeats: int) -> list[float]:
                     process.kill()
                     process.wait(30)
             deadline = time.monotonic() + 60
-            while client.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
+            while cluster_identity(client)["workers"] and time.monotonic() < deadline:
                 time.sleep(0.05)  # a bounded wait for the scheduler to drop the stopped worker
     return times
 

@@ -48,6 +48,17 @@ def _name(function: Any) -> str:
     return getattr(function, "__name__", repr(function))
 
 
+def cluster_identity(client: Client, timeout: float = 60) -> dict[str, Any]:
+    """The scheduler's identity with every worker, asked of the scheduler itself.
+
+    ``Client.scheduler_info()`` refreshes a cache and returns it, and the client's own periodic
+    refresh (every 2 s) writes that cache with *no* workers in it: read just after such a refresh,
+    a cluster of live workers looked empty (a lesson failed with "no workers" in CI). Asking the
+    scheduler directly has no shared state to race with.
+    """
+    return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+
+
 def node_id() -> str:
     """The node this process runs on: ``$WORKBENCH_NODE_ID`` or the hostname."""
     return os.environ.get(NODE_ID_ENV) or socket.gethostname()
@@ -85,7 +96,7 @@ class Session:
     # -- where things are ------------------------------------------------------------------------
     def workers(self) -> list[str]:
         """Worker addresses, sorted."""
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        return sorted(cluster_identity(self.client)["workers"])
 
     def run(
         self,
@@ -204,7 +215,7 @@ class Session:
 
     def describe(self) -> dict[str, Any]:
         """Scheduler address, workers with threads and node, and whether the session owns the cluster."""
-        info = self.client.scheduler_info(n_workers=-1)
+        info = cluster_identity(self.client)
         nodes = self.worker_nodes()
         return {
             "scheduler": info["address"],
