@@ -54,6 +54,15 @@ class PlacedData:
             where |= {f"aligned{i}{k}": w for k, w in other.locality().items()}
         return where
 
+    def placement(self) -> list[list[str | None]]:
+        """The worker holding each block of every placed array (the blocks', then each aligned array's)."""
+        return [placed.holders() for placed in (self.blocks, *self.aligned) if placed is not None]
+
+    def restore(self, placement: list[list[str | None]]) -> int:
+        """Put every block back where :meth:`placement` found it (see ``PlacedBlocks.restore``)."""
+        placed = [p for p in (self.blocks, *self.aligned) if p is not None]
+        return sum(p.restore(holders) for p, holders in zip(placed, placement))
+
     def release(self) -> None:
         """Release every placed array (and the views made of it: store collections ...)."""
         for placed in (self.blocks, *self.aligned):

@@ -28,12 +28,22 @@ ITERATIONS = 3
 REPEAT = {"ci": 40, "lab": 40, "full": 10}  # repetitions per unit of cost (bench balance asks for more at ci)
 
 
+def repetitions(rows: np.ndarray, costs: np.ndarray, rows_per_block: int, repeat: int) -> int:
+    """How many times a block holding ``rows`` repeats the partial step: each original block's cost
+    factor weighted by the share of the block's rows it holds, so the same rows cost the same work
+    however they are cut (a block ``rechunk`` merged from eight costs what the eight cost together)."""
+    if not len(rows):
+        return 1
+    blocks = np.minimum(len(costs) - 1, np.asarray(rows, dtype=np.int64) // rows_per_block)
+    units = float(costs[blocks].sum()) / rows_per_block  # cost-1 blocks' worth of work
+    return max(1, round(units * repeat * rows_per_block / len(rows)))
+
+
 def costly_partial(
     fragment: np.ndarray, centres: np.ndarray, costs: np.ndarray, rows_per_block: int, repeat: int, *, rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The k-means partial step of one block, done ``repeat x`` its cost factor times (the last one kept)."""
-    cost = int(costs[min(len(costs) - 1, int(rows[0]) // rows_per_block)]) if len(rows) else 1
-    for _ in range(cost * repeat - 1):
+    """The k-means partial step of one block, repeated to its cost (:func:`repetitions`; the last one kept)."""
+    for _ in range(repetitions(rows, costs, rows_per_block, repeat) - 1):
         kernels.kmeans_partial(fragment, centres)
     _, sums, counts = kernels.kmeans_partial(fragment, centres)
     return sums, counts

@@ -9,6 +9,7 @@ holds, also when Dask does not know (``y[y > 0.5]`` has chunks of size NaN until
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -159,6 +160,47 @@ class PlacedBlocks:
         who_has = self.session.client.who_has(self.block_futures)
         return [(sorted(who_has.get(f.key, ())) or [None])[0] for f in self.block_futures]
 
+    def restore(self, holders: list[str | None], timeout: float = 10.0) -> int:
+        """Put each block back on exactly its worker in ``holders`` (as :meth:`holders` gave them before
+        a run): a copy made where the original was dropped, the replicas a run made dropped. So every
+        run of an experiment starts from the same placement: stolen or fetched blocks leave copies
+        behind, and on a cluster whose active memory manager runs (the workbench's own clusters turn
+        it off) the copy may be kept and the original dropped, so that the next run splits the blocks
+        differently. Dropping is asynchronous (a worker still using a block keeps it): the placement
+        is checked again until it holds, for at most ``timeout`` seconds, then left as it is. Returns
+        the copies made and replicas dropped."""
+        if len(holders) != len(self.block_futures):
+            raise ValueError(f"holders has {len(holders)} entries for {len(self.block_futures)} blocks: one per block")
+        client = self.session.client
+        changes = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            back, extra = self._misplaced(holders)
+            if not (back or extra) or time.monotonic() > deadline:
+                return changes
+            for home, futures in back.items():
+                client.replicate(futures, n=1, workers=[home])
+            if extra and not back:  # drop only once every block has its home copy (never a last copy)
+                client.run_on_scheduler(_drop_replicas, extra)
+            changes += sum(map(len, back.values())) + (0 if back else sum(map(len, extra.values())))
+            if not back:
+                time.sleep(0.02)  # a bounded poll: a worker may refuse a drop and say so a moment later
+
+    def _misplaced(self, holders: list[str | None]) -> tuple[dict[str, list[Future]], dict[str, list[Any]]]:
+        """Blocks missing from their home worker (home -> futures), and copies elsewhere (worker -> keys)."""
+        who_has = self.session.client.who_has(self.block_futures)
+        back: dict[str, list[Future]] = {}
+        extra: dict[str, list[Any]] = {}
+        for future, home in zip(self.block_futures, holders):
+            where = set(who_has.get(future.key, ()))
+            if home is None or not where:
+                continue  # a lost block cannot be put anywhere
+            if home not in where:
+                back.setdefault(home, []).append(future)
+            for worker in where - {home}:
+                extra.setdefault(worker, []).append(future.key)
+        return back, extra
+
     def locality(self) -> dict[str, str]:
         """Block index (as text, e.g. "(3, 0)") -> the worker holding it."""
         return {str(tuple(f.key[1:])): holder or "" for f, holder in zip(self.block_futures, self.holders())}
@@ -203,6 +245,24 @@ class PlacedBlocks:
         self.array = None
         if errors:
             raise errors[0]
+
+
+def _drop_replicas(extra: dict[str, list[Any]], dask_scheduler: Any = None) -> None:
+    """On the scheduler: ask each worker to drop its copies of ``extra[worker]``, never a last copy."""
+    import uuid
+
+    for address, keys in extra.items():
+        droppable = [
+            key
+            for key in keys
+            if key in dask_scheduler.tasks
+            and len(dask_scheduler.tasks[key].who_has or ()) > 1
+            and any(ws.address == address for ws in dask_scheduler.tasks[key].who_has or ())
+        ]
+        if droppable and address in dask_scheduler.workers:
+            dask_scheduler.request_remove_replicas(
+                address, droppable, stimulus_id=f"workbench-restore-placement-{uuid.uuid4().hex}"
+            )
 
 
 def _block(value: Any) -> Any:

@@ -22,6 +22,7 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 from distributed.system import MEMORY_LIMIT
 
@@ -192,8 +193,6 @@ class Session:
         ``loose=True`` makes each worker a preference that Dask's scheduler may override (its work
         stealing can then give the task to an idle worker).
         """
-        import dask
-
         delayed = []
         for call in calls:
             workers = [call.worker] if isinstance(call.worker, str) else list(call.worker)
@@ -295,32 +294,13 @@ def start(
     env = _worker_env(threads_per_worker)
 
     cluster: LocalCluster | SpecCluster
-    if nodes is None:
-        cluster = LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            memory_limit=memory_limit,
-            scheduler_kwargs=scheduler_options,
-            env=env,
-        )
-    else:
-        # LocalCluster gives every worker the same environment; a SpecCluster gives each its own.
-        workers = {
-            f"{node}-{i}": {
-                "cls": Nanny,
-                "options": {
-                    "nthreads": threads_per_worker,
-                    "memory_limit": memory_limit,
-                    "env": {**env, NODE_ID_ENV: node},
-                    "host": "127.0.0.1",
-                    "silence_logs": logging.WARNING,
-                },
-            }
-            for i, node in enumerate(nodes)
-        }
-        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **scheduler_options}}
-        cluster = SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
+    # The workbench decides where blocks live (strategies make replicas on purpose and drop them; the
+    # runner restores the placement after every run): Dask's active memory manager would drop those
+    # replicas every 2 s, and could keep a thief's copy of a block and drop its original, so that the
+    # next run splits differently. Its periodic loop is off in clusters the workbench starts.
+    amm_off = dask.config.set({"distributed.scheduler.active-memory-manager.start": False})
+    with amm_off:
+        cluster = _local_cluster(nodes, n_workers, threads_per_worker, memory_limit, scheduler_options, env)
     try:
         client = Client(cluster, timeout=timeout)
         client.wait_for_workers(n_workers, timeout=timeout)
@@ -328,3 +308,39 @@ def start(
         cluster.close(timeout=timeout)
         raise
     return Session(client, cluster, timeout, dashboard=dashboard)
+
+
+def _local_cluster(
+    nodes: Sequence[str] | None,
+    n_workers: int,
+    threads_per_worker: int,
+    memory_limit: str | int,
+    scheduler_options: dict[str, Any],
+    env: dict[str, str],
+) -> LocalCluster | SpecCluster:
+    """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
+    if nodes is None:
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            memory_limit=memory_limit,
+            scheduler_kwargs=scheduler_options,
+            env=env,
+        )
+    # LocalCluster gives every worker the same environment; a SpecCluster gives each its own.
+    workers = {
+        f"{node}-{i}": {
+            "cls": Nanny,
+            "options": {
+                "nthreads": threads_per_worker,
+                "memory_limit": memory_limit,
+                "env": {**env, NODE_ID_ENV: node},
+                "host": "127.0.0.1",
+                "silence_logs": logging.WARNING,
+            },
+        }
+        for i, node in enumerate(nodes)
+    }
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **scheduler_options}}
+    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)
