@@ -397,6 +397,7 @@ class BalancedPlan(SplitPlan):
         order = {id(c): -k for queue in queues.values() for k, c in enumerate(queue)}
         threads = _Threads(self.session.client.nthreads())
         map_number = next(self._maps)
+        self.forecast.started.clear()  # start times are keyed by id(chunk): a freed chunk's id is reused
         tags = {id(c): f"{self.id}:{map_number}:{k}" for k, (_, c) in enumerate(chunks)}
         self._tags.update({tags[id(c)]: (work.name, c) for _, c in chunks})
         futures = self.session.submit_pinned(
