@@ -168,23 +168,21 @@ class PlacedBlocks:
         it off) the copy may be kept and the original dropped, so that the next run splits the blocks
         differently. Dropping is asynchronous (a worker still using a block keeps it): the placement
         is checked again until it holds, for at most ``timeout`` seconds, then left as it is. Returns
-        the copies made and replicas dropped."""
+        how many copies were out of place when called (missing from their home, or extra)."""
         if len(holders) != len(self.block_futures):
             raise ValueError(f"holders has {len(holders)} entries for {len(self.block_futures)} blocks: one per block")
         client = self.session.client
-        changes = 0
+        back, extra = self._misplaced(holders)
+        misplaced = sum(map(len, back.values())) + sum(map(len, extra.values()))
         deadline = time.monotonic() + timeout
-        while True:
-            back, extra = self._misplaced(holders)
-            if not (back or extra) or time.monotonic() > deadline:
-                return changes
+        while (back or extra) and time.monotonic() < deadline:
             for home, futures in back.items():
                 client.replicate(futures, n=1, workers=[home])
             if extra and not back:  # drop only once every block has its home copy (never a last copy)
                 client.run_on_scheduler(_drop_replicas, extra)
-            changes += sum(map(len, back.values())) + (0 if back else sum(map(len, extra.values())))
-            if not back:
                 time.sleep(0.02)  # a bounded poll: a worker may refuse a drop and say so a moment later
+            back, extra = self._misplaced(holders)
+        return misplaced
 
     def _misplaced(self, holders: list[str | None]) -> tuple[dict[str, list[Future]], dict[str, list[Any]]]:
         """Blocks missing from their home worker (home -> futures), and copies elsewhere (worker -> keys)."""

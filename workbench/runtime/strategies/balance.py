@@ -62,7 +62,7 @@ TRANSFER_BYTES_PER_S = 1e9  # a stolen block's move between workers (forecasts o
 FORECAST_MARGIN = 0.1  # the thief must win by this share of the chunk's time on the victim (noise)
 GUIDED_DIVISOR = 4  # the first map's chunks take a quarter of the blocks left in their partition
 MIN_CHUNK_SECONDS = 0.1  # once costs are learned, chunks last at least this (Dask's advice: ~1 ms per task)
-LEARNED_CHUNKS = 3  # and a worker's placed load is cut into about this many chunks (fewer tasks)
+LEARNED_CHUNKS = 2  # and a worker's placed load is cut into about this many chunks (fewer tasks)
 
 
 class WorkerLost(RuntimeError):
@@ -309,6 +309,7 @@ class BalancedPlan(SplitPlan):
         self.replicas: dict[int, set[str]] = {i: {h} for i, h in enumerate(self.holders) if h}
         self.steals: list[dict[str, Any]] = []
         self.forecast = Forecast(sizes=self.sizes)
+        self._threads = _Threads(self.session.client.nthreads())  # asked once per run, not per map
         self.id = uuid.uuid4().hex[:12]
         self._maps = itertools.count()
         self._tags: dict[str, tuple[str, Chunk]] = {}  # chunks whose seconds have not come back yet
@@ -395,7 +396,7 @@ class BalancedPlan(SplitPlan):
         chunks = [(owner, chunk) for owner, queue in queues.items() for chunk in queue]
         # each worker runs its chunks in order (first chunk, highest priority)
         order = {id(c): -k for queue in queues.values() for k, c in enumerate(queue)}
-        threads = _Threads(self.session.client.nthreads())
+        threads = self._threads
         map_number = next(self._maps)
         self.forecast.started.clear()  # start times are keyed by id(chunk): a freed chunk's id is reused
         tags = {id(c): f"{self.id}:{map_number}:{k}" for k, (_, c) in enumerate(chunks)}
