@@ -132,6 +132,7 @@ def test_a_thief_takes_the_next_waiting_chunk_and_a_victim_keeps_its_last():
     chunks = {w: [balancing.Chunk([k + 10 * n], 100) for k in range(4)] for n, w in enumerate("abc")}
     plan = SimpleNamespace(replicas={}, sizes=[100] * 40, steals=[], recorder=Recorder(), forecast=Forecast())
     plan._moved = lambda chunk, thief: balancing.BalancedPlan._moved(plan, chunk, thief)
+    plan._record_steal = lambda *a, **k: balancing.BalancedPlan._record_steal(plan, *a, **k)
     plan._last_worth_taking = lambda *a, **k: balancing.BalancedPlan._last_worth_taking(plan, *a, **k)
     queues = {"a": deque(chunks["a"]), "b": deque(chunks["b"][:1]), "c": deque(chunks["c"][:3])}
     threads = balancing._Threads({"a": 1, "b": 1, "c": 1})

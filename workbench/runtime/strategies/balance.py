@@ -172,6 +172,10 @@ class Forecast:
         """Whether every block's cost in ``work`` was measured (a map of it ran before)."""
         return all((work, i) in self.cost for i in blocks)
 
+    def load(self, work: str, worker: str, blocks: list[int]) -> float:
+        """Forecast seconds of ``blocks`` (all measured) on ``worker``."""
+        return sum(self.cost[work, i] for i in blocks) * self.slowdown.get(worker, 1.0)
+
     def seconds(self, work: str, chunk: Chunk, worker: str) -> float | None:
         """Forecast seconds of ``chunk`` on ``worker`` (None with nothing measured yet)."""
         cpu = 0.0
@@ -234,7 +238,7 @@ class Forecast:
         blocks first."""
         homes = {p.worker: list(p.block_indexes) for p in partitions}
         slow = {w: self.slowdown.get(w, 1.0) for w in homes}
-        load = {w: sum(self.cost[work, i] for i in blocks) * slow[w] for w, blocks in homes.items()}
+        load = {w: self.load(work, w, blocks) for w, blocks in homes.items()}
         order = {w: [(i, w) for i in blocks] for w, blocks in homes.items()}
         for _ in range(sum(map(len, homes.values()))):
             source, target = max(load, key=load.__getitem__), min(load, key=load.__getitem__)
@@ -479,27 +483,23 @@ class BalancedPlan(SplitPlan):
         """Chunks per worker placed from the last map's measures (:meth:`Forecast.assign`), each planned
         move recorded as a ``steal`` event with its bytes; chunks of at least ``MIN_CHUNK_SECONDS``, about
         ``LEARNED_CHUNKS`` per worker (stealing corrects what the forecast missed with the last ones)."""
-        plan = self.forecast.assign(work, self.partitions)
-        now = time.time()
-        for worker, blocks in plan.items():
+        queues = {}
+        for worker, blocks in self.forecast.assign(work, self.partitions).items():
             for i, home in blocks:
                 if home != worker:
-                    moved = self._moved(Chunk([i], self.sizes[i], home), worker)
-                    self.steals.append({"thief": worker, "victim": home, "blocks": 1, "bytes": moved})
-                    self.recorder.event(
-                        "steal",
-                        now,
-                        now,
-                        task=f"{worker} placed 1 block of {home} (learned)",
-                        nbytes=moved,
-                        source=home,
-                    )
-        queues = {}
-        for worker, blocks in plan.items():
-            load = sum(self.forecast.cost[work, i] for i, _ in blocks) * self.forecast.slowdown.get(worker, 1.0)
+                    self._record_steal(worker, home, Chunk([i], self.sizes[i], home), "placed", "(learned)")
+            load = self.forecast.load(work, worker, [i for i, _ in blocks])
             seconds = max(MIN_CHUNK_SECONDS, load / LEARNED_CHUNKS)
             queues[worker] = deque(self.forecast.group(work, worker, blocks, seconds))
         return queues
+
+    def _record_steal(self, thief: str, victim: str, chunk: Chunk, verb: str = "took", note: str = "") -> None:
+        """A ``steal`` event in the trace (and in ``steals``) with the bytes the thief must fetch."""
+        moved = self._moved(chunk, thief)
+        now = time.time()
+        self.steals.append({"thief": thief, "victim": victim, "blocks": len(chunk.indexes), "bytes": moved})
+        text = f"{thief} {verb} {len(chunk.indexes)} blocks of {victim}" + (f" {note}" if note else "")
+        self.recorder.event("steal", now, now, task=text, nbytes=moved, source=victim)
 
     def _steal(
         self, queues: dict[str, deque[Chunk]], thief: str, threads: _Threads, work: str = "", learned: bool = False
@@ -523,12 +523,7 @@ class BalancedPlan(SplitPlan):
             victim, chunk = last
         queues[victim].remove(chunk)
         queues[thief].append(chunk)
-        moved = self._moved(chunk, thief)
-        now = time.time()
-        self.steals.append({"thief": thief, "victim": victim, "blocks": len(chunk.indexes), "bytes": moved})
-        self.recorder.event(
-            "steal", now, now, task=f"{thief} took {len(chunk.indexes)} blocks of {victim}", nbytes=moved, source=victim
-        )
+        self._record_steal(thief, victim, chunk)
         return thief, victim, chunk
 
     def _moved(self, chunk: Chunk, thief: str) -> int:
