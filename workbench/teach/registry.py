@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.runtime import failures
 from workbench.teach.answers import AnswerError
 from workbench.teach.feedback import NOT_YET, Feedback, Status
 
@@ -108,10 +109,8 @@ def _describe(error: BaseException) -> str:
     name = type(error).__name__
     if name == "KilledWorker":
         return "your function killed the worker process that ran it (os._exit, sys.exit or a crash); Dask restarted it"
-    try:
-        text = str(error)
-    except Exception:  # noqa: BLE001 (an exception whose __str__ fails)
-        text = "(its message could not be shown)"
+    text = failures.message(error)
+    text = failures.UNSHOWN if text is None else text
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
     return f"checking your answer raised {name}: {text[:500]}{where}"

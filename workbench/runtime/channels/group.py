@@ -39,6 +39,7 @@ from workbench.runtime.channels.transport import (
     pid_alive,
     segment_name,
 )
+from workbench.runtime.failures import sendable_errors
 from workbench.runtime.session import Session, node_id
 from workbench.runtime.trace import record
 
@@ -282,7 +283,8 @@ def rank_main(
     context = Rank(group, rank, size, options["timeout"], options["eager"], options["trace"])
     try:
         context.connect()
-        result = fn(context, *args)
+        with sendable_errors():
+            result = fn(context, *args)
         _check_sendable(result, rank)
         return result, context.events
     finally:

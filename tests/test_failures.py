@@ -1,0 +1,82 @@
+"""User code that raises an exception whose text cannot be made: the error reaches the caller, named, and
+the workers stay sound (Dask's task runner, hit by such an exception, left the thread in its
+``active_threads`` for good: its profiler then failed every 10 ms for the rest of the session)."""
+
+from __future__ import annotations
+
+import time
+
+import dask.array as da
+import pytest
+
+from workbench.runtime import strategies
+from workbench.runtime.blocks import PlacedBlocks
+from workbench.runtime.channels import ChannelError, run_group
+from workbench.runtime.failures import UnprintableError, message, sendable_errors
+from workbench.runtime.strategies import BlockWork
+from workbench.runtime.tasks import TaskRuntime, task
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+class Unrepresentable(ValueError):
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def raise_unprintable(*args, **kwargs):
+    raise Unprintable()
+
+
+@task()
+def unprintable_task(x):
+    raise Unprintable()
+
+
+def _stale_threads(session, timeout=10.0):
+    """Worker threads Dask still lists as running a task once nothing runs (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = session.client.run(lambda dask_worker: len(dask_worker.active_threads))
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+
+
+def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
+    error = ValueError("plain")
+    with pytest.raises(ValueError) as caught, sendable_errors():
+        raise error
+    assert caught.value is error
+    for bad in (Unprintable(), Unrepresentable("fine text, broken repr")):
+        with pytest.raises(UnprintableError, match=type(bad).__qualname__) as caught, sendable_errors():
+            raise bad
+        assert message(caught.value) is not None and "could not be shown" in str(caught.value)
+    with pytest.raises(SystemExit), sendable_errors():
+        raise SystemExit(3)
+    assert message(Unprintable()) is None and message(error) == "plain"
+
+
+def test_an_unprintable_error_in_any_task_body_reaches_the_caller_and_leaves_no_stale_thread(session):
+    with pytest.raises(ChannelError, match="could not be shown"):
+        run_group(session, raise_unprintable, timeout=30)
+    assert not any(_stale_threads(session).values())
+
+    with TaskRuntime(session, "dask"):
+        future = unprintable_task(1)
+        with pytest.raises(UnprintableError, match="Unprintable"):
+            future.result(timeout=30)
+    assert not any(_stale_threads(session).values())
+
+    placed = PlacedBlocks(session, da.ones((40, 2), chunks=(10, 2)))
+    try:
+        for name in ("blocks", "split", "split-balanced"):
+            with strategies.get(name).open(session, placed) as plan, pytest.raises(UnprintableError):
+                plan.reduce(BlockWork(block=raise_unprintable, merge=sum))
+        with strategies.get("blocks").open(session, placed) as plan, pytest.raises(UnprintableError):
+            plan.reduce(BlockWork(block=lambda b: 1.0, merge=raise_unprintable))
+    finally:
+        placed.release()
+    assert not any(_stale_threads(session).values())

@@ -1,0 +1,51 @@
+"""Errors a task can send back: user code's exceptions made safe for Dask's worker.
+
+Dask (2026.8) builds a failed task's message with ``str(error)`` and ``repr(error)`` outside any
+guard. An exception whose ``__str__`` (or ``__repr__``) raises escapes the worker's task runner,
+which then never removes the task's thread from ``Worker.active_threads``: from then on the
+worker's profiler (it samples those threads every 10 ms) fails on a thread that no longer exists,
+logging a traceback per sample for the rest of the worker's life and profiling nothing. Found in
+CI: an exercise check that ran a channel rank raising such an exception left both workers in that
+state for every later test. Task bodies that run user code (channel ranks, ``@task`` functions,
+strategies' block work) run it inside :func:`sendable_errors`, which swaps such an exception for an
+:class:`UnprintableError` that names its type; printable exceptions pass through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+UNSHOWN = "(its message could not be shown)"
+
+
+class UnprintableError(RuntimeError):
+    """User code raised an exception whose message (``str`` or ``repr``) itself raises."""
+
+
+def message(error: BaseException) -> str | None:
+    """``str(error)``, or None when making it (or its ``repr``) raises: Dask needs both."""
+    try:
+        text = str(error)
+        repr(error)
+    except Exception:  # noqa: BLE001 (any failure of a user's __str__/__repr__)
+        return None
+    return text
+
+
+@contextmanager
+def sendable_errors() -> Iterator[None]:
+    """Run user code: an exception it raises whose text cannot be made becomes an
+    :class:`UnprintableError` naming its type (the original is dropped: Dask could not send it)."""
+    try:
+        yield
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        if message(error) is None:
+            name = f"{type(error).__module__}.{type(error).__qualname__}"
+            raise UnprintableError(
+                f"the code raised {name}, {UNSHOWN[1:-1]}: its __str__ or __repr__ raises; "
+                "make them return text so that the error can be reported"
+            ) from None
+        raise
