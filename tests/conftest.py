@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,24 @@ def session(tmp_path_factory):
         left = store.objects()
         store.close()
         assert left.empty, f"the tests left {len(left)} objects in the active store:\n{left}"
+        stale = _stale_task_threads(s)
+        assert not any(stale.values()), f"threads Dask counts as running a task, none running: {stale}"
+
+
+def _stale_task_threads(session, timeout=10.0):
+    """Per worker, the threads Dask lists as running a task, once what runs has ended (a bounded wait).
+    A thread left there for good (Dask's runner failed on a task's error) breaks the worker's profiler."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = session.client.run(lambda dask_worker: len(dask_worker.active_threads))
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+
+
+@pytest.fixture
+def stale_task_threads():
+    """:func:`_stale_task_threads`, for tests that check a failure left the workers sound."""
+    return _stale_task_threads
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ the workers stay sound (Dask's task runner, hit by such an exception, left the t
 
 from __future__ import annotations
 
-import time
-
 import dask.array as da
 import pytest
 
@@ -36,15 +34,6 @@ def unprintable_task(x):
     raise Unprintable()
 
 
-def _stale_threads(session, timeout=10.0):
-    """Worker threads Dask still lists as running a task once nothing runs (bounded wait)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = session.client.run(lambda dask_worker: len(dask_worker.active_threads))
-        if not any(left.values()) or time.monotonic() > deadline:
-            return left
-
-
 def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
     error = ValueError("plain")
     with pytest.raises(ValueError) as caught, sendable_errors():
@@ -59,16 +48,16 @@ def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
     assert message(Unprintable()) is None and message(error) == "plain"
 
 
-def test_an_unprintable_error_in_any_task_body_reaches_the_caller_and_leaves_no_stale_thread(session):
+def test_an_unprintable_error_in_any_task_body_is_named_and_leaves_no_stale_thread(session, stale_task_threads):
     with pytest.raises(ChannelError, match="could not be shown"):
         run_group(session, raise_unprintable, timeout=30)
-    assert not any(_stale_threads(session).values())
+    assert not any(stale_task_threads(session).values())
 
     with TaskRuntime(session, "dask"):
         future = unprintable_task(1)
         with pytest.raises(UnprintableError, match="Unprintable"):
             future.result(timeout=30)
-    assert not any(_stale_threads(session).values())
+    assert not any(stale_task_threads(session).values())
 
     placed = PlacedBlocks(session, da.ones((40, 2), chunks=(10, 2)))
     try:
@@ -79,4 +68,4 @@ def test_an_unprintable_error_in_any_task_body_reaches_the_caller_and_leaves_no_
             plan.reduce(BlockWork(block=lambda b: 1.0, merge=raise_unprintable))
     finally:
         placed.release()
-    assert not any(_stale_threads(session).values())
+    assert not any(stale_task_threads(session).values())
