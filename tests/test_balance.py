@@ -201,6 +201,35 @@ def test_learned_costs_place_blocks_and_cut_chunks_of_a_minimum_time():
     )  # noise: none move
 
 
+def test_work_in_balance_runs_one_chunk_per_worker_once_learned_and_imbalance_keeps_two(session):
+    import dask.array as da
+
+    placed = PlacedBlocks(session, place_contiguous(session, da.ones((80, 3), chunks=(10, 3))), "chunks test")
+    work = BlockWork(block=lambda b: float(b.sum()), merge=sum)
+    try:
+        with strategies.get("split-balanced").open(session, placed) as plan:
+            assert plan.reduce(work) == 240.0
+            deadline = time.monotonic() + 30
+            while not plan.forecast.knows(work.name, list(range(8))) and time.monotonic() < deadline:
+                time.sleep(0.05)  # the chunks' seconds arrive as Dask events, after their results
+            for i in range(8):  # as if each block took 0.1 s: in balance, above the minimum chunk time
+                plan.forecast.cost[work.name, i] = 0.1
+            plan.forecast.slowdown.clear()
+            steals = len(plan.steals)
+            queues = plan._learned_queues(work.name)
+            assert sorted(len(q) for q in queues.values()) == [1, 1]
+            assert len(plan.steals) == steals  # nothing placed away from home: one chunk per worker, as split
+            slow = plan.partitions[0]
+            for i in slow.block_indexes:
+                plan.forecast.cost[work.name, i] = 0.5  # one worker's blocks made costly: blocks move
+            queues = plan._learned_queues(work.name)
+            assert any(home != w for w, q in queues.items() for c in q for home in [c.home])
+            assert len(queues[slow.worker]) >= 2  # and the placed load is cut for stealing to correct it
+            assert plan.reduce(work) == 240.0
+    finally:
+        placed.release()
+
+
 def test_restore_puts_each_block_back_where_it_was_and_drops_the_copies(session):
     import dask.array as da
 
