@@ -91,3 +91,18 @@ class WithLock(Counter):
     def __init__(self) -> None:
         super().__init__(np.ones(3))
         self.lock = threading.Lock()
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+class Grumpy(PersistentObject):
+    """An object whose active method raises an exception whose text cannot be made."""
+
+    @active
+    def complain(self) -> None:
+        error = _Unprintable()
+        error.lock = threading.Lock()  # and it cannot be pickled either
+        raise error

@@ -4,13 +4,16 @@ the workers stay sound (Dask's task runner, hit by such an exception, left the t
 
 from __future__ import annotations
 
+import pickle
+import threading
+
 import dask.array as da
 import pytest
 
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.channels import ChannelError, run_group
-from workbench.runtime.failures import UnprintableError, message, sendable_errors
+from workbench.runtime.failures import UnprintableError, message, sendable
 from workbench.runtime.strategies import BlockWork
 from workbench.runtime.tasks import TaskRuntime, task
 
@@ -34,17 +37,25 @@ def unprintable_task(x):
     raise Unprintable()
 
 
+def _raise(error):
+    raise error
+
+
 def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
+    assert sendable(max, 3, 4) == 4
     error = ValueError("plain")
-    with pytest.raises(ValueError) as caught, sendable_errors():
-        raise error
+    with pytest.raises(ValueError) as caught:
+        sendable(_raise, error)
     assert caught.value is error
     for bad in (Unprintable(), Unrepresentable("fine text, broken repr")):
-        with pytest.raises(UnprintableError, match=type(bad).__qualname__) as caught, sendable_errors():
-            raise bad
+        bad.lock = threading.Lock()  # nor can it be pickled
+        with pytest.raises(UnprintableError, match=type(bad).__qualname__) as caught:
+            sendable(_raise, bad)
         assert message(caught.value) is not None and "could not be shown" in str(caught.value)
-    with pytest.raises(SystemExit), sendable_errors():
-        raise SystemExit(3)
+        assert caught.value.__context__ is None  # Dask pickles the context: the original must not travel
+        pickle.loads(pickle.dumps(caught.value))
+    with pytest.raises(SystemExit):
+        sendable(_raise, SystemExit(3))
     assert message(Unprintable()) is None and message(error) == "plain"
 
 
@@ -68,4 +79,21 @@ def test_an_unprintable_error_in_any_task_body_is_named_and_leaves_no_stale_thre
             plan.reduce(BlockWork(block=lambda b: 1.0, merge=raise_unprintable))
     finally:
         placed.release()
+    assert not any(stale_task_threads(session).values())
+
+
+def test_an_active_method_raising_an_unprintable_error_is_named(session, stale_task_threads):
+    from store_helpers import Grumpy
+
+    from workbench.runtime.store import store_for
+
+    grumpy = store_for(session).make_persistent(Grumpy())
+    try:
+        for call in (grumpy.complain, grumpy.complain.non_active):  # as a task, active and not
+            with pytest.raises(UnprintableError, match="_Unprintable"):
+                call().result(timeout=30)
+        with pytest.raises(UnprintableError, match="_Unprintable"):
+            grumpy.complain.value()  # in the store's own message to the backend
+    finally:
+        grumpy.delete()
     assert not any(stale_task_threads(session).values())

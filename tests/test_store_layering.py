@@ -34,6 +34,8 @@ OUTSIDE = {
     "catalogue_file": set(),
     "tiering": {"workbench.memory", "workbench.memory.tiers"},
     "backend": {
+        "workbench.runtime",
+        "workbench.runtime.failures",
         "workbench.runtime.trace",
         "workbench.runtime.session",
         "workbench.memory",

@@ -7,14 +7,18 @@ worker's profiler (it samples those threads every 10 ms) fails on a thread that 
 logging a traceback per sample for the rest of the worker's life and profiling nothing. Found in
 CI: an exercise check that ran a channel rank raising such an exception left both workers in that
 state for every later test. Task bodies that run user code (channel ranks, ``@task`` functions,
-strategies' block work) run it inside :func:`sendable_errors`, which swaps such an exception for an
-:class:`UnprintableError` that names its type; printable exceptions pass through untouched.
+strategies' block work and merges) run it through :func:`sendable`, which swaps such an
+exception for an :class:`UnprintableError` that names its type (:func:`unprintable`; the store's
+active methods, whose errors travel in the store's own replies, use it too); printable exceptions
+pass through untouched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 UNSHOWN = "(its message could not be shown)"
 
@@ -33,19 +37,26 @@ def message(error: BaseException) -> str | None:
     return text
 
 
-@contextmanager
-def sendable_errors() -> Iterator[None]:
-    """Run user code: an exception it raises whose text cannot be made becomes an
-    :class:`UnprintableError` naming its type (the original is dropped: Dask could not send it)."""
+def sendable(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``function(*args, **kwargs)`` for a task body: an exception it raises whose text cannot be made
+    becomes an :class:`UnprintableError` naming its type; any other passes through untouched. The
+    replacement is raised after the handler, so it carries no ``__context__``: Dask pickles an error's
+    context too, and the original may not pickle (Dask then sends a bare ``Exception`` instead)."""
     try:
-        yield
+        return function(*args, **kwargs)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as error:
-        if message(error) is None:
-            name = f"{type(error).__module__}.{type(error).__qualname__}"
-            raise UnprintableError(
-                f"the code raised {name}, {UNSHOWN[1:-1]}: its __str__ or __repr__ raises; "
-                "make them return text so that the error can be reported"
-            ) from None
-        raise
+        if message(error) is not None:
+            raise
+        replacement = unprintable(error)
+    raise replacement
+
+
+def unprintable(error: BaseException) -> UnprintableError:
+    """The :class:`UnprintableError` that stands for ``error`` (whose text cannot be made)."""
+    name = f"{type(error).__module__}.{type(error).__qualname__}"
+    return UnprintableError(
+        f"the code raised {name}, {UNSHOWN[1:-1]}: its __str__ or __repr__ raises; "
+        "make them return text so that the error can be reported"
+    )

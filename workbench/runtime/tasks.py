@@ -43,7 +43,7 @@ from distributed import Future
 
 from workbench.memory import shm
 from workbench.runtime import rro, trace
-from workbench.runtime.failures import sendable_errors
+from workbench.runtime.failures import sendable
 from workbench.runtime.session import PinnedCall, Session, node_id
 
 MODES = ("files", "dask", "rro")
@@ -116,8 +116,7 @@ def _execute(function: Callable[..., Any], inout: tuple[str, ...], mode: str, kw
     for name in inout:
         if not _marked(kwargs[name], _FILE_MARK):  # a file load is already a private copy
             values[name] = np.array(values[name], copy=True)
-    with sendable_errors():
-        result = function(**values)
+    result = sendable(function, **values)
     if not inout:
         return result
     if result is not None:

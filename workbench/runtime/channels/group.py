@@ -39,7 +39,7 @@ from workbench.runtime.channels.transport import (
     pid_alive,
     segment_name,
 )
-from workbench.runtime.failures import sendable_errors
+from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session, node_id
 from workbench.runtime.trace import record
 
@@ -283,8 +283,7 @@ def rank_main(
     context = Rank(group, rank, size, options["timeout"], options["eager"], options["trace"])
     try:
         context.connect()
-        with sendable_errors():
-            result = fn(context, *args)
+        result = sendable(fn, context, *args)
         _check_sendable(result, rank)
         return result, context.events
     finally:

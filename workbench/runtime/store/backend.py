@@ -39,6 +39,7 @@ from distributed.utils import sync
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy, Usage
+from workbench.runtime import failures
 from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME, RESULT_KEY
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
 from workbench.runtime.store.model import (
@@ -806,11 +807,16 @@ class StoreBackend(WorkerPlugin):
 
 
 def _picklable(error: Exception) -> Exception:
+    """``error`` if it can travel to the caller (pickled), else a ``StoreError`` with its text; one whose
+    text cannot be made is named by an ``UnprintableError`` (the caller could not show it either)."""
+    text = failures.message(error)
+    if text is None:
+        return failures.unprintable(error)
     try:
         pickle.loads(cloudpickle.dumps(error))
         return error
     except Exception:
-        return StoreError(f"{type(error).__name__}: {error}")
+        return StoreError(f"{type(error).__name__}: {text}")
 
 
 ERROR_TYPES = {"KeyError": KeyError, "ValueError": ValueError, "RuntimeError": RuntimeError}
@@ -867,7 +873,7 @@ def local_backend() -> StoreBackend:
 
 def run_active(ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Task body of an active call: the method runs on this worker, where the object lives."""
-    return local_backend().invoke(ref, method, writes, args, kwargs)
+    return failures.sendable(local_backend().invoke, ref, method, writes, args, kwargs)
 
 
 def run_non_active(ref: ObjectRef, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -875,7 +881,7 @@ def run_non_active(ref: ObjectRef, method: str, args: tuple[Any, ...], kwargs: d
     backend = local_backend()
     obj = backend.fetch_copy(ref, method)
     args, kwargs = backend.resolve_arguments(args, kwargs, method)
-    return getattr(obj, method)(*args, **kwargs)
+    return failures.sendable(getattr(obj, method), *args, **kwargs)
 
 
 def task_key(method: str, active: bool) -> str:

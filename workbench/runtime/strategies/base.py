@@ -23,7 +23,7 @@ import numpy as np
 from distributed import Future
 
 from workbench.runtime.blocks import PlacedBlocks
-from workbench.runtime.failures import sendable_errors
+from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
 
@@ -80,8 +80,7 @@ class BlockWork:
 
     def call(self, block: Any, aligned: Sequence[Any], args: Sequence[Any], rows: np.ndarray | None) -> Any:
         """The work of one block, here."""
-        with sendable_errors():
-            return self.function(block, *aligned, *args, **({"rows": rows} if self.with_rows else {}))
+        return sendable(self.function, block, *aligned, *args, **({"rows": rows} if self.with_rows else {}))
 
     def call_partition(
         self, blocks: list[Any], aligned: Sequence[list[Any]], args: Sequence[Any], ranges: Sequence[tuple[int, int]]
@@ -89,8 +88,9 @@ class BlockWork:
         """The work of a partition's blocks, here: ``blocks`` in one call when declared, else one
         call per block and a local merge."""
         if self.blocks is not None:
-            with sendable_errors():
-                return self.blocks(blocks, *aligned, *args, **({"rows": rows_of(ranges)} if self.with_rows else {}))
+            return sendable(
+                self.blocks, blocks, *aligned, *args, **({"rows": rows_of(ranges)} if self.with_rows else {})
+            )
         partials = [
             self.call(b, [a[i] for a in aligned], args, rows_of(ranges[i : i + 1]) if self.with_rows else None)
             for i, b in enumerate(blocks)
@@ -100,8 +100,7 @@ class BlockWork:
 
 def merge_partials(merge: Callable[[list[Any]], Any], partials: list[Any]) -> Any:
     """Task body of a merge: ``merge(partials)`` (its errors made sendable, see :mod:`~workbench.runtime.failures`)."""
-    with sendable_errors():
-        return merge(partials)
+    return sendable(merge, partials)
 
 
 def rows_of(ranges: Sequence[tuple[int, int]]) -> np.ndarray:
