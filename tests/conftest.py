@@ -40,6 +40,7 @@ def _stale_task_threads(session, timeout=10.0):
         left = session.client.run(lambda dask_worker: len(dask_worker.active_threads))
         if not any(left.values()) or time.monotonic() > deadline:
             return left
+        time.sleep(0.05)  # a poll interval of a bounded wait on a state, not a timing assumption
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pickle
 import threading
+import traceback
 
 import dask.array as da
 import pytest
 
-from workbench.runtime import strategies
+from workbench.runtime import splitter, strategies
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.channels import ChannelError, run_group
 from workbench.runtime.failures import UnprintableError, message, sendable
@@ -54,14 +55,41 @@ def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
         assert message(caught.value) is not None and "could not be shown" in str(caught.value)
         assert caught.value.__context__ is None  # Dask pickles the context: the original must not travel
         pickle.loads(pickle.dumps(caught.value))
+        assert "_raise" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]  # user's lines
     with pytest.raises(SystemExit):
         sendable(_raise, SystemExit(3))
     assert message(Unprintable()) is None and message(error) == "plain"
+    assert message(ExitingText()) is None and message(BadLengthText()) is None
+
+
+class ExitingText(Exception):
+    def __str__(self):
+        raise SystemExit("a __str__ that exits")
+
+
+class _Unmeasurable(str):
+    def __len__(self):
+        raise RuntimeError("no length")
+
+
+class BadLengthText(Exception):
+    def __str__(self):
+        return _Unmeasurable("text")
+
+
+class UnpicklableResult:
+    def __reduce__(self):
+        raise Unprintable()
+
+
+def return_unpicklable(rank):
+    return UnpicklableResult()
 
 
 def test_an_unprintable_error_in_any_task_body_is_named_and_leaves_no_stale_thread(session, stale_task_threads):
-    with pytest.raises(ChannelError, match="could not be shown"):
-        run_group(session, raise_unprintable, timeout=30)
+    for rank_function in (raise_unprintable, return_unpicklable):
+        with pytest.raises(ChannelError, match="could not be shown"):
+            run_group(session, rank_function, timeout=30)
     assert not any(stale_task_threads(session).values())
 
     with TaskRuntime(session, "dask"):
@@ -77,6 +105,9 @@ def test_an_unprintable_error_in_any_task_body_is_named_and_leaves_no_stale_thre
                 plan.reduce(BlockWork(block=raise_unprintable, merge=sum))
         with strategies.get("blocks").open(session, placed) as plan, pytest.raises(UnprintableError):
             plan.reduce(BlockWork(block=lambda b: 1.0, merge=raise_unprintable))
+        parts = splitter.split(session, placed.array)
+        with pytest.raises(UnprintableError):
+            session.gather(splitter.run_partitions(session, parts, raise_unprintable))
     finally:
         placed.release()
     assert not any(stale_task_threads(session).values())

@@ -31,17 +31,19 @@ def message(error: BaseException) -> str | None:
     """``str(error)``, or None when making it (or its ``repr``) raises: Dask needs both."""
     try:
         text = str(error)
+        len(text)  # a str subclass may break here too (Dask measures the text)
         repr(error)
-    except Exception:  # noqa: BLE001 (any failure of a user's __str__/__repr__)
+    except BaseException:  # noqa: BLE001 (any failure of a user's __str__/__repr__, even SystemExit)
         return None
-    return text
+    return str.__str__(text)
 
 
 def sendable(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``function(*args, **kwargs)`` for a task body: an exception it raises whose text cannot be made
-    becomes an :class:`UnprintableError` naming its type; any other passes through untouched. The
-    replacement is raised after the handler, so it carries no ``__context__``: Dask pickles an error's
-    context too, and the original may not pickle (Dask then sends a bare ``Exception`` instead)."""
+    becomes an :class:`UnprintableError` naming its type, with the original's traceback (the user's
+    lines); any other passes through untouched. The replacement is raised after the handler, so it
+    carries no ``__context__``: Dask pickles an error's context too, and the original may not pickle
+    (Dask then sends a bare ``Exception`` instead)."""
     try:
         return function(*args, **kwargs)
     except (SystemExit, KeyboardInterrupt):
@@ -49,7 +51,7 @@ def sendable(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except BaseException as error:
         if message(error) is not None:
             raise
-        replacement = unprintable(error)
+        replacement = unprintable(error).with_traceback(error.__traceback__)
     raise replacement
 
 

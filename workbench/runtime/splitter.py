@@ -25,6 +25,7 @@ import numpy as np
 from distributed import Future, futures_of
 
 from workbench.runtime.blocks import PlacedBlocks, block_futures, persist_row_blocks
+from workbench.runtime.failures import sendable
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store import BlockCollection, local_object
 
@@ -161,6 +162,18 @@ def _run_partition(
     kwargs: dict[str, Any],
 ) -> Any:
     """Task body: the partition's blocks (and aligned blocks of other arrays) are already local."""
+    return sendable(_partition_work, function, blocks, others, materialize, merge, args, kwargs)
+
+
+def _partition_work(
+    function: Callable[..., Any],
+    blocks: list[np.ndarray],
+    others: list[list[np.ndarray]],
+    materialize: bool,
+    merge: Callable[[list[Any]], Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     if materialize:
         return function(_concatenate(blocks), *(_concatenate(o) for o in others), *args, **kwargs)
     if merge is not None:

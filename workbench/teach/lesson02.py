@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from workbench.memory import shm
+from workbench.runtime.failures import sendable
 from workbench.teach.answers import number
 from workbench.teach.feedback import not_yet, passed
 from workbench.teach.registry import exercise
@@ -56,7 +57,7 @@ def attach_in_a_task(attached_sum: Any, session: Any) -> tuple:
     data = np.random.default_rng(2).random(10_000)
     shared = shm.share(name, data)
     try:
-        result = session.client.submit(attached_sum, name, pure=False).result(timeout=TASK_TIMEOUT)
+        result = session.client.submit(sendable, attached_sum, name, pure=False).result(timeout=TASK_TIMEOUT)
     finally:
         del shared
         shm.delete(name)

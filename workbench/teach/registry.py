@@ -109,8 +109,10 @@ def _describe(error: BaseException) -> str:
     name = type(error).__name__
     if name == "KilledWorker":
         return "your function killed the worker process that ran it (os._exit, sys.exit or a crash); Dask restarted it"
-    text = failures.message(error)
-    text = failures.UNSHOWN if text is None else text
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 (an exception whose __str__ fails)
+        text = failures.UNSHOWN
     frames = traceback.extract_tb(error.__traceback__)
     where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
     return f"checking your answer raised {name}: {text[:500]}{where}"

@@ -39,7 +39,7 @@ from workbench.runtime.channels.transport import (
     pid_alive,
     segment_name,
 )
-from workbench.runtime.failures import sendable
+from workbench.runtime.failures import UNSHOWN, message, sendable
 from workbench.runtime.session import Session, node_id
 from workbench.runtime.trace import record
 
@@ -284,7 +284,7 @@ def rank_main(
     try:
         context.connect()
         result = sendable(fn, context, *args)
-        _check_sendable(result, rank)
+        sendable(_check_sendable, result, rank)  # pickling runs the result's own code too
         return result, context.events
     finally:
         context.close()
@@ -301,8 +301,9 @@ def _check_sendable(result: Any, rank: int) -> None:
 
         cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:
+        why = message(error) or UNSHOWN
         raise TypeError(
-            f"rank {rank} returned a {type(result).__name__}, which cannot be sent back to the client ({error}): "
+            f"rank {rank} returned a {type(result).__name__}, which cannot be sent back to the client ({why}): "
             "return arrays, numbers or other picklable values"
         ) from None
 

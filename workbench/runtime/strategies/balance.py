@@ -63,7 +63,7 @@ TRANSFER_BYTES_PER_S = 1e9  # a stolen block's move between workers (forecasts o
 FORECAST_MARGIN = 0.1  # the thief must win by this share of the chunk's time on the victim (noise)
 GUIDED_DIVISOR = 4  # the first map's chunks take a quarter of the blocks left in their partition
 MIN_CHUNK_SECONDS = 0.1  # once costs are learned, chunks last at least this (Dask's advice: ~1 ms per task)
-LEARNED_CHUNKS = 2  # and a worker's placed load is cut into about this many chunks (fewer tasks)
+LEARNED_CHUNKS = 2  # and a worker's placed load into about this many chunks per thread (fewer tasks)
 
 
 class WorkerLost(RuntimeError):
@@ -483,7 +483,7 @@ class BalancedPlan(SplitPlan):
     def _learned_queues(self, work: str) -> dict[str, deque[Chunk]]:
         """Chunks per worker placed from the last map's measures (:meth:`Forecast.assign`), each planned
         move recorded as a ``steal`` event with its bytes; chunks of at least ``MIN_CHUNK_SECONDS``, about
-        ``LEARNED_CHUNKS`` per worker (stealing corrects what the forecast missed with the last ones).
+        ``LEARNED_CHUNKS`` per worker thread (stealing corrects what the forecast missed with the last ones).
         When the forecast moves no block (the work is in balance), each worker's blocks are one chunk
         per thread, as ``split`` runs them: a second chunk would only be stolen if the forecast were wrong, and
         costs the client and scheduler a task per worker per map (measured: 2-3 % of a balanced run
