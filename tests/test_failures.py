@@ -44,6 +44,7 @@ def _raise(error):
 
 def test_printable_errors_pass_untouched_and_unprintable_ones_are_named():
     assert sendable(max, 3, 4) == 4
+    assert sendable(dict, function=1) == {"function": 1}  # a user's keyword of any name passes
     error = ValueError("plain")
     with pytest.raises(ValueError) as caught:
         sendable(_raise, error)

@@ -38,7 +38,7 @@ def message(error: BaseException) -> str | None:
     return str.__str__(text)
 
 
-def sendable(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def sendable(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``function(*args, **kwargs)`` for a task body: an exception it raises whose text cannot be made
     becomes an :class:`UnprintableError` naming its type, with the original's traceback (the user's
     lines); any other passes through untouched. The replacement is raised after the handler, so it

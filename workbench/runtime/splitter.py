@@ -161,24 +161,14 @@ def _run_partition(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Task body: the partition's blocks (and aligned blocks of other arrays) are already local."""
-    return sendable(_partition_work, function, blocks, others, materialize, merge, args, kwargs)
-
-
-def _partition_work(
-    function: Callable[..., Any],
-    blocks: list[np.ndarray],
-    others: list[list[np.ndarray]],
-    materialize: bool,
-    merge: Callable[[list[Any]], Any] | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
+    """Task body: the partition's blocks (and aligned blocks of other arrays) are already local; the
+    user's functions run through :func:`~workbench.runtime.failures.sendable`."""
     if materialize:
-        return function(_concatenate(blocks), *(_concatenate(o) for o in others), *args, **kwargs)
+        return sendable(function, _concatenate(blocks), *(_concatenate(o) for o in others), *args, **kwargs)
     if merge is not None:
-        return merge([function(b, *(o[i] for o in others), *args, **kwargs) for i, b in enumerate(blocks)])
-    return function(blocks, *others, *args, **kwargs)
+        partials = [sendable(function, b, *(o[i] for o in others), *args, **kwargs) for i, b in enumerate(blocks)]
+        return sendable(merge, partials)
+    return sendable(function, blocks, *others, *args, **kwargs)
 
 
 def run_partitions(
