@@ -98,11 +98,6 @@ class BlockWork:
         return merge_here(self, partials)
 
 
-def merge_partials(merge: Callable[[list[Any]], Any], partials: list[Any]) -> Any:
-    """Task body of a merge: ``merge(partials)`` (its errors made sendable, see :mod:`~workbench.runtime.failures`)."""
-    return sendable(merge, partials)
-
-
 def rows_of(ranges: Sequence[tuple[int, int]]) -> np.ndarray:
     """Global row indexes of blocks with these ``[start, stop)`` ranges, in order."""
     if not ranges:
@@ -185,9 +180,9 @@ class Plan:
         raise NotImplementedError(f"strategy {self.strategy.name!r} does not map block work")
 
     def merge_task(self, work: BlockWork, partials: list[Any]) -> Any:
-        """One merge of ``partials`` as a task (a future)."""
+        """One merge of ``partials`` as a task (a future), through :func:`~workbench.runtime.failures.sendable`."""
         return self.session.client.submit(
-            merge_partials, work.merge, partials, pure=False, key=task_key(getattr(work.merge, "__name__", "merge"))
+            sendable, work.merge, partials, pure=False, key=task_key(getattr(work.merge, "__name__", "merge"))
         )
 
     def reduce(self, work: BlockWork, *args: Any) -> Any:
