@@ -242,6 +242,13 @@ def _line(data: np.dtype, bins: int, low: Any, high: Any) -> _Line:
     )
 
 
+def _holds_every(floats: np.dtype, integers: np.dtype) -> bool:
+    """Whether float dtype ``floats`` represents every value of integer dtype ``integers`` exactly
+    (numpy's ``can_cast`` calls int64 to float64 safe; it is not beyond 2**53)."""
+    value_bits = 8 * integers.itemsize - (integers.kind == "i")
+    return value_bits <= np.finfo(floats).nmant + 1
+
+
 def _range_key(end: Any) -> tuple[type, Any]:
     """Cache key of a range end: its type too, since numpy's edges depend on it (0.5 == float32(0.5))."""
     return (type(end), end)
@@ -252,21 +259,29 @@ def histogram1d(x: np.ndarray, bins: int, range: tuple[float, float], *, paralle
 
     Same counts as ``numpy.histogram(x, bins, range)[0]``, including its dtype rules (float32 data with
     Python-float range ends bins in float32; numpy float64 ends in float64) and ``low == high``
-    (widened by 0.5). Integer data is converted to numpy's bin dtype first (float64 unless the range
-    ends are float32), as numpy does before its estimate; integers beyond that dtype's exact range
-    (2**53, or 2**24 for float32) are then range-checked after rounding, where numpy compares them
-    exactly. ``parallel=True`` uses all numba threads.
+    (widened by 0.5). Integer data is compared with the range ends as numpy compares it (exactly,
+    where the bin dtype cannot hold every value: int64 beyond 2**53, int32 with float32 ends), then
+    converted to numpy's bin dtype for the estimate, as numpy does. ``parallel=True`` uses all numba
+    threads.
     """
     x = read_array("x", x, 1)
     bins = positive_int("bins", bins)
     low, high = bin_range("range", range)
     line = _line_cached(x.dtype, bins, _range_key(low), _range_key(high))
+    keep_low, keep_high = line.keep_low, line.keep_high
     if x.dtype.kind != "f":
+        if not _holds_every(line.edges.dtype, x.dtype):
+            # numpy compares integers with the range ends before it converts them, exactly (2**53 + 1 is
+            # above 2**53, though both convert to the same float64): the same comparison, here, first
+            inside = (x >= low) & (x <= high)
+            if not inside.all():
+                x = x[inside]
+            keep_low, keep_high = -math.inf, math.inf  # every value left is inside
         x = x.astype(line.edges.dtype)  # numpy converts integer data to its bin dtype before the estimate
     x = np.ascontiguousarray(x)
     counts = np.zeros(bins, dtype=np.int64)
     constants = (
-        line.edges, line.keep_low, line.keep_high, line.first, line.denom, line.n_scale,
+        line.edges, keep_low, keep_high, line.first, line.denom, line.n_scale,
         line.low, line.scale, line.top, line.limit,
     )  # fmt: skip
     chunks = _chunks(parallel, x.size, bins)

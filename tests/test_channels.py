@@ -316,18 +316,77 @@ def test_reductions_that_cannot_run_in_place_are_refused(session, op, dtype, mes
         run_group(session, reduce_with, [(op, dtype)] * 2, ranks=2)
 
 
-def scatter_from_root(rank, data):
-    return rank.channel("c", 2, np.float32).scatter(0, data if rank.rank == 0 else None).copy()
+def scatter_from_root(rank, data, dtype=np.float32):
+    return rank.channel("c", 2, dtype).scatter(0, data if rank.rank == 0 else None).copy()
 
 
-def test_scatter_takes_lists_and_safe_casts_and_refuses_lossy_ones(session):
+def test_scatter_takes_lists_and_arrays_whose_values_arrive_unchanged_and_refuses_lossy_ones(session):
     results = run_group(session, scatter_from_root, [([[1, 2], [3, 4]],)] * 2, ranks=2).results
     np.testing.assert_array_equal(results[1], np.array([3, 4], np.float32))
     big_endian = np.arange(4, dtype=">f4").reshape(2, 2)
     results = run_group(session, scatter_from_root, [(big_endian,)] * 2, ranks=2).results
     np.testing.assert_array_equal(results[1], [2.0, 3.0])
+    results = run_group(session, scatter_from_root, [(np.ones((2, 2)),)] * 2, ranks=2).results  # 1.0 is exact
+    np.testing.assert_array_equal(results[1], [1.0, 1.0])
+    with pytest.raises(ChannelError, match=r"without loss.*0\.1 would arrive as 0\.10000000149"):
+        run_group(session, scatter_from_root, [(np.full((2, 2), 0.1),)] * 2, ranks=2)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [[1.5, 2.7], [3.2, 4.9]],  # a list truncated before: the same rule as an array now
+        np.array([[1.5, 2.7], [3.2, 4.9]]),
+        [[1, 2], [3, 70_000]],  # wraps in int16
+        np.array([[2**53 + 1, 0], [0, 0]]),  # int64 beyond float64 (numpy's casting table calls it safe)
+    ],
+    ids=["list", "array", "overflow", "beyond-2**53"],
+)
+def test_scatter_refuses_lossy_lists_and_arrays_alike(session, data):
+    dtype = np.float64 if isinstance(data, np.ndarray) and data.dtype.kind == "i" else np.int16
     with pytest.raises(ChannelError, match="without loss"):
-        run_group(session, scatter_from_root, [(np.ones((2, 2)),)] * 2, ranks=2)
+        run_group(session, scatter_from_root, [(data, dtype)] * 2, ranks=2)
+
+
+def test_scatter_of_whole_floats_into_an_integer_channel_arrives(session):
+    results = run_group(session, scatter_from_root, [([[1.0, 2.0], [3.0, -4.0]], np.int16)] * 2, ranks=2).results
+    np.testing.assert_array_equal(results[1], np.array([3, -4], np.int16))
+
+
+def reduce_rank_order(rank, matrices, root):
+    channel = rank.channel("m", matrices[0].shape, matrices[0].dtype)
+    np.copyto(channel.buffer, matrices[rank.rank])
+    out = channel.reduce(np.matmul, root=root)
+    return None if out is None else out.copy()
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["channels", "eager"])
+def test_a_non_commutative_reduce_combines_in_rank_order_for_every_root(session, eager):
+    rng = np.random.default_rng(5)
+    for size in (3, 4):
+        matrices = [rng.integers(-3, 4, (3, 3)) for _ in range(size)]
+        expected = matrices[0]
+        for m in matrices[1:]:
+            expected = expected @ m
+        for root in range(size):
+            results = run_group(session, reduce_rank_order, [(matrices, root)] * size, ranks=size, eager=eager).results
+            assert [r is not None for r in results] == [r == root for r in range(size)]
+            np.testing.assert_array_equal(results[root], expected, err_msg=f"{size} ranks, root {root}")
+
+
+def reduce_float32_sum(rank, values, root):
+    channel = rank.channel("s", values.shape[1:], values.dtype)
+    np.copyto(channel.buffer, values[rank.rank])
+    out = channel.reduce("sum", root=root)
+    return None if out is None else out.copy()
+
+
+def test_a_float32_sum_has_the_same_bits_for_every_root_and_follows_the_documented_pairing(session):
+    values = np.random.default_rng(7).standard_normal((3, 4096)).astype(np.float32) * 1e4
+    pairing = (values[0] + values[1]) + values[2]  # ((b0 + b1) + b2) for 3 ranks, as reduce's docstring says
+    for root in range(3):
+        result = run_group(session, reduce_float32_sum, [(values, root)] * 3, ranks=3).results[root]
+        assert result.tobytes() == pairing.tobytes(), f"root {root}"
 
 
 def echo(rank, *args):

@@ -311,6 +311,50 @@ def test_integer_dtypes_bin_as_numpy(rng):
         )
 
 
+@pytest.mark.parametrize("parallel", PARALLEL)
+def test_integers_beyond_the_bin_dtype_are_compared_with_the_range_exactly_as_numpy(parallel):
+    # 2**53 + 1 converts to 2**53 (float64): numpy compares it with the range end before converting
+    for x, limits in [
+        (np.array([2**53 + 1, 5]), (0, 2**53)),
+        (np.array([-(2**53 + 1), -5]), (-(2**53), 0)),
+        (np.array([2**63 - 1, 2**62, 3]), (1, 2**63 - 2)),
+        (np.array([2**64 - 1, 2**63, 7], dtype=np.uint64), (np.uint64(0), np.uint64(2**64 - 2))),
+        (np.array([2**24 + 1, 5], dtype=np.int32), (np.float32(0), np.float32(2**24))),
+        (np.array([-(2**24) - 1, -5], dtype=np.int32), (np.float32(-(2**24)), np.float32(0))),
+    ]:
+        expected = np.histogram(x, 4, limits)[0]
+        assert np.array_equal(kernels.histogram1d(x, 4, limits, parallel=parallel), expected), (x, limits)
+
+
+def test_large_integers_near_random_range_ends_bin_as_numpy(rng, many_chunks):
+    checked = 0
+    for dtype, float_ends in [(np.int64, False), (np.uint64, False), (np.int32, True), (np.int64, True)]:
+        info = np.iinfo(dtype)
+        for _ in range(40):
+            low = int(rng.integers(info.min // 2, info.max // 2, dtype=dtype))
+            high = min(low + int(rng.integers(1, 2**40)), info.max)
+            if float_ends:  # float32 ends: numpy compares in float64, then bins in float32
+                low, high = np.float32(low), np.float32(high)
+                if not low < high:
+                    continue
+            ends = np.array([int(low), int(high)], dtype=object)
+            around = np.concatenate([e + np.arange(-40, 41, dtype=object) for e in ends])
+            x = np.array([v for v in around if info.min <= v <= info.max], dtype=dtype)
+            inner = rng.integers(max(int(low), info.min), min(int(high), info.max), 200, dtype=dtype, endpoint=True)
+            x = np.concatenate([x, inner])
+            try:
+                expected = np.histogram(x, 9, (low, high))[0]
+            except ValueError:  # numpy cannot make 9 bins of that range in its bin dtype: neither may the kernel
+                with pytest.raises(ValueError, match="cannot hold 9 bins"):
+                    kernels.histogram1d(x, 9, (low, high))
+                continue
+            checked += 1
+            for parallel in PARALLEL:
+                got = kernels.histogram1d(x, 9, (low, high), parallel=parallel)
+                assert np.array_equal(got, expected), (dtype, low, high, parallel)
+    assert checked > 100
+
+
 @pytest.mark.parametrize(
     "call,error,words",
     [

@@ -12,6 +12,7 @@ pickled, per message): the baseline.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,35 @@ def _op(op: Any, dtype: np.dtype) -> Any:
             f"{dtype} buffer: use a channel of dtype {types[-1]}"
         )
     return op
+
+
+def lossless(name: str, data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``data`` in ``dtype``, refused unless every value arrives unchanged (one rule for arrays and
+    lists: ``[[1, 2]]`` goes into an int16 channel, ``[[1.5, 2.7]]`` does not).
+
+    A value check, not numpy's casting table: that calls int64 to float64 safe, which it is not
+    beyond 2**53, and float64 to int16 unsafe, though 2.0 arrives as 2.
+    """
+    if np.can_cast(data.dtype, dtype, "equiv"):  # the same values, at most another byte order
+        return np.asarray(data, dtype=dtype)
+    numeric = "biufc"
+    refused = TypeError(
+        f"{name} is {data.dtype}, which does not convert to the channel's {dtype} without loss: convert it "
+        f"first (data.astype({str(dtype)!r})) if that is what you mean"
+    )
+    if data.dtype.kind not in numeric or dtype.kind not in numeric:
+        raise refused
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex to real, NaN or inf to integers: caught by the check below
+        converted = data.astype(dtype)
+        back = converted.astype(data.dtype)
+    same = (back == data) | (np.isnan(data) & np.isnan(back) if data.dtype.kind in "fc" else False)
+    if not np.all(same):
+        where = tuple(int(i) for i in np.argwhere(~same)[0])
+        raise TypeError(
+            f"{refused} (data{list(where)} = {data[where].item()!r} would arrive as {converted[where].item()!r})"
+        ) from None
+    return converted
 
 
 class Collectives:
@@ -159,27 +189,40 @@ class Collectives:
         return self.buffer
 
     def reduce(self, op: Any = "sum", root: int = 0) -> np.ndarray | None:
-        """Combine every rank's buffer with ``op`` into ``root``'s buffer (binomial tree, in place: a
-        child's buffer lands in its parent's scratch slot, then ``op(buffer, scratch, out=buffer)``).
-        Returns the result on ``root``, None elsewhere (other buffers hold partial results)."""
+        """Combine every rank's buffer with ``op`` into ``root``'s buffer, in rank order for every root.
+
+        A binomial tree over ranks 0..n-1, in place: at step ``2**l`` a rank ``r`` that is a multiple of
+        ``2**(l + 1)`` takes rank ``r + 2**l``'s buffer into a scratch slot and computes ``op(buffer,
+        scratch, out=buffer)``. The pairing is fixed by the number of ranks alone: ``((b0 op b1) op (b2
+        op b3))`` for 4 ranks, ``((b0 op b1) op b2)`` for 3. When ``root`` is not 0, rank 0 then sends the
+        result to ``root`` (one more message). So ``op`` need not be commutative (MPI's rule for a
+        non-commutative operation: rank order, whatever the root), and a float sum has the same bits
+        for every root. Returns the result on ``root``, None elsewhere (other buffers hold partial
+        results; rank 0's the whole result)."""
         ufunc = _op(op, self.buffer.dtype)
         n, me = self.rank.size, self.rank.rank
         root = self._root(root)
         self._enter(REDUCE, root)
-        relative = (me - root) % n
         mask, level = 1, 0
         while mask < n:
             scratch = 1 + level % 2
-            if relative & mask:
-                self._send((relative - mask + root) % n, self.buffer, scratch)
-                return None
-            child = relative + mask
+            if me & mask:
+                self._send(me - mask, self.buffer, scratch)
+                break
+            child = me + mask
             if child < n:
-                self._recv((child + root) % n, scratch)
+                self._recv(child, scratch)
                 ufunc(self.buffer, self.slots[scratch], out=self.buffer)
             mask <<= 1
             level += 1
-        return self.buffer
+        if root == 0:
+            return self.buffer if me == 0 else None
+        if me == 0:
+            self._send(root, self.buffer, 0)
+        elif me == root:
+            self._recv(0, 0)
+            return self.buffer
+        return None
 
     def broadcast(self, root: int = 0) -> np.ndarray:
         """``root``'s buffer into every rank's buffer (binomial tree); returns the buffer."""
@@ -210,17 +253,12 @@ class Collectives:
         root = self._root(root)
         if self.rank.rank == root:
             expected = (self.rank.size, *self.buffer.shape)
-            if isinstance(data, (list, tuple)):  # Python numbers: in the channel's dtype
-                data = np.asarray(data, dtype=self.buffer.dtype)
+            if isinstance(data, (list, tuple)):  # Python numbers: numpy's dtype for them, then the same rule
+                data = np.asarray(data)
             if not isinstance(data, np.ndarray) or data.shape != expected:
                 got = f"{data.shape} {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
                 raise ValueError(f"scatter's root needs a numpy array of shape {expected}, got {got}")
-            if not np.can_cast(data.dtype, self.buffer.dtype, "safe"):
-                raise TypeError(
-                    f"scatter's data is {data.dtype}, which does not convert to the channel's {self.buffer.dtype} "
-                    f"without loss: convert it first (data.astype({str(self.buffer.dtype)!r}))"
-                )
-            data = np.asarray(data, dtype=self.buffer.dtype)  # the channel's byte order: bytes travel as they are
+            data = lossless("scatter's data", data, self.buffer.dtype)  # the channel's byte order too
         self._enter(SCATTER, root)
         if self.rank.rank == root:
             for dest in range(self.rank.size):
