@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import psutil
 import pytest
 
 from workbench.bench import channels as bench_channels
@@ -14,6 +15,7 @@ def report(session, monkeypatch_module):
     monkeypatch_module.setitem(bench_channels.PAYLOADS, "ci", [8, 64 * 1024, 1 << 20])
     monkeypatch_module.setattr(bench_channels, "STEADY_MESSAGES", 2_000)
     monkeypatch_module.setattr(bench_channels, "iterations_for", lambda n: 200 if n < 1024 else 20)
+    monkeypatch_module.setattr(bench_channels, "LOADED_REPEATS", 2)
     return bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True)
 
 
@@ -47,6 +49,29 @@ def test_goals_are_listed_with_figures(report):
         assert isinstance(goal["met"], bool) and math.isfinite(goal["measured"])
     text = bench_channels.format_report(report)
     assert "ping-pong" in text and "goal:" in text
+
+
+def test_the_loaded_ping_pong_has_its_rows_goals_and_leaves_no_load_behind(report):
+    loaded = report["loaded"]
+    assert loaded["processes"] == bench_channels.LOAD_PROCESSES and loaded["repeats"] == 2
+    assert [r["nbytes"] for r in loaded["channels"]] == [8, 64 * 1024, 1 << 20]
+    for row in loaded["channels"]:
+        assert len(row["runs_round_trip_s"]) == 2 and row["round_trip_s"] == sorted(row["runs_round_trip_s"])[1]
+    goals = [g["goal"] for g in report["goals"]]
+    assert any(g.startswith("loaded (2 CPU-bound processes) small-message (8 B) round trip <= 100 us") for g in goals)
+    if "rows" in loaded["mpi"]:
+        assert any("no worse than mpi4py's under the same load" in g for g in goals)
+    assert "channels, loaded" in bench_channels.format_report(report)
+    spinners = [p for p in psutil.Process().children(recursive=True) if "while True: pass" in " ".join(p.cmdline())]
+    assert not spinners
+
+
+def test_the_load_is_stopped_when_the_measurement_fails():
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        with bench_channels.cpu_load(2) as spinners:
+            assert all(p.poll() is None for p in spinners)
+            raise RuntimeError("measurement failed")
+    assert all(p.poll() is not None for p in spinners)
 
 
 def test_bad_sizes_are_refused(session):

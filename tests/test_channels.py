@@ -408,3 +408,52 @@ def test_more_group_arguments_are_checked(session):
             run_group(session, echo, ranks=1, timeout=timeout)
     with pytest.raises(ChannelError, match="rank 0 .*cannot be sent back to the client"):
         run_group(session, unsendable, ranks=1)
+
+
+def late_put(rank, seconds):
+    """Rank 0 puts after ``seconds`` of other work; rank 1 waits in ``take`` and reports its CPU seconds."""
+    channel = rank.channel("late", 8, np.uint8)
+    rank.barrier()
+    if rank.rank == 0:
+        time.sleep(seconds)  # the slow peer's work
+        channel.put(1)
+        return None
+    cpu, wall = time.thread_time(), time.perf_counter()
+    channel.take(0)
+    return time.thread_time() - cpu, time.perf_counter() - wall
+
+
+def test_a_rank_waiting_for_a_slow_peer_sleeps_instead_of_using_its_core(session):
+    cpu, wall = run_group(session, late_put, [(1.0,)] * 2, workers=session.workers()[:2]).results[1]
+    assert wall >= 0.9
+    assert cpu < 0.02 * wall, f"the waiting rank used {cpu:.3f} s of CPU in {wall:.3f} s"
+
+
+def pingpong_asleep(rank, round_trips):
+    """Every wait sleeps at once (no spin) and only a peer's wake-up ends it before the 30 s poll: a
+    lost wake-up would show as a round trip of about 30 s."""
+    from workbench.runtime.channels import transport
+
+    channel = rank.channel("asleep", 8, np.uint8)
+    channel._spin_budget = 0.0
+    saved, transport.POLL_SECONDS = transport.POLL_SECONDS, 30.0
+    try:
+        rank.barrier()
+        longest = 0.0
+        for _ in range(round_trips):
+            begin = time.perf_counter()
+            if rank.rank == 0:
+                channel.put(1)
+                channel.take(1)
+            else:
+                channel.take(0)
+                channel.put(0)
+            longest = max(longest, time.perf_counter() - begin)
+        return longest
+    finally:
+        transport.POLL_SECONDS = saved
+
+
+def test_no_wake_up_is_lost_when_every_wait_sleeps(session):
+    longest = run_group(session, pingpong_asleep, [(2000,)] * 2, workers=session.workers()[:2]).results
+    assert max(longest) < 10.0, f"a round trip took {max(longest):.1f} s: a wake-up was lost"

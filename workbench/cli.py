@@ -224,7 +224,13 @@ def _bench_channels(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 2:
         raise ValueError(f"--workers must be at least 2 (one per ping-pong rank), got {args.workers}")
-    report = channels.run(size=args.size, workers=args.workers, two_nodes=not args.no_two_nodes, mpi=not args.no_mpi)
+    report = channels.run(
+        size=args.size,
+        workers=args.workers,
+        two_nodes=not args.no_two_nodes,
+        mpi=not args.no_mpi,
+        progress=lambda line: print(f"bench channels: {line}", file=sys.stderr, flush=True),
+    )
     print(json.dumps(report, indent=2, default=str) if args.json else channels.format_report(report))
     return 0
 

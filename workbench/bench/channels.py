@@ -5,12 +5,15 @@
    node: shared memory), ``eager`` (every message pickled through Dask) and ``mpi`` (mpi4py under
    ``mpiexec``, when installed: ``pip install -e ".[mpi]"``), and ``channels`` between two
    simulated nodes (the socket path).
+   **Loaded**: the same ping-pong, channels and mpi4py, while ``LOAD_PROCESSES`` CPU-bound
+   processes that the benchmark starts and stops run beside it (a busy class server, a learner's
+   laptop running a browser): the median of ``LOADED_REPEATS`` runs per payload, up to 16 MiB.
 2. **Steady state**: 10,000 messages through a channel after a warm-up, with ``tracemalloc`` and
    the RSS measured around them: a persistent buffer allocates nothing per message.
 3. **The kernels** (PRK reduce, transpose, stencil) through ``channels`` and ``eager``: time per
    iteration inside the ranks (group start-up apart).
 
-Goals (issue 14) are printed beside the figures, never asserted.
+Goals (issues 14 and 24) are printed beside the figures, never asserted. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +48,9 @@ KERNEL_SIZES = {"ci": dict(length=MiB // 8, order=512, n=512), "lab": dict(lengt
 KERNEL_SIZES["full"] = KERNEL_SIZES["lab"]
 KERNEL_RANKS = {"ci": (2,), "lab": (1, 2, 4), "full": (1, 2, 4)}  # 4 ranks on 2 workers: two per worker
 STEADY_MESSAGES = 10_000
+LOAD_PROCESSES = 2  # CPU-bound processes beside the loaded ping-pong (load 4 on 2 cores with the two ranks)
+LOADED_REPEATS = 3  # runs per loaded payload: a busy machine's figures vary from run to run, the median is shown
+LOADED_MAX_BYTES = 16 * MiB
 
 
 def iterations_for(nbytes: int) -> int:
@@ -81,6 +87,55 @@ def pingpong(session: Session, nbytes: int, eager: bool, workers: Sequence[str] 
     result = run_group(session, pingpong_rank, [(nbytes, iterations)] * 2, workers=placed, eager=eager)
     round_trip = max(result.results)
     return {"nbytes": nbytes, "round_trip_s": round_trip, "MBps": nbytes * 1e-6 / round_trip}
+
+
+@contextlib.contextmanager
+def cpu_load(processes: int = LOAD_PROCESSES) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``processes`` CPU-bound Python processes for the duration of the block (a busy machine); they
+    are killed and reaped when it ends, however it ends."""
+    spinners: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(processes):
+            spinners.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", "while True: pass"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait(timeout=60)
+
+
+def median_row(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """The run with the median round trip of several runs of one payload, with every run's round trip."""
+    ordered = sorted(rows, key=lambda r: r["round_trip_s"])
+    return {**ordered[len(ordered) // 2], "runs_round_trip_s": [r["round_trip_s"] for r in rows]}
+
+
+def loaded_pingpong(
+    session: Session, payloads: Sequence[int], mpi: bool, repeats: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Channels' and mpi4py's ping-pong under ``cpu_load()``: the median of ``repeats`` runs each
+    (default ``LOADED_REPEATS``)."""
+    repeats = repeats or LOADED_REPEATS
+    with cpu_load():
+        rows = [median_row([pingpong(session, n, eager=False) for _ in range(repeats)]) for n in payloads]
+        if not mpi:
+            return rows, {"skipped": "not asked for (--no-mpi)"}
+        runs = [mpi_pingpong(payloads) for _ in range(repeats)]
+    if any("skipped" in run for run in runs):
+        return rows, next(run for run in runs if "skipped" in run)
+    peer = {
+        "library": runs[0]["library"],
+        "rows": [median_row([run["rows"][i] for run in runs]) for i in range(len(payloads))],
+    }
+    return rows, peer
 
 
 def mpi_pingpong(payloads: Sequence[int], timeout: float = 600) -> dict[str, Any]:
@@ -197,11 +252,15 @@ def run(
     workers: int | None = None,
     two_nodes: bool = True,
     mpi: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report`. ``progress`` gets a line
+    as each part starts (the command prints them to stderr)."""
     if size not in PAYLOADS:
         raise ValueError(f"size must be one of {', '.join(PAYLOADS)}, got {size!r}")
     payloads = PAYLOADS[size]
+    loaded_payloads = [n for n in payloads if n <= LOADED_MAX_BYTES]
+    say = progress or (lambda line: None)
     with (
         contextlib.nullcontext(session)
         if session is not None
@@ -209,14 +268,22 @@ def run(
     ):
         if len(session.workers()) < 2:
             raise ValueError("bench channels needs at least 2 workers (one per ping-pong rank)")
+        say(f"ping-pong, channels: {len(payloads)} payloads")
         channel_rows = [pingpong(session, n, eager=False) for n in payloads]
+        say("ping-pong, eager")
         eager_rows = [pingpong(session, n, eager=True) for n in payloads if n <= 64 * MiB]
+        say(f"ping-pong under load ({LOAD_PROCESSES} CPU-bound processes), channels and mpi4py, {LOADED_REPEATS} runs")
+        loaded_rows, loaded_peer = loaded_pingpong(session, loaded_payloads, mpi)
+        say("steady state")
         steady = steady_state(session, messages=STEADY_MESSAGES)
+        say("PRK kernels")
         kernel_rows = [row for ranks in KERNEL_RANKS[size] for row in kernels_rates(session, size, ranks=ranks)]
     socket_rows: list[dict[str, Any]] = []
     if two_nodes:
+        say("ping-pong between two simulated nodes (sockets)")
         with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:
             socket_rows = [pingpong(nodes, n, eager=False) for n in payloads]
+    say("ping-pong, mpi4py")
     peer = mpi_pingpong(payloads) if mpi else {"skipped": "not asked for (--no-mpi)"}
     report = {
         "benchmark": "channels",
@@ -225,6 +292,7 @@ def run(
         "eager": eager_rows,
         "channels_two_nodes": socket_rows,
         "mpi": peer,
+        "loaded": {"processes": LOAD_PROCESSES, "repeats": LOADED_REPEATS, "channels": loaded_rows, "mpi": loaded_peer},
         "steady_state": steady,
         "kernels": kernel_rows,
         "machine": machine.describe(),
@@ -234,7 +302,7 @@ def run(
 
 
 def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 14's goals against this run's figures."""
+    """Issues 14 and 24's goals against this run's figures."""
     out = []
     channels = {r["nbytes"]: r for r in report["channels"]}
     eager = {r["nbytes"]: r for r in report["eager"]}
@@ -251,6 +319,27 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     if 16 * MiB in channels and 16 * MiB in eager:
         ratio = channels[16 * MiB]["MBps"] / eager[16 * MiB]["MBps"]
         out.append(goal("channels >= 2x the eager baseline at 16 MiB", ratio, ratio >= 2.0))
+    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
+    if smallest in loaded:
+        busy_us = loaded[smallest]["round_trip_s"] * 1e6
+        processes = report["loaded"]["processes"]
+        out.append(
+            goal(
+                f"loaded ({processes} CPU-bound processes) small-message ({smallest} B) round trip <= 100 us",
+                busy_us,
+                busy_us <= 100.0,
+            )
+        )
+        loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
+        if smallest in loaded_mpi:
+            ratio = loaded[smallest]["round_trip_s"] / loaded_mpi[smallest]["round_trip_s"]
+            out.append(
+                goal(
+                    f"loaded {smallest} B round trip no worse than mpi4py's under the same load (channels/mpi4py)",
+                    ratio,
+                    ratio <= 1.0,
+                )
+            )
     ranks = report["steady_state"]["ranks"]
     grown = max(r["tracemalloc_growth"] for r in ranks)
     out.append(
@@ -271,8 +360,16 @@ def format_report(report: dict[str, Any]) -> str:
     eager = {r["nbytes"]: r for r in report["eager"]}
     sockets = {r["nbytes"]: r for r in report["channels_two_nodes"]}
     mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
-    lines = ["ping-pong, MB/s (round trip in us)"]
-    lines.append(f"{'payload':>10} {'channels':>20} {'eager':>20} {'mpi4py':>20} {'channels, 2 nodes':>20}")
+    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
+    loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
+    lines = [
+        f"ping-pong, MB/s (round trip in us); loaded: {report['loaded']['processes']} CPU-bound processes beside it, "
+        f"median of {report['loaded']['repeats']} runs"
+    ]
+    lines.append(
+        f"{'payload':>10} {'channels':>20} {'eager':>20} {'mpi4py':>20} {'channels, 2 nodes':>20} "
+        f"{'channels, loaded':>20} {'mpi4py, loaded':>20}"
+    )
 
     def cell(row: dict[str, Any] | None) -> str:
         return f"{row['MBps']:>9.1f} ({row['round_trip_s'] * 1e6:>8.1f})" if row else f"{'-':>20}"
@@ -280,12 +377,15 @@ def format_report(report: dict[str, Any]) -> str:
     for r in report["channels"]:
         n = r["nbytes"]
         lines.append(
-            f"{n:>10} {cell(r):>20} {cell(eager.get(n)):>20} {cell(mpi_rows.get(n)):>20} {cell(sockets.get(n)):>20}"
+            f"{n:>10} {cell(r):>20} {cell(eager.get(n)):>20} {cell(mpi_rows.get(n)):>20} {cell(sockets.get(n)):>20} "
+            f"{cell(loaded.get(n)):>20} {cell(loaded_mpi.get(n)):>20}"
         )
     if "skipped" in report["mpi"]:
         lines.append(f"mpi4py: skipped ({report['mpi']['skipped']})")
     else:
         lines.append(f"mpi4py: {report['mpi']['library']}")
+    if "skipped" in report["loaded"]["mpi"]:
+        lines.append(f"mpi4py, loaded: skipped ({report['loaded']['mpi']['skipped']})")
     steady = report["steady_state"]
     lines += [
         "",

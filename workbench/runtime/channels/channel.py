@@ -18,7 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from workbench.runtime.channels.transport import FINISHED, ChannelError, Mailbox, pid_alive, wait_for
+from workbench.runtime.channels.transport import (
+    DONE,
+    FINISHED,
+    MIN_SPIN_SECONDS,
+    OWNER_SLEEPS,
+    SENDER_SLEEPS,
+    SPIN_SECONDS,
+    TAG,
+    ChannelError,
+    Mailbox,
+    pid_alive,
+    wait_for,
+)
 
 OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -304,6 +316,7 @@ class ArrayChannel(Collectives):
         self.mailbox = mailbox
         self.slots = mailbox.slots
         self._peers: dict[int, Mailbox] = {}
+        self._spin_budget = SPIN_SECONDS  # how long a wait spins before it sleeps (learned, see _learn_spin)
 
     def _peer_mailbox(self, dest: int) -> Mailbox:
         if dest not in self._peers:
@@ -342,6 +355,18 @@ class ArrayChannel(Collectives):
 
         return check
 
+    def _spin(self, peer: int) -> float:
+        """How long a wait for ``peer`` spins before it sleeps: not at all when the peer runs in this
+        process (a spinning thread holds the GIL the peer needs to post), else the learned budget."""
+        return 0.0 if self.rank.peers[peer]["pid"] == self.rank.pid else self._spin_budget
+
+    def _learn_spin(self, spin: float, waited: float) -> None:
+        """A spin that ended the wait doubles the budget (up to ``SPIN_SECONDS``); one that had to
+        sleep halves it (down to ``MIN_SPIN_SECONDS``): spinning pays only while the peer runs."""
+        if spin > 0:
+            grown = waited < spin
+            self._spin_budget = min(SPIN_SECONDS, spin * 2) if grown else max(MIN_SPIN_SECONDS, spin / 2)
+
     def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
         self._send_begin(dest, array, slot, background=False)()
 
@@ -362,19 +387,25 @@ class ArrayChannel(Collectives):
         else:
             box = self._peers.get(dest) or self._peer_mailbox(dest)
             control, ready = box.control, box.word(rank.rank, slot)
-            if control[ready] != control[ready + 1] + 1:  # the receiver is not ready yet: wait (rendezvous)
+            done = ready + DONE
+            if control[ready] != control[done] + 1:  # the receiver is not ready yet: wait (rendezvous)
+                spin = self._spin(dest)
                 waited = wait_for(
-                    lambda: control[ready] == control[ready + 1] + 1,
+                    lambda: control[ready] == control[done] + 1,
                     rank.deadline(),
                     self._watch(dest),
                     f"rank {rank.rank} put to rank {dest} on channel {self.name!r}",
+                    box.sleeper(ready, ready + SENDER_SLEEPS),
+                    spin,
                 )
+                self._learn_spin(spin, waited)
             if array is self.slots[0]:  # the buffer itself: bytes to bytes, no numpy call
                 box.raw[slot][:] = self.mailbox.raw[0]
             else:
                 np.copyto(box.slots[slot], array)
-            control[ready + 2] = self.tag
-            control[ready + 1] += 1  # done: the copy and tag above are in place (x86 keeps stores in order)
+            control[ready + TAG] = self.tag
+            control[done] += 1  # done: the copy and tag above are in place (x86 keeps stores in order)
+            box.ring(done, ready + OWNER_SLEEPS)
         if rank.trace:
             rank.event("put", start, array.nbytes, dest, waited, self.name)
         return finish
@@ -385,7 +416,9 @@ class ArrayChannel(Collectives):
             what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}"
             link.send_ready(self.index, slot, self.tag, self.rank.deadline(), what)
         else:
-            self.mailbox.control[self.mailbox.word(src, slot)] += 1  # ready
+            ready = self.mailbox.word(src, slot)
+            self.mailbox.control[ready] += 1
+            self.mailbox.ring(ready, ready + SENDER_SLEEPS)
 
     def _wait(self, src: int, slot: int) -> None:
         rank = self.rank
@@ -398,15 +431,20 @@ class ArrayChannel(Collectives):
             waited = time.time() - start if rank.trace else 0.0
         else:
             control, ready = self.mailbox.control, self.mailbox.word(src, slot)
-            if control[ready + 1] != control[ready]:
+            done = ready + DONE
+            if control[done] != control[ready]:
+                spin = self._spin(src)
                 waited = wait_for(
-                    lambda: control[ready + 1] == control[ready],
+                    lambda: control[done] == control[ready],
                     rank.deadline(),
                     self._watch(src),
                     f"rank {rank.rank} took from rank {src} on channel {self.name!r}",
+                    self.mailbox.sleeper(done, ready + OWNER_SLEEPS),
+                    spin,
                 )
-            if control[ready + 2] != self.tag:
-                self._check_tag(src, control[ready + 2])
+                self._learn_spin(spin, waited)
+            if control[ready + TAG] != self.tag:
+                self._check_tag(src, control[ready + TAG])
         if rank.trace:
             rank.event("take", start, self.slots[slot].nbytes, src, waited, self.name)
 

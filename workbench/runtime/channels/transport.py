@@ -10,6 +10,17 @@ sender's array straight into the receiver's slot (one copy, no allocation), and 
 take bumps ``ready`` and waits for ``done``. The words are 64-bit and written by one side each;
 on x86 (total store order) the copy is visible before the ``done`` that follows it.
 
+**Waits** spin first (a message on its way arrives within it), then sleep in the kernel on a
+futex on the word they wait for, so a waiting rank gives its core to whatever else runs (a busy
+class server, a learner's browser) and is woken when the peer posts, not at its next turn on a
+core. Two more words per (sender, slot) say that the sender, or the owner, sleeps; a poster
+bumps its word, makes the store visible (a full fence), and calls ``FUTEX_WAKE`` only when the
+sleeper's word is set: no system call when the peer is still spinning. How long a wait spins
+adapts (``ArrayChannel``): up to ``SPIN_SECONDS`` while spins succeed (an idle machine: each rank
+on its core, a round trip of microseconds, no wake-up to pay), down to ``MIN_SPIN_SECONDS`` while
+they fail (the peer is not running: the cores are taken, or both ranks share one, where spinning
+only delays the peer).
+
 **Link** (two nodes). One TCP connection per pair of ranks. The receiver sends a small "ready"
 message (channel, slot, tag); the sender answers with the bytes, which the receiver reads
 straight into its slot with ``recv_into`` (no intermediate buffer). A send that must overlap a
@@ -22,10 +33,14 @@ group that was aborted (another rank failed), and, on one node, a peer in anothe
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
+import platform
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,15 +51,49 @@ from workbench.memory import shm
 
 SLOTS = 3  # the channel's buffer, and two scratch buffers
 ALIGN = 4096
-SPIN_SECONDS = 1e-3  # a wait spins this long first (a small message or a copy of MiBs arrives within it)
-YIELD_SECONDS = 20e-3  # then yields the core between polls this long, then sleeps 50 us between them
-WORDS = 3  # control words per (sender, slot): ready, done, tag
+SPIN_SECONDS = 1e-3  # a wait spins at most this long (a message on its way, a peer the interpreter paused)...
+MIN_SPIN_SECONDS = 20e-6  # ...and at least this long once its spins keep failing (ArrayChannel._learn_spin)
+WORDS = 5  # control words per (sender, slot): ready, done, tag, the sender sleeps, the owner sleeps
+READY, DONE, TAG, SENDER_SLEEPS, OWNER_SLEEPS = range(WORDS)  # offsets from Mailbox.word(sender, slot)
 FINISHED = -1  # the state word of a rank that returned from its rank function
 POLL_SECONDS = 0.05  # how often a wait checks the peer, the group and the deadline
 _READY = struct.Struct("<IqB")  # channel, tag, slot
 _DATA = struct.Struct("<IqBQ")  # channel, tag, slot, bytes
 
 _aborted: set[str] = set()  # groups aborted in this process (another rank failed)
+
+_FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}  # SYS_futex (asm/unistd.h)
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE): the words are in a MAP_SHARED file mapping
+_WAKE_ALL = 0x7FFFFFFF
+_fence_lock = threading.Lock()
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+@functools.cache
+def _futex() -> Callable[..., int] | None:
+    """libc's ``syscall`` set up for ``futex`` (loaded on first use), or None where there is none: then
+    a wait sleeps 50 us between polls instead."""
+    number = _FUTEX_SYSCALL.get(platform.machine())
+    if number is None or not hasattr(ctypes, "CDLL"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    call.restype = ctypes.c_long
+    call.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                     ctypes.c_int]  # fmt: skip
+    return functools.partial(call, number)  # ctypes releases the GIL for the call
+
+
+def fence() -> None:
+    """A full memory fence: an uncontended lock's acquire and release are atomic read-modify-writes
+    (``lock``-prefixed on x86), which order every earlier store before every later load."""
+    _fence_lock.acquire()
+    _fence_lock.release()
 
 
 class ChannelError(RuntimeError):
@@ -98,43 +147,91 @@ class Mailbox:
             for i in range(SLOTS)
         ]
         self.raw = [memoryview(self.segment[control + i * slot : control + i * slot + nbytes]) for i in range(SLOTS)]
+        self.address = self.segment.ctypes.data  # of control word 0: a futex's address
 
     @staticmethod
     def word(sender: int, slot: int) -> int:
-        """Index of the ``ready`` word of (``sender``, ``slot``) in ``control``; ``done`` and ``tag``
-        follow it."""
+        """Index of the ``ready`` word of (``sender``, ``slot``) in ``control``; ``done``, ``tag`` and
+        the two sleepers' words follow it (offsets ``DONE``, ``TAG``, ``SENDER_SLEEPS``, ``OWNER_SLEEPS``)."""
         return (sender * SLOTS + slot) * WORDS
 
+    def ring(self, word: int, sleeper: int) -> None:
+        """After the caller changed control word ``word``: wake the rank asleep on it, if
+        ``sleeper`` (its sleeping word) says one is. The fence makes the change visible before the
+        sleeper's word is read, so a sleeper that the read misses sees the change in the kernel."""
+        fence()
+        if self.control[sleeper]:
+            futex = _futex()
+            if futex is not None:
+                futex(self.address + 8 * word, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
 
-def wait_for(done: Callable[[], bool], deadline: float, alive: Callable[[], str | None], what: str) -> float:
-    """Poll ``done`` until true: spin for ``SPIN_SECONDS`` (a message on its way arrives within it),
-    then yield the core between polls, then sleep between them; a peer that is gone or in another
-    operation, an aborted group (``alive`` says why) or the deadline raise ``ChannelError``.
-    Returns the seconds waited."""
+    def sleeper(self, word: int, sleeper: int) -> Callable[[Callable[[], bool], float], None]:
+        """A wait's sleep on control word ``word`` (``sleep(done, seconds)``): marks ``sleeper``, then
+        sleeps in the kernel until the word changes (the peer's ``ring``), ``seconds`` pass or a
+        signal comes. Where there is no futex, a 50 us sleep."""
+        futex = _futex()
+        control, address = self.control, self.address + 8 * word
+
+        def sleep(done: Callable[[], bool], seconds: float) -> None:
+            if futex is None:
+                time.sleep(5e-5)
+                return
+            control[sleeper] = 1
+            try:
+                value = control[word] & 0xFFFFFFFF  # the futex compares the word's low half (little-endian)
+                if done():
+                    return
+                if value >= 1 << 31:
+                    value -= 1 << 32  # as the C int the call takes
+                whole = max(0.0, seconds)
+                timeout = _Timespec(int(whole), int((whole % 1.0) * 1e9))
+                futex(address, _FUTEX_WAIT, value, ctypes.byref(timeout), None, 0)  # returns at once if it changed
+            finally:
+                control[sleeper] = 0
+
+        return sleep
+
+
+def wait_for(
+    done: Callable[[], bool],
+    deadline: float,
+    alive: Callable[[], str | None],
+    what: str,
+    sleep: Callable[[Callable[[], bool], float], None] | None = None,
+    spin: float = SPIN_SECONDS,
+) -> float:
+    """Wait until ``done()``: spin for ``spin`` seconds (a message on its way arrives within it), then
+    ``sleep(done, seconds)`` (a mailbox's :meth:`Mailbox.sleeper`: in the kernel until the peer posts)
+    between checks every ``POLL_SECONDS``. A peer that is gone or in another operation, an aborted
+    group (``alive`` says why) or the deadline raise ``ChannelError``. Returns the seconds waited."""
     if done():
         return 0.0
     start = time.perf_counter()
-    spin_until = start + SPIN_SECONDS
-    yield_until = start + YIELD_SECONDS
-    next_check = time.monotonic() + 0.05
+    spin_until = start + spin
     polls = 0
     while not done():
         polls += 1
-        if polls & 63:
+        if polls & 15:
             continue
-        now = time.perf_counter()
-        if now < spin_until:
+        if time.perf_counter() < spin_until:
             continue
-        if time.monotonic() >= next_check:
-            problem = alive()
-            if problem and not done():  # a peer that answered and moved on is no problem
-                raise ChannelError(f"{what}: {problem}")
-            if time.monotonic() > deadline and not done():
-                raise ChannelError(
-                    f"{what}: no answer within the timeout (is the peer rank stuck, or in a different operation?)"
-                )
-            next_check = time.monotonic() + POLL_SECONDS
-        time.sleep(0 if now < yield_until else 5e-5)
+        next_check = time.monotonic() + POLL_SECONDS
+        while not done():
+            now = time.monotonic()
+            if now >= next_check:
+                problem = alive()
+                if problem and not done():  # a peer that answered and moved on is no problem
+                    raise ChannelError(f"{what}: {problem}")
+                if now > deadline and not done():
+                    raise ChannelError(
+                        f"{what}: no answer within the timeout (is the peer rank stuck, or in a different operation?)"
+                    )
+                next_check = now + POLL_SECONDS
+            if sleep is None:
+                time.sleep(5e-5)
+            else:
+                sleep(done, min(next_check, deadline + POLL_SECONDS) - now)
+        break
     return time.perf_counter() - start
 
 
