@@ -245,3 +245,51 @@ def test_byte_counts_beyond_what_a_message_carries_are_refused(store):
     ):
         with pytest.raises(ValueError, match="2\\*\\*63 - 1"):
             call()
+
+
+@pytest.mark.parametrize("tier", ["mapped", "cached"])
+def test_cooling_never_leaves_an_attribute_without_its_array(tmp_path, monkeypatch, tier):
+    """Dask serialises a copy of a store object without the object's lock (a reply, a push): while
+    cool() makes the pages cold, the attribute holds a mapping of its file, never None."""
+    from workbench.memory import tiers
+    from workbench.runtime.store import tiering
+
+    block = ArrayBlock(np.arange(4096.0))
+    placement = tiering.place_state(block, tiering.Placement(), tier, tmp_path, f"cool-{tier}", tiers.DramCache(1024))
+    evict_pages = tiers.evict_pages
+    seen = []
+
+    def watching(path):
+        seen.append(block.__dict__["data"])  # what a copy serialised at this moment would carry
+        return evict_pages(path)
+
+    monkeypatch.setattr(tiers, "evict_pages", watching)
+    try:
+        tiering.cool(block, placement)
+    finally:
+        monkeypatch.undo()
+        tiering.release(placement)
+    assert len(seen) == 1 and isinstance(seen[0], np.ndarray) and seen[0].sum() == 4095 * 4096 / 2
+    assert isinstance(block.data, np.ndarray) and not block.data.flags.writeable
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # released: no tier file left
+
+
+def test_a_fetch_racing_an_eviction_asks_the_catalogue_again(store, monkeypatch):
+    """The holder the catalogue named evicts the object (a place("disk"), its memory limit) before the
+    copy is made: fetch() asks the catalogue again and gets the copy back from disk, not a NotHere."""
+    proxy = store.make_persistent(ArrayBlock(np.full(1000, 3.0)))
+    original = store.backend
+    evicted = []
+
+    def evict_first(address, op, **kwargs):
+        if op == "get" and not evicted:
+            evicted.append(original(address, "evict", oid=kwargs["oid"], version=kwargs["version"]))
+        return original(address, op, **kwargs)
+
+    monkeypatch.setattr(store, "backend", evict_first)
+    try:
+        assert proxy.fetch().data.sum() == 3000.0
+    finally:
+        monkeypatch.undo()
+        proxy.delete()
+    assert evicted and evicted[0] > 0, "the holder did not evict the object"

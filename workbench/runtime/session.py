@@ -26,6 +26,8 @@ import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 from distributed.system import MEMORY_LIMIT
 
+from workbench.runtime import frames
+
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
 DASHBOARD_ENV = "WORKBENCH_DASHBOARD"  # "1": every local cluster serves its dashboard (make lab, Binder)
@@ -259,6 +261,10 @@ def start(
         on: ``make lab`` and Binder set it, so dask-labextension's panes can show the lesson's cluster;
         the link follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy).
     timeout: seconds for connecting, waiting for workers and closing.
+
+    On an interpreter before 3.12.7 it also replaces Dask's ``ensure_memoryview`` with
+    :func:`workbench.runtime.frames.byte_view` in this process and, through a worker plugin, on every
+    worker of the cluster (a CPython bug crashes a worker otherwise; see that module).
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout}")
@@ -275,7 +281,7 @@ def start(
                 "n_workers and nodes configure a local cluster; with a scheduler address the "
                 "workers are whatever that cluster runs (set WORKBENCH_NODE_ID on those workers)"
             )
-        return Session(Client(address, timeout=timeout), None, timeout, dashboard=True)
+        return _session(Client(address, timeout=timeout), None, timeout, dashboard=True)
 
     if nodes is not None:
         nodes = [str(n) for n in nodes]
@@ -304,8 +310,20 @@ def start(
     try:
         client = Client(cluster, timeout=timeout)
         client.wait_for_workers(n_workers, timeout=timeout)
+        return _session(client, cluster, timeout, dashboard=dashboard)
     except BaseException:
         cluster.close(timeout=timeout)
+        raise
+
+
+def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout: float, dashboard: bool) -> Session:
+    """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
+    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster."""
+    try:
+        frames.install()
+        client.register_plugin(frames.FramesPlugin(), name=frames.PLUGIN_NAME)
+    except BaseException:
+        client.close(timeout=timeout)
         raise
     return Session(client, cluster, timeout, dashboard=dashboard)
 

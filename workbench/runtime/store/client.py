@@ -34,6 +34,7 @@ from workbench.runtime.store.backend import (
     in_objects_directory,
     local_backend,
     raise_error,
+    retry_while_moving,
     run_active,
     run_non_active,
     task_key,
@@ -954,9 +955,15 @@ class Proxy(StoredHandle):
         return info
 
     def fetch(self) -> Any:
-        """A copy of the object, here (the non-active way to read it)."""
-        ref, workers = self._cached_holders(refresh=True)
-        return self.store.backend(workers[0], "get", oid=ref.oid, version=ref.version)
+        """A copy of the object, here (the non-active way to read it). A holder that drops or evicts it
+        between the catalogue's answer and the copy makes it ask the catalogue again, as a backend's
+        reads do (bounded by ``WAIT_SECONDS``)."""
+
+        def once() -> Any:
+            ref, workers = self._cached_holders(refresh=True)
+            return self.store.backend(workers[0], "get", oid=ref.oid, version=ref.version)
+
+        return retry_while_moving(once)
 
     def move(self, backend: str) -> Proxy:
         """Move the object to ``backend`` (copied backend to backend, then dropped at the source)."""

@@ -163,19 +163,23 @@ def _after_call(obj: Any, placement: Placement, writes: bool, given: dict[str, n
 
 
 def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
-    """Make the object's files cold: out of the DRAM cache and the page cache (the attributes are
-    remapped lazily, so nothing is read back until a call touches it). If evicting fails, the
-    object keeps the mapping it had: never an attribute left unset."""
+    """Make the object's files cold: out of the DRAM cache and the page cache. Each attribute is
+    swapped for a fresh mapping of its file (mapping reads nothing: no page comes back until a call
+    touches it) *before* the pages are evicted, so the old mapping goes with its last view and the
+    attribute always holds its array: a copy of the object that Dask serialises meanwhile, without
+    the object's lock, sees the old mapping or the new one, never a missing array. A mapping still
+    held elsewhere (such a transfer) keeps its pages: the eviction then says so."""
     evictions = []
     for attr, handle in placement.arrays.items():
-        kept = obj.__dict__[attr]
-        obj.__dict__[attr] = None  # drop the mapping this object holds, so its pages can go
-        try:
-            evictions.append(handle.evict())  # type: ignore[attr-defined]
-            mapping = _mapping(handle)
-            mapping.flags.writeable = False
-        except BaseException:
-            obj.__dict__[attr] = kept
-            raise
+        if isinstance(handle, tiers.CachedArray):
+            handle.cache.drop(handle)
+            mapped = handle.mapped
+        else:
+            mapped = handle  # type: ignore[assignment]
+        mapped.sync()
+        mapped.unmap()
+        mapping = mapped.array  # mapped again (if this fails, the attribute keeps the mapping it had)
+        mapping.flags.writeable = False
         obj.__dict__[attr] = mapping
+        evictions.append(tiers.evict_pages(handle.path))  # type: ignore[arg-type]
     return evictions
