@@ -16,6 +16,7 @@ def report(session, monkeypatch_module):
     monkeypatch_module.setattr(bench_channels, "STEADY_MESSAGES", 2_000)
     monkeypatch_module.setattr(bench_channels, "iterations_for", lambda n: 200 if n < 1024 else 20)
     monkeypatch_module.setattr(bench_channels, "LOADED_REPEATS", 2)
+    monkeypatch_module.setattr(bench_channels, "WAIT_SECONDS", 0.3)
     return bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True)
 
 
@@ -64,6 +65,15 @@ def test_the_loaded_ping_pong_has_its_rows_goals_and_leaves_no_load_behind(repor
     assert "channels, loaded" in bench_channels.format_report(report)
     spinners = [p for p in psutil.Process().children(recursive=True) if "while True: pass" in " ".join(p.cmdline())]
     assert not spinners
+
+
+def test_the_cpu_share_of_a_waiting_rank_is_measured_for_channels_and_mpi(report):
+    waiting = report["wait_cpu_share"]
+    assert 0 <= waiting["channels"] < 1.5
+    if "rows" in report["mpi"]:
+        assert 0 <= waiting["mpi"] < 1.5
+    assert any("leaves its core to others" in g["goal"] for g in report["goals"])
+    assert "uses" in bench_channels.format_report(report)
 
 
 def test_the_load_is_stopped_when_the_measurement_fails():

@@ -8,6 +8,8 @@
    **Loaded**: the same ping-pong, channels and mpi4py, while ``LOAD_PROCESSES`` CPU-bound
    processes that the benchmark starts and stops run beside it (a busy class server, a learner's
    laptop running a browser): the median of ``LOADED_REPEATS`` runs per payload, up to 16 MiB.
+   **Waiting**: the share of a core a rank uses while it waits ``WAIT_SECONDS`` for its peer
+   (channels and mpi4py): what a busy-polling rank takes from everything else on the machine.
 2. **Steady state**: 10,000 messages through a channel after a warm-up, with ``tracemalloc`` and
    the RSS measured around them: a persistent buffer allocates nothing per message.
 3. **The kernels** (PRK reduce, transpose, stencil) through ``channels`` and ``eager``: time per
@@ -51,6 +53,7 @@ STEADY_MESSAGES = 10_000
 LOAD_PROCESSES = 2  # CPU-bound processes beside the loaded ping-pong (load 4 on 2 cores with the two ranks)
 LOADED_REPEATS = 3  # runs per loaded payload: a busy machine's figures vary from run to run, the median is shown
 LOADED_MAX_BYTES = 16 * MiB
+WAIT_SECONDS = 1.0  # how long the waiting rank waits in the CPU-share measurement
 
 
 def iterations_for(nbytes: int) -> int:
@@ -138,7 +141,28 @@ def loaded_pingpong(
     return rows, peer
 
 
-def mpi_pingpong(payloads: Sequence[int], timeout: float = 600) -> dict[str, Any]:
+def waiting_rank(rank: Rank, seconds: float) -> float | None:
+    """Rank 0 works ``seconds`` (sleeps), then puts; rank 1 waits in ``take``: its CPU seconds per second
+    waited (thread CPU time: the rank's own thread, not the worker's)."""
+    channel = rank.channel("wait", 8, np.uint8)
+    rank.barrier()
+    if rank.rank == 0:
+        time.sleep(seconds)
+        channel.put(1)
+        return None
+    cpu, wall = time.thread_time(), time.perf_counter()
+    channel.take(0)
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
+
+
+def wait_cpu_share(session: Session, seconds: float | None = None) -> float:
+    """The share of a core a channels rank uses while it waits for its peer (see :func:`waiting_rank`)."""
+    workers = session.workers()[:2]
+    result = run_group(session, waiting_rank, [(seconds or WAIT_SECONDS,)] * 2, workers=workers)
+    return float(result.results[1])
+
+
+def mpi_pingpong(payloads: Sequence[int], timeout: float = 600, wait_seconds: float = 0.0) -> dict[str, Any]:
     """mpi4py's ping-pong under ``mpiexec`` (round trips per payload), or why it was skipped."""
     try:
         import mpi4py  # noqa: F401
@@ -158,6 +182,8 @@ def mpi_pingpong(payloads: Sequence[int], timeout: float = 600) -> dict[str, Any
         *map(str, payloads),
         "--iterations",
         *(str(iterations_for(n)) for n in payloads),
+        "--wait-seconds",
+        str(wait_seconds),
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -167,7 +193,10 @@ def mpi_pingpong(payloads: Sequence[int], timeout: float = 600) -> dict[str, Any
         {"nbytes": n, "round_trip_s": report["round_trip_s"][str(n)], "MBps": n * 1e-6 / report["round_trip_s"][str(n)]}
         for n in payloads
     ]
-    return {"library": report["library"], "rows": rows}
+    out = {"library": report["library"], "rows": rows}
+    if "wait_cpu_share" in report:
+        out["wait_cpu_share"] = report["wait_cpu_share"]
+    return out
 
 
 def steady_rank(rank: Rank, nbytes: int, messages: int) -> dict[str, int]:
@@ -274,6 +303,8 @@ def run(
         eager_rows = [pingpong(session, n, eager=True) for n in payloads if n <= 64 * MiB]
         say(f"ping-pong under load ({LOAD_PROCESSES} CPU-bound processes), channels and mpi4py, {LOADED_REPEATS} runs")
         loaded_rows, loaded_peer = loaded_pingpong(session, loaded_payloads, mpi)
+        say(f"CPU share of a rank waiting {WAIT_SECONDS:g} s for its peer")
+        waiting = wait_cpu_share(session)
         say("steady state")
         steady = steady_state(session, messages=STEADY_MESSAGES)
         say("PRK kernels")
@@ -284,7 +315,7 @@ def run(
         with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:
             socket_rows = [pingpong(nodes, n, eager=False) for n in payloads]
     say("ping-pong, mpi4py")
-    peer = mpi_pingpong(payloads) if mpi else {"skipped": "not asked for (--no-mpi)"}
+    peer = mpi_pingpong(payloads, wait_seconds=WAIT_SECONDS) if mpi else {"skipped": "not asked for (--no-mpi)"}
     report = {
         "benchmark": "channels",
         "size": size,
@@ -293,6 +324,7 @@ def run(
         "channels_two_nodes": socket_rows,
         "mpi": peer,
         "loaded": {"processes": LOAD_PROCESSES, "repeats": LOADED_REPEATS, "channels": loaded_rows, "mpi": loaded_peer},
+        "wait_cpu_share": {"seconds": WAIT_SECONDS, "channels": waiting, "mpi": peer.get("wait_cpu_share")},
         "steady_state": steady,
         "kernels": kernel_rows,
         "machine": machine.describe(),
@@ -340,6 +372,8 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
                     ratio <= 1.0,
                 )
             )
+    share = report["wait_cpu_share"]["channels"]
+    out.append(goal("a rank waiting for its peer leaves its core to others: CPU share < 5 %", share, share < 0.05))
     ranks = report["steady_state"]["ranks"]
     grown = max(r["tracemalloc_growth"] for r in ranks)
     out.append(
@@ -386,6 +420,12 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"mpi4py: {report['mpi']['library']}")
     if "skipped" in report["loaded"]["mpi"]:
         lines.append(f"mpi4py, loaded: skipped ({report['loaded']['mpi']['skipped']})")
+    waiting = report["wait_cpu_share"]
+    mpi_share = waiting["mpi"]
+    lines.append(
+        f"a rank waiting {waiting['seconds']:g} s for its peer uses {waiting['channels']:.1%} of a core (channels)"
+        + (f", {mpi_share:.1%} (mpi4py)" if mpi_share is not None else "")
+    )
     steady = report["steady_state"]
     lines += [
         "",

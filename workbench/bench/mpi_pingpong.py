@@ -2,7 +2,8 @@
 
 ``mpiexec -n 2 python -m workbench.bench.mpi_pingpong --payloads 8 1048576 --iterations 100`` prints
 one JSON object: seconds per round trip for each payload (buffers allocated once, ``Send``/``Recv``
-of numpy arrays: mpi4py's fast path).
+of numpy arrays: mpi4py's fast path). ``--wait-seconds S``: then rank 1 waits in ``Recv`` while rank 0
+works S seconds, and the object gives the share of a core the waiting rank used meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--payloads", type=int, nargs="+", required=True)
     parser.add_argument("--iterations", type=int, nargs="+", required=True)
+    parser.add_argument("--wait-seconds", type=float, default=0.0)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
@@ -42,9 +44,26 @@ def main() -> int:
                     comm.Send(buffer, 0)
             seconds = time.perf_counter() - start
         out[str(nbytes)] = seconds / iterations
+    report = {"library": MPI.Get_library_version().splitlines()[0], "round_trip_s": out}
+    if args.wait_seconds > 0:
+        report["wait_cpu_share"] = comm.bcast(_wait_cpu_share(comm, args.wait_seconds), root=1)
     if rank == 0:
-        print(json.dumps({"library": MPI.Get_library_version().splitlines()[0], "round_trip_s": out}))
+        print(json.dumps(report))
     return 0
+
+
+def _wait_cpu_share(comm: object, seconds: float) -> float | None:
+    """Rank 0 works ``seconds`` (sleeps), then sends; rank 1 waits in ``Recv``: its CPU seconds per
+    second waited (None on rank 0)."""
+    buffer = np.zeros(8, dtype=np.uint8)
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        time.sleep(seconds)
+        comm.Send(buffer, 1)
+        return None
+    cpu, wall = time.process_time(), time.perf_counter()
+    comm.Recv(buffer, 0)
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
 if __name__ == "__main__":
