@@ -26,7 +26,7 @@ import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 from distributed.system import MEMORY_LIMIT
 
-from workbench.runtime import frames
+from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
@@ -89,6 +89,11 @@ class Session:
         finally:
             if self.cluster is not None:
                 self.cluster.close(timeout=self.timeout)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session was closed (here, or its client by Dask)."""
+        return self._closed or self.client.status in ("closing", "closed")
 
     def __enter__(self) -> Session:
         return self
@@ -320,8 +325,8 @@ def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
     and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster."""
     try:
-        frames.install()
-        client.register_plugin(frames.FramesPlugin(), name=frames.PLUGIN_NAME)
+        install()
+        client.register_plugin(FramesPlugin(), name=PLUGIN_NAME)
     except BaseException:
         client.close(timeout=timeout)
         raise
