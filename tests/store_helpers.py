@@ -106,3 +106,45 @@ class Grumpy(PersistentObject):
         error = _Unprintable()
         error.lock = threading.Lock()  # and it cannot be pickled either
         raise error
+
+
+class Bag(PersistentObject):
+    """Named attributes (arrays or anything), written in place, rebound, aliased or deleted by name."""
+
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+    @active
+    def read(self, name: str):
+        value = getattr(self, name)
+        return np.array(value, copy=True, subok=True) if isinstance(value, np.ndarray) else value
+
+    @active
+    def has(self, name: str) -> bool:
+        return name in self.__dict__
+
+    @active
+    def same(self, name: str, other: str) -> bool:
+        return getattr(self, name) is getattr(self, other)
+
+    @active(writes=True)
+    def add(self, value: float, *names: str) -> None:
+        for name in names:
+            array = getattr(self, name)
+            array += value
+
+    @active(writes=True)
+    def bind(self, name: str, value) -> None:
+        setattr(self, name, value)
+
+    @active(writes=True)
+    def bind_to(self, name: str, other: str) -> None:
+        setattr(self, name, getattr(self, other))
+
+    @active(writes=True)
+    def forget(self, name: str) -> None:
+        delattr(self, name)
+
+    @active(writes=True)
+    def bind_view(self, name: str, other: str, stop: int) -> None:
+        setattr(self, name, getattr(self, other)[:stop])

@@ -28,6 +28,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import stat
 import tempfile
 import threading
 import weakref
@@ -105,8 +106,35 @@ def default_directory(tier: str) -> Path:
             raise TierError(f"${PMEM_ENV} names {path}, which is not a directory: create it or unset the variable")
         return path
     base = Path(os.environ.get(TIER_DIR_ENV) or Path(tempfile.gettempdir()) / f"workbench-tiers-{os.getuid()}")
-    path = base / ("mapped" if tier == "cached" else tier)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return private_directory(base / ("mapped" if tier == "cached" else tier))
+
+
+def private_directory(path: Path) -> Path:
+    """``path`` as a directory of this user's only, made (0700, parents too) if missing. One of this
+    user's that others may read or write is made 0700; anything else under that name (a file, a
+    symlink, a directory of another user) is a ``TierError``: others could plant or swap files there."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # not a directory: said below
+    except OSError as error:
+        raise TierError(f"cannot make the tier directory {path}: {error.strerror}") from None
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        raise TierError(f"cannot use the tier directory {path}: {error.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise TierError(
+            f"the tier directory {path} exists and is not a directory ({stat.filemode(info.st_mode)}): "
+            "remove or rename it, or set $WORKBENCH_TIER_DIR to another place"
+        )
+    if info.st_uid != os.getuid():
+        raise TierError(
+            f"the tier directory {path} belongs to user {info.st_uid}, not to you ({os.getuid()}): they could "
+            "replace your files there; remove it, or set $WORKBENCH_TIER_DIR to a directory of your own"
+        )
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
     return path
 
 
@@ -122,10 +150,26 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctype
 PAGE = mmap.PAGESIZE
 
 
+def _open_regular(path: str | Path) -> int:
+    """A read-only descriptor of the regular file ``path`` (not followed if a symlink); a missing file
+    is ``FileNotFoundError``, anything else there a ``TierError`` saying what it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no file {path}: it was freed or never placed") from None
+    except OSError as error:
+        kind = "a symlink" if os.path.islink(path) else error.strerror
+        raise TierError(f"{path} is not a tier file ({kind}): only regular files can be made cold") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TierError(f"{path} is not a tier file (not a regular file): only regular files can be made cold")
+    return fd
+
+
 def resident_bytes(path: str | Path) -> tuple[int, int]:
     """``(bytes of the file in the page cache, file bytes)``, from ``mincore`` on a fresh mapping
     (which faults nothing in)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         size = os.fstat(fd).st_size
         if size == 0:
@@ -169,7 +213,7 @@ def evict_pages(path: str | Path) -> Eviction:
     where = medium(Path(path).parent)
     if where.memory_backed:
         return Eviction(str(path), False, before, before, size, f"{where.filesystem} keeps files in memory")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -341,6 +385,10 @@ def read_file(name: str, directory: Path) -> np.ndarray:
         fd = shm._open_own(path, os.O_RDONLY)
     except TierError:
         raise
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"no tier array {name!r} in {directory}: it was freed (or never placed); tiers.names() lists them"
+        ) from None
     except shm.SharedMemoryError as error:
         raise TierError(str(error)) from None
     try:
@@ -383,12 +431,20 @@ def write_file(name: str, directory: Path, array: np.ndarray) -> None:
         os.close(fd)
 
 
+def _key(path: str | Path) -> str:
+    """A cache key naming the file, not the path's spelling (relative or absolute, through symlinks)."""
+    return os.path.realpath(path)
+
+
 class DramCache:
     """A transparent DRAM cache with a byte budget over mapped files (Memory Mode, in software).
 
-    ``get(placed)`` returns a DRAM copy of the file's array: a hit if cached, else the file is
-    read in and the least recently used entries go (written back first if marked dirty). An
-    array larger than the whole budget bypasses the cache (read from the mapping in place).
+    ``get(placed)`` returns a DRAM copy of the file's array (a view of the cache's entry): a hit if
+    cached, else the file is read in and the least recently used entries go (written back first if
+    marked dirty). An entry is pinned while a copy handed out is alive: a caller may still write
+    into it, so it stays until its handle syncs it (or the caller drops it); when the pinned entries
+    leave no room, the array is used through its mapping in place, as one larger than the whole
+    budget always is. Entries are keyed by the file itself (its real path), whatever the spelling.
     """
 
     def __init__(self, budget: int):
@@ -397,43 +453,73 @@ class DramCache:
         self.budget = budget
         self.entries: OrderedDict[str, tuple[CachedArray, np.ndarray]] = OrderedDict()
         self.dirty: set[str] = set()
+        self.handed: dict[str, list[weakref.ref[np.ndarray]]] = {}  # copies handed out, per entry
         self.used = 0
         self.hits = self.misses = self.bypasses = self.evictions = 0
         self.lock = threading.RLock()
         _CACHES.add(self)
 
     def get(self, placed: CachedArray) -> np.ndarray:
-        """The DRAM copy of ``placed`` (a hit, or read in now)."""
-        key = str(placed.path)
+        """The DRAM copy of ``placed`` (a hit, or read in now), pinned while the caller holds it."""
+        key = _key(placed.path)
         with self.lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
                 self.hits += 1
-                return self.entries[key][1]
+                return self._hand_out(key)
             nbytes = placed.file_nbytes
             if nbytes > self.budget:
                 self.bypasses += 1
                 return placed.mapped.array
+            while self.used + nbytes > self.budget and self._evict_oldest(skip_pinned=True):
+                pass
+            if self.used + nbytes > self.budget:  # the rest is pinned by callers: use the file in place
+                self.bypasses += 1
+                return placed.mapped.array
             self.misses += 1
-            while self.used + nbytes > self.budget and self.entries:
-                self._evict_oldest()
             copy = read_file(placed.name, placed.directory)
             self.entries[key] = (placed, copy)
             self.used += copy.nbytes
-            return copy
+            return self._hand_out(key)
+
+    def _hand_out(self, key: str) -> np.ndarray:
+        view = self.entries[key][1].view()
+        refs = [r for r in self.handed.get(key, ()) if r() is not None]
+        refs.append(weakref.ref(view))
+        self.handed[key] = refs
+        return view
+
+    def pinned(self, key: str) -> bool:
+        """Whether a copy of entry ``key`` handed out is still alive (a caller may write into it)."""
+        refs = [r for r in self.handed.get(key, ()) if r() is not None]
+        if refs:
+            self.handed[key] = refs
+        else:
+            self.handed.pop(key, None)
+        return bool(refs)
 
     def mark_dirty(self, placed: CachedArray) -> None:
         """``placed``'s DRAM copy was changed: write it back before it leaves the cache."""
         with self.lock:
-            if str(placed.path) in self.entries:
-                self.dirty.add(str(placed.path))
+            if _key(placed.path) in self.entries:
+                self.dirty.add(_key(placed.path))
 
-    def evict_oldest(self) -> None:
-        """Drop the least recently used entry (written back first if dirty)."""
-        self._evict_oldest()
+    def evict_oldest(self) -> bool:
+        """Drop the least recently used entry that no caller holds (written back first if dirty);
+        whether there was one."""
+        with self.lock:
+            return self._evict_oldest(skip_pinned=True)
 
-    def _evict_oldest(self) -> None:
-        key, (placed, copy) = self.entries.popitem(last=False)
+    def _evict_oldest(self, skip_pinned: bool) -> bool:
+        key = next((k for k in self.entries if not (skip_pinned and self.pinned(k))), None)
+        if key is None:
+            return False
+        self._remove(key)
+        return True
+
+    def _remove(self, key: str) -> None:
+        placed, copy = self.entries.pop(key)
+        self.handed.pop(key, None)
         self.used -= copy.nbytes
         self.evictions += 1
         if key in self.dirty:  # written back into the same file: every mapping of it sees the change
@@ -446,22 +532,23 @@ class DramCache:
     def forget(self, path: str | Path) -> bool:
         """Drop the copy of ``path`` without writing it back (its file was replaced, freed or written
         through a mapping: the copy is stale). True if there was one."""
-        key = str(path)
+        key = _key(path)
         with self.lock:
             entry = self.entries.pop(key, None)
             self.dirty.discard(key)
+            self.handed.pop(key, None)
             if entry is not None:
                 self.used -= entry[1].nbytes
             return entry is not None
 
     def drop(self, placed: CachedArray | None = None) -> None:
-        """Empty the cache (or drop one array), writing dirty entries back: the next use is a miss."""
+        """Empty the cache (or drop one array), writing dirty entries back, pinned ones too: the
+        next use is a miss."""
         with self.lock:
-            keys = list(self.entries) if placed is None else [str(placed.path)]
+            keys = list(self.entries) if placed is None else [_key(placed.path)]
             for key in keys:
                 if key in self.entries:
-                    self.entries.move_to_end(key, last=False)
-                    self._evict_oldest()
+                    self._remove(key)
 
     def stats(self) -> dict[str, int]:
         """Hits, misses, bypasses, evictions and bytes held."""
@@ -507,7 +594,7 @@ class CachedArray(TierArray):
         """Write a changed cached copy back now (or ``msync`` the mapping an array over the budget is
         used through)."""
         with self.cache.lock:
-            if str(self.path) in self.cache.entries:
+            if _key(self.path) in self.cache.entries:
                 self.cache.mark_dirty(self)
                 self.cache.drop(self)
             else:
@@ -521,9 +608,23 @@ class CachedArray(TierArray):
 
 # -- operations by name ------------------------------------------------------------------------
 def _directory(tier: str, directory: str | Path | None) -> Path:
+    """The tier's directory: the default (private, see :func:`private_directory`), or the one given,
+    refused where other users could replace this user's files in it: writable by others, or
+    another user's, without the sticky bit (``/tmp`` and ``/dev/shm`` have it)."""
     path = default_directory(tier) if directory is None else Path(directory)
     if not path.is_dir():
+        if path.exists() or path.is_symlink():
+            raise TierError(f"tier directory {path} is not a directory: give a directory, or leave directory= out")
         raise TierError(f"tier directory {path} does not exist: create it, or leave directory= out for the default")
+    if directory is not None:
+        info = path.stat()
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_uid != os.getuid()
+        if shared and not info.st_mode & stat.S_ISVTX:
+            raise TierError(
+                f"tier directory {path} ({stat.filemode(info.st_mode)}, owner {info.st_uid}) lets other users "
+                f"replace your tier files: chmod go-w {str(path)!r}, use a directory of your own, or leave "
+                "directory= out"
+            )
     return path
 
 
@@ -545,25 +646,47 @@ def place(
     """
     _check_tier(tier)
     shm._check_name(name, "tier array name")
-    array = np.asarray(array)
     if tier == "dram":
         with _DRAM_LOCK:
             if name in _DRAM and not replace:
                 raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
-            _DRAM[name] = np.array(array, copy=True)
+            _DRAM[name] = np.array(array, copy=True, subok=True)
             return DramArray(name, _DRAM[name])
+    check_plain(array, f"array {name!r}", tier)
+    array = np.asarray(array)
     where = _directory(tier, directory)
+    exists = TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
     try:
         if replace:
             shm.replace(name, array, directory=where)
             forget_cached(shm.segment_path(name, where))
         elif shm.exists(name, where):
-            raise TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
-        else:
-            shm.copy_in(name, array, directory=where)
+            raise exists
+        else:  # made under the name's writer lock, renamed into place whole: one of two racing callers makes it
+            view, created = shm.copy_in(name, array, directory=where)
+            del view
+            if not created:
+                raise exists
     except shm.SharedMemoryError as error:
+        if not replace and "exists with shape" in str(error):
+            raise exists from None
         raise TierError(f"cannot place {name!r} on {tier}: {error}") from None
     return _handle(name, tier, where, cache)
+
+
+PLAIN_TYPES = (np.ndarray, np.memmap)  # what a tier file holds whole: the bytes, shape and dtype
+
+
+def check_plain(array: object, what: str, tier: str) -> None:
+    """A ``TierError`` if ``array`` is a numpy array subclass whose meaning a file would lose (a masked
+    array's mask, a matrix's type): a tier file holds a plain array (bytes, shape, dtype) only."""
+    if isinstance(array, np.ndarray) and type(array) not in PLAIN_TYPES:
+        kind = f"{type(array).__module__}.{type(array).__qualname__}"
+        raise TierError(
+            f"{what} is a {kind}, and a {tier} file holds a plain array only (the subclass and what it "
+            "adds, such as a mask, would be lost): keep it on dram, or store its parts as plain arrays "
+            "(np.asarray(x), and x.mask for a masked array)"
+        )
 
 
 def _handle(name: str, tier: str, where: Path, cache: DramCache | None, writable: bool = True) -> TierArray:

@@ -330,8 +330,9 @@ class StoreBackend(WorkerPlugin):
         return self.add(oid, 0, obj)
 
     def make_room(self, keep: tuple[str, int] | None = None) -> None:
-        """Evict least recently used objects to disk until the table fits ``memory_limit``."""
-        if not self.memory_limit:
+        """Evict least recently used objects to disk until the table fits ``memory_limit`` (None: no
+        limit; 0: nothing stays). Objects whose arrays are in tier files hold little DRAM: they go last."""
+        if self.memory_limit is None:
             return
         with self.table_lock:
             if self.used_bound <= self.memory_limit:
@@ -339,8 +340,8 @@ class StoreBackend(WorkerPlugin):
             used = self.used_bound = sum(e.nbytes for e in self.table.values())
             if used <= self.memory_limit:
                 return
-            victims = sorted((e.last_used, k) for k, e in self.table.items() if k != keep)
-        for _, key in victims:
+            victims = sorted((e.placement.tier != "dram", e.last_used, k) for k, e in self.table.items() if k != keep)
+        for _, _, key in victims:
             if used <= self.memory_limit:
                 break
             used -= self.op_evict(*key, wait=0.0)  # a busy object stays: evict an idle one instead
@@ -717,11 +718,42 @@ class StoreBackend(WorkerPlugin):
         finally:
             entry.lock.release(True)
 
-    def op_place_many(self, keys: list[list[Any]], tier: str, reason: str = "") -> int:
-        """:meth:`op_place` for a batch of objects held here; how many were placed."""
-        for oid, version in keys:
-            self.op_place(str(oid), int(version), tier, reason)
-        return len(keys)
+    def op_place_many(self, keys: list[list[Any]], tier: str, reason: str = "") -> dict[str, list[list[Any]]]:
+        """:meth:`op_place` for a batch of objects held here: ``placed`` (``[oid, version, tier it was on]``
+        each) and ``missing`` (``[oid, version]`` of those no longer here: evicted to disk or moved
+        meanwhile; the caller brings them back and asks again). All or nothing here: if one cannot
+        be placed, those placed before it go back to their tiers and the error is raised."""
+        placed: list[list[Any]] = []
+        missing: list[list[Any]] = []
+        try:
+            for oid, version in keys:
+                try:
+                    done = self.op_place(str(oid), int(version), tier, reason)
+                except NotHere:
+                    missing.append([str(oid), int(version)])
+                    continue
+                placed.append([str(oid), int(version), done["from"]])
+        except BaseException:
+            self.unplace(placed, tier)
+            raise
+        return {"placed": placed, "missing": missing}
+
+    def op_unplace_many(self, placed: list[list[Any]], tier: str) -> int:
+        """Put objects placed by :meth:`op_place_many` back on the tiers they were on; how many went back."""
+        return self.unplace(placed, tier)
+
+    def unplace(self, placed: list[list[Any]], tier: str) -> int:
+        """Put each ``[oid, version, old tier]`` back on its old tier (best effort: an object gone since stays gone)."""
+        back = 0
+        for oid, version, old in reversed(placed):
+            if old == tier or tier == "dynamic":
+                continue
+            try:
+                self.op_place(str(oid), int(version), str(old), reason="a batch placement failed: put back")
+                back += 1
+            except Exception:  # noqa: S112 - gone meanwhile, or the old tier failed too: the caller's error says why
+                continue
+        return back
 
     def op_cool_many(self, keys: list[list[Any]]) -> list[dict[str, Any]]:
         """:meth:`op_cool` for a batch of objects held here; every eviction."""
@@ -744,8 +776,8 @@ class StoreBackend(WorkerPlugin):
             raise ValueError(f"a cache budget is a number of bytes >= 0, got {nbytes!r}")
         with self.cache.lock:
             old, self.cache.budget = self.cache.budget, nbytes
-            while self.cache.used > nbytes and self.cache.entries:
-                self.cache.evict_oldest()
+            while self.cache.used > nbytes and self.cache.evict_oldest():  # entries a call holds stay until it ends
+                pass
         return old
 
     def op_rebalance(self, budget: int | None = None, hot_reads: int | None = None) -> list[dict[str, Any]]:

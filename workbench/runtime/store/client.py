@@ -165,6 +165,13 @@ def _check_bytes(value: object, what: str) -> int:
     return value
 
 
+def _check_limit(value: object) -> int | None:
+    """``value`` if it is a memory limit: None (no limit) or a byte count (0: nothing stays in DRAM)."""
+    if value is None:
+        return None
+    return _check_bytes(value, "memory_limit is bytes per backend (None: no limit; 0: every object to disk)")
+
+
 def store_for(session: Session) -> Store:
     """The current store when it belongs to ``session``, else the store of ``session``'s cluster."""
     if _current is not None and _current.session is session:
@@ -205,8 +212,7 @@ class Store:
         self.client = session.client
         self._closed = False
         wanted = Path(directory or default_directory()).expanduser().resolve()
-        if memory_limit is not None and memory_limit < 0:
-            raise ValueError(f"memory_limit is bytes per backend, got {memory_limit}")
+        _check_limit(memory_limit)
         if cache_bytes is not None:
             _check_bytes(cache_bytes, "cache_bytes is a number of bytes per backend")
         self._tier = tiering.check_tier(tier)
@@ -323,14 +329,52 @@ class Store:
         """Addresses of the workers with a backend."""
         return self.session.workers()
 
-    def place(self, proxies: Sequence[StoredHandle], tier: str, reason: str = "") -> int:
-        """Put many objects on ``tier`` (one message per backend); see :meth:`Proxy.place`."""
+    def place(self, proxies: Iterable[StoredHandle | BlockCollection], tier: str, reason: str = "") -> int:
+        """Put many objects on ``tier`` (one message per backend); see :meth:`Proxy.place`. A collection
+        stands for its blocks, an object named twice is placed once; returns how many objects.
+
+        All or nothing: objects a backend evicts to disk meanwhile (its memory limit) are brought
+        back and placed too; if one cannot be placed, the objects placed before it go back to the
+        tiers they were on, and the error says why."""
         tiering.check_tier(tier)
-        by_worker: dict[str, list[list[Any]]] = {}
-        for ref, workers in self.holders([p.ref for p in proxies]):
-            for w in workers:
-                by_worker.setdefault(w, []).append([ref.oid, ref.version])
-        return sum(self.backend(w, "place_many", keys=keys, tier=tier, reason=reason) for w, keys in by_worker.items())
+        refs = _batch_refs(proxies)
+        if tier == "disk":  # objects only on disk are there already: nothing to load
+            by_worker: dict[str, list[list[Any]]] = {}
+            for ref, info in zip(refs, self.resolve(refs)):
+                if "missing" in info:
+                    raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
+                for w in info["workers"]:
+                    by_worker.setdefault(w, []).append([ref.oid, info["version"]])
+            for w, keys in by_worker.items():
+                self.backend(w, "place_many", keys=keys, tier=tier, reason=reason)
+            return len(refs)
+        placed: dict[str, list[list[Any]]] = {}
+        pending = refs
+        try:
+            for _ in range(len(refs) + 2):
+                by_worker = {}
+                for ref, workers in self.holders(pending):  # objects on disk are loaded first
+                    for w in workers:
+                        by_worker.setdefault(w, []).append([ref.oid, ref.version])
+                missing: set[str] = set()
+                for w, keys in by_worker.items():
+                    reply = self.backend(w, "place_many", keys=keys, tier=tier, reason=reason)
+                    placed.setdefault(w, []).extend(reply["placed"])
+                    missing.update(str(k[0]) for k in reply["missing"])
+                if not missing:
+                    return len(refs)
+                pending = [r for r in refs if r.oid in missing]
+            raise StoreError(
+                f"{len(pending)} of {len(refs)} objects kept going to disk while they were placed on {tier!r}: "
+                "raise the memory limit (store.set_memory_limit) or place fewer at once"
+            )
+        except BaseException:
+            for w, done in placed.items():
+                try:
+                    self.backend(w, "unplace_many", placed=done, tier=tier)
+                except Exception:  # noqa: S112 - the backend is gone: its objects with it; the error says why
+                    continue
+            raise
 
     def cool(self, proxies: Sequence[StoredHandle]) -> list[dict[str, Any]]:
         """Make many objects' tier files cold (one message per backend); every eviction (see :meth:`Proxy.cool`)."""
@@ -343,8 +387,7 @@ class Store:
     def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
         """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
         disk tier; None: no limit); each backend's old limit, to set back."""
-        if nbytes is not None:
-            _check_bytes(nbytes, "a memory limit is bytes per backend")
+        _check_limit(nbytes)
         return {w: self.backend(w, "set_memory_limit", nbytes=nbytes) for w in self.backends()}
 
     def set_cache(self, nbytes: int) -> None:
@@ -1373,6 +1416,21 @@ def _serialized_batch(objs: list[Any], indexes: list[int]) -> dict[str, Any]:
                 ) from culprit
         raise TypeError(f"the batch cannot be pickled ({error}); nothing was stored") from error
     return {"data": data, "buffers": [to_serialize(b.raw()) for b in buffers]}
+
+
+def _batch_refs(items: Iterable[Any]) -> list[ObjectRef]:
+    """The objects a batch names, each once, in order: proxies, and the blocks of collections."""
+    refs: dict[tuple[str, int | None], ObjectRef] = {}
+    for item in items:
+        for one in item.blocks if isinstance(item, BlockCollection) else [item]:
+            ref = getattr(one, "ref", None)
+            if not isinstance(ref, ObjectRef):
+                raise TypeError(
+                    f"store.place takes proxies and collections, got {type(one).__name__} {one!r}: "
+                    "pass the proxies make_persistent returned (or a collection of them)"
+                )
+            refs.setdefault((ref.oid, ref.version if ref.pinned else None), ref)
+    return list(refs.values())
 
 
 def _check_persistable(obj: Any) -> None:

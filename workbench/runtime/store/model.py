@@ -178,7 +178,8 @@ def state_nbytes(obj: Any) -> int:
     state = getattr(obj, "__dict__", None)
     if state is None:
         return int(sizeof(obj))
-    return int(sum(v.nbytes if isinstance(v, np.ndarray) else sizeof(v) for v in state.values()))
+    unique = {id(v): v for v in state.values()}.values()  # two attributes bound to one array count it once
+    return int(sum(v.nbytes if isinstance(v, np.ndarray) else sizeof(v) for v in unique))
 
 
 _STATE_DEPTH = 4  # how deep detach_result looks into an object's state and into a result
@@ -263,13 +264,17 @@ def detach_result(result: Any, obj: Any) -> Any:
 def set_arrays_writeable(obj: Any, writeable: bool) -> None:
     """Make the numpy attributes of ``obj`` (not) writeable; a read-only buffer is copied to allow writes."""
     state = getattr(obj, "__dict__", None) or {}
+    copies: dict[int, np.ndarray] = {}  # attributes bound to one array get one copy: they stay one array
     for name, value in list(state.items()):
+        if id(value) in copies:
+            state[name] = copies[id(value)]
+            continue
         if not isinstance(value, np.ndarray) or value.flags.writeable == writeable:
             continue
         try:
             value.flags.writeable = writeable
         except ValueError:  # a view of an immutable buffer (e.g. received bytes): own a copy
-            state[name] = value.copy()
+            state[name] = copies[id(value)] = value.copy()
 
 
 def ship_by_value(cls: type) -> list[str]:

@@ -21,6 +21,7 @@ Files are named ``<oid>-v<version>-<attribute>`` in ``<store>/tiers/mapped`` (or
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,17 +38,22 @@ STORE_TIERS = ("dram", "mapped", "cached", "disk", "dynamic")
 
 @dataclass
 class Placement:
-    """The tier of one object version here, and the tier files of its numpy attributes."""
+    """The tier of one object version here, and the tier files of its numpy attributes (attributes
+    that are one array share one handle, and so one file)."""
 
     tier: str = "dram"
     arrays: dict[str, tiers.TierArray] = field(default_factory=dict)
 
     @property
+    def handles(self) -> list[tiers.TierArray]:
+        """Each tier file's handle once (aliased attributes share one)."""
+        return list({id(h): h for h in self.arrays.values()}.values())
+
+    @property
     def tier_bytes(self) -> int:
         """Bytes of the object's arrays held in tier files (not counted against DRAM)."""
         return sum(
-            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes)
-            for h in self.arrays.values()
+            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes) for h in self.handles
         )
 
 
@@ -60,16 +66,77 @@ def check_tier(tier: object) -> str:
 
 def tier_directory(store_directory: str) -> Path:
     """Where this store's mapped (and cached) files live: ``$WORKBENCH_PMEM_DIR/<store name>`` when set,
-    else ``<store>/tiers/mapped`` (0700)."""
+    else ``<store>/tiers/mapped``; a directory of this user's only, 0700 (see :func:`tiers.private_directory`)."""
     pmem = os.environ.get(tiers.PMEM_ENV)
-    base = Path(pmem) / f"store-{Path(store_directory).name}" if pmem else Path(store_directory) / "tiers" / "mapped"
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return base
+    if pmem:
+        return tiers.private_directory(Path(pmem) / f"store-{Path(store_directory).name}")
+    tiers.private_directory(Path(store_directory) / "tiers")
+    return tiers.private_directory(Path(store_directory) / "tiers" / "mapped")
+
+
+def _storable(value: object) -> bool:
+    """Whether ``value`` is an attribute the tiers hold in a file: a plain, non-empty numpy array of
+    fixed-size items (anything else, a subclass such as a masked array too, stays in DRAM)."""
+    return type(value) in tiers.PLAIN_TYPES and value.size > 0 and not value.dtype.hasobject  # type: ignore[union-attr]
 
 
 def _arrays(obj: Any) -> dict[str, np.ndarray]:
     state = getattr(obj, "__dict__", None) or {}
-    return {k: v for k, v in state.items() if isinstance(v, np.ndarray) and v.size and not v.dtype.hasobject}
+    return {
+        k: v for k, v in state.items() if isinstance(v, np.ndarray) and v.size and not v.dtype.hasobject
+    }  # subclasses too: place_state refuses them on a file tier
+
+
+def file_name(stem: str, attr: str) -> str:
+    """The tier file name of attribute ``attr``: ``<stem>-<attr>``, a character a file name may not hold
+    written as ``.<hex code>.``, a long name as a hash of it (any attribute name gives a valid, distinct
+    file name)."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c == "_") else f".{ord(c):x}." for c in str(attr))
+    name = f"{stem}-{safe}"
+    if len(name) > 200:
+        digest = hashlib.sha256(str(attr).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        name = f"{stem}-h.{digest}"
+    return name
+
+
+def _unused(name: str, taken: set[str]) -> str:
+    """``name``, or ``name+2``, ``name+3`` ... : the first not in ``taken``."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}+{n}"
+    return candidate
+
+
+def _same_array(value: np.ndarray) -> tuple[Any, ...]:
+    """What makes two arrays the same array: their memory, shape, strides and dtype."""
+    return (value.__array_interface__["data"][0], value.shape, value.strides, value.dtype.str)
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], tier: str) -> None:
+    """A ``TierError`` before any file is made if an attribute cannot be a tier file: an array
+    subclass, or two attributes that overlap without being the same array (a view of part of
+    another: two files would split them). Attributes that are one array become one file."""
+    for attr, value in arrays.items():
+        tiers.check_plain(value, f"attribute {attr!r}", tier)
+    firsts: dict[tuple[Any, ...], str] = {}
+    for attr, value in arrays.items():
+        firsts.setdefault(_same_array(value), attr)
+    distinct = [(attr, arrays[attr]) for attr in firsts.values()]
+    for i, (a, x) in enumerate(distinct):
+        for b, y in distinct[i + 1 :]:
+            if np.may_share_memory(x, y) and np.shares_memory(x, y):
+                raise tiers.TierError(
+                    f"attributes {a!r} and {b!r} overlap in memory (one is a view of part of the other): on the "
+                    f"{tier} tier each array is a file of its own, which would split them. Give one its own "
+                    f"copy (self.{b} = self.{b}.copy()), or keep the object on dram"
+                )
+
+
+def _handle(tier: str, name: str, directory: Path, cache: tiers.DramCache) -> tiers.TierArray:
+    if tier == "mapped":
+        return tiers.MappedArray(name, directory, writable=True)
+    return tiers.CachedArray(name, directory, cache)
 
 
 def _mapping(handle: tiers.TierArray) -> np.ndarray:
@@ -83,42 +150,83 @@ def _stored(handle: tiers.TierArray, value: np.ndarray) -> bool:
     return view is not None and value is view
 
 
+def _free_unused(old: list[tiers.TierArray], kept: dict[str, tiers.TierArray]) -> None:
+    """Free the files of ``old`` handles that no attribute in ``kept`` uses any more."""
+    names = {h.name for h in kept.values()}
+    for handle in old:
+        if handle.name not in names:
+            tiers.forget_cached(handle.path)
+            tiers.free(handle.name, "mapped", directory=handle.directory)
+
+
 def place_state(
     obj: Any, placement: Placement, tier: str, directory: Path, stem: str, cache: tiers.DramCache
 ) -> Placement:
     """Move ``obj``'s numpy attributes to ``tier`` (``dram``, ``mapped`` or ``cached``); the caller holds
     the object's exclusive lock. Returns the new placement; files the object no longer uses are freed.
     ``stem`` names the files: unique per object version *and* backend (two backends of one node
-    holding replicas must never share a file: dropping one would delete the other's data)."""
+    holding replicas must never share a file: dropping one would delete the other's data).
+
+    All or nothing: an attribute that cannot go on a file tier (see :func:`_check_arrays`) is refused
+    before any file is made, and any failure on the way frees the files made so far and leaves the
+    object as it was, on its old placement. Attributes that are one array stay one array (one file)."""
     state = obj.__dict__
+    arrays = _arrays(obj)
+    if tier != "dram":
+        _check_arrays(arrays, tier)
+    before = {attr: state[attr] for attr in arrays}
+    old_names = {h.name for h in placement.handles}
     new = Placement(tier)
-    for handle in placement.arrays.values():  # cache copies are stale once the object changes tier
-        tiers.forget_cached(handle.path)
-    for attr, value in _arrays(obj).items():
+    made: list[str] = []
+    try:
+        for handle in placement.handles:  # cache copies are stale once the object changes tier
+            tiers.forget_cached(handle.path)
         if tier == "dram":
-            state[attr] = np.array(value, copy=True)  # promoted: a DRAM copy of the mapping
-            continue
-        name = f"{stem}-{attr}"
-        old = placement.arrays.get(attr)
-        if old is None or not _stored(old, value):  # not in a file yet (or rebound): a new version
-            tiers.place(name, value, "mapped", directory=directory, replace=True)
-        handle: tiers.TierArray = (
-            tiers.MappedArray(name, directory, writable=True)
-            if tier == "mapped"
-            else tiers.CachedArray(name, directory, cache)
-        )
-        new.arrays[attr] = handle
-        mapping = _mapping(handle)
-        mapping.flags.writeable = False
-        state[attr] = mapping
-    if tier == "dram":
-        release(placement)
+            copies: dict[tuple[Any, ...], np.ndarray] = {}
+            for attr, value in arrays.items():
+                if any(_stored(h, value) for h in placement.handles):  # promoted: a DRAM copy of the mapping
+                    key = _same_array(value)
+                    if key not in copies:
+                        copies[key] = np.array(value, copy=True)
+                    state[attr] = copies[key]
+            _free_unused(placement.handles, {})
+            return new
+        groups: dict[tuple[Any, ...], tiers.TierArray] = {}
+        reused = {
+            h.name: h for attr, v in arrays.items() if (h := placement.arrays.get(attr)) is not None and _stored(h, v)
+        }
+        taken = set(reused)
+        for attr, value in arrays.items():
+            key = _same_array(value)
+            if key not in groups:
+                old = placement.arrays.get(attr)
+                if old is not None and old.name in reused and _stored(old, value):
+                    name = old.name  # already this array's file
+                else:  # not in a file yet: a new one
+                    name = _unused(file_name(stem, attr), taken)
+                    tiers.place(name, value, "mapped", directory=directory, replace=True)
+                    if name not in old_names:
+                        made.append(name)
+                taken.add(name)
+                groups[key] = _handle(tier, name, directory, cache)
+            new.arrays[attr] = groups[key]
+        for attr, handle in new.arrays.items():
+            mapping = _mapping(handle)
+            mapping.flags.writeable = False
+            state[attr] = mapping
+    except BaseException:
+        state.update(before)
+        for name in made:
+            tiers.forget_cached(tiers.shm.segment_path(name, directory))
+            tiers.free(name, "mapped", directory=directory)
+        raise
+    _free_unused(placement.handles, new.arrays)
     return new
 
 
 def release(placement: Placement) -> None:
     """Free the tier files of ``placement`` (views still held stay valid until dropped)."""
-    for handle in placement.arrays.values():
+    for handle in placement.handles:
         tiers.forget_cached(handle.path)
         tiers.free(handle.name, "mapped", directory=handle.directory)
     placement.arrays.clear()
@@ -126,19 +234,26 @@ def release(placement: Placement) -> None:
 
 @contextmanager
 def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
-    """For one call: a ``cached`` object's attributes are its DRAM cache copies (hits or misses),
+    """For one call: a ``cached`` object's attributes are its DRAM cache copies (hits or misses; one
+    copy per file, so aliased attributes stay one array), pinned in the cache until the call ends,
     then its mappings again; a ``mapped`` object's mappings are used as they are. After a writing
     call the changes are made durable (``msync``, or written through from the cache); an attribute
     the method bound to a *new* array (``self.data = self.data * 2``) is written as a new version of
-    its file, so the change is kept whatever the tier."""
+    its file (a file of its own if it shared one), so the change is kept whatever the tier; one
+    bound to an array another attribute was given becomes an alias of it; one bound to anything
+    else (``None``, a list) or deleted keeps that value, and its file is freed."""
     given: dict[str, np.ndarray] = {}
     if placement.tier in ("mapped", "cached"):
         state = obj.__dict__
+        copies: dict[int, np.ndarray] = {}
         for attr, handle in placement.arrays.items():
-            array = handle.array if placement.tier == "cached" else state[attr]
             if placement.tier == "cached":
-                array.flags.writeable = writes
-                state[attr] = array
+                if id(handle) not in copies:
+                    copies[id(handle)] = handle.array
+                    copies[id(handle)].flags.writeable = writes
+                array = state[attr] = copies[id(handle)]
+            else:
+                array = state[attr]
             given[attr] = array
     try:
         yield
@@ -149,17 +264,47 @@ def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
 
 def _after_call(obj: Any, placement: Placement, writes: bool, given: dict[str, np.ndarray]) -> None:
     state = obj.__dict__
+    if writes:
+        _keep_writes(obj, placement, given)
     for attr, handle in placement.arrays.items():
-        current = state.get(attr)
-        if writes and isinstance(current, np.ndarray) and current is not given[attr]:
-            # rebound to a new array: its bytes become the file's new version (a new file: remap)
-            tiers.place(handle.name, current, "mapped", directory=handle.directory, replace=True)
-            (handle.mapped if isinstance(handle, tiers.CachedArray) else handle).unmap()  # type: ignore[union-attr]
-        elif writes:
-            handle.sync()  # msync a mapping; write a cached copy through (then out of the cache)
         mapping = _mapping(handle)
         mapping.flags.writeable = False
         state[attr] = mapping
+
+
+def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -> None:
+    """After a writing call: ``placement.arrays`` made to match what the attributes hold now, each
+    file durable, the files no attribute holds any more freed."""
+    state = obj.__dict__
+    old = placement.handles
+    owner = {id(array): placement.arrays[attr] for attr, array in given.items()}  # given array -> its file
+    kept: dict[str, tiers.TierArray] = {}
+    rebound: dict[str, np.ndarray] = {}
+    for attr, value in state.items():
+        if attr in placement.arrays or (isinstance(value, np.ndarray) and id(value) in owner):
+            if not _storable(value):
+                continue  # None, a list, a masked array ...: it stays what the method made it, in DRAM
+            handle = owner.get(id(value))
+            if handle is not None and any(value is a for a in given.values()):
+                kept[attr] = handle  # still (or now) the array of one of the object's files
+            elif attr in placement.arrays:
+                rebound[attr] = value
+    for handle in {id(h): h for h in kept.values()}.values():
+        handle.sync()  # msync a mapping; write a cached copy through (then out of the cache)
+    taken = {h.name for h in kept.values()}
+    groups: dict[int, tiers.TierArray] = {}
+    for attr, value in rebound.items():  # new arrays: their bytes become a file's new version
+        if id(value) not in groups:
+            previous = placement.arrays[attr]
+            name = previous.name if previous.name not in taken else _unused(previous.name, taken)
+            tiers.place(name, value, "mapped", directory=previous.directory, replace=True)
+            cache = previous.cache if isinstance(previous, tiers.CachedArray) else tiers._DEFAULT_CACHE
+            groups[id(value)] = _handle(placement.tier, name, previous.directory, cache)  # type: ignore[arg-type]
+            taken.add(name)
+        kept[attr] = groups[id(value)]
+    placement.arrays.clear()
+    placement.arrays.update(kept)
+    _free_unused(old, kept)
 
 
 def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
@@ -170,7 +315,7 @@ def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     the object's lock, sees the old mapping or the new one, never a missing array. A mapping still
     held elsewhere (such a transfer) keeps its pages: the eviction then says so."""
     evictions = []
-    for attr, handle in placement.arrays.items():
+    for handle in placement.handles:
         if isinstance(handle, tiers.CachedArray):
             handle.cache.drop(handle)
             mapped = handle.mapped
@@ -180,6 +325,8 @@ def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
         mapped.unmap()
         mapping = mapped.array  # mapped again (if this fails, the attribute keeps the mapping it had)
         mapping.flags.writeable = False
-        obj.__dict__[attr] = mapping
+        for attr, h in placement.arrays.items():
+            if h is handle:
+                obj.__dict__[attr] = mapping
         evictions.append(tiers.evict_pages(handle.path))  # type: ignore[arg-type]
     return evictions

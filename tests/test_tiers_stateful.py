@@ -1,0 +1,257 @@
+"""Model-based tests of the tiers and of the store's placements (issue 25, 19): random sequences of
+make, place on any tier, write in place, rebind, alias, read, move, free and evict under tiny DRAM
+and cache budgets, against a plain in-memory model. Every read equals the model; no file outlives
+its object. ``WORKBENCH_STATEFUL_EXAMPLES`` sets how many sequences run (50 by default: seconds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from store_helpers import Bag
+
+from workbench.memory import shm, tiers
+from workbench.runtime.store import store_for
+
+EXAMPLES = int(os.environ.get("WORKBENCH_STATEFUL_EXAMPLES", "50"))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+NAMES = st.sampled_from(["a", "b", "c"])
+SIZES = st.sampled_from([1, 3, 500, 1000])  # 8 B .. 8 kB: a cache of 10 kB holds one of the large
+
+
+class TierMachine(RuleBasedStateMachine):
+    """``workbench.memory.tiers`` against a dict of numpy arrays."""
+
+    def __init__(self):
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="lwb-stateful-"))
+        self.dirs = {"mapped": self.root / "mapped", "cached": self.root / "mapped", "disk": self.root / "disk"}
+        for path in self.dirs.values():
+            path.mkdir(exist_ok=True)
+        self.cache = tiers.DramCache(10_000)
+        self.model: dict[str, np.ndarray] = {}
+        self.handles: dict[str, tiers.TierArray] = {}
+        self.prefix = f"sm{os.getpid()}-{id(self)}-"
+
+    def _name(self, name: str) -> str:
+        return self.prefix + name
+
+    def _place(self, name: str, data: np.ndarray, tier: str, replace: bool = False) -> tiers.TierArray:
+        directory = None if tier == "dram" else self.dirs[tier]
+        return tiers.place(self._name(name), data, tier, directory=directory, cache=self.cache, replace=replace)
+
+    @rule(name=NAMES, size=st.sampled_from([3, 1000]), tier=st.sampled_from(tiers.TIERS), seed=st.integers(0, 9))
+    def make(self, name, size, tier, seed):
+        data = np.random.default_rng(seed).random(size)
+        if name in self.handles:
+            with pytest.raises(tiers.TierError, match="already"):
+                self._place(name, data, self.handles[name].tier)
+            return
+        self.handles[name] = self._place(name, data, tier)
+        self.model[name] = data.copy()
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), delta=st.integers(1, 4))
+    def write_in_place(self, data, delta):
+        name = data.draw(st.sampled_from(sorted(self.handles)))
+        handle = self.handles[name]
+        array = handle.array
+        array += delta
+        self.model[name] += delta
+        handle.sync()
+
+    @precondition(lambda self: len(self.handles) >= 2)
+    @rule(data=st.data(), delta=st.integers(1, 4))
+    def write_two_then_sync(self, data, delta):
+        first, second = data.draw(st.permutations(sorted(self.handles)))[:2]
+        arrays = [self.handles[first].array, self.handles[second].array]  # both in use at once
+        for name, array in zip([first, second], arrays):
+            array += delta
+            self.model[name] += delta
+        self.handles[first].sync()
+        self.handles[second].sync()
+        del arrays
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), seed=st.integers(0, 9))
+    def rebind(self, data, seed):
+        name = data.draw(st.sampled_from(sorted(self.handles)))
+        new = np.random.default_rng(seed).random(len(self.model[name]))
+        self.handles[name] = self._place(name, new, self.handles[name].tier, replace=True)
+        self.model[name] = new.copy()
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data(), tier=st.sampled_from(tiers.TIERS))
+    def move(self, data, tier):
+        name = data.draw(st.sampled_from(sorted(self.handles)))
+        handle = self.handles[name]
+        directory = None if tier == "dram" else self.dirs[tier]
+        self.handles[name] = tiers.move(handle, tier, directory=directory, replace=True)
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data())
+    def evict(self, data):
+        handle = self.handles[data.draw(st.sampled_from(sorted(self.handles)))]
+        if handle.tier in ("mapped", "cached"):
+            handle.evict()
+        elif handle.tier == "disk":
+            handle.drop()
+
+    @precondition(lambda self: self.handles)
+    @rule(data=st.data())
+    def free(self, data):
+        name = data.draw(st.sampled_from(sorted(self.handles)))
+        handle = self.handles.pop(name)
+        assert tiers.free(handle.name, handle.tier, directory=handle.directory)
+        del self.model[name]
+
+    @rule(budget=st.sampled_from([0, 8, 10_000, 20_000]))
+    def set_cache_budget(self, budget):
+        with self.cache.lock:
+            self.cache.budget = budget
+            while self.cache.used > budget and self.cache.evict_oldest():
+                pass
+
+    @invariant()
+    def reads_equal_the_model(self):
+        for name, handle in self.handles.items():
+            np.testing.assert_array_equal(np.asarray(handle.array), self.model[name])
+
+    @invariant()
+    def files_are_the_live_arrays(self):
+        files = {
+            (tier, p.name)
+            for tier in ("mapped", "disk")
+            for p in self.dirs[tier].iterdir()
+            if not p.name.endswith(shm.LOCK_SUFFIX)
+        }
+        expected = {
+            ("disk" if h.tier == "disk" else "mapped", shm.segment_path(h.name, h.directory).name)
+            for h in self.handles.values()
+            if h.tier != "dram"
+        }
+        assert files == expected
+
+    def teardown(self):
+        for handle in self.handles.values():
+            tiers.free(handle.name, handle.tier, directory=handle.directory)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+TestTiers = TierMachine.TestCase
+TestTiers.settings = SETTINGS
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """One stored object's attributes on the store's tiers against a dict of numpy arrays (aliases
+    are one array in the model too), under tiny memory limits and cache budgets."""
+
+    store = None  # set by the test
+
+    def __init__(self):
+        super().__init__()
+        self.model: dict[str, object] = {"a": np.zeros(500)}
+        self.model["b"] = self.model["a"]  # aliased from the start
+        self.proxy = self.store.make_persistent(Bag(**self.model))
+
+    @rule(tier=st.sampled_from(["dram", "mapped", "cached", "disk"]))
+    def place(self, tier):
+        self.proxy.place(tier)
+
+    @precondition(lambda self: any(isinstance(v, np.ndarray) for v in self.model.values()))
+    @rule(data=st.data(), delta=st.integers(1, 3))
+    def add(self, data, delta):
+        names = sorted(k for k, v in self.model.items() if isinstance(v, np.ndarray))
+        chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3))
+        self.proxy.add.value(float(delta), *chosen)
+        for name in chosen:
+            array = self.model[name]
+            array += delta
+
+    @rule(name=NAMES, size=SIZES, fill=st.integers(-5, 5))
+    def rebind_array(self, name, size, fill):
+        value = np.full(size, float(fill))
+        self.proxy.bind.value(name, value)
+        self.model[name] = value.copy()
+
+    @rule(name=NAMES, value=st.sampled_from([None, [1, 2], "x"]))
+    def rebind_other(self, name, value):
+        self.proxy.bind.value(name, value)
+        self.model[name] = value
+
+    @precondition(lambda self: self.model)
+    @rule(name=NAMES, data=st.data())
+    def alias(self, name, data):
+        other = data.draw(st.sampled_from(sorted(self.model)))
+        self.proxy.bind_to.value(name, other)
+        self.model[name] = self.model[other]
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def forget(self, data):
+        name = data.draw(st.sampled_from(sorted(self.model)))
+        self.proxy.forget.value(name)
+        del self.model[name]
+
+    @rule(cache=st.sampled_from([0, 5_000, 10_000, 2**20]), limit=st.sampled_from([None, 0, 6_000, 2**30]))
+    def budgets(self, cache, limit):
+        self.store.set_cache(cache)
+        self.store.set_memory_limit(limit)
+
+    @rule()
+    def cool(self):
+        self.proxy.cool()
+
+    @invariant()
+    def reads_equal_the_model(self):
+        for name, value in self.model.items():
+            got = self.proxy.read.value(name)
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(got, value)
+            else:
+                assert got == value
+        arrays = [k for k, v in self.model.items() if isinstance(v, np.ndarray)]
+        for i, x in enumerate(arrays):
+            for y in arrays[i + 1 :]:
+                assert self.proxy.same.value(x, y) == (self.model[x] is self.model[y]), (x, y)
+
+    def teardown(self):
+        self.proxy.delete()
+        directory = self.store.directory / "tiers" / "mapped"
+        left = [p.name for p in directory.iterdir() if self.proxy.oid in p.name] if directory.is_dir() else []
+        assert left == [], f"tier files outlived their object: {left}"
+
+
+@pytest.fixture
+def restored_budgets(session):
+    store = store_for(session)
+    caches = {w: store.backend(w, "set_cache", nbytes=2**20) for w in store.backends()}
+    limits = {w: store.backend(w, "set_memory_limit", nbytes=None) for w in store.backends()}
+    yield store
+    for w, nbytes in caches.items():
+        store.backend(w, "set_cache", nbytes=nbytes)
+    for w, limit in limits.items():
+        store.backend(w, "set_memory_limit", nbytes=limit)
+
+
+def test_the_store_against_a_model(restored_budgets):
+    StoreMachine.store = restored_budgets
+    try:
+        run = StoreMachine.TestCase("runTest")
+        run.settings = settings(SETTINGS, stateful_step_count=12)
+        run.runTest()
+    finally:
+        StoreMachine.store = None
