@@ -252,6 +252,7 @@ def test_an_eager_group_leaves_no_queue_on_the_scheduler(session):
 
 def mismatch(rank, case):
     channel = rank.channel("c", 4, np.float64)
+    other = rank.channel("d", 4, np.float64)
     channel.buffer[:] = rank.rank + 1
     if case == "reduce-vs-gather":
         channel.reduce("sum", 0) if rank.rank == 0 else channel.gather(0)
@@ -263,16 +264,42 @@ def mismatch(rank, case):
             channel.allreduce()
     elif case == "put-vs-broadcast":
         channel.put(1) if rank.rank == 0 else channel.broadcast(0)
+    elif case == "take-vs-reduce":
+        channel.take(1) if rank.rank == 0 else channel.reduce()
+    elif case == "allreduce-on-other-channels":
+        channel.allreduce() if rank.rank == 0 else other.allreduce()
+    elif case == "put-vs-exchange":
+        channel.put(1) if rank.rank == 0 else channel.exchange(0, 0)
 
 
-@pytest.mark.parametrize("case", ["reduce-vs-gather", "roots-differ", "extra-allreduce", "put-vs-broadcast"])
-def test_ranks_in_different_operations_fail_clearly_before_the_timeout(session, case):
+MISMATCHES = [
+    "reduce-vs-gather",
+    "roots-differ",
+    "extra-allreduce",
+    "put-vs-broadcast",
+    "take-vs-reduce",
+    "allreduce-on-other-channels",
+    "put-vs-exchange",
+]
+
+
+@pytest.mark.parametrize(
+    "case, eager",
+    [(case, False) for case in MISMATCHES]
+    + [(case, True) for case in MISMATCHES if case != "allreduce-on-other-channels"],  # eager: one queue a channel
+    ids=lambda value: {False: "shared-memory", True: "eager"}.get(value, value) if isinstance(value, bool) else value,
+)
+def test_ranks_in_different_operations_fail_clearly_before_the_timeout(session, case, eager):
+    begin = time.monotonic()
     with pytest.raises(ChannelError, match="in the same order|returned from its rank function") as caught:
-        run_group(session, mismatch, [(case,)] * 2, ranks=2, timeout=300)
+        run_group(session, mismatch, [(case,)] * 2, ranks=2, timeout=300, eager=eager)
     assert "within the timeout" not in str(caught.value)
+    assert time.monotonic() - begin < 60, "found only long after the ranks stopped moving (the timeout is 300 s)"
 
 
-@pytest.mark.parametrize("case", ["reduce-vs-gather", "put-vs-broadcast"])
+@pytest.mark.parametrize(
+    "case", ["reduce-vs-gather", "put-vs-broadcast", "take-vs-reduce", "allreduce-on-other-channels", "put-vs-exchange"]
+)
 def test_ranks_in_different_operations_fail_clearly_between_nodes(two_nodes, case):
     with pytest.raises(ChannelError, match="in the same order"):
         run_group(two_nodes, mismatch, [(case,)] * 2, ranks=2, timeout=300)
@@ -285,6 +312,7 @@ def make_channel(rank, shape, dtype):
 @pytest.mark.parametrize(
     "shape, dtype, message",
     [
+        ([[]], "f8", "whole number"),
         (-1, "f8", "none negative"),
         ((2, -3), "f8", "none negative"),
         (3.7, "f8", "whole number"),
@@ -457,3 +485,149 @@ def pingpong_asleep(rank, round_trips):
 def test_no_wake_up_is_lost_when_every_wait_sleeps(session):
     longest = run_group(session, pingpong_asleep, [(2000,)] * 2, workers=session.workers()[:2]).results
     assert max(longest) < 10.0, f"a round trip took {max(longest):.1f} s: a wake-up was lost"
+
+
+# -- issue 25: a group ends whole --------------------------------------------------------------------
+def _leftovers(dask_worker=None) -> dict[str, list[str]]:
+    """What a worker still has of any group: rank threads, channel segments mapped or present."""
+    import sys
+    import traceback
+
+    ranks = [
+        str(ident)
+        for ident, frame in sys._current_frames().items()
+        if any(f.name == "rank_main" for f in traceback.extract_stack(frame))
+    ]
+    with open("/proc/self/maps") as maps:
+        fields = (line.split(None, 5) for line in maps)
+        mapped = sorted({f[5].strip() for f in fields if len(f) == 6 and f"/{shm.PREFIX}ch-" in f[5]})
+    present = [s.name for s in shm.list_segments() if s.name.startswith("ch-")]
+    return {"ranks": ranks, "mapped": mapped, "present": present}
+
+
+def _group_leftovers(session) -> dict[str, dict[str, list[str]]]:
+    return {w: left for w, left in session.run(_leftovers).items() if any(left.values())}
+
+
+@pytest.fixture(autouse=True)
+def every_group_ends_whole(request):
+    """After every test: no rank of a finished or failed group still runs, and no channel segment is
+    present or mapped in any worker of the clusters the test used (bounded wait: a failed group's
+    ranks stop at their next check)."""
+    yield
+    for name in ("session", "one_node", "two_nodes"):
+        if name not in request.fixturenames:
+            continue
+        cluster = request.getfixturevalue(name)
+        cluster.client.wait_for_workers(2, timeout=60)  # a test may have killed a worker: its nanny restarts it
+        deadline = time.monotonic() + 30
+        while left := _group_leftovers(cluster):
+            assert time.monotonic() < deadline, f"{name}: a group left {left}"
+            time.sleep(0.05)
+
+
+def big_channel(rank, nbytes):
+    channel = rank.channel("big", nbytes, np.uint8)
+    channel.buffer[:] = rank.rank + 1
+    return int(channel.allreduce()[0])
+
+
+def test_a_finished_group_keeps_nothing_mapped_in_its_workers(session):
+    for _ in range(6):  # 6 groups x 2 ranks x 3 buffers of 32 MiB: 1.1 GiB if each stayed mapped
+        results = run_group(session, big_channel, [(32 << 20,)] * 2, workers=session.workers()[:2]).results
+        assert results == [3, 3]
+        assert not _group_leftovers(session), "a finished group's mailboxes are still mapped (or present)"
+
+
+def test_a_channel_used_after_its_group_ended_says_so():
+    from workbench.runtime.channels.channel import ArrayChannel, Collectives
+
+    channel = ArrayChannel.__new__(ArrayChannel)
+    Collectives.__init__(channel)
+    channel.index, channel.name, channel.closed = 0, "c", True
+    with pytest.raises(ChannelError, match="belongs to a group that has ended"):
+        channel.put(1)
+
+
+def returns_early(rank, call):
+    if rank.rank == 1:
+        return "returned"
+    if call == "channel":
+        rank.channel("c", 4, np.float64)
+    else:
+        rank.barrier()
+    return "never"
+
+
+@pytest.mark.parametrize("call", ["channel", "barrier"])
+def test_a_rank_that_returns_before_the_others_make_a_channel_fails_them_at_once(session, call):
+    begin = time.monotonic()
+    with pytest.raises(ChannelError, match=r"rank 1 returned from its rank function while rank 0 waits for it"):
+        run_group(session, returns_early, [(call,)] * 2, ranks=2, timeout=120)
+    assert time.monotonic() - begin < 60, "rank 0 waited for the rank that had returned (the timeout is 120 s)"
+
+
+def fails_before_a_channel(rank):
+    rank.channel("first", 2, np.float64)
+    if rank.rank == 1:
+        raise RuntimeError("rank 1 fails before the second channel")
+    rank.channel("second", 2, np.float64)  # rank 0 waits for rank 1's description of it
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["shared-memory", "eager"])
+def test_when_run_group_raises_no_rank_of_the_group_runs_and_nothing_of_it_is_left(session, eager):
+    with pytest.raises(ChannelError, match="rank 1 fails before the second channel"):
+        run_group(session, fails_before_a_channel, ranks=2, timeout=300, eager=eager)
+    assert not _group_leftovers(session), "a rank of the failed group still runs, or left a segment"
+
+
+def string_sum(rank, dtype):
+    channel = rank.channel("s", 2, dtype)
+    channel.buffer[:] = ["ab", "x"] if rank.rank == 0 else ["cd", "yz"]
+    return channel.allreduce("sum").copy()
+
+
+@pytest.mark.parametrize("dtype", ["U3", "S2"])
+def test_a_string_sum_that_would_truncate_is_refused(session, dtype):
+    with pytest.raises(ChannelError, match="does not fit back into the .* buffer without loss"):
+        run_group(session, string_sum, [(dtype,)] * 2, ranks=2)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["channels", "eager"])
+def test_a_zero_dimensional_channel_carries_one_value_through_every_pattern(session, eager):
+    for size in (1, 2, 3):
+        results = run_group(session, patterns, [((), "float64")] * size, ranks=size, eager=eager).results
+        _check(results, size, (), "float64")
+
+
+def wait_forever(rank, marker_dir):
+    channel = rank.channel("c", 4, np.float64)
+    (marker_dir / f"r{rank.rank}").touch()  # the test closes the session once every rank waits
+    channel.take(1 - rank.rank)  # both take: neither ever puts
+
+
+def test_closing_the_session_while_a_group_runs_is_a_channel_error_and_leaves_nothing(tmp_path):
+    session = workbench.start(n_workers=2, timeout=60)
+    errors = []
+
+    def run() -> None:
+        try:
+            run_group(session, wait_forever, [(tmp_path,)] * 2, ranks=2, timeout=300)
+        except Exception as error:  # noqa: BLE001 - inspected below
+            errors.append(error)
+
+    runner = threading.Thread(target=run)
+    try:
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not ((tmp_path / "r0").exists() and (tmp_path / "r1").exists()):
+            assert time.monotonic() < deadline and runner.is_alive(), f"the ranks did not start: {errors}"
+            time.sleep(0.05)
+    finally:
+        session.close()
+    runner.join(timeout=120)
+    assert not runner.is_alive(), "run_group did not return after the session closed"
+    assert len(errors) == 1 and isinstance(errors[0], ChannelError), errors
+    assert "the session was closed while the group ran" in str(errors[0])
+    shm.clean()  # what a killed worker may have made after run_group's own clean-up: clean removes it
+    assert not [s.name for s in shm.list_segments() if s.name.startswith("ch-")]

@@ -761,3 +761,18 @@ def test_a_header_parse_that_meets_another_threads_ast_build_is_retried(tmp_path
     with pytest.raises(shm.SharedMemoryError, match="header cannot be read .SystemError: something else"):
         shm.attach("race", directory=tmp_path)
     assert shm.delete("race", directory=tmp_path)
+
+
+def test_clean_removes_a_dead_groups_mailboxes_and_keeps_other_unused_segments(tmp_path):
+    # A channel mailbox (``ch-``) never outlives the rank that made it: once nothing maps it, it is
+    # left over from a killed worker, and clean removes it without everything=True.
+    for name in ("ch-gdead-0-r1", "kept-data"):
+        view = shm.create(name, 16, np.uint8, directory=tmp_path)
+        del view  # unmapped: as after its process died
+    assert shm.clean(tmp_path) == ["ch-gdead-0-r1"]
+    assert [s.name for s in shm.list_segments(tmp_path)] == ["kept-data"]
+    mapped = shm.create("ch-glive-0-r0", 16, np.uint8, directory=tmp_path)  # a running group's: mapped
+    assert shm.clean(tmp_path) == []
+    del mapped
+    shm.delete("kept-data", directory=tmp_path)
+    assert shm.clean(tmp_path) == ["ch-glive-0-r0"]

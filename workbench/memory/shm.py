@@ -1081,12 +1081,16 @@ def _remove_own(path: Path) -> bool:
     return True
 
 
-def clean(directory: str | Path | None = None, *, everything: bool = False, prefix: str = "") -> list[str]:
-    """Remove what no live process uses: partial files of dead writers, locks no writer holds and,
-    with ``everything=True``, every complete (or unreadable) segment no live process maps.
-    Returns removed names.
+TRANSIENT_PREFIXES = ("ch-",)  # names of segments that never outlive their makers: a channel group's mailboxes
 
-    Without ``everything``, complete segments are kept: an unused segment may be data someone
+
+def clean(directory: str | Path | None = None, *, everything: bool = False, prefix: str = "") -> list[str]:
+    """Remove what no live process uses: partial files of dead writers, locks no writer holds,
+    transient segments no live process maps (names starting with one of ``TRANSIENT_PREFIXES``: a
+    channel group's mailboxes, left when its workers were killed) and, with ``everything=True``,
+    every complete (or unreadable) segment no live process maps. Returns removed names.
+
+    Without ``everything``, other complete segments are kept: an unused segment may be data someone
     will attach later (``delete`` it by name, or ``clean --all``). ``prefix`` limits the sweep.
     Foreign files (symlinks, other users' files, names the workbench never makes) are never removed.
     """
@@ -1099,7 +1103,7 @@ def clean(directory: str | Path | None = None, *, everything: bool = False, pref
         elif info.state == "partial":
             gone = not _pid_alive(info.owner_pid) and _remove_own(info.path)
         else:
-            gone = everything and _remove_own(info.path)
+            gone = (everything or info.name.startswith(TRANSIENT_PREFIXES)) and _remove_own(info.path)
         if gone:
             removed.append(info.name)
     return removed

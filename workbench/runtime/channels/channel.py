@@ -21,11 +21,18 @@ import numpy as np
 from workbench.runtime.channels.transport import (
     DONE,
     FINISHED,
+    GENERATION,
     MIN_SPIN_SECONDS,
     OWNER_SLEEPS,
+    READY,
     SENDER_SLEEPS,
     SPIN_SECONDS,
     TAG,
+    WAIT_CHANNEL,
+    WAIT_SLOT,
+    WAIT_TAG,
+    WAIT_WORD,
+    WAITING_FOR,
     ChannelError,
     Mailbox,
     pid_alive,
@@ -40,6 +47,7 @@ OPERATIONS = {PUT: "put/take", EXCHANGE: "exchange", REDUCE: "reduce", BROADCAST
               GATHER: "gather"}  # fmt: skip
 COLLECTIVE = {REDUCE, BROADCAST, SCATTER, GATHER}
 ABORT_MESSAGE = "workbench-channel-group-aborted"  # what an eager rank's queue gets when its group failed
+EAGER_POLL_SECONDS = 0.1  # an eager wait's slices (each a scheduler round trip): between them it checks the peer
 
 
 def make_tag(operation: int, root: int = 0, call: int = 0) -> int:
@@ -70,10 +78,10 @@ def _op(op: Any, dtype: np.dtype) -> Any:
         types = op.resolve_dtypes((dtype, dtype, None))
     except (TypeError, ValueError, np.exceptions.DTypePromotionError) as error:
         raise TypeError(f"reduction {op.__name__} does not apply to {dtype} buffers ({error})") from None
-    if not np.can_cast(types[-1], dtype, "same_kind"):
+    if not np.can_cast(types[-1], dtype, "safe"):  # 'U3' + 'U3' is 'U6': truncated back into 'U3' otherwise
         raise TypeError(
             f"reduction {op.__name__} of two {dtype} buffers gives {types[-1]}, which does not fit back into the "
-            f"{dtype} buffer: use a channel of dtype {types[-1]}"
+            f"{dtype} buffer without loss: use a channel of dtype {types[-1]}"
         )
     return op
 
@@ -118,9 +126,19 @@ class Collectives:
     calls = 0  # collective calls made on this channel (every rank counts the same)
     tag = 0  # the operation in progress: its messages carry it, a receiver checks it
     state = 0  # the same with the collective call counted (the state word peers read)
+    closed = False  # the group ended: the buffers are gone
+
+    def _check_open(self) -> None:
+        """Refuse a channel whose group has ended (its buffers are gone)."""
+        if self.closed:
+            raise ChannelError(
+                f"channel {getattr(self, 'name', self.index)!r} belongs to a group that has ended: use a channel "
+                "only inside the rank function that made it"
+            )
 
     def _enter(self, operation: int, root: int = 0) -> None:
         """Start an operation: its tag, and the state peers see (every rank must be in the same one)."""
+        self._check_open()
         if operation in COLLECTIVE:
             self.calls += 1
             self.tag = make_tag(operation, root, self.calls)
@@ -144,6 +162,7 @@ class Collectives:
     @property
     def buffer(self) -> np.ndarray:
         """This rank's persistent buffer (slot 0)."""
+        self._check_open()
         return self.slots[0]
 
     def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
@@ -181,6 +200,7 @@ class Collectives:
         return self.slots[1]
 
     def _peer(self, other: int, what: str) -> int:
+        self._check_open()
         if isinstance(other, bool) or not isinstance(other, (int, np.integer)) or not 0 <= other < self.rank.size:
             raise ValueError(f"{what} must be a rank from 0 to {self.rank.size - 1}, got {other!r}")
         if other == self.rank.rank:
@@ -299,6 +319,7 @@ class Collectives:
         return out
 
     def _root(self, root: int) -> int:
+        self._check_open()
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.rank.size:
             raise ValueError(f"root must be a rank from 0 to {self.rank.size - 1}, got {root!r}")
         return int(root)
@@ -318,6 +339,13 @@ class ArrayChannel(Collectives):
         self._peers: dict[int, Mailbox] = {}
         self._spin_budget = SPIN_SECONDS  # how long a wait spins before it sleeps (learned, see _learn_spin)
 
+    def close(self) -> None:
+        """End of the group: drop this channel's buffers and mailboxes (nothing keeps them mapped)."""
+        self.closed = True
+        self.slots = []
+        self._peers.clear()
+        self.mailbox.close()
+
     def _peer_mailbox(self, dest: int) -> Mailbox:
         if dest not in self._peers:
             self._peers[dest] = self.rank.attach_mailbox(self.index, dest, self.mailbox.shape, self.mailbox.dtype)
@@ -326,10 +354,66 @@ class ArrayChannel(Collectives):
     def _publish(self, state: int) -> None:
         self.mailbox.control[self.mailbox.state] = state
 
-    def _watch(self, peer: int) -> Callable[[], str | None]:
+    def _status_box(self, rank: int) -> Mailbox:
+        """Rank ``rank``'s channel 0 mailbox, where it says what it waits for (this rank's own, or a
+        peer's on this node, attached once)."""
+        first = self.rank.channels[0]
+        return first.mailbox if rank == self.rank.rank else first._peer_mailbox(rank)
+
+    def _waiting(self, peer: int, slot: int, word: int) -> None:
+        """Say (in this rank's status words) that it waits for ``peer``'s ``word`` (``READY`` in the
+        peer's mailbox, ``DONE`` in this one) of ``slot``, in the operation in progress; -1: no wait."""
+        box = self._status_box(self.rank.rank)
+        control, at = box.control, box.status
+        control[at + WAITING_FOR] = 0
+        if peer < 0:
+            return
+        control[at + GENERATION] += 1
+        control[at + WAIT_CHANNEL] = self.index
+        control[at + WAIT_SLOT] = slot
+        control[at + WAIT_TAG] = self.tag
+        control[at + WAIT_WORD] = word
+        control[at + WAITING_FOR] = peer + 1  # last: a reader that sees it sees the words above (x86 order)
+
+    def _deadlock(self, peer: int, slot: int) -> str | None:
+        """Why this rank and ``peer`` can never go on, or None: ``peer`` waits for this rank in another
+        operation (or on another channel or slot) than this rank waits for it in, and its wait is not
+        satisfied either; only each other could end the two waits. What sockets see at once (a ready
+        or a message with the wrong tag), shared memory sees here."""
+        me = self.rank.rank
+        box = self._status_box(peer)
+        control, at = box.control, box.status
+        waiting, generation = control[at + WAITING_FOR], control[at + GENERATION]
+        if waiting != me + 1:
+            return None
+        channel, their_slot = control[at + WAIT_CHANNEL], control[at + WAIT_SLOT]
+        tag, word = control[at + WAIT_TAG], control[at + WAIT_WORD]
+        if control[at + WAITING_FOR] != waiting or control[at + GENERATION] != generation:
+            return None  # it moved on while being read
+        if (channel, their_slot, tag) == (self.index, slot, self.tag) or not 0 <= channel < len(self.rank.channels):
+            return None
+        other = self.rank.channels[channel]
+        if word == DONE:  # it waits for this rank's copy into its own mailbox
+            theirs = other._peer_mailbox(peer)
+            at_word = theirs.word(me, their_slot)
+            satisfied = theirs.control[at_word + DONE] == theirs.control[at_word + READY]
+        else:  # it waits for this rank to be ready to take from it
+            mine = other.mailbox
+            at_word = mine.word(peer, their_slot)
+            satisfied = mine.control[at_word + READY] == mine.control[at_word + DONE] + 1
+        if satisfied:
+            return None
+        return (
+            f"rank {me} waits for rank {peer} in {describe(self.tag)} on channel {self.name!r}, while rank {peer} "
+            f"waits for rank {me} in {describe(tag)} on channel {other.name!r}: neither can go on. Every rank must "
+            "call the same operations, with the same root, in the same order"
+        )
+
+    def _watch(self, peer: int, slot: int) -> Callable[[], str | None]:
         """What a wait for ``peer`` (on this node) checks besides its own condition: the peer is alive
-        and the group not aborted, and the peer is not in another collective call of this channel, or
-        finished (then the message waited for never comes)."""
+        and the group not aborted, the peer is not in another collective call of this channel, or
+        finished (then the message waited for never comes), and the two are not waiting for each
+        other in different operations."""
         alive = self.rank.liveness(peer)
         me = self.rank.rank
 
@@ -351,7 +435,10 @@ class ArrayChannel(Collectives):
                     f"rank {me} is in {describe(self.state)}, rank {peer} in {describe(theirs)}: every rank must call "
                     "the same collectives, with the same root, in the same order"
                 )
-            return None
+            try:
+                return self._deadlock(peer, slot)
+            except FileNotFoundError:  # a mailbox it would read is gone: the peer is ending (seen next check)
+                return None
 
         return check
 
@@ -390,14 +477,16 @@ class ArrayChannel(Collectives):
             done = ready + DONE
             if control[ready] != control[done] + 1:  # the receiver is not ready yet: wait (rendezvous)
                 spin = self._spin(dest)
+                self._waiting(dest, slot, READY)
                 waited = wait_for(
                     lambda: control[ready] == control[done] + 1,
                     rank.deadline(),
-                    self._watch(dest),
+                    self._watch(dest, slot),
                     f"rank {rank.rank} put to rank {dest} on channel {self.name!r}",
                     box.sleeper(ready, ready + SENDER_SLEEPS),
                     spin,
                 )
+                self._waiting(-1, 0, 0)
                 self._learn_spin(spin, waited)
             if array is self.slots[0]:  # the buffer itself: bytes to bytes, no numpy call
                 box.raw[slot][:] = self.mailbox.raw[0]
@@ -434,14 +523,16 @@ class ArrayChannel(Collectives):
             done = ready + DONE
             if control[done] != control[ready]:
                 spin = self._spin(src)
+                self._waiting(src, slot, DONE)
                 waited = wait_for(
                     lambda: control[done] == control[ready],
                     rank.deadline(),
-                    self._watch(src),
+                    self._watch(src, slot),
                     f"rank {rank.rank} took from rank {src} on channel {self.name!r}",
                     self.mailbox.sleeper(done, ready + OWNER_SLEEPS),
                     spin,
                 )
+                self._waiting(-1, 0, 0)
                 self._learn_spin(spin, waited)
             if control[ready + TAG] != self.tag:
                 self._check_tag(src, control[ready + TAG])
@@ -457,6 +548,12 @@ class EagerChannel(Collectives):
         self.rank, self.index, self.name = rank, index, name
         self.slots = [np.zeros(shape, dtype) for _ in range(3)]
         self._queues: dict[tuple[int, int, int], Any] = {}
+
+    def close(self) -> None:
+        """End of the group: drop this channel's buffers and queues."""
+        self.closed = True
+        self.slots = []
+        self._queues.clear()
 
     def _queue(self, src: int, dest: int, slot: int) -> Any:
         from distributed import Queue
@@ -477,11 +574,25 @@ class EagerChannel(Collectives):
     def _wait(self, src: int, slot: int) -> None:
         start = time.time()
         queue = self._queue(src, self.rank.rank, slot)
-        what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r}"
-        try:
-            message = queue.get(timeout=self.rank.timeout)
-        except TimeoutError:
-            raise ChannelError(f"{what}: nothing within the timeout") from None
+        what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r} in {describe(self.tag)}"
+        deadline = self.rank.deadline()
+        while True:  # in slices, so that a peer that returned or an aborted group ends the wait early
+            try:
+                message = queue.get(timeout=EAGER_POLL_SECONDS)
+                break
+            except TimeoutError:
+                pass
+            problem = self.rank.aborted_check()
+            if problem is None and self.rank.has_finished(src):
+                try:  # what it sent before it returned is in the queue already
+                    message = queue.get(timeout=0)
+                    break
+                except TimeoutError:
+                    problem = f"rank {src} returned from its rank function"
+            if problem:
+                raise ChannelError(f"{what}: {problem}")
+            if time.monotonic() > deadline:
+                raise ChannelError(f"{what}: nothing within the timeout")
         if isinstance(message, str) and message == ABORT_MESSAGE:  # put there when the group failed
             raise ChannelError(f"{what}: the group was aborted (another rank failed)")
         tag, value = message

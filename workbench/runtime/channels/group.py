@@ -18,6 +18,7 @@ import os
 import pickle
 import socket
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from workbench.memory import shm
 from workbench.runtime.channels.channel import ABORT_MESSAGE, ArrayChannel, EagerChannel
 from workbench.runtime.channels.transport import (
     FINISHED,
+    POLL_SECONDS,
     ChannelError,
     Link,
     Mailbox,
@@ -49,6 +51,7 @@ MAX_CHANNEL_BYTES = 1 << 40  # a channel's buffer: three of them per rank live i
 # What a rank's ChannelError says when it only saw another rank fail (not the root cause)
 CONSEQUENCES = ("aborted", "closed its connection", "broke", "died", "returned from its rank function", "is gone")
 GRACE_SECONDS = 2.0  # after the first failure, how long the other ranks' errors are collected
+ENDING_SECONDS = 10.0  # after a failure, how long run_group lets the other ranks end before it cleans up
 
 
 class Rank:
@@ -76,18 +79,49 @@ class Rank:
     def _variable(self, key: str, rank: int) -> Variable:
         return Variable(f"{self.group}-{key}-r{rank}")
 
-    def _exchange(self, key: str, value: dict[str, Any]) -> list[dict[str, Any]]:
-        """Publish ``value`` and read every rank's (bounded)."""
+    def _exchange(self, key: str, value: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        """Publish ``value`` and read every rank's (``what`` this step is, for errors). The wait for a
+        rank stops within :data:`POLL_SECONDS` when that rank returned from its function without
+        publishing, or the group was aborted; else at the timeout."""
         self._variable(key, self.rank).set(value)
-        out = []
-        for r in range(self.size):
+        deadline = self.deadline()
+        return [self._published(key, r, what, deadline) for r in range(self.size)]
+
+    def _published(self, key: str, r: int, what: str, deadline: float) -> dict[str, Any]:
+        variable, finished = self._variable(key, r), self._variable("finished", r)
+        while True:
             try:
-                out.append(self._variable(key, r).get(timeout=self.timeout))
+                return variable.get(timeout=POLL_SECONDS)
             except TimeoutError:
+                pass
+            problem = self.aborted_check()
+            if problem:
+                raise ChannelError(f"rank {self.rank} was waiting for rank {r} in {what}: {problem}")
+            if r != self.rank and _is_set(finished):
+                try:  # it may have published just before it returned
+                    return variable.get(timeout=0)
+                except TimeoutError:
+                    raise ChannelError(
+                        f"rank {r} returned from its rank function while rank {self.rank} waits for it in {what}: "
+                        "every rank must make the same channels in the same order and reach the same barriers"
+                    ) from None
+            if time.monotonic() > deadline:
                 raise ChannelError(
-                    f"rank {self.rank}: rank {r} did not publish its {key} within {self.timeout} s (did it start?)"
-                ) from None
-        return out
+                    f"rank {self.rank}: rank {r} did not reach {what} within {self.timeout} s (is it stuck in its "
+                    "own computation, or did it start?)"
+                )
+
+    def has_finished(self, peer: int) -> bool:
+        """Whether rank ``peer``'s function has returned (asked of the scheduler: a round trip)."""
+        return _is_set(self._variable("finished", peer))
+
+    def finished(self) -> None:
+        """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
+        barrier's exchange then stops at once). Best effort: a scheduler that is gone has no rank to tell."""
+        try:
+            self._variable("finished", self.rank).set(True, timeout=min(self.timeout, 5.0))
+        except Exception:  # noqa: BLE001 - the group is ending either way
+            pass
 
     def connect(self) -> None:
         """Publish this rank's address, read the others', connect to the ranks on other nodes."""
@@ -95,7 +129,9 @@ class Rank:
         if not self.eager:
             self._listener = socket.create_server((host, 0), backlog=max(8, self.size))
         port = self._listener.getsockname()[1] if self._listener else 0
-        self.peers = self._exchange("address", {"node": self.node, "pid": self.pid, "host": host, "port": port})
+        self.peers = self._exchange(
+            "address", {"node": self.node, "pid": self.pid, "host": host, "port": port}, "connecting the group"
+        )
         if self.eager:
             return
         remote = [r for r in range(self.size) if r != self.rank and self.peers[r]["node"] != self.node]
@@ -120,7 +156,8 @@ class Rank:
         a ``ChannelError`` before any byte moves."""
         shape, dtype = channel_layout(name, shape, dtype)
         index = len(self.channels)
-        described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": repr(dtype)})
+        what = f"making channel {index} ({name!r}{': rank.barrier()' if name == 'barrier' else ''})"
+        described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": repr(dtype)}, what)
         for r, other in enumerate(described):
             if (other["name"], tuple(other["shape"]), other["dtype"]) != (name, shape, repr(dtype)):
                 raise ChannelError(
@@ -132,8 +169,11 @@ class Rank:
             made: ArrayChannel | EagerChannel = EagerChannel(self, index, name, shape, dtype)
         else:
             box = Mailbox(segment_name(self.group, index, self.rank), self.size, shape, dtype, create=True)
-            self._mailboxes.append(box)
-            self._exchange(f"mailbox{index}", {"ready": True})  # every mailbox exists before anyone attaches
+            self._mailboxes.append(box)  # removed by close(), however the rank ends
+            problem = self.aborted_check()  # aborted meanwhile: the group's clean-up may be over already
+            if problem:
+                raise ChannelError(f"rank {self.rank} in {what}: {problem}")
+            self._exchange(f"mailbox{index}", {"ready": True}, what)  # every mailbox exists before anyone attaches
             made = ArrayChannel(self, index, name, box)
         self.channels.append(made)
         return made
@@ -215,26 +255,42 @@ class Rank:
                 )
 
     def close(self) -> None:
-        """Close sockets, unmap peers' mailboxes, remove this rank's own segments."""
+        """Close sockets, remove this rank's own segments, and let go of every mapping: the channels
+        and this rank refer to each other, so the cycle is broken here rather than left to the
+        garbage collector (which an idle worker may not run for a long time: a finished group's
+        buffers stayed mapped)."""
         for link in self.links.values():
             link.close()
+        self.links.clear()
         if self._listener is not None:
             self._listener.close()
-        self._attached.clear()
         for box in self._mailboxes:
             box.control[box.state] = FINISHED  # a peer still waiting for this rank stops at once
             shm.delete(box.name)
+        for channel in self.channels:
+            channel.close()
+        self.channels.clear()
+        self.__dict__.pop("_barrier", None)
+        for box in self._mailboxes + self._attached:
+            box.close()
         self._mailboxes.clear()
+        self._attached.clear()
 
 
 def channel_layout(name: Any, shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
-    """A channel's shape and dtype, checked: whole non-negative sizes, a fixed-size dtype with no
-    sub-array, a buffer that fits in memory. Raises ``TypeError``/``ValueError`` saying what to give."""
+    """A channel's shape and dtype, checked: whole non-negative sizes (``()``: one value, a 0-d
+    buffer), a fixed-size dtype with no sub-array, a buffer that fits in memory. Raises
+    ``TypeError``/``ValueError`` saying what to give."""
     if not isinstance(name, str):
         raise TypeError(f"a channel's name is a string, got {type(name).__name__} {name!r}")
+    empty = isinstance(shape, (tuple, list)) and len(shape) == 0  # () : a 0-d channel of one value
     dims = [shape] if np.ndim(shape) == 0 else list(np.asarray(shape, dtype=object).reshape(-1))
-    if not dims or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in dims):
-        raise ValueError(f"a channel's shape is a whole number or a tuple of them, none negative; got {shape!r}")
+    if (not dims and not empty) or any(
+        isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in dims
+    ):
+        raise ValueError(
+            f"a channel's shape is a whole number or a tuple of them (() for one value), none negative; got {shape!r}"
+        )
     out_shape = tuple(int(n) for n in dims)
     try:
         dtype = np.dtype(dtype)
@@ -286,8 +342,32 @@ def rank_main(
         result = sendable(fn, context, *args)
         sendable(_check_sendable, result, rank)  # pickling runs the result's own code too
         return result, context.events
+    except BaseException as error:
+        _clear_frames(error)  # the failed frames' locals hold views of the mailboxes: let them go now
+        raise
     finally:
+        context.finished()
         context.close()
+
+
+def _clear_frames(error: BaseException) -> None:
+    """Clear the locals of every finished frame in ``error``'s tracebacks (and its causes'): they hold
+    views of the group's mailboxes, which would stay mapped for as long as the worker keeps the error
+    (until the client forgets the task) and, in a reference cycle, until a garbage collection."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)  # frames still running are skipped
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+
+
+def _is_set(variable: Variable) -> bool:
+    """Whether a Dask variable holds a value now (asked without waiting)."""
+    try:
+        variable.get(timeout=0)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _check_sendable(result: Any, rank: int) -> None:
@@ -398,14 +478,36 @@ def run_group(
     try:
         results = _gather_ranks(session, futures, workers, timeout * 3 + 30, lambda: _abort_group(session, group))
         failed = False
+    except Exception as error:
+        if session.closed:
+            raise ChannelError(
+                "the session was closed while the group ran: its ranks stopped with their workers, and its "
+                "mailboxes on this machine were removed"
+            ) from error
+        raise
     finally:
-        if failed:  # the ranks still waiting stop within a poll, instead of at their timeout
-            _abort_group(session, group)
-        client.cancel(futures, force=True)
-        session.run(remove_group_segments, group, failed)
-        _forget_variables(session, group, size)
+        if session.closed:  # no worker can be asked: remove what the group left on this machine
+            shm.delete_prefix(f"ch-{group}-")
+        else:
+            if failed:  # the ranks still waiting stop within a poll, instead of at their timeout
+                _abort_group(session, group)
+                _let_ranks_end(futures, ENDING_SECONDS)  # then nothing of theirs is made after the clean-up
+            client.cancel(futures, force=True)
+            session.run(remove_group_segments, group, failed)
+            _forget_variables(session, group, size)
     seconds = time.perf_counter() - start
     return GroupResult([r for r, _ in results], [e for _, events in results for e in events], seconds)
+
+
+def _let_ranks_end(futures: list[Any], seconds: float) -> None:
+    """Wait (at most ``seconds``) until every rank's task has ended: an aborted group's ranks stop at
+    their next wait's check. A rank busy in its own computation cannot be interrupted (a Python
+    thread cannot be stopped): it fails at its next channel call, and makes nothing more."""
+    deadline = time.monotonic() + seconds
+    delay = 0.001
+    while any(f.status == "pending" for f in futures) and time.monotonic() < deadline:
+        time.sleep(delay)  # a bounded poll of the ranks' states
+        delay = min(delay * 2, 0.05)
 
 
 def _gather_ranks(

@@ -1,19 +1,21 @@
 """How bytes move between two ranks: shared memory on one node, a socket between nodes.
 
 **Mailbox** (one node). Each rank owns, per channel, one shared-memory segment holding its
-persistent buffers (slot 0, the channel's buffer, and two scratch slots for reductions), three
-control words per (sender, slot): ``ready`` (written by the owner when it is ready to take),
-``done`` (written by the sender after copying) and ``tag`` (which operation the sender is in,
-written before ``done``), and one ``state`` word: the operation the owner is in now, read by a
-peer that waits for it. A put waits until the receiver is ready (rendezvous), copies the
-sender's array straight into the receiver's slot (one copy, no allocation), and bumps ``done``; a
-take bumps ``ready`` and waits for ``done``. The words are 64-bit and written by one side each;
-on x86 (total store order) the copy is visible before the ``done`` that follows it.
+persistent buffers (slot 0, the channel's buffer, and two scratch slots for reductions) and
+control words: per (sender, slot) ``ready`` (written by the owner when it is ready to take),
+``done`` (written by the sender after copying), ``tag`` (which operation the sender is in, written
+before ``done``) and the two sleepers' words (below); one ``state`` word, the operation the owner
+is in now, read by a peer that waits for it; and status words (used in channel 0's mailbox)
+saying what the owner waits for, so that two ranks waiting on each other in different operations
+see the deadlock. A put waits until the receiver is ready (rendezvous), copies the sender's array
+straight into the receiver's slot (one copy, no allocation), and bumps ``done``; a take bumps
+``ready`` and waits for ``done``. The words are 64-bit and written by one side each; on x86 (total
+store order) the copy is visible before the ``done`` that follows it.
 
 **Waits** spin first (a message on its way arrives within it), then sleep in the kernel on a
 futex on the word they wait for, so a waiting rank gives its core to whatever else runs (a busy
 class server, a learner's browser) and is woken when the peer posts, not at its next turn on a
-core. Two more words per (sender, slot) say that the sender, or the owner, sleeps; a poster
+core. The sleepers' words per (sender, slot) say that the sender, or the owner, sleeps; a poster
 bumps its word, makes the store visible (a full fence), and calls ``FUTEX_WAKE`` only when the
 sleeper's word is set: no system call when the peer is still spinning. How long a wait spins
 adapts (``ArrayChannel``): up to ``SPIN_SECONDS`` while spins succeed (an idle machine: each rank
@@ -55,6 +57,11 @@ SPIN_SECONDS = 1e-3  # a wait spins at most this long (a message on its way, a p
 MIN_SPIN_SECONDS = 20e-6  # ...and at least this long once its spins keep failing (ArrayChannel._learn_spin)
 WORDS = 5  # control words per (sender, slot): ready, done, tag, the sender sleeps, the owner sleeps
 READY, DONE, TAG, SENDER_SLEEPS, OWNER_SLEEPS = range(WORDS)  # offsets from Mailbox.word(sender, slot)
+# What the owner waits for now, in its channel 0 mailbox (peers read it to tell a deadlock): the peer
+# plus one (0: not waiting), a generation (bumped by every change), the channel, the slot, the tag,
+# and which word (READY in the peer's mailbox, or DONE in the owner's).
+STATUS_WORDS = 6
+WAITING_FOR, GENERATION, WAIT_CHANNEL, WAIT_SLOT, WAIT_TAG, WAIT_WORD = range(STATUS_WORDS)
 FINISHED = -1  # the state word of a rank that returned from its rank function
 POLL_SECONDS = 0.05  # how often a wait checks the peer, the group and the deadline
 _READY = struct.Struct("<IqB")  # channel, tag, slot
@@ -132,7 +139,7 @@ class Mailbox:
         self.name = name
         self.shape, self.dtype = shape, dtype
         nbytes = math.prod(shape) * dtype.itemsize
-        words = ranks * SLOTS * WORDS + 1
+        words = ranks * SLOTS * WORDS + STATUS_WORDS + 1
         control = _round_up(words * 8)
         slot = _round_up(max(nbytes, 1))
         total = control + SLOTS * slot
@@ -142,12 +149,25 @@ class Mailbox:
         # the control words as a flat memoryview of int64: indexing it gives plain ints (fast to poll)
         self.control = memoryview(self.segment[: words * 8]).cast("q")
         self.state = words - 1  # index of the owner's state word
+        self.status = words - 1 - STATUS_WORDS  # index of the owner's first status word (what it waits for)
         self.slots = [
             self.segment[control + i * slot : control + i * slot + nbytes].view(dtype).reshape(shape)
             for i in range(SLOTS)
         ]
         self.raw = [memoryview(self.segment[control + i * slot : control + i * slot + nbytes]) for i in range(SLOTS)]
         self.address = self.segment.ctypes.data  # of control word 0: a futex's address
+
+    def close(self) -> None:
+        """Let go of the mapping: drop every view this object holds, so the segment is unmapped as
+        soon as no array of the caller's views it (a finished group keeps no memory mapped)."""
+        for view in (self.control, *self.raw):
+            try:
+                view.release()
+            except BufferError:  # a view of it is still in use elsewhere: dropping ours is all we can do
+                pass
+        self.slots, self.raw = [], []
+        self.control = memoryview(b"").cast("q")
+        self.segment = None
 
     @staticmethod
     def word(sender: int, slot: int) -> int:
