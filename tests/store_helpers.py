@@ -148,3 +148,9 @@ class Bag(PersistentObject):
     @active(writes=True)
     def bind_view(self, name: str, other: str, stop: int) -> None:
         setattr(self, name, getattr(self, other)[:stop])
+
+
+def tier_files(store) -> list[str]:
+    """The names of the files in a store's mapped tier directory (cached objects' files too)."""
+    directory = store.directory / "tiers" / "mapped"
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []

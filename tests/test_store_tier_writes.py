@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from store_helpers import Bag
+from store_helpers import Bag, tier_files
 
 from workbench.memory import tiers
 from workbench.runtime.store import ArrayBlock, Store, store_for
@@ -19,11 +19,6 @@ FILE_TIERS = ["mapped", "cached"]
 @pytest.fixture
 def store(session):
     return store_for(session)
-
-
-def _tier_files(store) -> list[str]:
-    directory = store.directory / "tiers" / "mapped"
-    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
 
 
 @pytest.fixture
@@ -52,10 +47,10 @@ def test_a_writing_method_binding_a_non_array_keeps_it_and_frees_the_file(store,
     proxy = store.make_persistent(Bag(data=np.arange(4.0), other=np.ones(3)))
     try:
         proxy.place(tier)
-        files = len(_tier_files(store))
+        files = len(tier_files(store))
         proxy.bind.value("data", value)
         assert proxy.read.value("data") == value  # not undone back to the old array
-        assert len(_tier_files(store)) == files - 1  # its file was released
+        assert len(tier_files(store)) == files - 1  # its file was released
         assert proxy.read.value("other").sum() == 3.0 and proxy.tier() == tier
         proxy.bind.value("data", np.full(2, 5.0))  # an array again: kept (in DRAM until the next placement)
         assert proxy.read.value("data").sum() == 10.0
@@ -63,10 +58,10 @@ def test_a_writing_method_binding_a_non_array_keeps_it_and_frees_the_file(store,
         proxy.place(tier)
         assert proxy.read.value("data").sum() == 10.0
         proxy.forget.value("data")  # deleted: its file goes too
-        assert not proxy.has.value("data") and len(_tier_files(store)) == files - 1
+        assert not proxy.has.value("data") and len(tier_files(store)) == files - 1
     finally:
         proxy.delete()
-    assert not any(proxy.oid in f for f in _tier_files(store))
+    assert not any(proxy.oid in f for f in tier_files(store))
 
 
 def test_a_cached_object_larger_than_the_cache_keeps_every_in_place_write(store, budgets):
@@ -90,7 +85,7 @@ def test_two_attributes_that_are_one_array_stay_one_array(store, tier):
     try:
         proxy.place(tier)
         assert proxy.same.value("a", "b")
-        assert len([f for f in _tier_files(store) if proxy.oid in f]) == 2  # one file for a and b
+        assert len([f for f in tier_files(store) if proxy.oid in f]) == 2  # one file for a and b
         proxy.add.value(1.0, "a")
         assert proxy.read.value("b").sum() == 100.0  # as on dram: b is a
         proxy.bind.value("a", np.full(100, 3.0))  # a rebound: b keeps the array it had
@@ -98,12 +93,12 @@ def test_two_attributes_that_are_one_array_stay_one_array(store, tier):
         proxy.bind_to.value("c", "b")  # bound to another attribute's array: an alias again
         proxy.add.value(1.0, "c")
         assert proxy.same.value("b", "c") and proxy.read.value("b").sum() == 200.0
-        assert len([f for f in _tier_files(store) if proxy.oid in f]) == 2
+        assert len([f for f in tier_files(store) if proxy.oid in f]) == 2
         proxy.place("dram")
         assert proxy.same.value("b", "c")
     finally:
         proxy.delete()
-    assert not any(proxy.oid in f for f in _tier_files(store))
+    assert not any(proxy.oid in f for f in tier_files(store))
 
 
 def test_an_attribute_that_is_part_of_another_is_refused_before_any_file(store):
@@ -112,7 +107,7 @@ def test_an_attribute_that_is_part_of_another_is_refused_before_any_file(store):
         proxy.bind_view.value("half", "whole", 50)  # made where it lives: a pickled view arrives as a copy
         with pytest.raises(tiers.TierError, match="'whole' and 'half' overlap in memory"):
             proxy.place("mapped")
-        assert proxy.tier() == "dram" and not any(proxy.oid in f for f in _tier_files(store))
+        assert proxy.tier() == "dram" and not any(proxy.oid in f for f in tier_files(store))
         proxy.add.value(1.0, "half")
         assert proxy.read.value("whole").sum() == 50.0
     finally:
@@ -126,7 +121,7 @@ def test_an_array_subclass_is_refused_on_a_file_tier_and_kept_on_dram(store, val
     try:
         with pytest.raises(tiers.TierError, match=f"'special' is a numpy.*{type(value).__name__}.*keep it on dram"):
             proxy.place("mapped")
-        assert proxy.tier() == "dram" and not any(proxy.oid in f for f in _tier_files(store))
+        assert proxy.tier() == "dram" and not any(proxy.oid in f for f in tier_files(store))
         back = proxy.read.value("special")
         assert type(back) is type(value) and back.sum() == value.sum()
     finally:
@@ -138,13 +133,13 @@ def test_any_attribute_name_gets_a_file_and_nothing_outlives_the_object(store):
     try:
         proxy.place("mapped")
         assert proxy.tier() == "mapped"
-        assert len([f for f in _tier_files(store) if proxy.oid in f]) == 3
+        assert len([f for f in tier_files(store) if proxy.oid in f]) == 3
         proxy.add.value(1.0, "données")
         proxy.place("cached")
         assert proxy.read.value("données").sum() == 9.0 and proxy.read.value("x y").sum() == 9.0
     finally:
         proxy.delete()
-    assert not any(proxy.oid in f for f in _tier_files(store))
+    assert not any(proxy.oid in f for f in tier_files(store))
 
 
 def test_a_batch_placement_over_the_memory_limit_places_every_object(store, budgets):

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from store_helpers import tier_files
 
 from workbench.memory import placement
 from workbench.runtime import trace
@@ -16,11 +17,6 @@ from workbench.runtime.store import ArrayBlock, active, store_for
 @pytest.fixture
 def store(session):
     return store_for(session)
-
-
-def _tier_files(store) -> list[str]:
-    directory = store.directory / "tiers" / "mapped"
-    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
 
 
 def test_an_object_moves_through_every_tier_and_computes_the_same(store):
@@ -34,10 +30,10 @@ def test_an_object_moves_through_every_tier_and_computes_the_same(store):
             assert placed["tier"] == tier
             assert proxy.apply.value(np.sum) == pytest.approx(expected)  # runs where it is, on its tier
             assert proxy.tier() == ("dram" if tier == "disk" else tier)  # staged back into DRAM by the call
-        assert _tier_files(store)  # on mapped now: its file exists
+        assert tier_files(store)  # on mapped now: its file exists
     finally:
         proxy.delete()
-    assert _tier_files(store) == []  # deleting the object freed its file
+    assert tier_files(store) == []  # deleting the object freed its file
 
 
 def test_a_writing_method_on_a_mapped_object_writes_its_file_in_place(store):
@@ -51,7 +47,7 @@ def test_a_writing_method_on_a_mapped_object_writes_its_file_in_place(store):
         c.fma.value(a, b)
         assert c.tier() == "mapped"
         assert c.apply.value(np.sum) == pytest.approx(2 * 64.0 * 32 * 32)
-        (file,) = [f for f in _tier_files(store) if c.oid in f]
+        (file,) = [f for f in tier_files(store) if c.oid in f]
         from workbench.memory import tiers
 
         on_disk = tiers.read_file(file.removeprefix("lwb-"), store.directory / "tiers" / "mapped")
@@ -234,7 +230,7 @@ def test_tiered_objects_survive_replicas_moves_and_a_return_to_the_cache(store):
         assert proxy.apply.value(np.sum) == 500_500.0  # not the cache's old copy
     finally:
         proxy.delete()
-    assert _tier_files(store) == []
+    assert tier_files(store) == []
 
 
 def test_byte_counts_beyond_what_a_message_carries_are_refused(store):
