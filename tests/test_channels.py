@@ -505,15 +505,23 @@ def _leftovers(dask_worker=None) -> dict[str, list[str]]:
     return {"ranks": ranks, "mapped": mapped, "present": present}
 
 
-def _group_leftovers(session) -> dict[str, dict[str, list[str]]]:
-    return {w: left for w, left in session.run(_leftovers).items() if any(left.values())}
+def _group_leftovers(session, before: frozenset[str] = frozenset()) -> dict[str, dict[str, list[str]]]:
+    """What the workers still have of any group, less the segments in ``before`` (present before the
+    test began: another user's, or a killed run's, on a shared machine)."""
+    found = {}
+    for worker, left in session.run(_leftovers).items():
+        left["present"] = [name for name in left["present"] if name not in before]
+        if any(left.values()):
+            found[worker] = left
+    return found
 
 
 @pytest.fixture(autouse=True)
 def every_group_ends_whole(request):
-    """After every test: no rank of a finished or failed group still runs, and no channel segment is
-    present or mapped in any worker of the clusters the test used (bounded wait: a failed group's
-    ranks stop at their next check)."""
+    """After every test: no rank of a finished or failed group still runs, and no channel segment the
+    test made is present or mapped in any worker of the clusters it used (bounded wait: a failed
+    group's ranks stop at their next check)."""
+    before = _channel_segments()
     yield
     for name in ("session", "one_node", "two_nodes"):
         if name not in request.fixturenames:
@@ -521,7 +529,7 @@ def every_group_ends_whole(request):
         cluster = request.getfixturevalue(name)
         cluster.client.wait_for_workers(2, timeout=60)  # a test may have killed a worker: its nanny restarts it
         deadline = time.monotonic() + 30
-        while left := _group_leftovers(cluster):
+        while left := _group_leftovers(cluster, before):
             assert time.monotonic() < deadline, f"{name}: a group left {left}"
             time.sleep(0.05)
 
@@ -532,11 +540,16 @@ def big_channel(rank, nbytes):
     return int(channel.allreduce()[0])
 
 
+def _channel_segments() -> frozenset[str]:
+    return frozenset(s.name for s in shm.list_segments() if s.name.startswith("ch-"))
+
+
 def test_a_finished_group_keeps_nothing_mapped_in_its_workers(session):
+    before = _channel_segments()
     for _ in range(6):  # 6 groups x 2 ranks x 3 buffers of 32 MiB: 1.1 GiB if each stayed mapped
         results = run_group(session, big_channel, [(32 << 20,)] * 2, workers=session.workers()[:2]).results
         assert results == [3, 3]
-        assert not _group_leftovers(session), "a finished group's mailboxes are still mapped (or present)"
+        assert not _group_leftovers(session, before), "a finished group's mailboxes are still mapped (or present)"
 
 
 def test_a_channel_used_after_its_group_ended_says_so():
@@ -576,9 +589,10 @@ def fails_before_a_channel(rank):
 
 @pytest.mark.parametrize("eager", [False, True], ids=["shared-memory", "eager"])
 def test_when_run_group_raises_no_rank_of_the_group_runs_and_nothing_of_it_is_left(session, eager):
+    before = _channel_segments()
     with pytest.raises(ChannelError, match="rank 1 fails before the second channel"):
         run_group(session, fails_before_a_channel, ranks=2, timeout=300, eager=eager)
-    assert not _group_leftovers(session), "a rank of the failed group still runs, or left a segment"
+    assert not _group_leftovers(session, before), "a rank of the failed group still runs, or left a segment"
 
 
 def string_sum(rank, dtype):
