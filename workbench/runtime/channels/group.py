@@ -88,7 +88,7 @@ class Rank:
         return [self._published(key, r, what, deadline) for r in range(self.size)]
 
     def _published(self, key: str, r: int, what: str, deadline: float) -> dict[str, Any]:
-        variable, finished = self._variable(key, r), self._variable("finished", r)
+        variable = self._variable(key, r)
         while True:
             try:
                 return variable.get(timeout=POLL_SECONDS)
@@ -97,7 +97,7 @@ class Rank:
             problem = self.aborted_check()
             if problem:
                 raise ChannelError(f"rank {self.rank} was waiting for rank {r} in {what}: {problem}")
-            if r != self.rank and _is_set(finished):
+            if r != self.rank and self.has_finished(r):
                 try:  # it may have published just before it returned
                     return variable.get(timeout=0)
                 except TimeoutError:
