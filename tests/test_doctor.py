@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import platform
+import re
+from pathlib import Path
+
 import psutil
+import pytest
 
 from workbench import doctor
 from workbench.cli import main
@@ -12,7 +18,7 @@ def test_doctor_on_this_machine_passes_or_names_each_fix(capsys):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     checks = doctor.run()
     names = [c.name for c in checks]
-    assert names[:4] == ["cores", "memory", "/dev/shm", "numba cache"]
+    assert names[:5] == ["operating system", "cores", "memory", "/dev/shm", "numba cache"]
     assert {"JupyterLab", "Dask dashboard", "dashboard in JupyterLab"} <= set(names)
     for check in checks:
         assert check.ok or check.fix, check
@@ -79,3 +85,76 @@ def test_a_terminated_doctor_leaves_no_jupyterlab_behind():
         if doctor_process.poll() is None:
             doctor_process.kill()
             doctor_process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("system", "arch"), [("Darwin", "arm64"), ("Windows", "AMD64")])
+def test_off_linux_the_doctor_fails_the_os_and_lists_what_will_not_work(monkeypatch, system, arch):
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: arch)
+    checks = {c.name: c for c in doctor.run(quick=True)}
+    os_check = checks["operating system"]
+    assert not os_check.ok and os_check.found.startswith(f"{system} ({arch}), not Linux")
+    for item in doctor.LINUX_ONLY:  # every Linux-only measurement, with where it is used and what happens
+        assert f"{item.measurement} ({item.where}): {item.elsewhere}" in os_check.found
+    assert "Binder" in os_check.fix and "WSL2" in os_check.fix and "docs/course/setup.md" in os_check.fix
+    no_shm = doctor.check_shm(None)
+    assert not no_shm.ok and "macOS and Windows have no /dev/shm" in no_shm.fix
+    lines = []
+    assert not doctor.report(list(checks.values()), lines.append)
+    assert "operating system" in lines[-1]
+
+
+def test_on_linux_the_os_check_passes(monkeypatch):
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    check = doctor.check_os()
+    assert check.ok and check.found.startswith("Linux ") and "(aarch64)" in check.found
+    assert "tmpfs" in doctor.check_shm(None).fix
+    assert doctor.check_os("Linux", "x86_64").ok and not doctor.check_os("FreeBSD", "amd64").ok
+
+
+# The marks of a Linux-only interface in the package's code (not in its docstrings or comments).
+LINUX_PATHS = re.compile(r"/proc/|/sys/|/dev/shm")
+LINUX_CALLS = {"posix_fadvise", "POSIX_FADV_DONTNEED", "MAP_POPULATE", "MADV_HUGEPAGE", "sched_setaffinity",
+               "sched_getaffinity", "pss"}  # fmt: skip
+# Files that use a Linux interface for no measurement of the course.
+NOT_MEASUREMENTS = {
+    "workbench/doctor.py": "names them in its own messages",
+    "workbench/cli.py": "names /dev/shm in a help text",
+    "workbench/teach/execute.py": "counts the cores for the instructors' run-time table",
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def linux_uses(path: Path) -> set[str]:
+    """The Linux-only paths and calls ``path``'s code uses."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found |= set(LINUX_PATHS.findall(node.value))
+        elif isinstance(node, ast.Attribute) and node.attr in LINUX_CALLS:
+            found.add(node.attr)
+    return found
+
+
+def test_the_linux_only_table_covers_every_module_that_uses_a_linux_interface(tmp_path):
+    users = {
+        path.relative_to(ROOT).as_posix()
+        for package in ("workbench", "kernels", "datasets")
+        for path in (ROOT / package).rglob("*.py")
+        if linux_uses(path)
+    }
+    listed = {module for item in doctor.LINUX_ONLY for module in item.modules}
+    assert users - set(NOT_MEASUREMENTS) == listed, "add the module to doctor.LINUX_ONLY and setup.md, or drop it"
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""Reads /proc/ in a docstring only."""\nimport os\nos.posix_fadvise(0, 0, 0, 4)\n')
+    assert linux_uses(probe) == {"posix_fadvise"}

@@ -4,6 +4,11 @@ per page, page tables grow with processes and not with threads, and nothing is l
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import psutil
 import pytest
 
@@ -108,3 +113,24 @@ def test_the_benchmark_reports_every_measurement_with_goals(leaves_nothing):
     assert all(set(g) == {"goal", "measured", "met"} for g in report["goals"])
     text = bench.format_report(report)
     assert "PiP:" in text and "goal: threads add no page-table memory" in text
+
+
+def test_a_stalled_page_table_child_fails_the_point_within_its_bound_and_every_child_is_killed(monkeypatch):
+    started = []
+
+    def stalled(path, threads):  # a child that never reports: it waits on its stdin
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(em, "_start_page_table_child", stalled)
+    monkeypatch.setattr(em, "PAGE_TABLE_SECONDS", 1.0)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not read its pages within 1 s"):
+        em.page_tables(1 << 20, tasks=(3,))
+    assert time.monotonic() - start < em.CHILD_TIMEOUT  # not a wait per child
+    assert len(started) == 3 and all(child.poll() is not None for child in started)
+    assert not [s for s in shm.list_segments() if s.name.startswith(f"pte-{os.getpid()}-")]  # the segment too

@@ -1,8 +1,10 @@
-"""Every lesson is executed at the small "ci" size twice, as CI and a learner would run it:
+"""Every lesson is executed at the small "ci" size twice, under Run All, from its solutions manual
+(workbench/teach/solutions/):
 
-- "solutions": with the hidden solution cells (tag ``solution``) — every check cell must pass;
-- "stubs": without them, as a learner first sees the lesson — every check cell must say "not yet",
-  and nothing may raise (a check never stops a notebook that runs all its cells).
+- "solutions": each worked solution injected before its check cell — every check cell must pass;
+- "learner": each of the manual's wrong answers injected instead, as a learner who got every exercise
+  wrong and pressed Run All — every check cell must say "not yet", and nothing may raise (a check
+  never stops a notebook that runs all its cells).
 
 The executed copies are kept in build/executed/<mode>/ for debugging and for the course site (with
 outputs; never committed). Cells tagged ``raises-exception`` demonstrate an error on purpose: they
@@ -23,7 +25,7 @@ from workbench.teach.execute import check_verdicts, execute
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"
-MODES = {"solutions": PASSED, "stubs": NOT_YET}
+MODES = {"solutions": PASSED, "learner": NOT_YET}
 
 
 @pytest.mark.notebook

@@ -75,8 +75,8 @@ def test_notebook_follows_the_lesson_template(path):
     assert len(parameters) == 1 and "size" in "".join(parameters[0]["source"])
     text = "\n".join("".join(c["source"]) for c in cells)
     assert "## Key points" in text and "## Exercise" in text
-    hidden = [c for c in code if "hide-cell" in c["metadata"].get("tags", [])]
-    assert hidden and all(c["metadata"]["jupyter"]["source_hidden"] for c in hidden)
+    assert not [c for c in code if "solution" in c["metadata"].get("tags", [])], "solutions live in the manual"
+    assert "hint(" in text and "reveal(" in text, "the exercise intro says how to ask for help"
     assert "close()" in "".join(code[-1]["source"]), "the last cell closes the session"
 
 

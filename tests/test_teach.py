@@ -7,6 +7,7 @@ check that cannot fail would have no entry that passes this test.
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 
 from workbench.lab import capstone
-from workbench.teach import MIME, NOT_YET, PASSED, Feedback, check, exercise, exercises, get
+from workbench.teach import MIME, NOT_YET, PASSED, Feedback, check, exercise, exercises, get, hint, manual, reveal
 from workbench.teach import registry as teach_registry
 
 
@@ -88,6 +89,11 @@ CURVES = {
     "eager": [{"nbytes": n, "MBps": m} for n, m in ((8, 1.0), (1024, 80.0), (2**20, 300.0))],
 }
 TABLES = [{"model": "processes", "tasks": 1, "vmpte_kib": 132, "bytes": 64 * 2**20}]
+TOUCHES = [
+    {"mode": "4k pages", "bytes": n << 20, "pages": n << 8, "faults": n << 8, "faults_per_page": 1.0, "ns_per_page": 9}
+    for n in (4, 16, 64)
+]
+PAIR = [types.SimpleNamespace(tier=lambda: "mapped"), types.SimpleNamespace(tier=lambda: "dram")]  # two stored objects
 CONTENTION = {
     "rows": [
         {"tasks": 1, "processes_per_s": 10.0, "threads_per_s": 10.0},
@@ -110,6 +116,16 @@ class _NotPersistent:
 
 # exercise -> (answers and context, phrase the "not yet" message must contain); "session" and
 # "planted_run" are filled in from fixtures.
+WALKS = [  # lesson 09's walks table: seconds of a row and a column walk at two orders
+    {"order": order, "walk": walk, "seconds": seconds, "stride_bytes": 8 if walk == "rows" else order * 8}
+    for order, walk, seconds in (
+        (1000, "rows", 0.001),
+        (1000, "columns", 0.007),
+        (1024, "rows", 0.001),
+        (1024, "columns", 0.05),
+    )
+]
+TILES = [{"order": 1024, "tile": tile, "seconds": s} for tile, s in ((8, 0.01), (64, 0.02), (1024, 0.04))]
 WRONG = {
     "00.1": (dict(per_task_ms=0.002, tasks_to_match_kernel=50, runs=_runs(), kernel_times=KERNEL), "that is seconds"),
     "01.1": (
@@ -138,19 +154,13 @@ WRONG = {
         dict(probe_info={"workers": ["a"], "aliases": ["probe"]}, alias_still_there=False, store=None),
         "replicate()",
     ),
-    "05.1": (
-        dict(
-            small_cache_stats={"hits": 1, "misses": 1, "bypasses": 0},
-            big_cache_stats={"hits": 1, "misses": 1, "bypasses": 0},
-        ),
-        "bypass it twice",
-    ),
-    "05.2": (dict(small=TIERS, cold_penalty_small=1.1, cold_penalty_big=2.0, hook=TIERS), "mapped-cold / dram is 2"),
-    "05.3": (dict(tiers_after_reads=["mapped", "dram"]), "promoted"),
+    "05.1": (dict(small_cache={"hits": 0}, big_cache={"hits": 1}), "should be the tiers.DramCache object"),
+    "05.2": (dict(small=TIERS, cold_penalty_small=1.1, cold_penalty_big=2.0, hook=TIERS), "not mapped-cold over dram"),
+    "05.3": (dict(pair=PAIR, tiers_after_reads=["mapped", "dram"]), "read the first object three times"),
     "06.1": (dict(fan_out=_sum_everywhere, session="session"), "should each return 1000.0"),
-    "06.2": (dict(smallest_2x_payload=1024, curves=CURVES), "only 1.25x"),
+    "06.2": (dict(ratio_at_smallest=1.0, ratio_at_largest=0.1, curves=CURVES), "upside down"),
     "06.3": (dict(extremes=_no_reduction, session="session"), "allreduce('max') gave"),
-    "07.1": (dict(faults_per_page={4: 1.0, 16: 1.0, 64: 0.002}), "at 64 MiB"),
+    "07.1": (dict(touches=TOUCHES, faults_per_page={4: 1.0, 16: 1.0, 64: 0.002}), "of 64 MiB"),
     "07.2": (dict(processes_mib=8.25, threads_mib=8.25, tables=TABLES), "processes_mib is"),
     "07.3": (dict(processes_over_threads=0.25, contention=CONTENTION), "you divided threads by processes"),
     "08.1": (dict(calibration="argument", planted_run="planted_run", session="session"), "travels inside every task"),
@@ -166,8 +176,11 @@ WRONG = {
             planted_run="planted_run",
             session="session",
         ),
-        "active-split",
+        "once per worker",
     ),
+    "09.1": (dict(column_slowdown=7.0, column_stride_bytes=1000, walks=WALKS), "counts elements, not bytes"),
+    "09.2": (dict(best_tile=1024, tiled_speedup=1.0, tiles=TILES), "that is the untiled transpose"),
+    "09.3": (dict(worker_cores={"tcp://nowhere:1": {0}}, session="session"), "name every worker"),
 }
 
 
@@ -204,7 +217,7 @@ def test_right_answers_pass_for_the_answer_checks():
         sweep=_sweep(),
         knn=_sweep(blocks_s=(1.0, 2.0)),
     ).passed
-    assert check("06.2", smallest_2x_payload=2**20, curves=CURVES).passed
+    assert check("06.2", ratio_at_smallest=1.0, ratio_at_largest=10.0, curves=CURVES).passed
     assert check("07.3", processes_over_threads=4.0, contention=CONTENTION).passed
 
 
@@ -231,9 +244,11 @@ def test_the_registry_refuses_author_mistakes():
     with pytest.raises(TypeError, match="unexpected"):
         check("07.3", processes_over_threads=1.0, contention=CONTENTION, extra=1)
     with pytest.raises(ValueError, match="NN.K"):
-        exercise("9.1", answers=(), hint="")
+        exercise("9.1", answers=(), concept="an idea", hint="an API")
+    with pytest.raises(ValueError, match="both a concept"):
+        exercise("00.9", answers=(), concept=" ", hint="an API")
     with pytest.raises(TypeError, match="no parameter for the answers"):
-        exercise("00.9", answers=("missing",), hint="")(lambda other: None)
+        exercise("00.9", answers=("missing",), concept="an idea", hint="an API")(lambda other: None)
     assert "00.9" not in teach_registry._EXERCISES
 
 
@@ -251,7 +266,7 @@ def test_feedback_renders_for_people_and_for_ci():
     assert "hint: do x" in str(Feedback("01.1", NOT_YET, "no", "do x"))
 
 
-def test_every_lesson_has_a_stub_a_hidden_solution_and_a_check_per_exercise():
+def test_every_lesson_has_an_answer_cell_and_a_check_per_exercise_and_no_solution_cells():
     import re
     from pathlib import Path
 
@@ -262,13 +277,61 @@ def test_every_lesson_has_a_stub_a_hidden_solution_and_a_check_per_exercise():
     for path in notebooks:
         cells = nbformat.read(path, as_version=4).cells
         tags = [c.metadata.get("tags", []) for c in cells]
+        assert not [i for i, t in enumerate(tags) if "solution" in t], f"{path.name}: Run All would run a solution"
         checks = [i for i, t in enumerate(tags) if "check" in t]
         ids = [re.match(r'check\(\s*"(\d\d\.\d+)"', cells[i].source).group(1) for i in checks]
         assert ids == [e.id for e in exercises(path.name[:2])], path.name
-        for i in checks:  # stub, then hidden solution, then the check
-            assert "solution" in tags[i - 1] and "hide-cell" in tags[i - 1], (path.name, i)
-            assert cells[i - 1].metadata.get("jupyter", {}).get("source_hidden"), (path.name, i)
-            assert "exercise" in tags[i - 2], (path.name, i)
+        for i in checks:  # the learner's answer cell, then the check
+            assert "exercise" in tags[i - 1], (path.name, i)
+            assert "..." in cells[i - 1].source, (path.name, i)  # the learner's stub to replace
+
+
+@pytest.mark.parametrize("lesson", sorted(teach_registry.LESSON_MODULES))
+def test_help_is_graded_and_the_code_only_comes_from_reveal(lesson):
+    entries = manual.solutions(lesson)
+    assert sorted(entries) == sorted(e.id for e in exercises(lesson)), "the manual covers every exercise, no more"
+    for declared in exercises(lesson):
+        entry = entries[declared.id]
+        assert entry.explanation and entry.code and entry.wrong, declared.id
+        assert "`" not in declared.concept and "=" not in declared.concept, f"{declared.id}: the concept is words"
+        code_lines = [line.strip() for line in entry.code.splitlines() if len(line.strip()) >= 12]
+        for text in (declared.concept, declared.hint):
+            given_away = [line for line in code_lines if line in text]
+            assert not given_away, f"{declared.id}: the hint shows the solution's code {given_away}"
+        first = check(declared.id, **{name: ... for name in inspect.signature(declared.function).parameters})
+        assert first.hint == declared.concept and f"reveal({declared.id!r})" in first.more
+        assert declared.hint in str(hint(declared.id)) and entry.code in str(reveal(declared.id))
+
+
+def test_the_manual_refuses_a_section_without_its_solution_or_wrong_answer():
+    page = "## 03.1\nwhy\n```python\nx = 1\n```\n## 03.2\n```python\ny = 2\n```\n```python wrong\ny = 3\n```\n"
+    with pytest.raises(manual.ManualError, match=r"03\.1.*found 1 and 0"):
+        manual.parse(page)
+    parsed = manual.parse(page.replace("## 03.2", "```python wrong\nx = 2\n```\n## 03.2"))
+    assert parsed["03.2"] == manual.Solution("03.2", "", "y = 2", "y = 3")
+    assert parsed["03.1"].explanation == "why" and parsed["03.1"].wrong == "x = 2"
+
+
+def test_each_mode_injects_the_manuals_cell_before_its_check():
+    import nbformat
+
+    from workbench.teach.execute import with_answers
+
+    source = nbformat.v4.new_notebook()
+    source.cells = [
+        nbformat.v4.new_code_cell("x = ...", metadata={"tags": ["exercise"]}),
+        nbformat.v4.new_code_cell(
+            'check("07.3", processes_over_threads=x, contention=c)', metadata={"tags": ["check"]}
+        ),
+    ]
+    entry = manual.solution("07.3")
+    solved = with_answers(source, "07", "solutions")
+    assert [c.source for c in solved.cells] == ["x = ...", entry.code, source.cells[1].source]
+    assert "hide-cell" in solved.cells[1].metadata["tags"]
+    assert with_answers(source, "07", "learner").cells[1].source == entry.wrong
+    source.cells[1].source = 'check("07.9", x=x)'
+    with pytest.raises(manual.ManualError, match="07.9"):
+        with_answers(source, "07", "solutions")
 
 
 class _Unprintable(Exception):
@@ -281,7 +344,7 @@ def _raise_unprintable(rank):
 
 
 def test_adversarial_answers_get_not_yet_with_a_reason(session):
-    assert not check("06.2", smallest_2x_payload=2**20 + 0.9, curves=CURVES).passed
+    assert not check("06.2", ratio_at_smallest=1.0, ratio_at_largest=1.25, curves=CURVES).passed
     flat = pd.DataFrame({"blocks": [2, 2, 8, 8], "seconds": [0.02, 0.02, 0.01, 0.01]})  # slope below 0
     feedback = check("00.1", per_task_ms=-1.67, tasks_to_match_kernel="banana", runs=flat, kernel_times=KERNEL)
     assert not feedback.passed and "should be a number" in feedback.message
@@ -289,13 +352,13 @@ def test_adversarial_answers_get_not_yet_with_a_reason(session):
     assert not check("04.3", probe_info=other_alias, alias_still_there=False, store=None).passed
     as_strings = {"workers": "ab", "aliases": "probe", "nbytes": 8, "version": 0}
     assert not check("04.3", probe_info=as_strings, alias_still_there=False, store=None).passed
-    store = types.SimpleNamespace(aliases=lambda: {})
+    store = types.SimpleNamespace(aliases=lambda: {}, backends=lambda: ["a", "b"])
     right = {"workers": ["a", "b"], "aliases": ["probe"], "version": 0}  # no nbytes: still readable
     assert check("04.3", probe_info=right, alias_still_there=np.False_, store=store).passed
-    assert not check("05.3", tiers_after_reads=("dram", None)).passed
+    assert not check("05.3", pair=PAIR, tiers_after_reads=("dram", None)).passed
     for value in ("4.0", b"4", np.True_, 10**400):
         assert check("07.3", processes_over_threads=value, contention=CONTENTION).status == NOT_YET, value
-    assert not check("07.1", faults_per_page={4: 1.0, "16": 1.0, 64: 1.0}).passed
+    assert not check("07.1", touches=TOUCHES, faults_per_page={4: 1.0, "16": 1.0, 64: 1.0}).passed
     broken = check("06.1", fan_out=_raise_unprintable, session=session)
     # the rank's error, named, not raised (its text cannot be made: the check says so and names its type)
     assert broken.status == NOT_YET and "could not be shown" in broken.message and "_Unprintable" in broken.message

@@ -1,7 +1,8 @@
 """``workbench doctor``: is this machine ready for the course? One line per check, and the fix for each
 that fails.
 
-What a learner needs on day one: enough cores and memory, a ``/dev/shm`` big enough for the
+What a learner needs on day one: Linux (the measurements in :data:`LINUX_ONLY` read Linux's
+``/proc`` and ``/sys`` or call Linux-only system calls), enough cores and memory, a ``/dev/shm`` big enough for the
 shared-memory lessons, a JupyterLab that a browser can reach with the lessons' extensions (widgets,
 bokeh, Dask's dashboard panes), a Dask dashboard that answers directly and through JupyterLab's
 proxy (where dask-labextension reads it), and a numba cache it can write. The checks that start
@@ -12,6 +13,7 @@ them.
 from __future__ import annotations
 
 import os
+import platform
 import secrets
 import signal
 import socket
@@ -46,6 +48,76 @@ HTTP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
+class LinuxOnly:
+    """A measurement the course makes with a Linux interface, and what happens elsewhere.
+
+    ``modules`` are the package's files that use the interface (a test checks that every use of a
+    Linux-only interface in the package is listed here, so this table stays complete).
+    """
+
+    interface: str
+    measurement: str
+    where: str
+    elsewhere: str
+    modules: tuple[str, ...]
+
+
+LINUX_ONLY: tuple[LinuxOnly, ...] = (
+    LinuxOnly(
+        "POSIX shared memory as files in /dev/shm, mapped with mmap.MAP_POPULATE",
+        "shared read-only arrays (RRO: one copy per node), channels between ranks on one node, 'workbench shm'",
+        "lessons 02, 06, 07, 08; bench shm, bench channels",
+        "no /dev/shm: sharing an array raises SharedMemoryError",
+        ("workbench/memory/shm.py",),
+    ),
+    LinuxOnly(
+        "os.posix_fadvise(POSIX_FADV_DONTNEED), /proc/mounts, /proc/self/io",
+        "cold tiers (a file's pages evicted for real), the device each tier's files sit on, bytes read from it",
+        "lesson 04's disk tier, lesson 05; bench tiers",
+        "os.posix_fadvise does not exist: making a file cold raises AttributeError; the device is reported as '?'",
+        ("workbench/memory/tiers.py",),
+    ),
+    LinuxOnly(
+        "/proc/<pid>/status (VmPTE), /proc/meminfo (PageTables), /proc/self/smaps, mmap.MAP_POPULATE, MADV_HUGEPAGE",
+        "page-table memory per process, and first touch pre-faulted (MAP_POPULATE) and on huge pages",
+        "lesson 07; bench execution-models",
+        "those files and mmap flags do not exist: these measurements raise (the plain 4 KiB first touch runs)",
+        ("workbench/lab/execution_models.py",),
+    ),
+    LinuxOnly(
+        "proportional set size (PSS: psutil's memory_full_info, from /proc/<pid>/smaps)",
+        "the memory of processes that share pages, each shared page counted once",
+        "lesson 07's processes vs threads; bench shm",
+        "psutil has no PSS: lesson 07's peak memory reads 0 and bench shm raises AttributeError",
+        ("workbench/lab/execution_models.py", "workbench/bench/shm.py"),
+    ),
+    LinuxOnly(
+        "/sys/devices/system/cpu (caches), /sys/devices/system/node, /proc/self/numa_maps, os.sched_getaffinity, "
+        "os.sched_setaffinity",
+        "this machine's caches for the cache sweep, its NUMA nodes and where first-touched pages landed, "
+        "threads and Dask workers pinned to cores",
+        "lesson 09",
+        "no cache or NUMA information; os.sched_getaffinity does not exist: first touch and pinning raise",
+        ("workbench/lab/node_locality.py",),
+    ),
+    LinuxOnly(
+        "os.sched_setaffinity, /proc/<pid>/task",
+        "a worker slowed by pinning busy processes to its core",
+        "bench balance",
+        "refused with 'slowing a worker needs Linux's sched_setaffinity'",
+        ("workbench/lab/imbalance.py",),
+    ),
+    LinuxOnly(
+        "/proc/cpuinfo, /sys/devices/system/cpu/cpu0/cache",
+        "the CPU model and last-level cache size recorded with every result",
+        "every lesson and benchmark",
+        "degrades: the architecture instead of the model, no cache size",
+        ("workbench/machine.py",),
+    ),
+)
+
+
+@dataclass(frozen=True)
 class Check:
     """One line of the doctor's report: what was checked, what was found, and the fix if it failed."""
 
@@ -59,6 +131,27 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.found}" + (
             "" if self.ok else f"\n     fix: {self.fix}"
         )
+
+
+def check_os(system: str | None = None, arch: str | None = None) -> Check:
+    """Linux: the course's measurements read ``/proc`` and ``/sys`` and use Linux-only calls (:data:`LINUX_ONLY`).
+
+    ``system`` and ``arch`` default to ``platform.system()`` and ``platform.machine()``. Elsewhere the
+    check fails and lists each measurement that will not work, with its lessons.
+    """
+    system = platform.system() if system is None else system
+    arch = platform.machine() if arch is None else arch
+    if system == "Linux":
+        return Check("operating system", True, f"Linux {platform.release()} ({arch})")
+    missing = "".join(f"\n       - {item.measurement} ({item.where}): {item.elsewhere}" for item in LINUX_ONLY)
+    return Check(
+        "operating system",
+        False,
+        f"{system or 'unknown'} ({arch}), not Linux; these measurements need Linux:{missing}",
+        "use Binder (the badge in README.md: nothing to install), or Linux in a VM: WSL2 on Windows "
+        "(wsl --install -d Ubuntu), a Linux VM or a container (docker run --shm-size=2g ...) on macOS; "
+        "then follow docs/course/setup.md inside it",
+    )
 
 
 def check_cores(cores: int | None) -> Check:
@@ -83,15 +176,15 @@ def check_memory(available: int) -> Check:
     )
 
 
-def check_shm(space: dict[str, int] | None) -> Check:
-    """A /dev/shm with room for the shared-memory lessons (Docker's default is 64 MiB)."""
+def check_shm(space: dict[str, int] | None, system: str | None = None) -> Check:
+    """A /dev/shm with room for the shared-memory lessons (Docker's default is 64 MiB); ``system``
+    (default ``platform.system()``) picks the fix when there is none."""
     if space is None:
-        return Check(
-            "/dev/shm",
-            False,
-            "absent",
-            "shared arrays fall back to files; on Linux mount a tmpfs: sudo mount -t tmpfs -o size=2g tmpfs /dev/shm",
-        )
+        if (platform.system() if system is None else system) != "Linux":
+            fix = "macOS and Windows have no /dev/shm: run the course on Linux (Binder, a Linux VM or WSL2)"
+        else:
+            fix = "mount a tmpfs there: sudo mount -t tmpfs -o size=2g tmpfs /dev/shm"
+        return Check("/dev/shm", False, "absent: shared arrays cannot be made", fix)
     return Check(
         "/dev/shm",
         space["free"] >= MIN_SHM,
@@ -164,7 +257,8 @@ def _exit_on_termination() -> dict[int, Any]:
     def leave(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
-    return {s: signal.signal(s, leave) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signals = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]  # no SIGHUP on Windows
+    return {s: signal.signal(s, leave) for s in signals}
 
 
 @contextmanager
@@ -269,6 +363,7 @@ def run(quick: bool = False) -> list[Check]:
 
     info = machine.describe()
     checks = [
+        check_os(),
         check_cores(info["logical_cores"]),
         check_memory(info["memory_available"]),
         check_shm(info["shm"]),

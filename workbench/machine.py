@@ -110,7 +110,10 @@ def readiness(info: dict[str, Any] | None = None) -> list[str]:
     if info["memory_available"] < 2 * gib:
         warnings.append(f"{info['memory_available'] / gib:.1f} GiB memory free: use size='ci'")
     if info["shm"] is None:
-        warnings.append("no /dev/shm: shared-memory lessons will use file-backed arrays instead")
+        warnings.append(
+            "no /dev/shm: the shared-memory lessons (02, 04-07) and RRO strategies will refuse to run; "
+            "use a Linux machine with tmpfs at /dev/shm (or Binder)"
+        )
     elif info["shm"]["free"] < 1 * gib:
         warnings.append(
             f"/dev/shm has {info['shm']['free'] / gib:.2f} GiB free: the shared-memory lessons need "

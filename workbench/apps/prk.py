@@ -3,8 +3,8 @@
 Each is an SPMD program: one block per rank (the rank's part of the problem, made where it runs,
 as the PRK initialise in place), a block function that takes the rank's context and talks to the
 other ranks through channels, and a merge of the ranks' results. They run under ``channels``
-(in place: shared memory on a node, sockets between nodes) and ``eager`` (every message through
-Dask), and each answer is verified by the PRK's own check (``kernels.prk``).
+(in place: shared memory on a node, sockets between nodes) and ``eager`` (every message a new
+array sent worker to worker by Dask), and each answer is verified by the PRK's own check (``kernels.prk``).
 
 * ``prk-reduce``: every rank's vector += 1, then the vectors summed into the root's (binomial
   tree, in place), ``iterations + 1`` times; every root element must be ``reduce_expected``.

@@ -2,7 +2,7 @@
 
 1. **Ping-pong** between two ranks, payloads from 8 B up (256 MiB at ``lab``), throughput
    MB/s = iterations x payload x 1e-6 / s (an iteration is a round trip), for ``channels`` (one
-   node: shared memory), ``eager`` (every message pickled through Dask) and ``mpi`` (mpi4py under
+   node: shared memory), ``eager`` (every message a new array sent worker to worker by Dask) and ``mpi`` (mpi4py under
    ``mpiexec``, when installed: ``pip install -e ".[mpi]"``), and ``channels`` between two
    simulated nodes (the socket path).
    **Loaded**: the same ping-pong, channels and mpi4py, while ``LOAD_PROCESSES`` CPU-bound

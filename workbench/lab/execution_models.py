@@ -48,6 +48,7 @@ PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 * 2**20
 MiB = 2**20
 CHILD_TIMEOUT = 120.0  # the longest a child process may take to start, touch its pages or finish
+PAGE_TABLE_SECONDS = 60.0  # one page-table point, all its children together: well inside a notebook cell's timeout
 SIZES: dict[str, dict[str, Any]] = {
     "ci": {"spawn_repeats": 5, "dask_repeats": 1, "touch_bytes": 64 * MiB, "pte_bytes": 64 * MiB,
            "tasks": (1, 2, 4), "mmap_iterations": 5_000, "mmap_tasks": (1, 2, 4), "app_repeats": 2},
@@ -361,8 +362,9 @@ def _start_page_table_child(path: Path, threads: int) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _read_growth(child: subprocess.Popen[str]) -> int:
-    """A page-table child's VmPTE growth (KiB), once it has read its pages (bounded wait)."""
+def _read_growth(child: subprocess.Popen[str], deadline: float) -> int:
+    """A page-table child's VmPTE growth (KiB), once it has read its pages (waits until ``deadline``,
+    a ``time.monotonic()`` value)."""
     assert child.stdout is not None
     done = threading.Event()
     line: list[str] = []
@@ -372,9 +374,12 @@ def _read_growth(child: subprocess.Popen[str]) -> int:
         done.set()
 
     threading.Thread(target=read, daemon=True).start()
-    if not done.wait(CHILD_TIMEOUT) or not line[0].strip():
+    if not done.wait(max(0.0, deadline - time.monotonic())) or not line[0].strip():
         error = child.stderr.read() if child.poll() is not None and child.stderr else ""
-        raise RuntimeError(f"a page-table child (pid {child.pid}) did not read its pages in time {error[-300:]}")
+        raise RuntimeError(
+            f"a page-table child (pid {child.pid}) did not read its pages within {PAGE_TABLE_SECONDS:.0f} s "
+            f"(a busy or memory-starved machine?) {error[-300:]}"
+        )
     before, after = (int(x) for x in line[0].split())
     return after - before
 
@@ -402,16 +407,19 @@ def page_tables(nbytes: int, tasks: Sequence[int] = (1, 2, 4), model: str = "pro
             processes, threads = (n, 1) if model == "processes" else (1, n)
             node_before = meminfo_kib("PageTables")
             children: list[subprocess.Popen[str]] = []
+            deadline = time.monotonic() + PAGE_TABLE_SECONDS  # one bound for the whole point
+            measured = False
             try:
                 children = [_start_page_table_child(path, threads) for _ in range(processes)]
-                grown = [_read_growth(child) for child in children]
+                grown = [_read_growth(child, deadline) for child in children]
                 node_after = meminfo_kib("PageTables")
+                measured = True
             finally:
-                for child in children:
+                for child in children:  # after a failure the others are killed at once, not awaited
                     with contextlib.suppress(OSError):
                         child.stdin.close()  # type: ignore[union-attr]
                     try:
-                        child.wait(CHILD_TIMEOUT)
+                        child.wait(max(0.0, deadline - time.monotonic()) if measured else 0)
                     except subprocess.TimeoutExpired:
                         child.kill()
                         child.wait(CHILD_TIMEOUT)

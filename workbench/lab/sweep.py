@@ -31,11 +31,17 @@ def per_task_cost(runs: pd.DataFrame) -> tuple[float, float]:
 
     Returns ``(fixed_seconds, seconds_per_task)``: what a run costs regardless of blocks, and
     what each extra task adds (scheduling, transfer of its result, Python call overhead).
+
+    Each median is weighted by its inverse (a fit of relative errors): on a shared machine the
+    noise of a run grows with its length, and an unweighted line through block counts spaced by
+    powers of two follows the longest run's noise, which can tip the fixed cost below zero.
     """
     medians = runs.groupby("blocks")["seconds"].median()
     if len(medians) < 2:
         raise ValueError("per_task_cost needs runs at two or more block counts")
-    per_task, fixed = np.polyfit(medians.index.to_numpy(dtype=float), medians.to_numpy(), 1)
+    seconds = medians.to_numpy(dtype=float)
+    weights = 1.0 / np.maximum(seconds, 1e-9)  # a median of 0 s (impossible in practice) must not divide by 0
+    per_task, fixed = np.polyfit(medians.index.to_numpy(dtype=float), seconds, 1, w=weights)
     return float(fixed), float(per_task)
 
 

@@ -77,7 +77,7 @@ def queries_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) 
     if after * QUERIES_GAIN > before:
         why = (
             " — the calls ran where the blocks are, but each fetched the broadcast table's pieces from the other "
-            "backend; one call per partition (active-split) fetches them once per worker"
+            "backend; a strategy that makes one call per worker's partition fetches them once per worker"
             if fixed.pipeline.queries == "active" and fixed.pipeline.calibration == "broadcast"
             else ": the blocks still travel to the code"
         )
@@ -89,8 +89,10 @@ def queries_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) 
 @exercise(
     "08.1",
     answers=("calibration",),
-    hint="a large read-only argument should reach each worker once, not ride in every task: "
-    f"calibration is one of {capstone.CALIBRATION}",
+    concept="a large read-only argument should reach each worker once, not travel inside every task",
+    hint="compare the column MB_in_task_messages of planted_run.stages with the size of the data; then recall how "
+    "lesson 02 sends a large read-only array to the workers, and find that way among the values of "
+    "capstone.CALIBRATION",
 )
 def calibration_fix(calibration: Any, planted_run: Any, session: Any) -> tuple:
     """The calibration table out of the task messages."""
@@ -108,8 +110,10 @@ def calibration_fix(calibration: Any, planted_run: Any, session: Any) -> tuple:
 @exercise(
     "08.2",
     answers=("blocks_per_worker", "kmeans_strategy"),
-    hint="count the k-means tasks in its Gantt chart: fewer, bigger blocks, or one task per worker's partition "
-    f"(kmeans_strategy one of {capstone.OPTIONS['kmeans']})",
+    concept="when each task is shorter than its scheduling cost, pay for fewer tasks over the same co-located blocks",
+    hint="count the k-means tasks in its Gantt chart and compare each task's length with the gaps; lesson 03 makes "
+    "the tasks follow the cores with bigger blocks or with one task per worker's partition (the strategies are "
+    "in capstone.OPTIONS)",
 )
 def blocks_fix(blocks_per_worker: Any, kmeans_strategy: Any, planted_run: Any, session: Any) -> tuple:
     """k-means with far fewer tasks: bigger blocks or partitions."""
@@ -127,8 +131,9 @@ def blocks_fix(blocks_per_worker: Any, kmeans_strategy: Any, planted_run: Any, s
 @exercise(
     "08.3",
     answers=("statistics_strategy",),
-    hint="the statistics are sums: compute them where the blocks are and bring back only the partial sums "
-    f"(one of {capstone.OPTIONS['statistics']})",
+    concept="a sum can be computed where each block lives; only the partial sums need to travel",
+    hint="in the statistics stage's bytes-moved matrix, see who receives the bytes; the statistics are sums, so a "
+    "strategy of capstone.OPTIONS that runs a task where each block is brings back only partial sums",
 )
 def client_fix(statistics_strategy: Any, planted_run: Any, session: Any) -> tuple:
     """The statistics computed where the blocks are, not at the client."""
@@ -146,8 +151,10 @@ def client_fix(statistics_strategy: Any, planted_run: Any, session: Any) -> tupl
 @exercise(
     "08.4",
     answers=("queries_strategy",),
-    hint="in the bytes-moved matrix of the queries stage, whole blocks travel: run the search where each block "
-    f"lives (one of {capstone.OPTIONS['queries']})",
+    concept="a search over stored blocks can run where each block is stored; only the nearest neighbours need to "
+    "travel",
+    hint="in the bytes-moved matrix of the queries stage, whole blocks travel between the workers; lesson 04's "
+    "active methods run the search where each store object lives (the strategies are in capstone.OPTIONS)",
 )
 def queries_fix(queries_strategy: Any, planted_run: Any, session: Any) -> tuple:
     """The nearest-neighbour search run where the data is."""
@@ -165,6 +172,7 @@ def queries_fix(queries_strategy: Any, planted_run: Any, session: Any) -> tuple:
 @exercise(
     "08.5",
     answers=("fixed",),
+    concept="the fixes work together: each removes one cost, and one of them changes which strategy suits another",
     hint="fixed = capstone.Pipeline(...) with the four fixes you found; check that every one is gone together",
 )
 def whole_pipeline(fixed: Any, planted_run: Any, session: Any) -> tuple:

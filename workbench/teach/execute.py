@@ -1,29 +1,58 @@
-"""Run a lesson as CI and the course site do: at the "ci" size, with the hidden solutions or without
-them (as a learner first sees it), and read what its check cells said.
+"""Run a lesson as CI and the course site do: at the "ci" size, with the solutions manual's answers
+or as a learner who got every exercise wrong, and read what its check cells said.
 
-Used by the notebook tests and by ``make site`` (the site shows the lessons executed with solutions).
+A lesson notebook holds no solutions (:mod:`workbench.teach.manual`): each mode injects one cell
+before each check cell, from the manual: "solutions" the worked solution (tagged ``solution`` and
+``hide-cell``), "learner" the manual's wrong answer (tagged ``learner-answer``). Used by the notebook
+tests and by ``make site`` (the site shows the lessons executed with solutions).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 
 from workbench.teach.feedback import MIME
+from workbench.teach.manual import ManualError, solutions
 
-MODES = ("solutions", "stubs")
+MODES = ("solutions", "learner")
 CELL_TIMEOUT = 300  # seconds per cell: a ci-size cell takes under a minute; a hung kernel fails in 5, not 10
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.\d+)["']""")
+_INJECTED = {"solutions": ["solution", "hide-cell"], "learner": ["learner-answer"]}
 
 
-def without_solutions(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The lesson as a learner first sees it: the hidden solution cells (tag ``solution``) left out."""
+def checked_exercise(cell: nbformat.NotebookNode) -> str | None:
+    """The exercise id a ``check``-tagged cell checks (``check("03.2", ...)``), else None."""
+    if "check" not in cell.metadata.get("tags", []):
+        return None
+    found = _CHECK_CALL.search(cell.source)
+    return found.group(1) if found else None
+
+
+def with_answers(notebook: nbformat.NotebookNode, lesson: str, mode: str) -> nbformat.NotebookNode:
+    """The lesson with one cell injected before each check cell: the manual's solution ("solutions")
+    or its wrong answer ("learner"). A check cell whose exercise has no manual entry is refused."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    manual = solutions(lesson)
     notebook = nbformat.from_dict(notebook)
-    notebook.cells = [c for c in notebook.cells if "solution" not in c.metadata.get("tags", [])]
+    cells = []
+    for cell in notebook.cells:
+        id = checked_exercise(cell)
+        if id is not None:
+            if id not in manual:
+                raise ManualError(f"lesson {lesson} checks exercise {id}, which its solutions page lacks")
+            entry = manual[id]
+            code = entry.code if mode == "solutions" else entry.wrong
+            cells.append(nbformat.v4.new_code_cell(code, metadata={"tags": list(_INJECTED[mode])}))
+        cells.append(cell)
+    notebook.cells = cells
     return notebook
 
 
-STUB_PARAMETERS = {"repeats": 2}  # the stubs run checks the exercises, not the statistics: fewer repeats
+LEARNER_PARAMETERS = {"repeats": 2}  # the learner run checks the feedback, not the statistics: fewer repeats
 
 
 def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = "ci") -> Path:
@@ -38,8 +67,7 @@ def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = 
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     source = nbformat.read(notebook, as_version=4)
-    if mode == "stubs":
-        source = without_solutions(source)
+    source = with_answers(source, notebook.name[:2], mode)
     prepared = out_dir / f".input-{notebook.name}"
     nbformat.write(source, prepared)
     output = out_dir / notebook.name
@@ -47,7 +75,7 @@ def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = 
         papermill.execute_notebook(
             str(prepared),
             str(output),
-            parameters={"size": size, **(STUB_PARAMETERS if mode == "stubs" else {})},
+            parameters={"size": size, **(LEARNER_PARAMETERS if mode == "learner" else {})},
             cwd=str(notebook.parent),
             execution_timeout=CELL_TIMEOUT,
             progress_bar=False,
@@ -67,3 +95,50 @@ def check_verdicts(executed: nbformat.NotebookNode) -> list[tuple[int, dict | No
             found = [o["data"][MIME] for o in cell.get("outputs", []) if MIME in o.get("data", {})]
             verdicts.append((index, found[0] if found else None))
     return verdicts
+
+
+def run_times(notebooks: list[Path], out_dir: Path, size: str = "lab") -> list[tuple[str, float, int]]:
+    """Execute each lesson with its solutions at ``size`` and time it: (lesson, wall seconds, errors).
+    The instructor guide's run-time table is made with this (``python -m workbench.teach.execute``)."""
+    import time
+
+    rows = []
+    for notebook in notebooks:
+        start = time.perf_counter()
+        output = execute(notebook, out_dir, "solutions", size)
+        seconds = time.perf_counter() - start
+        executed = nbformat.read(output, as_version=4)
+        expected = [c for c in executed.cells if "raises-exception" in c.metadata.get("tags", [])]
+        errors = sum(1 for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error")
+        rows.append((notebook.name, seconds, errors - len(expected)))
+        print(f"{notebook.name}: {seconds:.0f} s", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: time every lesson at a size and print the instructor guide's table (Markdown)."""
+    import argparse
+    import os
+
+    from workbench import machine
+
+    parser = argparse.ArgumentParser(prog="python -m workbench.teach.execute", description=main.__doc__)
+    parser.add_argument("--size", default="lab", help="the size to run at (default lab)")
+    parser.add_argument("--out", type=Path, default=Path("build/executed/timed"), help="where the copies go")
+    parser.add_argument("lessons", nargs="*", type=Path, help="lesson notebooks (default: every lesson)")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parents[2]
+    notebooks = args.lessons or sorted((root / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+    rows = run_times(notebooks, args.out, args.size)
+    print(f"\nMeasured on {machine.cpu_model()}, {len(os.sched_getaffinity(0))} cores, size {args.size!r}:\n")
+    print("| lesson | run time (Run All, solutions) |\n|---|---|")
+    for name, seconds, unexpected in rows:
+        flag = " errors!" if unexpected else ""
+        print(f"| {name[:2]} {name[3:].removesuffix('.ipynb')} | {seconds:.0f} s |{flag}")
+    return 1 if any(unexpected for *_, unexpected in rows) else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -38,14 +38,22 @@ class Feedback:
         """Whether the answer passed."""
         return self.status == PASSED
 
+    @property
+    def more(self) -> str:
+        """Where more help is, after a "not yet" (empty when passed)."""
+        if self.passed:
+            return ""
+        return f"more help: hint({self.exercise!r}) names what to use; reveal({self.exercise!r}) shows a solution"
+
     def __str__(self) -> str:
         mark = "✔" if self.passed else "✘"
         text = f"{mark} exercise {self.exercise}: {self.status} — {self.message}"
-        return text + (f"\n  hint: {self.hint}" if self.hint else "")
+        return text + (f"\n  hint: {self.hint}" if self.hint else "") + (f"\n  {self.more}" if self.more else "")
 
     def _repr_html_(self) -> str:
         colour, mark = ("#e6f4ea", "✔") if self.passed else ("#fef7e0", "✘")
         hint = f"<div><b>Hint:</b> {html.escape(self.hint)}</div>" if self.hint else ""
+        hint += f"<div><i>{html.escape(self.more)}</i></div>" if self.more else ""
         return (
             f'<div class="lwb-check lwb-check-{self.status.replace(" ", "-")}" '
             f'style="background:{colour};border-radius:4px;padding:6px 10px;margin:4px 0">'

@@ -17,37 +17,69 @@ from workbench.teach.registry import exercise
 TASK_TIMEOUT = 60.0  # seconds for the learner's task on a worker
 
 
+def smallest_significant_dims(table1: Any) -> float | None:
+    """The smallest dims of the 'dims' sweep where rro beats files with the whole CI below 0, or None."""
+    dims = table1[table1.sweep == "dims"]
+    faster = sorted(float(v) for v in dims[dims.ci_high_pct < 0]["value"])
+    return faster[0] if faster else None
+
+
 @exercise(
     "02.1",
     answers=("first_significant_dims",),
-    hint="in table1, keep the rows of the 'dims' sweep whose ci_high_pct is below 0 (the whole interval "
-    "faster); the smallest value among them, or None when there is none",
+    concept="a difference is significant only when its whole confidence interval lies on one side of zero; "
+    "faster means below zero, so the interval's upper end must be below zero too",
+    hint="table1 has one row per sweep and value; keep the rows of the 'dims' sweep and read their "
+    "ci_low_pct and ci_high_pct columns. Answer None when no row qualifies",
 )
 def first_significant(first_significant_dims: Any, table1: Any) -> tuple:
     """The smallest number of dimensions where rro beats files with the whole CI below 0 (or None)."""
     dims = table1[table1.sweep == "dims"]
-    faster = sorted(float(v) for v in dims[dims.ci_high_pct < 0]["value"])
-    expected = faster[0] if faster else None
+    expected = smallest_significant_dims(table1)
+    rows = dims.groupby("value")[["ci_low_pct", "ci_high_pct"]].max()  # one row per dims value
     if first_significant_dims is None:
         if expected is None:
-            return passed("right: at this size no dims makes rro significantly faster than files")
-        return not_yet(f"None, but at {expected:g} dims the whole interval is below 0 (rro significantly faster)")
+            return passed("right: at this size and on this run no dims makes rro significantly faster than files")
+        return not_yet(
+            "None, but at least one dims row has its whole interval below 0: rro is significantly faster there",
+            "look at ci_high_pct, the upper end of each interval",
+        )
     got = number(first_significant_dims, "first_significant_dims")
     if expected is not None and got == expected:
         return passed(f"from {expected:g} dims on, rro is significantly faster than files (CI entirely below 0)")
-    rows = dims.groupby("value")[["ci_low_pct", "ci_high_pct"]].max()  # the widest reading per dims value
-    if got in rows.index:
-        low, high = float(rows.loc[got, "ci_low_pct"]), float(rows.loc[got, "ci_high_pct"])
-        if high >= 0:
-            return not_yet(f"at {got:g} dims the interval [{low:.1f} %, {high:.1f} %] includes 0: not significant")
-        return not_yet(f"{got:g} dims is significant, but so is {expected:g}, which is smaller")
-    return not_yet(f"{got:g} is not one of the dims measured ({sorted(rows.index.tolist())})")
+    if got not in rows.index:
+        return not_yet(
+            f"{got:g} is not one of the dims measured ({', '.join(f'{v:g}' for v in rows.index)}): answer with a "
+            "value of the 'dims' sweep",
+            "the value column of the rows where sweep is 'dims'",
+        )
+    low, high = float(rows.loc[got, "ci_low_pct"]), float(rows.loc[got, "ci_high_pct"])
+    if low > 0:
+        return not_yet(
+            f"at {got:g} dims the whole interval [{low:.1f} %, {high:.1f} %] is above 0: there rro is significantly "
+            "slower than files, not faster",
+            "a negative percentage means rro took less time than files",
+        )
+    if high >= 0:
+        return not_yet(
+            f"at {got:g} dims the interval [{low:.1f} %, {high:.1f} %] includes 0: not significant"
+            + (" (its lower end is below 0, but so must be its upper end)" if low < 0 else ""),
+            "look at ci_high_pct, the upper end of each interval",
+        )
+    return not_yet(
+        f"{got:g} dims is significant, but a smaller number of dims is significant too",
+        "the smallest dims whose whole interval is below 0",
+    )
 
 
 @exercise(
     "02.2",
     answers=("attached_sum",),
-    hint="inside the function: return float(shm.attach(name).sum()); submit it with session.client.submit",
+    concept="a worker can find a node-shared array by its name and read it in place, without a copy, and send "
+    "back only a small result",
+    hint="inside your function, shm.attach(name) maps the segment by its name and returns a read-only numpy "
+    "array; return one float. To try it yourself: shm.share, session.client.submit(...).result(), "
+    "shm.list_segments(), shm.delete",
 )
 def attach_in_a_task(attached_sum: Any, session: Any) -> tuple:
     """Run the learner's ``attached_sum(name)`` on a worker over a segment the check shares."""
@@ -63,7 +95,17 @@ def attach_in_a_task(attached_sum: Any, session: Any) -> tuple:
         shm.delete(name)
     if result is None:
         return not_yet("attached_sum returned None: it should return the sum of the shared array")
+    if isinstance(result, np.ndarray) and result.size > 1:
+        return not_yet(
+            f"attached_sum returned an array of {result.size:,} values, so the whole array travelled back to the "
+            "notebook: reduce it on the worker and return one number",
+            "numpy arrays have a method that adds their values",
+        )
     got = number(result, "attached_sum(name)")
     if not np.isclose(got, data.sum()):
-        return not_yet(f"attached_sum returned {got:.6g} on a worker, but the shared array sums to {data.sum():.6g}")
+        return not_yet(
+            f"attached_sum returned {got:.6g} on a worker, which is not what the shared array sums to: is it "
+            "attaching the segment it is given by name, and summing all of it?",
+            "shm.attach(name) gives the array the check shared under that name",
+        )
     return passed(f"on a worker, attached_sum found the segment by name and summed it: {got:.6g}")

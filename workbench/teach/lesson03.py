@@ -18,8 +18,11 @@ def task_growth(sweep: Any) -> dict[str, float]:
 @exercise(
     "03.1",
     answers=("follows_workers", "follows_blocks"),
-    hint="sweep.moved()['tasks'].unstack('variant') has one row per blocks-per-core value: which column "
-    "stays about the same, which grows with the rows?",
+    concept="a SplIter partition is one task per worker over all the blocks it already holds; a plain blocked "
+    "computation is one task per block",
+    hint="sweep.moved() is indexed by blocks per worker and variant and has a tasks column (mean per run); put "
+    "the variants side by side (unstack the variant level): which column stays about the same down the rows, "
+    "which grows with them?",
 )
 def task_counts(follows_workers: Any, follows_blocks: Any, sweep: Any) -> tuple:
     """A variant whose task count stays put as blocks grow, and one whose count grows with them."""
@@ -30,10 +33,15 @@ def task_counts(follows_workers: Any, follows_blocks: Any, sweep: Any) -> tuple:
     workers = choice(follows_workers, "follows_workers", growth)
     blocks = choice(follows_blocks, "follows_blocks", growth)
     if workers not in flat:
-        return not_yet(f"{workers}'s tasks grew {fmt(growth[workers])}x over the sweep: it does not follow the workers")
+        return not_yet(
+            f"{workers}'s tasks grew {fmt(growth[workers])}x over the sweep: it does not follow the workers, whose "
+            "number stayed the same",
+            "compare each variant's tasks at the fewest and at the most blocks per worker",
+        )
     if blocks not in growing:
         return not_yet(
-            f"{blocks}'s tasks grew {fmt(growth[blocks])}x while the blocks grew {fmt(top)}x: it does not follow them"
+            f"{blocks}'s tasks grew {fmt(growth[blocks])}x while the blocks grew {fmt(top)}x: it does not follow them",
+            "a variant that follows the blocks runs about one task per block",
         )
     return passed(
         f"{workers} runs about the same tasks whatever the blocks ({fmt(growth[workers])}x); {blocks}'s grow "
@@ -51,23 +59,46 @@ def slowdown(experiment: Any) -> float:
 @exercise(
     "03.2",
     answers=("slowdown_histogram", "slowdown_knn", "suffers_more"),
-    hint="experiment.moved()['seconds'] is indexed by (blocks_per_worker, variant); divide blocks by split "
-    "at the largest blocks_per_worker, for sweep (histogram) and for knn",
+    concept="the cost of many small tasks is how many times longer the one-task-per-block run takes than the "
+    "one-task-per-worker run on the same data, at the most blocks; an application whose every extra block also "
+    "adds work of its own suffers more",
+    hint="the moved() table of sweep (histogram) and of knn has the mean seconds per (blocks_per_worker, "
+    "variant); take the largest blocks_per_worker in each experiment's results and compare the two variants there",
 )
 def fragmentation_cost(slowdown_histogram: Any, slowdown_knn: Any, suffers_more: Any, sweep: Any, knn: Any) -> tuple:
     """blocks/split at the most blocks per core for both applications, and which suffers more."""
     expected = {"histogram": slowdown(sweep), "knn": slowdown(knn)}
-    for app, value in (("histogram", slowdown_histogram), ("knn", slowdown_knn)):
-        got = number(value, f"slowdown_{app}")
-        if not close(got, expected[app], 0.05):
-            inverted = close(1 / got, expected[app], 0.05) if got else False
+    answers = {
+        "histogram": number(slowdown_histogram, "slowdown_histogram"),
+        "knn": number(slowdown_knn, "slowdown_knn"),
+    }
+    for app, got in answers.items():
+        if close(got, expected[app], 0.05):
+            continue
+        if got and close(1 / got, expected[app], 0.05):
             return not_yet(
-                f"slowdown_{app} is {fmt(got)}, but blocks / split at the most blocks per core is "
-                f"{fmt(expected[app])}" + (" (you divided split by blocks)" if inverted else "")
+                f"slowdown_{app} is {fmt(got)}: you divided split by blocks; the slowdown of blocks is its time over "
+                "split's",
+                "blocks in the numerator",
             )
+        other = "knn" if app == "histogram" else "histogram"
+        if close(got, expected[other], 0.05):
+            return not_yet(
+                f"slowdown_{app} is the {other} experiment's slowdown: the two are swapped",
+                "sweep is the histogram, knn is kNN",
+            )
+        side = "high" if got > expected[app] else "low"
+        return not_yet(
+            f"slowdown_{app} is too {side}: it is more than 5 % away from the mean seconds of blocks over split at "
+            "the most blocks per core",
+            "mean seconds from the moved() table, at the largest blocks_per_worker",
+        )
     worse = max(expected, key=expected.get)
     if choice(suffers_more, "suffers_more", expected) != worse:
-        return not_yet(f"{worse} loses more ({fmt(expected[worse])}x against {fmt(min(expected.values()))}x)")
+        return not_yet(
+            "your two slowdowns are right, but suffers_more names the application with the smaller one",
+            "the application that suffers more is the one whose slowdown is larger",
+        )
     return passed(
         f"blocks is {fmt(expected['histogram'])}x split for the histogram and {fmt(expected['knn'])}x for kNN; "
         f"{worse} suffers more"

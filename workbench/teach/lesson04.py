@@ -19,8 +19,10 @@ CALL_TIMEOUT = 60.0  # seconds for the learner's active method
 @exercise(
     "04.1",
     answers=("Sensor2",),
-    hint="class Sensor2(Sensor): with a method spread(self) decorated with @active that returns "
-    "float(self.readings.std())",
+    concept="an active method runs where the object lives: only its name, arguments and result travel",
+    hint="derive Sensor2 from Sensor and give it a method spread(self) marked with the store's active decorator, "
+    "as Sensor's mean is; numpy's std of self.readings is the spread. Persist one with store.make_persistent and "
+    "call the method the three ways of the table above (a future, .value(), .local())",
 )
 def own_active_method(Sensor2: Any, store: Any) -> tuple:  # noqa: N803 (the learner's class name)
     """Persist a Sensor2 with a million readings; spread() by active call, value call and local call agree."""
@@ -54,13 +56,18 @@ def own_active_method(Sensor2: Any, store: Any) -> tuple:  # noqa: N803 (the lea
     for path, value in answers.items():
         got = number(value, f"spread() by {path}")
         if not np.isclose(got, expected, rtol=1e-9):
-            return not_yet(f"spread() by {path} gave {got:.6g}, but the readings' standard deviation is {expected:.6g}")
+            return not_yet(
+                f"spread() by {path} gave {got:.6g}, which is not the standard deviation of the object's readings "
+                "(the check persists a Sensor2 of its own and calls spread() on it)"
+            )
     return passed(f"the three paths agree: spread() = {expected:.6g} where the object lives and here")
 
 
 @exercise(
     "04.2",
     answers=("nonactive_mb_per_iteration", "active_mb_per_iteration"),
+    concept="the non-active baseline brings every fragment to the code in every iteration; active calls move only"
+    " what the method needs and returns",
     hint="km.summary() has MB_moved per run; average it per variant and divide by the iterations "
     "(km.points()[0]['iterations'])",
 )
@@ -73,9 +80,11 @@ def bytes_per_iteration(nonactive_mb_per_iteration: Any, active_mb_per_iteration
         got, expected = number(value, name), float(per_variant[variant])
         if not close(got, expected, 0.1) and abs(got - expected) > 0.005:
             whole = close(got, expected * iterations, 0.1)
+            swapped = close(got, float(per_variant["active" if variant == "non-active" else "non-active"]), 0.1)
             return not_yet(
-                f"{name} is {fmt(got)}, but {variant} moved {fmt(expected)} MB per iteration"
+                f"{name} is {fmt(got)}, which is not what km measured for the {variant} variant per iteration"
                 + (f" (you gave the whole run: divide by the {iterations} iterations)" if whole else "")
+                + (" (that is the other variant's figure)" if swapped and not whole else "")
             )
     ratio = per_variant["non-active"] / max(per_variant["active"], 1e-9)
     return passed(
@@ -87,8 +96,11 @@ def bytes_per_iteration(nonactive_mb_per_iteration: Any, active_mb_per_iteration
 @exercise(
     "04.3",
     answers=("probe_info", "alias_still_there"),
-    hint="make_persistent(..., alias='probe'), probe.replicate(), probe_info = probe.info(), then "
-    "probe.delete() and alias_still_there = 'probe' in store.aliases()",
+    concept="the store keeps a catalogue record per object: where its copies live, its aliases and version; "
+    "deleting the object removes every copy and alias",
+    hint="persist any Sensor with make_persistent and its alias argument (the name 'probe'); the proxy's "
+    "replicate() makes a second copy, its info() is the record, its delete() removes it; store.aliases() lists the "
+    "aliases that remain",
 )
 def replicated_record(probe_info: Any, alias_still_there: Any, store: Any) -> tuple:
     """The catalogue record of a replicated object (two holders), and its alias gone after delete."""
@@ -97,6 +109,8 @@ def replicated_record(probe_info: Any, alias_still_there: Any, store: Any) -> tu
     holders, aliases = probe_info.get("workers"), probe_info.get("aliases") or []
     if not isinstance(holders, (list, tuple)) or not isinstance(aliases, (list, tuple)):
         return not_yet("probe_info's 'workers' and 'aliases' should be lists: pass proxy.info() itself")
+    if store is not None and not set(holders) <= set(store.backends()):
+        return not_yet("probe_info's holders are not this store's backends: pass the record that proxy.info() returned")
     if len(holders) < 2:
         return not_yet(f"probe_info lists {len(holders)} holder(s): call replicate() before info()")
     if "probe" not in aliases:
@@ -106,8 +120,8 @@ def replicated_record(probe_info: Any, alias_still_there: Any, store: Any) -> tu
         return not_yet(f"the alias {left[0]!r} is still in the store: delete the object (proxy.delete())")
     if not isinstance(alias_still_there, (bool, np.bool_)) or alias_still_there:
         return not_yet(
-            f"alias_still_there is {alias_still_there!r}: after delete() the store no longer has 'probe', "
-            "so 'probe' in store.aliases() is False"
+            f"alias_still_there is {alias_still_there!r}: it should be whether 'probe' is among store.aliases() once "
+            "the object is deleted, asked of the store after delete()"
         )
     return passed(
         f"{probe_info.get('nbytes')} B, version {probe_info.get('version')}, on {len(holders)} holders; after "

@@ -2,7 +2,7 @@
 
 An exercise is declared once, next to its check, in ``workbench/teach/lessonNN.py``::
 
-    @exercise("03.2", answers=("slowdown_histogram", "slowdown_knn"), hint="...")
+    @exercise("03.2", answers=("slowdown_histogram", "slowdown_knn"), concept="...", hint="...")
     def _(slowdown_histogram, slowdown_knn, sweep, knn):
         ...
         return passed("...") or not_yet("what is wrong", "what to try")
@@ -11,6 +11,10 @@ The notebook's check cell calls ``check("03.2", slowdown_histogram=..., sweep=sw
 learner's stub leaves each answer as ``...``; a check then says which answers are missing. Whatever
 the learner's code raises while it is checked becomes a "not yet" naming the error, so a check never
 stops a notebook that runs all its cells.
+
+Help is graded, so that feedback teaches without handing over the answer: a "not yet" shows the
+exercise's ``concept`` (the idea, in words); :func:`hint` adds the ``hint`` (which API or data to
+use); only :func:`reveal` shows the code, from the solutions manual (``workbench/teach/solutions``).
 """
 
 from __future__ import annotations
@@ -38,16 +42,22 @@ LESSON_MODULES = {
     "06": "lesson06",
     "07": "lesson07",
     "08": "capstone",
+    "09": "lesson09",
 }
 ID_PATTERN = re.compile(r"(\d\d)\.(\d+)")
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """A declared exercise: its id, the names of the learner's answers, a hint, and its check."""
+    """A declared exercise: its id, the names of the learner's answers, its graded help, and its check.
+
+    concept: the idea the exercise practises, in words (no API, no code): shown with every "not yet".
+    hint: which function, column or data to use (not the code): shown by :func:`hint`.
+    """
 
     id: str
     answers: tuple[str, ...]
+    concept: str
     hint: str
     function: Callable[..., tuple[Status, str, str]]
 
@@ -60,16 +70,18 @@ class Exercise:
 _EXERCISES: dict[str, Exercise] = {}
 
 
-def exercise(id: str, answers: tuple[str, ...], hint: str) -> Callable[[Callable[..., Any]], Exercise]:
+def exercise(id: str, answers: tuple[str, ...], concept: str, hint: str) -> Callable[[Callable[..., Any]], Exercise]:
     """Declare the check of exercise ``id`` (decorator); ``answers`` are the learner's names."""
     if not ID_PATTERN.fullmatch(id) or id.split(".")[0] not in LESSON_MODULES:
         raise ValueError(f"an exercise id is 'NN.K' with NN one of {sorted(LESSON_MODULES)}, got {id!r}")
+    if not concept.strip() or not hint.strip():
+        raise ValueError(f"exercise {id}: give both a concept (the idea, in words) and a hint (the API to use)")
 
     def declare(function: Callable[..., Any]) -> Exercise:
         missing = [a for a in answers if a not in inspect.signature(function).parameters]
         if missing:
             raise TypeError(f"exercise {id}: the check takes no parameter for the answers {missing}")
-        declared = Exercise(id, tuple(answers), hint, function)
+        declared = Exercise(id, tuple(answers), concept, hint, function)
         _EXERCISES[id] = declared
         return declared
 
@@ -141,12 +153,12 @@ def check(id: str, **values: Any) -> Feedback:
             id,
             NOT_YET,
             "no answer yet for " + ", ".join(f"`{m}`" for m in missing) + " (still `...`)",
-            declared.hint,
+            declared.concept,
         )
     try:
         status, message, hint = declared.function(**values)
     except AnswerError as error:  # an answer of the wrong kind: the message says what was expected
-        return Feedback(id, NOT_YET, str(error), declared.hint)
+        return Feedback(id, NOT_YET, str(error), declared.concept)
     except Exception as error:  # the learner's code failed while being checked: say where, do not stop
-        return Feedback(id, NOT_YET, _describe(error), declared.hint)
-    return Feedback(id, status, message, hint or (declared.hint if status == NOT_YET else ""))
+        return Feedback(id, NOT_YET, _describe(error), declared.concept)
+    return Feedback(id, status, message, hint or (declared.concept if status == NOT_YET else ""))

@@ -1,36 +1,72 @@
 """``make site``: the course as a static web site, built offline with Jupyter Book 1.x (Sphinx).
 
 The site holds the syllabus, the instructor guide, the learner setup page (``docs/course/``) and
-every lesson executed at the "ci" size with its solutions, outputs and bokeh figures included
-(BokehJS is inlined in each page, so the site needs no network). Lessons already executed by the
-notebook tests (``build/executed/solutions/``) are reused when newer than their source; the others
-are executed here. Jupyter Book 2 (mystmd) fetches its theme at build time, which CI cannot reach:
-hence 1.x.
+every lesson executed at the "ci" size with its solutions, outputs and bokeh figures included.
+Each lesson page is made from its executed copy by ``workbench.teach.site_pages``: intended errors
+shown as intended, parameters cells hidden, live panels drawn as their Run left them, and BokehJS
+loaded from one file in the site's ``_static/`` (once per site, no network). Lessons already
+executed by the notebook tests (``build/executed/solutions/``) are reused when newer than their
+source; the others are executed here. Jupyter Book 2 (mystmd) fetches its theme at build time,
+which CI cannot reach: hence 1.x.
 
-``python -m workbench.teach.site [--out build/site]`` builds it; ``build/site/index.html`` is the home.
+``python -m workbench.teach.site [--out build/site]`` builds it and prints its size;
+``build/site/index.html`` is the home. ``--screenshots docs/course/site-screenshots`` also takes
+the screenshots of lesson 02's page and of a live panel's page in headless Chromium (Playwright).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import http.server
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import nbformat
 import yaml
 
+from workbench.teach import site_pages
 from workbench.teach.execute import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 COURSE = ROOT / "docs" / "course"
 EXECUTED = ROOT / "build" / "executed" / "solutions"
+SOLUTIONS = ROOT / "workbench" / "teach" / "solutions"  # the solutions manual, one page per lesson
 SOURCE = ROOT / "build" / "site-source"
 OUT = ROOT / "build" / "site"
-PAGES = ("syllabus", "setup", "instructor-guide")
+PAGES = (  # every page of docs/course/, in the site's order (a test holds the two equal)
+    "syllabus",
+    "setup",
+    "learner-profiles",
+    "instructor-guide",
+    "cluster",
+    "wrap-up",
+    "glossary",
+    "bibliography",
+    "code-of-conduct",
+    "LICENSE",
+)
 BUILD_SECONDS = 900
+MAX_BYTES = 10 * 2**20  # the whole site, BokehJS included once
+SCREENSHOTS = ROOT / "docs" / "course" / "site-screenshots"
+# Debian's Chromium, headless, for a closed network (no background connections or updates).
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 def lessons() -> list[Path]:
@@ -39,11 +75,14 @@ def lessons() -> list[Path]:
 
 
 def executed_lessons(executed: Path = EXECUTED) -> list[Path]:
-    """Each lesson executed with its solutions at size "ci": reused when newer than the lesson, else run now."""
+    """Each lesson executed with its solutions at size "ci": reused when newer than the lesson and its
+    solutions page (the manual's code runs in it), else run now."""
     copies = []
     for lesson in lessons():
         copy = executed / lesson.name
-        if not copy.exists() or copy.stat().st_mtime < lesson.stat().st_mtime:
+        manual = SOLUTIONS / f"lesson{lesson.name[:2]}.md"
+        sources = [lesson, *([manual] if manual.exists() else [])]
+        if not copy.exists() or copy.stat().st_mtime < max(source.stat().st_mtime for source in sources):
             print(f"executing {lesson.name} at size 'ci' ...", flush=True)
             copy = execute(lesson, executed, "solutions")
         copies.append(copy)
@@ -63,10 +102,11 @@ def _config() -> dict:
         "launch_buttons": {"notebook_interface": "jupyterlab", "binderhub_url": "", "thebe": False},
         "sphinx": {
             "config": {
-                # no require.js or widget manager from a CDN: the figures are static bokeh, inlined
+                # no require.js or widget manager from a CDN: panels are drawn from their saved state
                 "nb_ipywidgets_js": {},
                 "html_show_copyright": False,
                 "html_copy_source": False,
+                "html_extra_path": ["_extra"],
                 "suppress_warnings": ["mystnb.unknown_mime_type", "myst.header"],
             }
         },
@@ -96,7 +136,10 @@ def _index(notebooks: Sequence[Path]) -> str:
         "in-place array channels and execution models, measured live on a Dask cluster, then a "
         "capstone in which you find and fix the locality problems of a pipeline.\n\n"
         "- [Syllabus and schedule](syllabus.md)\n- [Learner setup](setup.md)\n"
-        "- [Instructor guide](instructor-guide.md)\n\n"
+        "- [Who the course is for](learner-profiles.md)\n- [Instructor guide](instructor-guide.md)\n"
+        "- [Going to a cluster](cluster.md) and the [wrap-up](wrap-up.md)\n"
+        "- [Glossary](glossary.md), [bibliography](bibliography.md), [code of conduct](code-of-conduct.md)\n"
+        "- The course material is [CC-BY-4.0](LICENSE.md)\n\n"
         "## Lessons\n\nEach page is the lesson executed at the small *ci* size (seconds on a laptop), "
         "its figures computed by that run; the exercises' solutions are shown.\n\n" + rows + "\n"
     )
@@ -110,8 +153,13 @@ def assemble(source: Path = SOURCE, executed: Path = EXECUTED) -> Path:
     (source / "lessons").mkdir(parents=True)
     for page in PAGES:
         shutil.copy(COURSE / f"{page}.md", source / f"{page}.md")
-    for notebook in notebooks:
-        shutil.copy(notebook, source / "lessons" / notebook.name)
+    bokeh_src = f"../_static/{site_pages.bokeh_js_name()}"  # from lessons/<page>.html
+    pages = [site_pages.for_site(nbformat.read(notebook, as_version=4), bokeh_src) for notebook in notebooks]
+    # Into _static/ through html_extra_path: Jupyter Book puts every .js of the source's own _static/
+    # into every page's head, the syllabus too; BokehJS is loaded by the lesson pages that draw figures.
+    site_pages.write_bokeh_js(source / "_extra" / "_static", mathjax=site_pages.needs_mathjax(pages))
+    for notebook, page in zip(notebooks, pages, strict=True):
+        nbformat.write(page, source / "lessons" / notebook.name)
     (source / "index.md").write_text(_index(notebooks))
     (source / "_config.yml").write_text(yaml.safe_dump(_config(), sort_keys=False))
     (source / "_toc.yml").write_text(yaml.safe_dump(_toc(PAGES, notebooks), sort_keys=False))
@@ -129,17 +177,106 @@ def build(out: Path = OUT, source: Path = SOURCE, executed: Path = EXECUTED) -> 
         raise RuntimeError(f"jupyter-book failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     if out.exists():
         shutil.rmtree(out)
-    shutil.copytree(work / "_build" / "html", out)
+    # the theme's source maps (3 MB) serve only a browser's developer tools: not shipped
+    shutil.copytree(work / "_build" / "html", out, ignore=shutil.ignore_patterns("*.map", ".buildinfo"))
     return out / "index.html"
 
 
+def size_bytes(root: Path) -> int:
+    """The bytes of every file under ``root`` (the site as it would be served or copied)."""
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        """No line per request."""
+
+
+@contextlib.contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` on a free port of 127.0.0.1 while the block runs; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def lesson_page(root: Path, number: str) -> Path:
+    """The built page of lesson ``number`` ("02"), found by its number, not its title."""
+    found = sorted((root / "lessons").glob(f"{number}-*.html"))
+    if not found:
+        raise FileNotFoundError(f"no page for lesson {number} in {root / 'lessons'}")
+    return found[0]
+
+
+# What each screenshot shows: (file, lesson number, the element at the top of the view; None: the page's top).
+SHOTS = (
+    ("lesson-02-top.png", "02", None),
+    ("lesson-02-intended-error.png", "02", ".workbench-intended-error"),
+    ("lesson-00-live-panel.png", "00", ".workbench-live-panel"),
+)
+
+
+def _save_small(png: bytes, path: Path) -> None:
+    """Save a screenshot with a palette of 256 colours (a page is text and flat colours: a third of
+    the bytes, small enough to commit)."""
+    import io
+
+    from PIL import Image
+
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
+
+
+def screenshots(root: Path, out: Path = SCREENSHOTS, timeout_ms: int = 60_000) -> list[Path]:
+    """Screenshots (PNG, 1200x900) of lesson 02's page (its top and its intended error) and of lesson
+    00's live panel, as headless Chromium draws the built site at ``root``, once bokeh has drawn."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    taken = []
+    with serve(root) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            for name, number, anchor in SHOTS:
+                page.goto(f"{url}/lessons/{lesson_page(root, number).name}")
+                page.locator("canvas").first.wait_for(timeout=timeout_ms)  # bokeh has drawn
+                if anchor is not None:
+                    cell = page.locator(".cell", has=page.locator(anchor)).first
+                    cell.wait_for(timeout=timeout_ms)
+                    if anchor == ".workbench-live-panel":  # the panel's own figure (drawn in a shadow root)
+                        cell.locator("canvas").first.wait_for(timeout=timeout_ms)
+                    cell.evaluate("e => window.scrollTo(0, e.getBoundingClientRect().top + window.scrollY - 80)")
+                _save_small(page.screenshot(), out / name)
+                taken.append(out / name)
+        finally:
+            browser.close()
+    return taken
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: build the course site."""
+    """Command line: build the course site, print its size, optionally take its screenshots."""
     parser = argparse.ArgumentParser(prog="python -m workbench.teach.site", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help="where the site goes (default build/site)")
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        metavar="DIR",
+        help=f"also save screenshots of lesson 02 and of a live panel there (the committed ones: {SCREENSHOTS})",
+    )
     args = parser.parse_args(argv)
     index = build(args.out)
-    print(f"course site: {index}")
+    total = size_bytes(args.out)
+    print(f"course site: {index} ({total / 2**20:.1f} MiB in all, the limit is {MAX_BYTES / 2**20:.0f} MiB)")
+    if args.screenshots is not None:
+        for path in screenshots(args.out, args.screenshots):
+            print(f"screenshot: {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0
 
 

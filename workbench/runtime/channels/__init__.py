@@ -5,7 +5,7 @@
 ``put``/``take`` move a buffer with rendezvous semantics (shared memory on one node, a socket
 between nodes, one copy, no allocation per message); ``reduce``, ``allreduce``, ``broadcast``,
 ``scatter`` and ``gather`` are built on them. ``eager=True`` gives the same API through Dask
-(a new array, pickled, per message): the baseline.
+(a new array per message, serialized and sent worker to worker by a Dask actor call): the baseline.
 """
 
 from workbench.runtime.channels.channel import ArrayChannel, EagerChannel

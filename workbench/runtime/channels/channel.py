@@ -5,12 +5,14 @@ persistent array; ``put(dest)`` copies it into ``dest``'s buffer once ``dest`` i
 ``take(src)`` waits until ``src`` has. Collectives are built on the same two steps, into the
 receiver's scratch slots: ``reduce`` (a binomial tree, in place, two scratch buffers),
 ``allreduce``, ``broadcast``, ``scatter`` and ``gather`` (the two the paper described but never
-shipped). ``EagerChannel`` has the same API and sends every message through Dask (a new array,
-pickled, per message): the baseline.
+shipped). ``EagerChannel`` has the same API and sends every message worker to worker through Dask
+(an actor call: a new array, serialized, per message): the baseline.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -46,8 +48,7 @@ PUT, EXCHANGE, REDUCE, BROADCAST, SCATTER, GATHER = 1, 2, 3, 4, 5, 6
 OPERATIONS = {PUT: "put/take", EXCHANGE: "exchange", REDUCE: "reduce", BROADCAST: "broadcast", SCATTER: "scatter",
               GATHER: "gather"}  # fmt: skip
 COLLECTIVE = {REDUCE, BROADCAST, SCATTER, GATHER}
-ABORT_MESSAGE = "workbench-channel-group-aborted"  # what an eager rank's queue gets when its group failed
-EAGER_POLL_SECONDS = 0.1  # an eager wait's slices (each a scheduler round trip): between them it checks the peer
+EAGER_POLL_SECONDS = 0.1  # an eager wait's slices: between them it checks the group and the peer (a scheduler query)
 
 
 def make_tag(operation: int, root: int = 0, call: int = 0) -> int:
@@ -540,32 +541,67 @@ class ArrayChannel(Collectives):
             rank.event("take", start, self.slots[slot].nbytes, src, waited, self.name)
 
 
+class Inbox:
+    """One rank's eager messages: a Dask actor on the rank's own worker (``client.submit(Inbox, ...,
+    actor=True)``). A peer sends with an actor call, ``inbox.deliver(...)``, which Dask sends straight
+    to this worker (the scheduler is not on the path); the rank takes the messages from the same
+    object in its own process (:func:`inbox_of`), without another copy.
+
+    Why an actor: it is Dask's public API for calling into one chosen worker directly, worker to
+    worker, with Dask's own serialization of the arguments (a numpy array travels as frames and
+    arrives as a new array). A ``distributed.Queue`` or ``Variable`` sends every message through the
+    scheduler (two hops and a scheduler round trip per message), so it measured the scheduler, not
+    the transport; ``Client.scatter`` adds a scheduler update per message too.
+    """
+
+    def __init__(self, group: str, rank: int):
+        self.group, self.rank = group, rank
+        self._queues: dict[tuple[int, int, int], queue.SimpleQueue[tuple[int, np.ndarray]]] = {}
+        self._lock = threading.Lock()
+        _INBOXES[(group, rank)] = self
+
+    def messages(self, channel: int, src: int, slot: int) -> queue.SimpleQueue[tuple[int, np.ndarray]]:
+        """The messages from rank ``src`` for ``slot`` of channel ``channel``, in the order they were sent."""
+        with self._lock:
+            return self._queues.setdefault((channel, src, slot), queue.SimpleQueue())
+
+    async def deliver(self, channel: int, src: int, slot: int, tag: int, array: np.ndarray) -> None:
+        """Called by rank ``src`` through the actor (a coroutine: it runs on the worker's event loop,
+        without a hop to the actor thread); files the message for the rank to take."""
+        self.messages(channel, src, slot).put((tag, array))
+
+    def close(self) -> None:
+        """The rank ended: forget its messages."""
+        _INBOXES.pop((self.group, self.rank), None)
+        with self._lock:
+            self._queues.clear()
+
+
+_INBOXES: dict[tuple[str, int], Inbox] = {}  # this worker process's inboxes, by (group, rank)
+
+
+def inbox_of(group: str, rank: int) -> Inbox:
+    """The inbox actor of ``rank`` in ``group``, made on this worker (the rank reads its messages there)."""
+    return _INBOXES[(group, rank)]
+
+
 class EagerChannel(Collectives):
-    """The same API, every message a new array pickled through Dask (a ``distributed.Queue`` per pair
-    and slot): the eager baseline (what sending arrays between Dask tasks costs)."""
+    """The same API, every message a new array sent worker to worker by Dask (an actor call into the
+    receiving rank's :class:`Inbox`): the eager baseline, what sending arrays between long-running
+    Dask tasks costs (serialization, a new array per message, a copy into the buffer)."""
 
     def __init__(self, rank: Any, index: int, name: str, shape: tuple[int, ...], dtype: np.dtype):
         self.rank, self.index, self.name = rank, index, name
         self.slots = [np.zeros(shape, dtype) for _ in range(3)]
-        self._queues: dict[tuple[int, int, int], Any] = {}
 
     def close(self) -> None:
-        """End of the group: drop this channel's buffers and queues."""
+        """End of the group: drop this channel's buffers."""
         self.closed = True
         self.slots = []
-        self._queues.clear()
-
-    def _queue(self, src: int, dest: int, slot: int) -> Any:
-        from distributed import Queue
-
-        key = (src, dest, slot)
-        if key not in self._queues:
-            self._queues[key] = Queue(f"{self.rank.group}-{self.index}-{src}-{dest}-{slot}")
-        return self._queues[key]
 
     def _send(self, dest: int, array: np.ndarray, slot: int) -> None:
         start = time.time()
-        self._queue(self.rank.rank, dest, slot).put((self.tag, np.array(array, copy=True)), timeout=self.rank.timeout)
+        self.rank.send_eager(dest, self.index, slot, self.tag, array)
         self.rank.event("put", start, array.nbytes, dest, 0.0, self.name)
 
     def _post(self, src: int, slot: int) -> None:
@@ -573,32 +609,29 @@ class EagerChannel(Collectives):
 
     def _wait(self, src: int, slot: int) -> None:
         start = time.time()
-        queue = self._queue(src, self.rank.rank, slot)
+        messages = self.rank.inbox.messages(self.index, src, slot)
         what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r} in {describe(self.tag)}"
         deadline = self.rank.deadline()
         while True:  # in slices, so that a peer that returned or an aborted group ends the wait early
             try:
-                message = queue.get(timeout=EAGER_POLL_SECONDS)
+                tag, value = messages.get(timeout=EAGER_POLL_SECONDS)
                 break
-            except TimeoutError:
+            except queue.Empty:
                 pass
             problem = self.rank.aborted_check()
             if problem is None and self.rank.has_finished(src):
-                try:  # what it sent before it returned is in the queue already
-                    message = queue.get(timeout=0)
+                try:  # what it sent before it returned is here already (a send returns once delivered)
+                    tag, value = messages.get_nowait()
                     break
-                except TimeoutError:
+                except queue.Empty:
                     problem = f"rank {src} returned from its rank function"
             if problem:
                 raise ChannelError(f"{what}: {problem}")
             if time.monotonic() > deadline:
                 raise ChannelError(f"{what}: nothing within the timeout")
-        if isinstance(message, str) and message == ABORT_MESSAGE:  # put there when the group failed
-            raise ChannelError(f"{what}: the group was aborted (another rank failed)")
-        tag, value = message
         self._check_tag(src, tag)
         np.copyto(self.slots[slot], value)
         self.rank.event("take", start, value.nbytes, src, time.time() - start, self.name)
 
 
-__all__ = ["ArrayChannel", "ChannelError", "EagerChannel", "pid_alive"]
+__all__ = ["ArrayChannel", "ChannelError", "EagerChannel", "Inbox", "inbox_of", "pid_alive"]

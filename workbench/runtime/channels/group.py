@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from distributed import Variable, get_worker, secede
+from distributed import Variable, get_client, get_worker, secede
+from distributed.actor import Actor
 
 from workbench.memory import shm
-from workbench.runtime.channels.channel import ABORT_MESSAGE, ArrayChannel, EagerChannel
+from workbench.runtime.channels.channel import ArrayChannel, EagerChannel, Inbox, inbox_of
 from workbench.runtime.channels.transport import (
     FINISHED,
     POLL_SECONDS,
@@ -70,6 +71,9 @@ class Rank:
         self._mailboxes: list[Mailbox] = []
         self._attached: list[Mailbox] = []
         self._listener: socket.socket | None = None
+        self.inbox: Inbox | None = None  # an eager rank's messages (an actor on its worker)
+        self._inbox_future: Any = None  # keeps the inbox actor alive until close()
+        self._peer_inboxes: dict[int, Actor] = {}
         try:
             self.worker = get_worker().address
         except ValueError:
@@ -126,13 +130,21 @@ class Rank:
     def connect(self) -> None:
         """Publish this rank's address, read the others', connect to the ranks on other nodes."""
         host = _host_of(self.worker)
-        if not self.eager:
+        if self.eager:
+            self._make_inbox()
+        else:
             self._listener = socket.create_server((host, 0), backlog=max(8, self.size))
         port = self._listener.getsockname()[1] if self._listener else 0
+        inbox = self._inbox_future.key if self.eager else ""
         self.peers = self._exchange(
-            "address", {"node": self.node, "pid": self.pid, "host": host, "port": port}, "connecting the group"
+            "address",
+            {"node": self.node, "pid": self.pid, "host": host, "port": port, "worker": self.worker, "inbox": inbox},
+            "connecting the group",
         )
-        if self.eager:
+        if self.eager:  # a proxy of every other rank's inbox: calls go straight to that rank's worker
+            self._peer_inboxes = {
+                r: Actor(Inbox, peer["worker"], peer["inbox"]) for r, peer in enumerate(self.peers) if r != self.rank
+            }
             return
         remote = [r for r in range(self.size) if r != self.rank and self.peers[r]["node"] != self.node]
         deadline = self.deadline()
@@ -149,6 +161,37 @@ class Rank:
             sock.settimeout(self.timeout)
             peer = int.from_bytes(_recv_exactly(sock, 4), "little")
             self.links[peer] = Link(sock, peer, self.aborted_check)
+
+    def _make_inbox(self) -> None:
+        """Start this rank's inbox, a Dask actor pinned to this rank's worker (a task: its key is unique
+        to the group and rank)."""
+        if self.worker == "client":
+            raise ChannelError("an eager rank runs on a Dask worker (its inbox is an actor there)")
+        self._inbox_future = get_client().submit(
+            Inbox,
+            self.group,
+            self.rank,
+            actor=True,
+            workers=[self.worker],
+            allow_other_workers=False,
+            key=f"{self.group}-inbox-r{self.rank}",
+        )
+        self._inbox_future.result(timeout=self.timeout)
+        self.inbox = inbox_of(self.group, self.rank)
+
+    def send_eager(self, dest: int, channel: int, slot: int, tag: int, array: np.ndarray) -> None:
+        """Send ``array`` to rank ``dest``'s inbox (an actor call, worker to worker) and wait until it is
+        filed there: one message in flight per pair, so they arrive in the order they were sent."""
+        try:
+            self._peer_inboxes[dest].deliver(channel, self.rank, slot, tag, array).result(timeout=self.timeout)
+        except Exception as error:  # noqa: BLE001 - a gone inbox or worker: said as a channel error
+            problem = self.aborted_check()
+            if problem is None and self.has_finished(dest):
+                problem = f"rank {dest} returned from its rank function"
+            raise ChannelError(
+                f"rank {self.rank} sent to rank {dest} on channel {channel}: "
+                + (problem or f"{type(error).__name__}: {error}")
+            ) from None
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
         """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
@@ -270,6 +313,13 @@ class Rank:
         for channel in self.channels:
             channel.close()
         self.channels.clear()
+        if self.inbox is not None:
+            self.inbox.close()
+            self.inbox = None
+        self._peer_inboxes.clear()
+        if self._inbox_future is not None:  # the actor goes when the scheduler forgets its task
+            self._inbox_future.release()
+            self._inbox_future = None
         self.__dict__.pop("_barrier", None)
         for box in self._mailboxes + self._attached:
             box.close()
@@ -398,21 +448,11 @@ def remove_group_segments(group: str, aborted: bool = False) -> list[str]:
 
 
 def _abort_group(session: Session, group: str) -> None:
-    """Tell every worker that ``group`` failed: its ranks' waits stop at their next check, and an
-    eager rank waiting on a queue gets a message saying so."""
-
-    def wake_eager(dask_scheduler: Any = None) -> int:
-        queues = dask_scheduler.extensions.get("queues")
-        names = [n for n in list(queues.queues) if str(n).startswith(f"{group}-")] if queues is not None else []
-        for name in names:
-            queues.queues[name].put_nowait({"type": "msgpack", "value": ABORT_MESSAGE})
-        return len(names)
-
-    for call in (lambda: session.run(abort, group), lambda: session.run_on_scheduler(wake_eager)):
-        try:
-            call()
-        except Exception:  # a worker that is gone has no rank left to stop
-            pass
+    """Tell every worker that ``group`` failed: its ranks' waits stop at their next check."""
+    try:
+        session.run(abort, group)
+    except Exception:  # a worker that is gone has no rank left to stop
+        pass
 
 
 @dataclass
@@ -583,7 +623,7 @@ def _group_error(errors: dict[int, BaseException], workers: list[str]) -> Channe
 
 
 def _forget_variables(session: Session, group: str, size: int) -> None:
-    """Delete the group's address and channel variables, and an eager group's queues, on the scheduler."""
+    """Delete the group's address and channel variables on the scheduler."""
 
     def forget(dask_scheduler: Any = None) -> int:
         prefix = f"{group}-"
@@ -593,12 +633,6 @@ def _forget_variables(session: Session, group: str, size: int) -> None:
             for name in [n for n in list(variables.variables) if str(n).startswith(prefix)]:
                 variables.variables.pop(name, None)
                 variables.waiting_conditions.pop(name, None)
-                count += 1
-        queues = dask_scheduler.extensions.get("queues")  # an eager group's messages
-        if queues is not None:
-            for name in [n for n in list(queues.queues) if str(n).startswith(prefix)]:
-                queues.queues.pop(name, None)
-                queues.client_refcount.pop(name, None)
                 count += 1
         return count
 

@@ -5,7 +5,8 @@ more blocks than workers). A block function with a ``rank`` parameter is called 
 ``f(block, *aligned, *args, rank=rank)`` and uses ``rank.channel(...)`` to exchange data with the
 other ranks (a halo, a reduction, tiles of a transpose); its return values are merged as any
 strategy's. ``channels`` moves the bytes in place (shared memory on a node, sockets between
-nodes); ``eager`` runs the same functions with every message pickled through Dask. The ranks'
+nodes); ``eager`` runs the same functions with every message a new array that Dask serializes and
+sends worker to worker (an actor call into the receiving rank's inbox). The ranks'
 message events (put, take, wait) join the run's trace.
 """
 
@@ -80,10 +81,10 @@ class Channels(Strategy):
 
 
 class Eager(Strategy):
-    """The same ranks, every message a new array pickled through Dask."""
+    """The same ranks, every message a new array serialized by Dask and sent worker to worker."""
 
     name = "eager"
-    description = "one rank per block; every message a new array pickled through Dask (the eager baseline)"
+    description = "one rank per block; every message a new array sent worker to worker by Dask (the eager baseline)"
     plan = EagerPlan
 
 
