@@ -98,7 +98,7 @@ LINUX_ONLY: tuple[LinuxOnly, ...] = (
         "threads and Dask workers pinned to cores",
         "lesson 09",
         "no cache or NUMA information; os.sched_getaffinity does not exist: first touch and pinning raise",
-        ("workbench/lab/node_locality.py",),
+        ("workbench/lab/node_locality.py", "workbench/teach/lesson09.py"),
     ),
     LinuxOnly(
         "os.sched_setaffinity, /proc/<pid>/task",
