@@ -1,4 +1,4 @@
-"""The "adding an application" recipe of docs/architecture.md, as one file (exercised by the tests).
+"""An application written as docs/architecture.md's "adding an application" recipe says, as one file (tests run it).
 
 Column means and row counts of the histogram dataset's points: the work of a block is its column
 sums and its rows, the merge adds them. Declaring that is all it takes to run under every

@@ -1,4 +1,4 @@
-"""The "adding a strategy" recipe of docs/architecture.md, as one file (exercised by the tests).
+"""A strategy written as docs/architecture.md's "adding a strategy" recipe says, as one file (tests run it).
 
 ``scattered``: one task per block, like ``blocks``, but each task pinned to the worker after the one
 that holds its block: a strategy that ignores locality on purpose, so every block moves.

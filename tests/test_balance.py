@@ -1,14 +1,18 @@
-"""SplIter with balance: the same answers as ``split`` under every skew, steals (and their bytes) in the
-trace, replicas read locally, a lost worker fails the run clearly and leaves nothing behind, the
+"""SplIter with balance: the policy on plain inputs (chunks, the forecast, the steal choice, the learned
+placement), then on a cluster: the same answers as ``split`` under every skew, steals (and their bytes)
+in the trace, replicas read locally, a lost worker fails the run clearly and leaves nothing behind, the
 slowed-worker context undoes itself, and the benchmark reports its goals."""
 
 from __future__ import annotations
 
+import ast
 import gc
 import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -22,8 +26,20 @@ from workbench.lab import imbalance
 from workbench.lab.runner import run_experiment
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks, place_contiguous
-from workbench.runtime.strategies import BlockWork
-from workbench.runtime.strategies.balance import Chunk, Forecast, WorkerLost, cut, guided_cut
+from workbench.runtime.strategies import BlockWork, balance_policy
+from workbench.runtime.strategies.balance import WorkerLost
+from workbench.runtime.strategies.balance_policy import (
+    Chunk,
+    Forecast,
+    Steal,
+    Threads,
+    choose_steal,
+    cut,
+    guided_cut,
+    learned_queues,
+    moved_bytes,
+    replica_tails,
+)
 from workbench.runtime.trace import Recorder
 
 BALANCED = ["split", "split-balanced", "split-balanced-replicas"]
@@ -101,20 +117,47 @@ def test_skew_makes_idle_workers_steal_and_replicas_make_steals_local(session):
         data.release()
 
 
-def test_chunks_cover_each_partition_once():
-    from workbench.runtime.splitter import Partition
+def test_the_policy_imports_nothing_but_the_standard_library():
+    tree = ast.parse(Path(balance_policy.__file__).read_text())
+    imported = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and {name.split(".")[0] for name in imported} <= sys.stdlib_module_names  # no Dask, no runtime
 
-    partition = Partition(worker="w", blocks=list(range(7)), block_indexes=list(range(10, 17)), item_ranges=[])
-    chunks = cut(partition, [100] * 20, chunks=3)
-    assert [i for c in chunks for i in c.indexes] == list(range(10, 17))
+
+def test_chunks_cover_each_partition_once():
+    indexes = list(range(10, 17))
+    chunks = cut("w", indexes, [100] * 20, chunks=3)
+    assert [i for c in chunks for i in c.indexes] == indexes
     assert [c.nbytes for c in chunks] == [100 * len(c.indexes) for c in chunks]
-    assert len(cut(partition, [1] * 20, chunks=50)) == 7  # never more chunks than blocks
-    eight = Partition(worker="w", blocks=list(range(8)), block_indexes=list(range(8)), item_ranges=[])
-    assert [len(c.indexes) for c in guided_cut(eight, [1] * 8)] == [2, 2, 1, 1, 1, 1]  # the back in single blocks
-    assert [i for c in guided_cut(partition, [1] * 20) for i in c.indexes] == list(range(10, 17))
-    assert all(c.home == "w" for c in guided_cut(partition, [1] * 20))
-    many = Partition(worker="w", blocks=list(range(200)), block_indexes=list(range(200)), item_ranges=[])
-    assert len(guided_cut(many, [1] * 200)) <= 16  # the task count still follows the workers
+    assert len(cut("w", indexes, [1] * 20, chunks=50)) == 7  # never more chunks than blocks
+    assert [len(c.indexes) for c in guided_cut("w", range(8), [1] * 8)] == [
+        2,
+        2,
+        1,
+        1,
+        1,
+        1,
+    ]  # the back in single blocks
+    assert [i for c in guided_cut("w", indexes, [1] * 20) for i in c.indexes] == indexes
+    assert all(c.home == "w" for c in guided_cut("w", indexes, [1] * 20))
+    assert len(guided_cut("w", range(200), [1] * 200)) <= 16  # the task count still follows the workers
+    assert guided_cut("w", [], []) == [] and cut("w", [], []) == []
+
+
+def test_replicas_copy_the_back_half_of_each_partition_to_the_next_worker():
+    homes = {"a": list(range(0, 8)), "b": list(range(8, 12)), "c": [12]}
+    assert replica_tails(homes, [1] * 13) == {"b": [4, 5, 6, 7], "c": [10, 11], "a": [12]}
+    chunk = Chunk([4, 5], 30, "a")
+    assert moved_bytes(chunk, "b", [10] * 4 + [10, 20], {4: {"a", "b"}, 5: {"a"}}) == 20  # block 4 read locally
+    assert moved_bytes(chunk, "a", [10] * 6, {4: {"a"}, 5: {"a"}}) == 0
+
+
+def test_the_first_ones_of_a_queue_are_running_one_per_thread():
+    queue = [Chunk([k], 1) for k in range(4)]
+    one, four = Threads({"a": 1}), Threads({"w": 4, "zero": 0})
+    assert one.running("a", queue) == queue[:1] and one.waiting("a", queue) == queue[1:]
+    assert four.of("w") == 4 and four.waiting("w", queue) == [] and four.running("w", queue) == queue
+    assert four.of("zero") == 1 and four.of("unknown") == 1  # never fewer than one
 
 
 def _slow_block(block, delay):
@@ -122,34 +165,67 @@ def _slow_block(block, delay):
     return np.asarray([len(block)])
 
 
-@pytest.mark.timeout(300)
-def test_a_thief_takes_the_next_waiting_chunk_and_a_victim_keeps_its_last():
-    from collections import deque
-    from types import SimpleNamespace
+def _queues(*spec: tuple[str, int, int]) -> tuple[dict[str, list[Chunk]], dict[str, list[Chunk]]]:
+    """(waiting, running) for workers given as (name, chunks in its queue, bytes per chunk), one thread
+    each: blocks numbered 10 x the worker's position + the chunk's."""
+    queues = {w: [Chunk([10 * n + k], nbytes, w) for k in range(count)] for n, (w, count, nbytes) in enumerate(spec)}
+    return {w: q[1:] for w, q in queues.items()}, {w: q[:1] for w, q in queues.items()}
 
-    from workbench.runtime.strategies import balance as balancing
 
-    chunks = {w: [balancing.Chunk([k + 10 * n], 100) for k in range(4)] for n, w in enumerate("abc")}
-    plan = SimpleNamespace(replicas={}, sizes=[100] * 40, steals=[], recorder=Recorder(), forecast=Forecast())
-    plan._moved = lambda chunk, thief: balancing.BalancedPlan._moved(plan, chunk, thief)
-    plan._record_steal = lambda *a, **k: balancing.BalancedPlan._record_steal(plan, *a, **k)
-    plan._last_worth_taking = lambda *a, **k: balancing.BalancedPlan._last_worth_taking(plan, *a, **k)
-    queues = {"a": deque(chunks["a"]), "b": deque(chunks["b"][:1]), "c": deque(chunks["c"][:3])}
-    threads = balancing._Threads({"a": 1, "b": 1, "c": 1})
-    assert threads.waiting("a", queues["a"]) == chunks["a"][1:]  # the first one is running
-    thief, victim, chunk = balancing.BalancedPlan._steal(plan, queues, "b", threads)
-    assert (thief, victim, chunk) == ("b", "a", chunks["a"][1])  # most bytes waiting; the one it runs next
-    assert list(queues["a"]) == [chunks["a"][0], *chunks["a"][2:]] and list(queues["b"])[-1] is chunk
-    assert plan.steals == [{"thief": "b", "victim": "a", "blocks": 1, "bytes": 100}]
-    queues["a"] = deque(chunks["a"][:2])  # a: one waiting, c: two waiting
-    assert balancing.BalancedPlan._steal(plan, queues, "b", threads)[1:] == ("c", chunks["c"][1])
-    assert balancing.BalancedPlan._steal(plan, queues, "b", threads) is None  # nothing measured: each keeps its last
-    plan.replicas = {22: {"b"}}  # a chunk the thief holds a replica of goes first, and moves no bytes
-    queues["c"] = deque(chunks["c"])
-    assert balancing.BalancedPlan._steal(plan, queues, "b", threads)[2] is chunks["c"][2]
-    assert plan.steals[-1]["bytes"] == 0
-    four = balancing._Threads({"w": 4})
-    assert four.of("w") == 4 and four.waiting("w", deque(chunks["a"])) == []
+def test_before_costs_are_measured_a_thief_takes_the_next_chunk_of_the_most_bytes_waiting():
+    waiting, running = _queues(("a", 4, 100), ("b", 1, 100), ("c", 3, 200))
+    nothing = Forecast(sizes=[100] * 40)
+    steal = choose_steal("b", waiting, running, nothing, "w", now=0.0)
+    assert steal == Steal("c", waiting["c"][0])  # c: 400 bytes in 2 chunks, a: 300 in 3; the one c runs next
+    assert steal.chunk is waiting["c"][0]
+    waiting["c"] = waiting["c"][:1]  # c: one waiting; a: three
+    assert choose_steal("b", waiting, running, nothing, "w", 0.0) == Steal("a", waiting["a"][0])
+    replicas = {3: {"a", "b"}}  # b holds a copy of a's last chunk: that one first
+    assert choose_steal("b", waiting, running, nothing, "w", 0.0, replicas) == Steal("a", waiting["a"][2])
+    assert choose_steal("a", waiting, running, nothing, "w", 0.0) is None  # a's own chunks are not a victim's
+    waiting["a"] = waiting["a"][:1]  # one waiting everywhere, nothing measured: no forecast, no steal
+    assert choose_steal("b", waiting, running, nothing, "w", 0.0) is None
+    assert [len(chunks) for chunks in waiting.values()] == [1, 0, 1]  # nothing was moved: the caller moves it
+
+
+def test_a_victims_last_chunk_goes_only_when_the_thief_is_forecast_to_finish_it_sooner():
+    waiting, running = _queues(("slow", 2, 100), ("fast", 1, 100))
+    forecast = Forecast(sizes=[100] * 20)
+    forecast.learn("w", running["slow"][0], "slow", cpu=0.1, wall=0.3)  # its core shared: 3x the CPU seconds
+    forecast.learn("w", running["fast"][0], "fast", cpu=0.1, wall=0.1)
+    forecast.started[id(running["slow"][0])] = 10.0
+    running["fast"] = []  # the thief is idle
+    assert choose_steal("fast", waiting, running, forecast, "w", now=10.0) == Steal("slow", waiting["slow"][0])
+    assert choose_steal("fast", waiting, running, forecast, "other work", now=10.0) is None  # not measured
+
+    even = Forecast(sizes=[100] * 20)
+    waiting, running = _queues(("x", 2, 100), ("y", 1, 100))
+    for chunk in (*running["x"], *waiting["x"], *running["y"]):
+        even.learn("w", chunk, chunk.home, cpu=0.1, wall=0.1)
+    even.started[id(running["x"][0])] = even.started[id(running["y"][0])] = 10.0
+    assert choose_steal("y", waiting, running, even, "w", now=10.0) is None  # in step: taking it moves the wait
+    even.started[id(running["x"][0])] = 10.05  # x lags by half a chunk and more: its last one goes
+    steal = choose_steal("y", waiting, running, even, "w", now=10.06)
+    assert steal == Steal("x", waiting["x"][0])
+    back = {"x": [], "y": [steal.chunk]}  # stolen: waiting behind y's running chunk
+    assert choose_steal("x", back, running, even, "w", now=10.06) is None  # and it never goes back
+
+
+def test_once_placed_from_measures_only_a_last_chunk_goes_and_from_the_victim_finishing_latest():
+    waiting, running = _queues(("x", 4, 100), ("t", 0, 100), ("z", 2, 100))
+    forecast = Forecast(sizes=[100] * 40)
+    for chunk in [c for queue in (*waiting.values(), *running.values()) for c in queue]:
+        forecast.learn("w", chunk, chunk.home, cpu=0.1, wall=0.1)
+    forecast.slowdown["z"] = 3.0  # z's one waiting chunk ends at 0.6 s, x's last at 0.4 s
+    for chunk in (*running["x"], *running["z"]):
+        forecast.started[id(chunk)] = 0.0
+    assert choose_steal("t", waiting, running, forecast, "w", 0.0) == Steal("x", waiting["x"][0])  # first map: next
+    learned = choose_steal("t", waiting, running, forecast, "w", 0.0, learned=True)
+    assert learned == Steal("z", waiting["z"][-1])  # placed: a last chunk, where it would end latest
+    del waiting["z"]
+    assert choose_steal("t", waiting, running, forecast, "w", 0.0, learned=True) == Steal("x", waiting["x"][-1])
+    forecast.slowdown["t"] = 10.0  # a thief forecast slower than the victim takes nothing
+    assert choose_steal("t", waiting, running, forecast, "w", 0.0, learned=True) is None
 
 
 def test_the_forecast_tells_a_costly_chunk_from_a_slowed_worker():
@@ -177,18 +253,13 @@ def test_the_forecast_tells_a_costly_chunk_from_a_slowed_worker():
 
 
 def test_learned_costs_place_blocks_and_cut_chunks_of_a_minimum_time():
-    from types import SimpleNamespace
-
     forecast = Forecast(sizes=[100] * 8)
     for block, cost in enumerate([0.4, 0.3, 0.2, 0.1, 0.05, 0.05, 0.05, 0.05]):
         home = "x" if block < 4 else "y"
         forecast.learn("w", Chunk([block], 100, home), home, cpu=cost, wall=cost)
-    partitions = [
-        SimpleNamespace(worker="x", block_indexes=[0, 1, 2, 3]),
-        SimpleNamespace(worker="y", block_indexes=[4, 5, 6, 7]),
-    ]
+    homes = {"x": [0, 1, 2, 3], "y": [4, 5, 6, 7]}
     assert forecast.knows("w", list(range(8))) and not forecast.knows("w", [8])
-    placed = forecast.assign("w", partitions)
+    placed = forecast.assign("w", homes)
     assert placed == {"x": [(1, "x"), (2, "x"), (3, "x")], "y": [(4, "y"), (5, "y"), (6, "y"), (7, "y"), (0, "x")]}
     chunks = forecast.group("w", "y", placed["y"], min_seconds=0.1)
     assert [(c.indexes, c.home) for c in chunks] == [([4, 5], "y"), ([6, 7], "y"), ([0], "x")]
@@ -196,9 +267,22 @@ def test_learned_costs_place_blocks_and_cut_chunks_of_a_minimum_time():
     for block in range(8):
         home = "x" if block < 4 else "y"
         even.learn("w", Chunk([block], 100, home), home, cpu=0.1 + 0.005 * (block == 0), wall=0.1)
-    assert all(
-        home == w for w, blocks in even.assign("w", partitions).items() for _, home in blocks
-    )  # noise: none move
+    assert all(home == w for w, blocks in even.assign("w", homes).items() for _, home in blocks)  # noise: none move
+
+
+def test_learned_queues_run_work_in_balance_as_one_chunk_per_thread_and_cut_imbalance_finer():
+    forecast = Forecast(sizes=[100] * 8, cost={("w", i): 0.1 for i in range(8)})
+    homes = {"x": [0, 1, 2, 3], "y": [4, 5, 6, 7]}
+    queues, moves = learned_queues(forecast, "w", homes, Threads({"x": 1, "y": 1}))
+    assert moves == [] and [[c.indexes for c in q] for q in queues.values()] == [[[0, 1, 2, 3]], [[4, 5, 6, 7]]]
+    queues, _ = learned_queues(forecast, "w", homes, Threads({"x": 2, "y": 2}))
+    assert [len(q) for q in queues.values()] == [2, 2]  # one chunk per thread
+    forecast.cost.update({("w", i): 0.5 for i in homes["x"]})  # x's blocks made costly: blocks move
+    queues, moves = learned_queues(forecast, "w", homes, Threads({"x": 1, "y": 1}))
+    assert ("y", 0, "x") in moves  # x's blocks go to y (and y's cheap ones may go to x in their place)
+    assert max(forecast.load("w", w, [i for c in q for i in c.indexes]) for w, q in queues.items()) < 1.5  # was 2.0
+    assert sorted(i for q in queues.values() for c in q for i in c.indexes) == list(range(8))
+    assert len(queues["x"]) >= 2 and any(c.home == "x" for c in queues["y"])  # cut for stealing to correct it
 
 
 def test_work_in_balance_runs_one_chunk_per_worker_once_learned_and_imbalance_keeps_two(session):

@@ -19,21 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS  # Debian's Chromium, flags for a closed network
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01-locality-tour.ipynb"
 ARTIFACTS = ROOT / "build" / "artifacts" / "browser"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Flags for a closed network: no background connections, no component updates (env/polyglot.md).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
 pytestmark = [
     pytest.mark.skipif(

@@ -5,6 +5,8 @@ any byte moves, and a rank that dies mid-take failing the group with nothing lef
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import signal
 import threading
 import time
@@ -15,7 +17,15 @@ import pytest
 import workbench
 from workbench.lab.runner import run_experiment
 from workbench.memory import shm
-from workbench.runtime.channels import ChannelError, run_group
+from workbench.runtime.channels import (
+    ChannelError,
+    ChannelMismatch,
+    ChannelTimeout,
+    GroupAborted,
+    RankGone,
+    run_group,
+)
+from workbench.runtime.channels.group import group_error
 
 DTYPES = ["float64", "float32", "int16", ">f8", "complex128"]
 
@@ -165,11 +175,13 @@ def one_node():
 def test_a_rank_that_dies_mid_take_fails_the_group_and_leaves_nothing(one_node, two_nodes, path):
     session = one_node if path == "shared memory" else two_nodes
     session.client.wait_for_workers(2, timeout=60)
+    variables = _group_variables(session)
     with pytest.raises(
         ChannelError, match=r"rank [01].*(died|closed its connection|left the cluster|it died or failed)"
     ):
         run_group(session, die_in_take, ranks=2, timeout=20)
     assert not [s for s in shm.list_segments() if s.name.startswith("ch-")]
+    _assert_no_new_variables(session, variables)  # the dead rank could not say how many channels it made
     session.client.wait_for_workers(2, timeout=60)  # the nanny restarted the dead worker
     results = run_group(session, patterns, [((4,), "float64")] * 2, ranks=2).results  # the cluster still works
     _check(results, 2, (4,), "float64")
@@ -645,3 +657,91 @@ def test_closing_the_session_while_a_group_runs_is_a_channel_error_and_leaves_no
     assert "the session was closed while the group ran" in str(errors[0])
     shm.clean()  # what a killed worker may have made after run_group's own clean-up: clean removes it
     assert not [s.name for s in shm.list_segments() if s.name.startswith("ch-")]
+
+
+# -- issue 27: failures classified by their type, no write to Dask's private state ---------------------
+KINDS = [ChannelError, ChannelMismatch, ChannelTimeout, RankGone, GroupAborted]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.__name__)
+def test_every_channel_error_kind_round_trips_through_pickle_with_its_message(kind):
+    import cloudpickle
+
+    error = kind("rank 0 took from rank 1 on channel 'c': rank 1 (pid 7) died")
+    for dumps, loads in [(pickle.dumps, pickle.loads), (cloudpickle.dumps, pickle.loads)]:
+        back = loads(dumps(error))
+        assert type(back) is kind and str(back) == str(error)
+    led = error.within("making channel 0")
+    assert type(led) is kind and str(led) == f"making channel 0: {error}"
+
+
+def test_the_group_error_puts_a_rank_own_finding_before_the_consequences_whatever_their_words():
+    workers = ["tcp://a:1", "tcp://b:2", "tcp://c:3"]
+    # A mismatch whose text has a consequence's words ("died", "aborted") is still what the rank found.
+    found = ChannelMismatch("channel 0: rank 2 made 'died' (3,), rank 0 made 'aborted' (4,)")
+    error = group_error({0: GroupAborted("the group was aborted (another rank failed)"), 2: found}, workers)
+    assert type(error) is ChannelMismatch and error.__cause__ is found
+    assert str(error).startswith("rank 2 (on tcp://c:3) failed: ChannelMismatch: channel 0")
+    assert "(ranks [0] failed too, after it)" in str(error)
+    # A rank's own error comes first, and the group's error is then a plain ChannelError.
+    error = group_error({0: RankGone("rank 1 (pid 7) died"), 1: ValueError("bad input")}, workers)
+    assert type(error) is ChannelError and str(error).startswith("rank 1 (on tcp://b:2) failed: ValueError: bad input")
+    # A timeout is what a rank found itself: before a consequence, even on a higher rank.
+    gone = RankGone("rank 2 returned from its rank function")
+    error = group_error({0: gone, 2: ChannelTimeout("no answer")}, workers)
+    assert type(error) is ChannelTimeout and str(error).startswith("rank 2 ")
+    # Among equals, the lowest rank.
+    error = group_error({1: GroupAborted("aborted"), 2: RankGone("gone")}, workers)
+    assert type(error) is GroupAborted and str(error).startswith("rank 1 ")
+
+
+def sleeps_then_returns(rank, seconds):
+    channel = rank.channel("c", 2, np.float64)
+    if rank.rank == 1:
+        time.sleep(seconds)  # in its own computation past rank 0's timeout, then returns without a put
+        return None
+    channel.take(1)
+
+
+@pytest.mark.parametrize(
+    "fn, args, timeout, kind, message",
+    [
+        (mismatched, (), 60, ChannelMismatch, "every rank must make the same channels"),
+        (returns_early, ("channel",), 60, RankGone, "rank 1 returned from its rank function while rank 0 waits"),
+        (sleeps_then_returns, (6.0,), 2, ChannelTimeout, "within"),  # in take, or (a loaded machine) before
+    ],
+    ids=["mismatch", "rank-gone", "timeout"],
+)
+def test_a_rank_error_keeps_its_kind_across_dask(session, fn, args, timeout, kind, message):
+    with pytest.raises(kind, match=message) as caught:
+        run_group(session, fn, [args] * 2, ranks=2, timeout=timeout)
+    assert isinstance(caught.value.__cause__, kind), "the rank's own error, sent back by Dask, lost its kind"
+
+
+def _group_variables(session) -> set[str]:
+    """The names of the Dask variables on the scheduler that look like a group's (``g<10 hex>-``)."""
+
+    def names(dask_scheduler=None):
+        return [str(name) for name in dask_scheduler.extensions["variables"].variables]
+
+    return {n for n in session.client.run_on_scheduler(names) if re.match(r"g[0-9a-f]{10}-", n)}
+
+
+def _assert_no_new_variables(session, before: set[str]) -> None:
+    deadline = time.monotonic() + 10  # Variable.delete is a message the scheduler handles soon after
+    while left := _group_variables(session) - before:
+        assert time.monotonic() < deadline, f"the group left variables on the scheduler: {sorted(left)}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("case", ["finished", "eager", "failed", "mismatch", "barrier"])
+def test_a_group_leaves_no_variable_on_the_scheduler(session, case):
+    before = _group_variables(session)
+    if case in ("finished", "eager"):
+        run_group(session, patterns, [((3,), "float64")] * 2, ranks=2, eager=case == "eager")
+    elif case == "barrier":
+        run_group(session, late_put, [(0.0,)] * 2, ranks=2)  # two channels: the barrier's and its own
+    else:
+        with pytest.raises(ChannelError):
+            run_group(session, fails_before_a_channel if case == "failed" else mismatched, ranks=2, timeout=60)
+    _assert_no_new_variables(session, before)

@@ -1,7 +1,12 @@
+import importlib
+import inspect
 import json
 import subprocess
 import sys
 
+import pytest
+
+from workbench import cli
 from workbench.bench import kernels as bench_kernels
 
 
@@ -35,7 +40,8 @@ def test_bench_table_names_goals():
 def test_unknown_kernel_is_a_clear_error():
     result = _workbench("bench", "kernels", "--only", "histogram")
     assert result.returncode == 2
-    assert "unknown kernels ['histogram']" in result.stderr and "histogramdd" in result.stderr
+    assert "--only: no kernel 'histogram'" in result.stderr and "histogramdd" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 def test_datasets_and_machine_commands():
@@ -138,6 +144,7 @@ def _bad_inputs(tmp_path):
         (["bench", "channels", "--workers", "1"], ["--workers must be at least 2"]),
         (["report", str(tmp_path)], ["holds no results.json"]),
         (["report", str(not_an_experiment)], ["is not a workbench experiment", "metadata"]),
+        (["report", str(not_an_experiment), "--output", str(tmp_path / "nowhere" / "r.html")], ["does not exist"]),
         (["shm", "list", "--dir", str(a_file)], ["is not a directory"]),
         (["store", "list", "--dir", str(corrupt)], ["not a workbench store catalogue"]),
     ]
@@ -151,3 +158,113 @@ def test_bad_input_fails_at_once_with_a_message_not_a_traceback(tmp_path):
         for word in words:
             assert word.lower() in result.stderr.lower(), (arguments, word, result.stderr)
     assert not (tmp_path / "runs").exists(), "a run refused at once still made its results directory"
+
+
+def _leaves(commands=cli.COMMANDS, words=()):
+    """(the words that name it, command) for every command that runs something, groups' subcommands included."""
+    for command in commands:
+        if command.subcommands:
+            yield from _leaves(command.subcommands, (*words, command.name))
+        else:
+            yield (*words, command.name), command
+
+
+def test_every_command_in_the_table_has_a_handler_help_and_is_listed_by_help(capsys):
+    assert {name for name, _ in _leaves()} >= {("run",), ("bench", "kernels"), ("bench", "balance"), ("doctor",)}
+    for words, command in _leaves():
+        assert callable(command.handler) and command.help, words
+        args = cli.build_parser().parse_args([*words, *_positionals(command)])
+        assert args.handler is command.handler and args.arguments == command.arguments
+    for group in [(), *((c.name,) for c in cli.COMMANDS if c.subcommands)]:
+        with pytest.raises(SystemExit) as exit:
+            cli.main([*group, "--help"])
+        assert exit.value.code == 0
+        listing = " ".join(capsys.readouterr().out.split())  # argparse wraps long help lines
+        commands = next((c.subcommands for c in cli.COMMANDS if (c.name,) == group), cli.COMMANDS)
+        for command in commands:
+            assert f"{command.name} {' '.join(command.help.split())}" in listing, (group, command.name)
+
+
+def _positionals(command):
+    """A valid value for each positional argument of ``command`` (its first choice, else any word)."""
+    return [a.options.get("choices", ["x"])[0] for a in command.arguments if not a.flags[0].startswith("-")]
+
+
+@pytest.mark.parametrize("name", list(cli.BENCHMARKS))
+def test_each_benchmark_parses_and_its_arguments_are_its_runs(name):
+    args = cli.build_parser().parse_args(["bench", name])
+    assert args.benchmark == name and args.handler is cli._bench and args.json is False
+    benchmark = cli.BENCHMARKS[name]
+    module = importlib.import_module(f"workbench.bench.{benchmark.module}")
+    assert callable(module.format_report)
+    parameters = inspect.signature(module.run).parameters
+    for argument in benchmark.arguments:  # each reaches run as a keyword of the same name
+        assert argument.dest in parameters, (name, argument.flags)
+    assert ("progress" in parameters) == benchmark.progress
+
+
+def test_repeat_is_the_one_spelling():
+    flags = {flag for _, command in _leaves() for argument in command.arguments for flag in argument.flags}
+    assert "--repeat" in flags and "--repeats" not in flags
+    for words, command in _leaves():
+        if any("--repeat" in a.flags for a in command.arguments):
+            args = cli.build_parser().parse_args([*words, *_positionals(command), "--repeat", "7"])
+            assert 7 in (getattr(args, "repeat", None), getattr(args, "repeats", None)), words
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (["bench", "balance", "--repeats", "2"], ["unrecognized arguments: --repeats"]),
+        (["bench", "balance", "--repeat", "0"], ["--repeat must be at least 1, got 0"]),
+        (["bench", "balance", "--workers", "1"], ["--workers must be at least 2", "steal"]),
+        (["bench", "store-scale", "--objects", "10", "0"], ["--objects takes positive counts", "[10, 0]"]),
+        (["bench", "tiers", "--apps", "histogram1d,kmean"], ["no tier application 'kmean'", "did you mean 'kmeans'"]),
+        (["bench", "shm", "--only", "dask", "rya"], ["--only: no way 'rya'", "did you mean 'ray'"]),
+        (["bench", "kernels", "--repeat", "abc"], ["workbench bench kernels:", "invalid int value: 'abc'", "--help"]),
+        (["bench", "nosuch"], ["invalid choice: 'nosuch'", "execution-models"]),
+        (["run", "histogram", "--workers", "0"], ["--workers must be at least 1"]),
+        (["run", "histogram", "--baseline", "nosuch"], ["no variant 'nosuch'"]),
+        ([], ["required: COMMAND"]),
+    ],
+)
+def test_a_bad_argument_is_one_line_on_stderr_and_status_2(arguments, words, capsys):
+    try:
+        status = cli.main(arguments)  # fails before any cluster starts or any benchmark runs
+    except SystemExit as exit:  # argparse's own errors
+        status = exit.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and len(err.splitlines()) == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "patch", "error"),
+    [
+        (["machine", "--json"], ("workbench.machine", "describe"), KeyError),
+        (["bench", "kernels", "--quick"], ("workbench.bench.kernels", "run"), ValueError),
+        (["datasets"], ("datasets", "describe"), RuntimeError),
+    ],
+)
+def test_an_internal_error_in_a_handler_propagates_with_its_traceback(arguments, patch, error, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise error("a bug deep inside")
+
+    monkeypatch.setattr(importlib.import_module(patch[0]), patch[1], broken)
+    with pytest.raises(error, match="a bug deep inside") as raised:
+        cli.main(arguments)
+    assert raised.traceback[-1].name == "broken"  # the traceback reaches where it was raised
+    assert capsys.readouterr().err == ""
+
+
+def test_an_internal_error_prints_a_traceback_from_the_command():
+    script = (
+        "import sys, workbench.machine as m\n"
+        "def broken(): raise KeyError('no such field')\n"
+        "m.describe = broken\n"
+        "from workbench.cli import main\n"
+        "sys.exit(main(['machine', '--json']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" in result.stderr and "KeyError: 'no such field'" in result.stderr

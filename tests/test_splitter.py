@@ -72,6 +72,38 @@ def test_three_ways_to_run_a_partition_agree(session, points):
         splitter.run_partitions(session, partitions, kernels.histogramdd, materialize=True, merge=sum)
 
 
+def _row_total(block, rows, scale=1):
+    assert len(block) == len(rows)  # the aligned block is the same rows
+    return int(rows.sum()) * scale
+
+
+def test_keywords_and_aligned_blocks_reach_the_function_in_every_form(session, points):
+    """``run_partitions`` is the split strategies' path: its keywords bound to the function, the
+    aligned array's blocks beside each block (per block, concatenated, or as lists)."""
+    _, placed = points
+    n = placed.shape[0]
+    rows = PlacedBlocks(session, da.arange(n, chunks=(placed.chunks,)))
+    try:
+        partitions = splitter.split(session, placed)
+        forms = {
+            "merge": splitter.run_partitions(session, partitions, _row_total, merge=sum, with_arrays=[rows], scale=3),
+            "materialize": splitter.run_partitions(
+                session, partitions, _row_total, materialize=True, with_arrays=[rows], scale=3
+            ),
+            "lists": splitter.run_partitions(
+                session,
+                partitions,
+                lambda blocks, row_blocks, scale: sum(_row_total(b, r, scale) for b, r in zip(blocks, row_blocks)),
+                with_arrays=[rows],
+                scale=3,
+            ),
+        }
+        for form, futures in forms.items():
+            assert sum(session.gather(futures)) == 3 * n * (n - 1) // 2, form
+    finally:
+        rows.release()
+
+
 def test_repeated_calls_are_new_computations(session, points):
     _, placed = points
     partitions = splitter.split(session, placed.array)

@@ -1,12 +1,15 @@
-"""The store's layers (model <- catalogue <- backend <- client) and the local-object API of task bodies."""
+"""The store's layers (model <- catalogue <- backend <- handles <- local <- client) and the local-object API
+of task bodies."""
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from import_helpers import module_imports, module_name
 
 from workbench.runtime.store import ArrayBlock, NotHere, StoreError, local_object, store_for
 from workbench.runtime.store.backend import local_backend
@@ -23,8 +26,10 @@ ALLOWED = {
     "catalogue_file": {"catalogue", "model", "errors"},
     "tiering": set(),
     "backend": {"model", "catalogue", "errors", "tiering"},
-    "client": {"model", "catalogue", "errors", "backend", "tiering"},
-    "__init__": {"client", "model", "errors"},
+    "handles": {"model", "errors", "backend", "tiering"},
+    "local": {"model", "catalogue", "errors", "backend", "handles"},
+    "client": {"model", "catalogue", "errors", "backend", "tiering", "handles", "local"},
+    "__init__": {"client", "handles", "local", "model", "errors"},
 }
 # store module -> the workbench modules outside the store it may import (None: any that does not import the store)
 OUTSIDE = {
@@ -42,38 +47,15 @@ OUTSIDE = {
         "workbench.memory.tiers",
         "workbench.memory.placement",
     },
+    "handles": {"workbench.runtime", "workbench.runtime.session"},
+    "local": set(),
     "client": None,
     "__init__": set(),
 }
 
 
-def _module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-
-
-def _imports(path: Path, module: str | None = None) -> set[str]:
-    """Every module name ``path`` (module ``module``) imports, at any level of its code (function-local
-    imports included), relative imports made absolute; ``from package import name`` also yields
-    ``package.name``."""
-    module = module or _module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
-                source = f"{base}.{node.module}" if node.module else base
-            else:
-                source = node.module or ""
-            names.add(source)
-            names.update(f"{source}.{a.name}" for a in node.names)
-    return names
-
-
 def _workbench_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in (ROOT / "workbench").rglob("*.py")}
+    return {module_name(p): p for p in (ROOT / "workbench").rglob("*.py")}
 
 
 def _store_layer(name: str) -> str | None:
@@ -91,7 +73,7 @@ def test_every_store_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(ALLOWED))
 def test_store_modules_import_only_the_layers_below(module):
-    imported = _imports(STORE / f"{module}.py")
+    imported = module_imports(STORE / f"{module}.py")
     known = _workbench_modules()
     store = {layer for name in imported if (layer := _store_layer(name)) is not None} - {module}
     assert store <= ALLOWED[module], f"{module} imports {sorted(store - ALLOWED[module])}"
@@ -108,7 +90,7 @@ def test_no_store_module_takes_part_in_an_import_cycle():
 
     def edges(module: str) -> set[str]:
         if module not in graph:
-            graph[module] = {n for n in _imports(known[module]) if n in known and n != module}
+            graph[module] = {n for n in module_imports(known[module]) if n in known and n != module}
         return graph[module]
 
     state: dict[str, int] = {}
@@ -126,8 +108,8 @@ def test_no_store_module_takes_part_in_an_import_cycle():
         state[module] = 2
 
     for path in sorted(STORE.glob("*.py")):
-        if _module_name(path) not in state:
-            visit(_module_name(path))
+        if module_name(path) not in state:
+            visit(module_name(path))
 
 
 def test_the_layer_check_sees_function_local_and_relative_imports(tmp_path):
@@ -136,15 +118,51 @@ def test_the_layer_check_sees_function_local_and_relative_imports(tmp_path):
         "def f():\n    from .client import current_store\n    from . import backend\n"
         "    import workbench.runtime.store.catalogue\n"
     )
-    found = {_store_layer(n) for n in _imports(fake, f"{PACKAGE}.model")}
+    found = {_store_layer(n) for n in module_imports(fake, f"{PACKAGE}.model")}
     assert {"client", "backend", "catalogue"} <= found
 
 
-def test_persistent_object_needs_no_client_import():
-    """model.make_persistent goes through a hook the client installs, not through an import."""
+def test_the_layer_check_leaves_out_imports_for_annotations_only(tmp_path):
+    fake = tmp_path / "handles.py"
+    fake.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .client import Store\nfrom . import backend\n"
+    )
+    found = {_store_layer(n) for n in module_imports(fake, f"{PACKAGE}.handles")}
+    assert "client" not in found and "backend" in found
+
+
+def test_persistent_object_needs_no_client_import(session):
+    """model.make_persistent goes through a hook an opened Store installs, not through an import."""
     from workbench.runtime.store import model
 
-    assert model._PERSISTER is not None and model._PERSISTER.__module__ == f"{PACKAGE}.client"
+    store_for(session)
+    assert model._PERSISTER is not None and model._PERSISTER.__module__ == f"{PACKAGE}.local"
+
+
+def test_importing_the_store_installs_nothing():
+    """Nothing happens at import beyond definitions: no persister hook until a Store is opened."""
+    code = (
+        "import workbench.runtime.store\n"
+        "from workbench.runtime.store import model, handles\n"
+        "assert model._PERSISTER is None, model._PERSISTER\n"
+        "assert handles.opened_store() is None\n"
+        "try:\n"
+        "    model.PersistentObject().make_persistent()\n"
+        "except RuntimeError as error:\n"
+        "    assert 'no store is open' in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('make_persistent ran without a store')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_each_store_module_imports_alone():
+    """Every store module imports in a fresh interpreter by itself (no import cycle at run time)."""
+    for path in sorted(STORE.glob("*.py")):
+        code = f"import {module_name(path)}"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == 0, f"{code}: {done.stderr}"
 
 
 # -- local_object ----------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_a_result_kept_in_the_store_on_a_tier(store):
         assert result.apply.value(np.sum) == pytest.approx(4.0 * 64)
         volatile = a.plus.value(b)
         assert np.array_equal(volatile, np.full((16, 4), 4.0))
-        with pytest.raises(ValueError, match="no store tier 'nvm'"):
+        with pytest.raises(ValueError, match="no tier 'nvm'"):
             a.plus.to_store("nvm")
         with pytest.raises(TypeError, match="a result kept in the store must be"):
             a.shape.to_store("dram")().result(timeout=60)
@@ -132,7 +132,7 @@ def test_dynamic_placement_moves_what_turns_hot_by_itself_and_explains_it(sessio
 def test_bad_tier_requests_are_clear(store):
     proxy = store.make_persistent(ArrayBlock(np.ones(4)))
     try:
-        with pytest.raises(ValueError, match="no store tier 'ssd'.*dram, mapped, cached, disk"):
+        with pytest.raises(ValueError, match="no tier 'ssd'.*dram, mapped, cached, disk, or the 'dynamic' placement"):
             proxy.place("ssd")
         with pytest.raises(ValueError, match="budget is DRAM bytes"):
             store.rebalance(-5)

@@ -61,7 +61,7 @@ def test_dram_does_not_survive_and_says_so(tmp_path):
         tiers.open_array("never-placed", "dram")
     with pytest.raises(FileNotFoundError, match="no mapped array 'missing'"):
         tiers.open_array("missing", "mapped", directory=tmp_path)
-    with pytest.raises(tiers.TierError, match="no tier 'nvm'.*dram, mapped, disk, cached"):
+    with pytest.raises(tiers.TierError, match="no tier 'nvm'.*dram, mapped, cached, disk"):
         tiers.place("x", np.ones(3), "nvm")
     with pytest.raises(ValueError, match="1-200 characters"):
         tiers.place("../escape", np.ones(3), "mapped", directory=tmp_path)
@@ -265,3 +265,15 @@ def test_move_never_overwrites_another_array_and_planted_names_are_refused(tmp_p
     (tmp_path / f"{shm.PREFIX}a-directory").mkdir()
     with pytest.raises(tiers.TierError, match="exists and is not an array file"):
         tiers.place("a-directory", np.ones(2), "mapped", directory=tmp_path, replace=True)
+
+
+def test_one_tier_list_and_one_check_for_arrays_and_the_store():
+    from workbench.runtime.store import tiering
+
+    assert tiering.check_tier("dynamic") == "dynamic" and tiering.check_tier("cached") == "cached"
+    for check in (tiers.check_tier, tiering.check_tier):
+        with pytest.raises(tiers.UnknownTier, match="no tier 'nvm'") as raised:
+            check("nvm")
+        assert isinstance(raised.value, ValueError)  # bad input: callers may catch either
+    with pytest.raises(tiers.UnknownTier):  # "dynamic" is the store's policy, not a tier an array can be on
+        tiers.check_tier("dynamic")

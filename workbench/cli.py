@@ -1,20 +1,148 @@
-"""The ``workbench`` command: benchmarks, the dataset catalogue and the machine description."""
+"""The ``workbench`` command: benchmarks, the dataset catalogue and the machine description.
+
+Every command is declared once, in :data:`COMMANDS` (its name, help, arguments and handler), and every
+benchmark once, in :data:`BENCHMARKS` (its name, help, the ``workbench.bench`` module that runs it and
+the arguments its ``run`` takes); :func:`build_parser` makes the parser from them. A mistake in what
+the user typed is a :class:`UsageError`: one line on stderr, exit status 2. Any other exception is a
+bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
+
+Handler = Callable[[argparse.Namespace], int]
+Check = Callable[[str, Any], None]  # (flag, parsed value): raises UsageError when the value is wrong
 
 
-def _bench_kernels(args: argparse.Namespace) -> int:
-    from workbench.bench import kernels as bench_kernels
+class UsageError(Exception):
+    """A mistake in the command line or in what it names (a bad value, no such application, a missing
+    file): ``main`` prints it as one line and exits with status 2, without a traceback."""
 
-    report = bench_kernels.run(quick=args.quick, repeats=args.repeat, only=args.only)
-    print(json.dumps(report, indent=2) if args.json else bench_kernels.format_report(report))
+
+@dataclass(frozen=True)
+class Argument:
+    """One command-line argument: the flags and keywords ``add_argument`` takes, and a check of its value."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any] = field(default_factory=dict)
+    check: Check | None = None  # run on the parsed value (when it is not None) before the handler
+
+    @property
+    def dest(self) -> str:
+        """The attribute the value is parsed into (argparse's rule: ``dest=``, else the first long flag)."""
+        if "dest" in self.options:
+            return self.options["dest"]
+        flag = next((f for f in self.flags if f.startswith("--")), self.flags[0])
+        return flag.lstrip("-").replace("-", "_")
+
+
+def arg(*flags: str, check: Check | None = None, **options: Any) -> Argument:
+    """An :class:`Argument`, written as ``add_argument`` is called."""
+    return Argument(flags, options, check)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``workbench`` command: its handler gets the parsed arguments and returns the exit status.
+    A group (``bench``) has subcommands instead of a handler; ``subcommand`` names the one chosen."""
+
+    name: str
+    help: str
+    handler: Handler | None = None
+    arguments: tuple[Argument, ...] = ()
+    subcommands: tuple[Command, ...] = ()
+    subcommand: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One ``workbench bench`` benchmark: ``workbench.bench.<module>.run(**arguments)`` makes the report,
+    the module's ``format_report`` prints it for people (``--json`` prints the report itself)."""
+
+    name: str
+    help: str
+    module: str
+    arguments: tuple[Argument, ...] = ()
+    progress: bool = False  # its run takes progress=callback(line): the lines go to stderr as it runs
+
+
+# -- checks and argument types -----------------------------------------------------------------
+def at_least(minimum: int, why: str = "") -> Check:
+    """A check that a number (or every number of a list) is at least ``minimum``; ``why`` says why."""
+
+    def check(flag: str, value: int | Sequence[int]) -> None:
+        if isinstance(value, Sequence):
+            if any(v < minimum for v in value):
+                counts = "positive counts" if minimum == 1 else f"counts of at least {minimum}"
+                raise UsageError(f"{flag} takes {counts}{why}, got {list(value)}")
+        elif value < minimum:
+            raise UsageError(f"{flag} must be at least {minimum}{why}, got {value}")
+
+    return check
+
+
+def one_of(names: Callable[[], Iterable[str]], what: str) -> Check:
+    """A check that every name of a list argument is one of ``names()`` (read only when the argument is given)."""
+
+    def check(flag: str, given: Sequence[str]) -> None:
+        known = list(names())
+        for name in given:
+            if name not in known:
+                hint = difflib.get_close_matches(name, known, n=1)
+                guess = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise UsageError(f"{flag}: no {what} {name!r}{guess}; they are {', '.join(known)}")
+
+    return check
+
+
+def comma_separated(text: str) -> list[str]:
+    """The names of a comma-separated argument (``--apps histogram1d,kmeans``)."""
+    return text.split(",")
+
+
+def _names_in(module: str, attribute: str) -> Callable[[], Iterable[str]]:
+    """The names ``workbench.bench.<module>.<attribute>`` holds, read when called (the module is imported then)."""
+    return lambda: getattr(importlib.import_module(f"workbench.bench.{module}"), attribute)
+
+
+def _kernel_names() -> list[str]:
+    from workbench.bench import kernels
+
+    return kernels.names()
+
+
+@contextlib.contextmanager
+def _from_user_input(*errors: type[Exception]) -> Iterator[None]:
+    """Errors of these types raised in the block were caused by what the user typed: they become UsageErrors.
+
+    Only wrap the calls that read the user's input (a lookup by name, a file named on the command line):
+    the same types raised anywhere else are bugs and keep their traceback."""
+    try:
+        yield
+    except errors as error:
+        raise UsageError(str(error)) from error
+
+
+# -- handlers ------------------------------------------------------------------------------------
+def _bench(args: argparse.Namespace) -> int:
+    """Run the benchmark ``args.benchmark`` with the arguments given (unset ones keep its run's defaults)."""
+    benchmark = BENCHMARKS[args.benchmark]
+    module = importlib.import_module(f"workbench.bench.{benchmark.module}")
+    options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
+    if benchmark.progress:
+        options["progress"] = lambda line: print(f"bench {benchmark.name}: {line}", file=sys.stderr, flush=True)
+    report = module.run(**options)
+    print(json.dumps(report, indent=2, default=str) if args.json else module.format_report(report))
     return 0
 
 
@@ -24,11 +152,11 @@ def _parse_params(items: Sequence[str]) -> dict[str, list[int]]:
     for item in items:
         name, _, values = item.partition("=")
         if not name or not values:
-            raise ValueError(f"--param takes NAME=V1,V2,... (integers), got {item!r}")
+            raise UsageError(f"--param takes NAME=V1,V2,... (integers), got {item!r}")
         try:
             grid[name] = [int(v) for v in values.split(",")]
         except ValueError:
-            raise ValueError(f"--param {name}: values must be integers separated by commas, got {values!r}") from None
+            raise UsageError(f"--param {name}: values must be integers separated by commas, got {values!r}") from None
     return grid
 
 
@@ -38,40 +166,42 @@ def _output_directory(out: str | None, app: str) -> Path:
 
     path = Path(out or f"runs/{app}-{datetime.now():%Y%m%d-%H%M%S}")
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {path} is a file: name a directory for the results (it is created if missing)")
+        raise UsageError(f"--out {path} is a file: name a directory for the results (it is created if missing)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".workbench-write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
-        raise ValueError(
+        raise UsageError(
             f"--out {path} cannot hold the results ({error.strerror or error}): choose a writable directory"
         ) from None
     return path
+
+
+def _run_grid(args: argparse.Namespace) -> dict[str, list[Any]] | None:
+    """Check the application, variants and parameters named (before any cluster starts); the grid to run."""
+    from workbench.apps import registry
+
+    with _from_user_input(ValueError):  # the registry's errors for a name it does not know
+        application = registry.get(args.app)
+        for name in [*(args.variants or ()), *([args.baseline] if args.baseline else [])]:
+            application.variant(name)
+        if not args.param:
+            return None
+        overrides = _parse_params(args.param)
+        application.check_parameters(list(overrides))
+    return {**application.grids[args.size], **overrides}  # the size's grid, with the parameters named here replaced
 
 
 def _run(args: argparse.Namespace) -> int:
     import tempfile
 
     import workbench
-    from workbench.apps import registry
     from workbench.lab.runner import run_experiment
     from workbench.runtime.store import Store, registered_directory
 
-    if args.workers is not None and args.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {args.workers}")
-    if args.repeat < 1:
-        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
-    application = registry.get(args.app)
-    variants = args.variants.split(",") if args.variants else None
-    for name in variants or ():
-        application.variant(name)
-    grid = None
-    if args.param:  # the size's grid, with the parameters named here replaced
-        overrides = _parse_params(args.param)
-        application.check_parameters(list(overrides))
-        grid = {**application.grids[args.size], **overrides}
+    grid = _run_grid(args)
     out = _output_directory(args.out, args.app)
     with (
         workbench.start(n_workers=args.workers, timeout=args.timeout) as session,
@@ -85,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
             experiment = run_experiment(
                 session,
                 args.app,
-                variants=variants,
+                variants=args.variants,
                 size=args.size,
                 grid=grid,
                 repeats=args.repeat,
@@ -114,9 +244,12 @@ def _report(args: argparse.Namespace) -> int:
     from workbench.lab.runner import Experiment
     from workbench.viz.report import write_report
 
-    experiment = Experiment.load(args.dir)
-    path = write_report(experiment, args.output or Path(args.dir) / "report.html")
-    print(path)
+    if args.output and not Path(args.output).parent.is_dir():
+        raise UsageError(f"--output {args.output}: the directory {Path(args.output).parent} does not exist")
+    with _from_user_input(FileNotFoundError, ValueError):  # no results.json there, or not an experiment's
+        experiment = Experiment.load(args.dir)
+    output = Path(args.output) if args.output else Path(args.dir) / "report.html"
+    print(write_report(experiment, output))
     return 0
 
 
@@ -124,10 +257,12 @@ def _shm(args: argparse.Namespace) -> int:
     from workbench.memory import shm
 
     if args.action == "clean":
-        removed = shm.clean(args.dir, everything=args.all, prefix=args.prefix)
+        with _from_user_input(shm.SharedMemoryError):  # --dir is not a segment directory
+            removed = shm.clean(args.dir, everything=args.all, prefix=args.prefix)
         print("\n".join(f"removed {name}" for name in removed) or "nothing to remove")
         return 0
-    infos = shm.list_segments(args.dir)
+    with _from_user_input(shm.SharedMemoryError):
+        infos = shm.list_segments(args.dir)
     if args.json:
         print(json.dumps([{**info.__dict__, "path": str(info.path)} for info in infos], indent=2))
         return 0
@@ -142,103 +277,11 @@ def _shm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_shm(args: argparse.Namespace) -> int:
-    from workbench.bench import shm as bench_shm
-
-    report = bench_shm.run(size_mb=args.size_mb, tasks=args.tasks, workers=args.workers, only=args.only)
-    print(json.dumps(report, indent=2) if args.json else bench_shm.format_report(report))
-    return 0
-
-
-def _bench_splitter(args: argparse.Namespace) -> int:
-    from workbench.bench import splitter as bench_splitter
-
-    report = bench_splitter.run(
-        size=args.size, repeats=args.repeat, blocks_per_core=args.blocks_per_core, workers=args.workers
-    )
-    print(json.dumps(report, indent=2) if args.json else bench_splitter.format_report(report))
-    return 0
-
-
-def _bench_store(args: argparse.Namespace) -> int:
-    from workbench.bench import store as bench_store
-
-    report = bench_store.run(
-        size=args.size, repeats=args.repeat, calls=args.calls, dataclay=not args.no_dataclay, workers=args.workers
-    )
-    print(json.dumps(report, indent=2, default=str) if args.json else bench_store.format_report(report))
-    return 0
-
-
-def _bench_store_scale(args: argparse.Namespace) -> int:
-    from workbench.bench import store_scale
-
-    for name in ("objects", "blocks"):
-        if any(n < 1 for n in getattr(args, name) or ()):
-            raise ValueError(f"--{name} takes positive counts, got {getattr(args, name)}")
-    report = store_scale.run(size=args.size, objects=args.objects, blocks=args.blocks, workers=args.workers)
-    print(json.dumps(report, indent=2, default=str) if args.json else store_scale.format_report(report))
-    return 0
-
-
-def _bench_tiers(args: argparse.Namespace) -> int:
-    from workbench.bench import tiers
-
-    apps = args.apps.split(",") if args.apps else list(tiers.APPS)
-    variants = args.variants.split(",") if args.variants else None
-    for app in apps:
-        if app not in tiers.APPS:
-            raise ValueError(f"--apps: no tier application {app!r}; they are {', '.join(tiers.APPS)}")
-    for variant in variants or ():
-        if variant not in tiers.VARIANTS:
-            raise ValueError(f"--variants: no tier configuration {variant!r}; they are {', '.join(tiers.VARIANTS)}")
-    report = tiers.run(size=args.size, apps=apps, variants=variants, workers=args.workers)
-    print(json.dumps(report, indent=2, default=str) if args.json else tiers.format_report(report))
-    return 0
-
-
-def _bench_execution_models(args: argparse.Namespace) -> int:
-    from workbench.bench import execution_models
-
-    report = execution_models.run(
-        size=args.size, dask=not args.no_dask, apps=None if args.no_apps else execution_models.APPS, cores=args.cores
-    )
-    print(json.dumps(report, indent=2, default=str) if args.json else execution_models.format_report(report))
-    return 0
-
-
-def _bench_balance(args: argparse.Namespace) -> int:
-    from workbench.bench import balance
-
-    if args.workers is not None and args.workers < 2:
-        raise ValueError(f"--workers must be at least 2 (balance needs someone to steal from), got {args.workers}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    report = balance.run(args.size, args.repeats, args.workers or 2)
-    print(json.dumps(report, indent=2, default=str) if args.json else balance.format_report(report))
-    return 0
-
-
-def _bench_channels(args: argparse.Namespace) -> int:
-    from workbench.bench import channels
-
-    if args.workers is not None and args.workers < 2:
-        raise ValueError(f"--workers must be at least 2 (one per ping-pong rank), got {args.workers}")
-    report = channels.run(
-        size=args.size,
-        workers=args.workers,
-        two_nodes=not args.no_two_nodes,
-        mpi=not args.no_mpi,
-        progress=lambda line: print(f"bench channels: {line}", file=sys.stderr, flush=True),
-    )
-    print(json.dumps(report, indent=2, default=str) if args.json else channels.format_report(report))
-    return 0
-
-
 def _store(args: argparse.Namespace) -> int:
     from workbench.runtime.store import catalogue_file
 
-    listing = catalogue_file.read(args.dir)
+    with _from_user_input(FileNotFoundError, ValueError):  # no catalogue in --dir, or not a store's
+        listing = catalogue_file.read(args.dir)
     if args.json:
         print(json.dumps(listing, indent=2))
     elif not listing["objects"]:
@@ -279,153 +322,275 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if doctor.report(doctor.run(quick=args.quick)) else 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description="Locality Workbench command line.")
-    commands = parser.add_subparsers(dest="command", required=True)
+# -- the tables ----------------------------------------------------------------------------------
+SIZES = ("ci", "lab", "full")
+JSON = arg("--json", action="store_true", help="print the full report as JSON")
 
-    bench = commands.add_parser("bench", help="run a benchmark and print ratios against its baseline")
-    benches = bench.add_subparsers(dest="benchmark", required=True)
-    k = benches.add_parser("kernels", help="kernel throughput vs numpy and the streaming-read bandwidth")
-    k.add_argument("--json", action="store_true", help="print the full report as JSON")
-    k.add_argument("--quick", action="store_true", help="1/64 of the input sizes (a smoke run, not a measurement)")
-    k.add_argument("--repeat", type=int, default=5, help="timed calls per kernel (median is reported)")
-    k.add_argument("--only", nargs="+", metavar="KERNEL", help="measure only these kernels")
-    k.set_defaults(func=_bench_kernels)
-    bs = benches.add_parser("shm", help="one read-only array to every worker: workbench RRO vs Dask, files and peers")
-    bs.add_argument("--json", action="store_true")
-    bs.add_argument("--size-mb", type=int, default=256, help="array size in MB (default 256)")
-    bs.add_argument("--tasks", type=int, default=10, help="tasks per worker (default 10)")
-    bs.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bs.add_argument("--only", nargs="+", metavar="WAY", help="measure only these ways")
-    bs.set_defaults(func=_bench_shm)
-    bsp = benches.add_parser("splitter", help="one task per block vs rechunk vs SplIter at 1, 48, 200 blocks per core")
-    bsp.add_argument("--json", action="store_true")
-    bsp.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bsp.add_argument("--repeat", type=int, default=3)
-    bsp.add_argument("--blocks-per-core", type=int, nargs="+", default=[1, 48, 200])
-    bsp.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bsp.set_defaults(func=_bench_splitter)
 
-    bst = benches.add_parser(
-        "store", help="active store: null-call latency vs Dask and dataClay; active vs non-active apps"
+def _size(default: str) -> Argument:
+    return arg("--size", choices=SIZES, default=default, help=f"problem size (default {default})")
+
+
+def _repeat(default: int, what: str, dest: str = "repeats") -> Argument:
+    return arg("--repeat", dest=dest, type=int, default=default, check=at_least(1), help=f"{what} (default {default})")
+
+
+def _workers(help: str = "worker processes (default: one per core)", minimum: int = 1, why: str = "") -> Argument:
+    return arg("--workers", type=int, check=at_least(minimum, why), help=help)
+
+
+def _leave_out(name: str, help: str) -> Argument:
+    """``--no-NAME``: the benchmark's run gets ``NAME=False``."""
+    return arg(f"--no-{name}", dest=name.replace("-", "_"), action="store_false", help=help)
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "kernels",
+            "kernel throughput vs numpy and the streaming-read bandwidth",
+            "kernels",
+            (
+                arg("--quick", action="store_true", help="1/64 of the input sizes (a smoke run, not a measurement)"),
+                _repeat(5, "timed calls per kernel (median is reported)"),
+                arg(
+                    "--only",
+                    nargs="+",
+                    metavar="KERNEL",
+                    check=one_of(_kernel_names, "kernel"),
+                    help="measure only these kernels",
+                ),
+            ),
+        ),
+        Benchmark(
+            "shm",
+            "one read-only array to every worker: workbench RRO vs Dask, files and peers",
+            "shm",
+            (
+                arg("--size-mb", type=int, default=256, check=at_least(1), help="array size in MB (default 256)"),
+                arg("--tasks", type=int, default=10, check=at_least(1), help="tasks per worker (default 10)"),
+                _workers(),
+                arg(
+                    "--only",
+                    nargs="+",
+                    metavar="WAY",
+                    check=one_of(_names_in("shm", "PEERS"), "way"),
+                    help="measure only these ways",
+                ),
+            ),
+        ),
+        Benchmark(
+            "splitter",
+            "one task per block vs rechunk vs SplIter at 1, 48, 200 blocks per core",
+            "splitter",
+            (
+                _size("lab"),
+                _repeat(3, "timed runs per variant"),
+                arg("--blocks-per-core", type=int, nargs="+", default=[1, 48, 200], check=at_least(1)),
+                _workers(),
+            ),
+        ),
+        Benchmark(
+            "store",
+            "active store: null-call latency vs Dask and dataClay; active vs non-active apps",
+            "store",
+            (
+                _size("lab"),
+                _repeat(3, "timed runs per variant"),
+                arg("--calls", type=int, default=2000, check=at_least(1), help="null calls per path (default 2000)"),
+                _leave_out("dataclay", "skip the dataClay peer even when it is installed"),
+                _workers(),
+            ),
+        ),
+        Benchmark(
+            "store-scale",
+            "active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locate, latency",
+            "store_scale",
+            (
+                _size("lab"),
+                arg("--objects", type=int, nargs="+", check=at_least(1), help="object counts (default: the size's)"),
+                arg("--blocks", type=int, nargs="+", check=at_least(1), help="block counts (default: the size's)"),
+                _workers(),
+            ),
+        ),
+        Benchmark(
+            "tiers",
+            "memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result placement, dynamic",
+            "tiers",
+            (
+                _size("lab"),
+                arg(
+                    "--apps",
+                    type=comma_separated,
+                    check=one_of(_names_in("tiers", "APPS"), "tier application"),
+                    help="comma-separated applications (default: histogram1d,kmeans,matadd,matmul)",
+                ),
+                arg(
+                    "--variants",
+                    type=comma_separated,
+                    check=one_of(_names_in("tiers", "VARIANTS"), "tier configuration"),
+                    help="comma-separated tier configurations (default: all)",
+                ),
+                _workers(),
+            ),
+        ),
+        Benchmark(
+            "channels",
+            "array channels: ping-pong vs eager vs mpi4py, steady-state allocation, PRK kernels",
+            "channels",
+            (
+                _size("lab"),
+                _workers("worker processes (default 2)", 2, " (one per ping-pong rank)"),
+                _leave_out("mpi", "leave out the mpi4py peer"),
+                _leave_out("two-nodes", "leave out the two-simulated-nodes (socket) run"),
+            ),
+            progress=True,
+        ),
+        Benchmark(
+            "balance",
+            "SplIter partitions that rebalance (split-balanced) vs split, blocks, rechunk under imbalance",
+            "balance",
+            (
+                _size("ci"),
+                _repeat(3, "timed runs per variant and scenario"),
+                _workers("worker processes (default 2; one core each)", 2, " (balance needs someone to steal from)"),
+            ),
+        ),
+        Benchmark(
+            "execution-models",
+            "threads vs processes + shared memory (PiP): spawn, first touch, page tables, mmap, applications",
+            "execution_models",
+            (
+                _size("lab"),
+                _leave_out("dask", "leave out the Dask workers' spawn times"),
+                # given: apps=() (run skips them); not given: unset, so run keeps its own list
+                arg(
+                    "--no-apps",
+                    dest="apps",
+                    action="store_const",
+                    const=(),
+                    help="leave out the applications on clusters",
+                ),
+                arg("--cores", type=int, check=at_least(1), help="cores for the application clusters (default: all)"),
+            ),
+        ),
     )
-    bst.add_argument("--json", action="store_true")
-    bst.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bst.add_argument("--repeat", type=int, default=3)
-    bst.add_argument("--calls", type=int, default=2000, help="null calls per path (default 2000)")
-    bst.add_argument("--no-dataclay", action="store_true", help="skip the dataClay peer even when it is installed")
-    bst.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bst.set_defaults(func=_bench_store)
+}
 
-    bss = benches.add_parser(
-        "store-scale", help="active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locate, latency"
-    )
-    bss.add_argument("--json", action="store_true")
-    bss.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bss.add_argument("--objects", type=int, nargs="+", help="object counts (default: the size's)")
-    bss.add_argument("--blocks", type=int, nargs="+", help="block counts (default: the size's)")
-    bss.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bss.set_defaults(func=_bench_store_scale)
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "bench",
+        "run a benchmark and print ratios against its baseline",
+        subcommands=tuple(Command(b.name, b.help, _bench, (JSON, *b.arguments)) for b in BENCHMARKS.values()),
+        subcommand="benchmark",
+    ),
+    Command(
+        "run",
+        "run an application in variants, repeated, with traces and statistics",
+        _run,
+        (
+            arg("app", help="application name (histogram, ...)"),
+            arg("--variants", type=comma_separated, help="comma-separated variants (default: all)"),
+            arg(
+                "--baseline", help="the variant the others are compared with (default: the app's, else the first named)"
+            ),
+            _size("ci"),
+            _repeat(5, "timed runs per variant and parameter point", dest="repeat"),
+            arg("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter"),
+            arg("--out", help="directory for results and traces (default runs/APP-TIMESTAMP)"),
+            arg("--json", action="store_true", help="print results.json instead of the table"),
+            _workers("local worker processes (default: one per core)"),
+            arg("--seed", type=int, default=0),
+            arg("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait"),
+            arg("--no-trace", action="store_true", help="skip the traces (a little less overhead)"),
+        ),
+    ),
+    Command(
+        "report",
+        "write a standalone HTML report of a 'workbench run' directory",
+        _report,
+        (arg("dir"), arg("--output", help="HTML file (default DIR/report.html)")),
+    ),
+    Command(
+        "shm",
+        "list or clean the workbench's shared-memory segments",
+        _shm,
+        (
+            arg("action", choices=("list", "clean")),
+            arg("--dir", help="segment directory (default /dev/shm)"),
+            arg("--all", action="store_true", help="clean: also remove complete segments no process uses"),
+            arg("--prefix", default="", help="clean: only names starting with this"),
+            arg("--json", action="store_true"),
+        ),
+    ),
+    Command(
+        "store",
+        "list what a store's catalogue holds (read from its SQLite file, no cluster)",
+        _store,
+        (
+            arg("action", choices=("list",)),
+            arg(
+                "--dir", help="the store directory (default $WORKBENCH_STORE_DIR or ~/.cache/locality-workbench/store)"
+            ),
+            arg("--json", action="store_true"),
+        ),
+    ),
+    Command("datasets", "list the dataset catalogue", _datasets, (_size("ci"), arg("--json", action="store_true"))),
+    Command(
+        "machine", "describe this machine and the installed versions", _machine, (arg("--json", action="store_true"),)
+    ),
+    Command(
+        "doctor",
+        "is this machine ready for the course? each failed check names its fix",
+        _doctor,
+        (arg("--quick", action="store_true", help="skip the checks that start JupyterLab and a Dask cluster"),),
+    ),
+)
 
-    bti = benches.add_parser(
-        "tiers", help="memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result placement, dynamic"
-    )
-    bti.add_argument("--json", action="store_true")
-    bti.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bti.add_argument("--apps", help="comma-separated applications (default: histogram1d,kmeans,matadd,matmul)")
-    bti.add_argument("--variants", help="comma-separated tier configurations (default: all)")
-    bti.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    bti.set_defaults(func=_bench_tiers)
 
-    bch = benches.add_parser(
-        "channels", help="array channels: ping-pong vs eager vs mpi4py, steady-state allocation, PRK kernels"
-    )
-    bch.add_argument("--json", action="store_true")
-    bch.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bch.add_argument("--workers", type=int, help="worker processes (default 2)")
-    bch.add_argument("--no-mpi", action="store_true", help="leave out the mpi4py peer")
-    bch.add_argument("--no-two-nodes", action="store_true", help="leave out the two-simulated-nodes (socket) run")
-    bch.set_defaults(func=_bench_channels)
-    bba = benches.add_parser(
-        "balance", help="SplIter partitions that rebalance (split-balanced) vs split, blocks, rechunk under imbalance"
-    )
-    bba.add_argument("--json", action="store_true")
-    bba.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
-    bba.add_argument("--repeats", type=int, default=3)
-    bba.add_argument("--workers", type=int, help="worker processes (default 2; one core each)")
-    bba.set_defaults(func=_bench_balance)
+# -- the parser and main -------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the command, what is wrong, where the help is), status 2."""
 
-    bem = benches.add_parser(
-        "execution-models",
-        help="threads vs processes + shared memory (PiP): spawn, first touch, page tables, mmap, applications",
-    )
-    bem.add_argument("--json", action="store_true")
-    bem.add_argument("--size", choices=("ci", "lab", "full"), default="lab")
-    bem.add_argument("--no-dask", action="store_true", help="leave out the Dask workers' spawn times")
-    bem.add_argument("--no-apps", action="store_true", help="leave out the applications on clusters")
-    bem.add_argument("--cores", type=int, help="cores for the application clusters (default: all)")
-    bem.set_defaults(func=_bench_execution_models)
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
 
-    r = commands.add_parser("run", help="run an application in variants, repeated, with traces and statistics")
-    r.add_argument("app", help="application name (histogram, ...)")
-    r.add_argument("--variants", help="comma-separated variants (default: all)")
-    r.add_argument(
-        "--baseline", help="the variant the others are compared with (default: the app's, else the first named)"
-    )
-    r.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
-    r.add_argument("--repeat", type=int, default=5, help="timed runs per variant and parameter point")
-    r.add_argument("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter")
-    r.add_argument("--out", help="directory for results and traces (default runs/APP-TIMESTAMP)")
-    r.add_argument("--json", action="store_true", help="print results.json instead of the table")
-    r.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait")
-    r.add_argument("--no-trace", action="store_true", help="skip the traces (a little less overhead)")
-    r.set_defaults(func=_run)
 
-    rep = commands.add_parser("report", help="write a standalone HTML report of a 'workbench run' directory")
-    rep.add_argument("dir")
-    rep.add_argument("--output", help="HTML file (default DIR/report.html)")
-    rep.set_defaults(func=_report)
+def _add_commands(parser: argparse.ArgumentParser, commands: Sequence[Command], dest: str) -> None:
+    chooser = parser.add_subparsers(dest=dest, required=True, metavar=dest.upper())
+    for command in commands:
+        sub = chooser.add_parser(command.name, help=command.help, description=command.help)
+        if command.subcommands:
+            _add_commands(sub, command.subcommands, command.subcommand)
+            continue
+        for argument in command.arguments:
+            sub.add_argument(*argument.flags, **argument.options)
+        sub.set_defaults(handler=command.handler, arguments=command.arguments)
 
-    sh = commands.add_parser("shm", help="list or clean the workbench's shared-memory segments")
-    sh.add_argument("action", choices=("list", "clean"))
-    sh.add_argument("--dir", help="segment directory (default /dev/shm)")
-    sh.add_argument("--all", action="store_true", help="clean: also remove complete segments no process uses")
-    sh.add_argument("--prefix", default="", help="clean: only names starting with this")
-    sh.add_argument("--json", action="store_true")
-    sh.set_defaults(func=_shm)
 
-    st = commands.add_parser(
-        "store", help="list what a store's catalogue holds (read from its SQLite file, no cluster)"
-    )
-    st.add_argument("action", choices=("list",))
-    st.add_argument(
-        "--dir", help="the store directory (default $WORKBENCH_STORE_DIR or ~/.cache/locality-workbench/store)"
-    )
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(func=_store)
-
-    d = commands.add_parser("datasets", help="list the dataset catalogue")
-    d.add_argument("--size", choices=("ci", "lab", "full"), default="ci")
-    d.add_argument("--json", action="store_true")
-    d.set_defaults(func=_datasets)
-
-    m = commands.add_parser("machine", help="describe this machine and the installed versions")
-    m.add_argument("--json", action="store_true")
-    m.set_defaults(func=_machine)
-    doc = commands.add_parser("doctor", help="is this machine ready for the course? each failed check names its fix")
-    doc.add_argument("--quick", action="store_true", help="skip the checks that start JupyterLab and a Dask cluster")
-    doc.set_defaults(func=_doctor)
+def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
+    """The ``workbench`` parser, made from ``commands``: a subcommand each (a group's nested under it);
+    the parsed namespace carries the chosen command's ``handler`` and ``arguments``."""
+    parser = _Parser(prog="workbench", description="Locality Workbench command line.")
+    _add_commands(parser, commands, "command")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``workbench`` command; returns the exit status (errors print one line, status 2)."""
-    args = _parser().parse_args(argv)
+    """The ``workbench`` command; returns the exit status.
+
+    A user error (argparse's, or a :class:`UsageError`: a bad value, an unknown name, a missing file)
+    prints one line and gives status 2; any other exception is a bug and propagates with its traceback.
+    """
+    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
-    except (ValueError, KeyError, FileNotFoundError, RuntimeError) as error:
+        for argument in args.arguments:
+            value = getattr(args, argument.dest)
+            if argument.check is not None and value is not None:
+                argument.check(argument.flags[0], value)
+        return args.handler(args)
+    except UsageError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
 

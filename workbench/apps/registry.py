@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from datasets import Dataset
 from workbench.runtime import strategies
@@ -23,16 +23,6 @@ from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan
 from workbench.runtime.strategies.base import named
 from workbench.runtime.trace import Recorder
-
-
-class Prepared(Protocol):
-    """Data placed for one parameter point."""
-
-    def locality(self) -> dict[str, str]:
-        """Block name -> worker address holding it."""
-
-    def release(self) -> None:
-        """Free what was placed (worker memory, segments, files)."""
 
 
 @dataclass(kw_only=True)

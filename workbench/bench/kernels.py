@@ -85,6 +85,11 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
+def names() -> list[str]:
+    """The names of the kernels this benchmark times (what ``--only`` accepts)."""
+    return [case.name for case in _cases()]
+
+
 def _cases() -> list[Case]:
     from kernels import histogram, kmeans, linalg
 

@@ -27,7 +27,7 @@ from workbench.bench.goals import goal_lines
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session, start
 from workbench.runtime.store import PersistentObject, Store, active
-from workbench.runtime.store.client import submit_active
+from workbench.runtime.store.handles import submit_active
 
 
 class Null(PersistentObject):

@@ -73,14 +73,6 @@ def _positive(value: Any, what: str) -> int:
 
 
 # -- /proc readers ------------------------------------------------------------------------------
-def status_kib(field: str, pid: int | str = "self") -> int:
-    """A ``kB`` field of ``/proc/<pid>/status`` (``VmPTE``, ``VmRSS``, ...), in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise KeyError(f"/proc/{pid}/status has no {field}")
-
-
 def meminfo_kib(field: str) -> int:
     """A field of ``/proc/meminfo`` (``PageTables``, ...), in KiB: node-wide."""
     for line in Path("/proc/meminfo").read_text().splitlines():

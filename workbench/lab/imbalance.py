@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -135,8 +134,3 @@ def table(experiment: Experiment) -> pd.DataFrame:
     out = out.join(steals(experiment))
     out["MB_moved_with_replicas"] = out["MB_moved"] + out["MB_replicated"]  # replication counts in the run
     return out
-
-
-def balance_summary(experiments: dict[str, Any]) -> dict[str, Any]:
-    """JSON-ready rows of every scenario's table."""
-    return {name: table(e).reset_index().to_dict("records") for name, e in experiments.items()}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import os
 import stat
@@ -35,12 +36,13 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from workbench.memory import shm
 
-TIERS = ("dram", "mapped", "disk", "cached")
+TIERS = ("dram", "mapped", "cached", "disk")  # the one list of tiers (the store adds the "dynamic" policy)
 PMEM_ENV = "WORKBENCH_PMEM_DIR"
 TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
@@ -49,6 +51,10 @@ MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 class TierError(shm.SharedMemoryError):
     """A tier operation that cannot be done, with what to do instead (a file-tier problem found by
     ``workbench.memory.shm`` is one too: catch either)."""
+
+
+class UnknownTier(TierError, ValueError):
+    """A tier name that is not one of :data:`TIERS` (bad input: a ``ValueError`` too)."""
 
 
 # -- where files live --------------------------------------------------------------------------
@@ -138,16 +144,25 @@ def private_directory(path: Path) -> Path:
     return path
 
 
-def _check_tier(tier: str) -> str:
-    if tier not in TIERS:
-        raise TierError(f"no tier {tier!r}: the tiers are {', '.join(TIERS)}")
-    return tier
+def check_tier(tier: object, policies: tuple[str, ...] = ()) -> str:
+    """``tier`` if it is one of :data:`TIERS` (or one of ``policies``, such as the store's "dynamic");
+    :class:`UnknownTier` naming the choices otherwise. The one tier check of the workbench."""
+    if tier not in TIERS and tier not in policies:
+        choices = ", ".join(TIERS) + "".join(f", or the {p!r} placement" for p in policies)
+        raise UnknownTier(f"no tier {tier!r}: the tiers are {choices}")
+    return str(tier)
 
 
 # -- residency and cold runs -------------------------------------------------------------------
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 PAGE = mmap.PAGESIZE
+
+
+@functools.cache
+def _mincore() -> Any:
+    """libc's ``mincore``, loaded on first use (nothing is loaded when the module is imported)."""
+    function = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).mincore
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    return function
 
 
 def _open_regular(path: str | Path) -> int:
@@ -182,7 +197,7 @@ def resident_bytes(path: str | Path) -> tuple[int, int]:
         vector = (ctypes.c_ubyte * pages)()
         view = np.frombuffer(mapping, dtype=np.uint8)
         try:
-            if _libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vector) != 0:
+            if _mincore()(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vector) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
         finally:
             del view
@@ -644,7 +659,7 @@ def place(
     over an existing one (a killed writer leaves the previous one readable); otherwise an existing
     name is an error.
     """
-    _check_tier(tier)
+    check_tier(tier)
     shm._check_name(name, "tier array name")
     if tier == "dram":
         with _DRAM_LOCK:
@@ -702,7 +717,7 @@ def open_array(
 ) -> TierArray:
     """Reopen an array placed earlier (after a restart too: the file is the data and its header).
     ``dram`` is volatile: only this process's own placements reopen."""
-    _check_tier(tier)
+    check_tier(tier)
     if tier == "dram":
         with _DRAM_LOCK:
             if name not in _DRAM:
@@ -724,7 +739,7 @@ def open_array(
 def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, replace: bool = False) -> TierArray:
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
     Another array of that name already on ``tier`` is an error unless ``replace=True``."""
-    _check_tier(tier)
+    check_tier(tier)
     if tier == handle.tier and (directory is None or handle.directory == Path(directory)):
         return handle
     if handle.directory is not None and tier != "dram":
@@ -746,7 +761,7 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, r
 
 def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
     """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped)."""
-    _check_tier(tier)
+    check_tier(tier)
     if tier == "dram":
         with _DRAM_LOCK:
             return _DRAM.pop(name, None) is not None
@@ -757,7 +772,7 @@ def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
 
 def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
     """The arrays on ``tier`` (complete files of this user only)."""
-    _check_tier(tier)
+    check_tier(tier)
     if tier == "dram":
         with _DRAM_LOCK:
             return sorted(_DRAM)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dask.array as da
@@ -54,6 +54,29 @@ def block_futures(array: da.Array) -> list[Future]:
     if not by_key:
         raise ValueError("the array is not persisted: session.client.persist(array) it first")
     return [by_key[k] for k in flat_keys(array.__dask_keys__())]
+
+
+def rows_of(ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Global row indexes of blocks with these ``[start, stop)`` ranges, in order."""
+    if not ranges:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
+
+
+def row_offsets(chunks: Sequence[int]) -> np.ndarray:
+    """Global first row of each block of ``chunks`` rows, and the total rows at the end."""
+    return np.concatenate([[0], np.cumsum(chunks)]).astype(np.int64)
+
+
+def holders_of(session: Session, futures: Sequence[Future]) -> list[str | None]:
+    """One worker holding each future's block (None for a lost block), in order: one scheduler query."""
+    who_has = session.client.who_has(list(futures))
+    return [(sorted(who_has.get(f.key, ())) or [None])[0] for f in futures]
+
+
+def concatenate(blocks: Sequence[np.ndarray]) -> np.ndarray:
+    """Blocks as one array (a single block as it is: no copy)."""
+    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
 
 def _rows(block: Any) -> int:
@@ -148,7 +171,7 @@ class PlacedBlocks:
     def offsets(self) -> np.ndarray:
         """Global first row of each block, and the total rows at the end."""
         self._rows_only("offsets")
-        return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
+        return row_offsets(self.chunks)
 
     def item_ranges(self) -> list[tuple[int, int]]:
         """Global ``[start, stop)`` rows of each block, in block order."""
@@ -157,8 +180,7 @@ class PlacedBlocks:
 
     def holders(self) -> list[str | None]:
         """One worker holding each block (None for a lost block), in block order: one scheduler query."""
-        who_has = self.session.client.who_has(self.block_futures)
-        return [(sorted(who_has.get(f.key, ())) or [None])[0] for f in self.block_futures]
+        return holders_of(self.session, self.block_futures)
 
     def restore(self, holders: list[str | None], timeout: float = 10.0) -> int:
         """Put each block back on exactly its worker in ``holders`` (as :meth:`holders` gave them before

@@ -35,9 +35,14 @@ class SharedRef:
     node: str
 
 
+def segment_prefix(token: str) -> str:
+    """The name prefix of every shared segment a task runtime's RRO arguments make (one per runtime)."""
+    return f"rro-{token}-"
+
+
 def segment_name(token: str, key: str, version: int, node: str) -> str:
     """Per node: simulated nodes share one /dev/shm, and each must still build its own copy."""
-    return f"rro-{token}-{key}-v{version}-{re.sub(r'[^A-Za-z0-9_.=+-]', '_', node)}"
+    return f"{segment_prefix(token)}{key}-v{version}-{re.sub(r'[^A-Za-z0-9_.=+-]', '_', node)}"
 
 
 def publish_on_node(array: np.ndarray, segment: str) -> SharedRef:

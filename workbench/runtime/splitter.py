@@ -5,29 +5,40 @@ scheduler. ``split`` groups the blocks that one worker already holds into a few 
 default one per worker), so the number of tasks follows the compute resources, not the block
 size, and no block moves. A store collection (:class:`~workbench.runtime.store.BlockCollection`)
 is split the same way, from the store's location query instead of Dask's ``who_has``.
-``run_partitions`` runs one task per partition on its worker, with the partition's block
-futures as real dependencies; the task iterates the blocks (with a local merge)
-or, with ``materialize=True``, concatenates them locally first (the thesis's extension for
-compute-bound codes).
+``map_partitions`` runs block work (a :class:`~workbench.runtime.strategies.BlockWork`) as one
+task per partition on its worker, with the partition's block futures as real dependencies; the
+task iterates the blocks (with a local merge) or concatenates them locally first (the thesis's
+extension for compute-bound codes). The ``split`` strategies and ``run_partitions`` (a function
+and a merge, as block work) both run through it.
 
 Barceló-Cuerda, *Bridging the Gap Between Object Stores and HPC*, ch. 5.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
 from distributed import Future, futures_of
 
-from workbench.runtime.blocks import PlacedBlocks, block_futures, persist_row_blocks
-from workbench.runtime.failures import sendable
+from workbench.runtime.blocks import (
+    PlacedBlocks,
+    block_futures,
+    concatenate,
+    holders_of,
+    persist_row_blocks,
+    row_offsets,
+    rows_of,
+)
 from workbench.runtime.session import PinnedCall, Session
-from workbench.runtime.store import BlockCollection, local_object
+
+if TYPE_CHECKING:
+    from workbench.runtime.strategies.base import BlockWork
 
 
 @dataclass
@@ -42,6 +53,8 @@ class Partition:
     block_indexes: list[int]  # global block index along the first axis
     item_ranges: list[tuple[int, int]] = field(repr=False)  # global [start, stop) rows of each block
     source: Any = field(default=None, repr=False)  # the persisted array: keeps its blocks alive
+    # inside the task, the blocks as arrays (store blocks); None: Dask gives the task arrays already
+    read: Callable[[list[Any]], list[Any]] | None = field(default=None, repr=False)
 
     def get_indexes(self) -> list[int]:
         """Global indexes of this partition's blocks (to align another array's blocks, e.g. labels)."""
@@ -49,16 +62,16 @@ class Partition:
 
     def get_item_indexes(self) -> np.ndarray:
         """Global indexes of this partition's items (rows), in the order the blocks are iterated."""
-        if not self.item_ranges:
-            return np.empty(0, dtype=np.int64)
-        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.item_ranges])
+        return rows_of(self.item_ranges)
 
     def __len__(self) -> int:
         return len(self.blocks)
 
 
 def _is_collection(x: Any) -> bool:
-    return isinstance(x, BlockCollection)
+    """A store collection: blocks that say where they live and how a task reads them (``read_here``);
+    SplIter asks the collection, so it needs no import of the store."""
+    return hasattr(type(x), "read_here") and hasattr(x, "holders")
 
 
 def _row_chunks(x: Any) -> tuple[Any, ...]:
@@ -90,10 +103,7 @@ def split(session: Session, x: Any, partitions_per_worker: int = 1) -> list[Part
     x, blocks, chunks = persist_row_blocks(session, x, "split")
     if sum(chunks) == 0:
         return []
-    who_has = session.client.who_has(blocks)
-    return _group(
-        x, blocks, [(sorted(who_has.get(f.key, ())) or [None])[0] for f in blocks], chunks, partitions_per_worker
-    )
+    return _group(x, blocks, holders_of(session, blocks), chunks, partitions_per_worker)
 
 
 def _check_partitions_per_worker(partitions_per_worker: Any) -> None:
@@ -109,7 +119,7 @@ def _group(
     x: Any, blocks: list[Any], holders: list[str | None], chunks: Sequence[int], partitions_per_worker: int
 ) -> list[Partition]:
     """Blocks grouped by holder into ``partitions_per_worker`` partitions per worker, in block order."""
-    offsets = np.concatenate([[0], np.cumsum(chunks)]).astype(np.int64)
+    offsets = row_offsets(chunks)
     by_worker: dict[str, list[int]] = {}
     for index, holder in enumerate(holders):
         if holder is None:
@@ -125,50 +135,90 @@ def _group(
                     block_indexes=[int(i) for i in group],
                     item_ranges=[(int(offsets[i]), int(offsets[i + 1])) for i in group],
                     source=x,
+                    read=x.read_here if _is_collection(x) else None,
                 )
             )
     partitions.sort(key=lambda p: p.block_indexes[0])
     return partitions
 
 
-def _concatenate(blocks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-
-
-def _run_store_partition(
-    function: Callable[..., Any],
+def on_partition(
+    work: BlockWork,
     blocks: list[Any],
-    others: list[list[Any]],
-    materialize: bool,
-    merge: Callable[[list[Any]], Any] | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    aligned: list[list[Any]],
+    args: Sequence[Any],
+    ranges: list[tuple[int, int]],
+    read: Callable[[list[Any]], list[Any]] | None = None,
+    materialized: bool = False,
 ) -> Any:
-    """Task body for a store collection: its blocks are objects of this worker's backend (no copy)."""
+    """Task body: the work of a partition's blocks, all local to this worker (``read`` turns store
+    blocks into arrays; Dask gives the task arrays already); ``materialized``: concatenated first,
+    one call."""
+    if materialized:
+        return on_materialized(work, materialize(blocks, aligned, ranges, read), args)
+    if read is not None:
+        blocks, aligned = read(blocks), [read(a) for a in aligned]
+    return work.call_partition(blocks, aligned, args, ranges)
 
-    def data(proxies: list[Any]) -> list[np.ndarray]:
-        return [local_object(p).data for p in proxies]
 
-    return _run_partition(function, data(blocks), [data(o) for o in others], materialize, merge, args, kwargs)
+def materialize(
+    blocks: list[Any],
+    aligned: list[list[Any]],
+    ranges: list[tuple[int, int]],
+    read: Callable[[list[Any]], list[Any]] | None = None,
+) -> tuple[Any, list[Any], list[tuple[int, int]]]:
+    """Task body: a partition as one array (and its aligned arrays), on its worker."""
+    if read is not None:
+        blocks, aligned = read(blocks), [read(a) for a in aligned]
+    return concatenate(blocks), [concatenate(a) for a in aligned], ranges
 
 
-def _run_partition(
-    function: Callable[..., Any],
-    blocks: list[np.ndarray],
-    others: list[list[np.ndarray]],
-    materialize: bool,
-    merge: Callable[[list[Any]], Any] | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+def on_materialized(
+    work: BlockWork, partition: tuple[Any, list[Any], list[tuple[int, int]]], args: Sequence[Any]
 ) -> Any:
-    """Task body: the partition's blocks (and aligned blocks of other arrays) are already local; the
-    user's functions run through :func:`~workbench.runtime.failures.sendable`."""
-    if materialize:
-        return sendable(function, _concatenate(blocks), *(_concatenate(o) for o in others), *args, **kwargs)
+    """Task body: the work of one materialized partition, in one call."""
+    data, aligned, ranges = partition
+    return work.call(data, aligned, args, rows_of(ranges) if work.with_rows else None)
+
+
+def map_partitions(
+    session: Session,
+    partitions: Sequence[Partition],
+    work: BlockWork,
+    args: Sequence[Any],
+    aligned: Callable[[Partition], list[list[Any]]] | None = None,
+    materialized: bool = False,
+) -> list[Future]:
+    """One task per partition, pinned to its worker: ``work`` over its blocks (a partition's blocks in
+    one call, or one call per block and a local merge; ``materialized``: concatenated, one call).
+
+    ``aligned(partition)`` gives the blocks of other arrays with the partition's indexes (labels ...).
+    The block futures are the task's dependencies (the scheduler sees them); pinning with
+    ``allow_other_workers=False`` keeps work stealing from moving the task away from its blocks.
+    """
+    return session.submit_pinned(
+        [
+            PinnedCall(
+                on_partition,
+                (work, p.blocks, aligned(p) if aligned else [], args, p.item_ranges, p.read, materialized),
+                p.worker,
+                f"{work.name}-{uuid.uuid4().hex}",  # a fresh key, named as traces show it (strategies' task_key)
+            )
+            for p in partitions
+        ]
+    )
+
+
+def _work(function: Callable[..., Any], merge: Callable[[list[Any]], Any] | None, kwargs: dict[str, Any]) -> BlockWork:
+    """``run_partitions``' arguments as block work: ``function`` (with ``kwargs`` bound) of a block, or
+    of a partition's list of blocks when there is no ``merge``."""
+    from workbench.runtime.strategies.base import BlockWork  # the strategies package is built on this module
+
+    bound = functools.partial(function, **kwargs) if kwargs else function
     if merge is not None:
-        partials = [sendable(function, b, *(o[i] for o in others), *args, **kwargs) for i, b in enumerate(blocks)]
-        return sendable(merge, partials)
-    return sendable(function, blocks, *others, *args, **kwargs)
+        return BlockWork(block=bound, merge=merge)
+    # ``list``: never called, each partition's result comes back unmerged
+    return BlockWork(block=bound, blocks=bound, merge=list)
 
 
 def run_partitions(
@@ -181,15 +231,15 @@ def run_partitions(
     with_arrays: Sequence[da.Array] = (),
     **kwargs: Any,
 ) -> list[Future]:
-    """One task per partition, pinned to its worker; returns their futures.
+    """One task per partition, pinned to its worker; returns their futures: :func:`map_partitions`
+    (the ``split`` strategies' tasks) with ``function`` and ``merge`` as block work.
 
     - ``materialize=True``: ``function(concatenated blocks, *args, **kwargs)``;
-    - ``merge`` given: ``merge([function(block, ...) for block in partition])``, a local merge;
+    - ``merge`` given: ``merge([function(block, ...) for block in partition])``, a local merge
+      (a partition of one block gives its one result as it is, as every strategy merges);
     - otherwise ``function(list of blocks, ...)``.
     ``with_arrays``: other persisted arrays cut into the same row blocks (labels ...); their blocks
     with the partition's indexes come after each block argument, the same way.
-    The block futures are the task's dependencies (the scheduler sees them); pinning with
-    ``allow_other_workers=False`` keeps work stealing from moving the task away from its blocks.
     """
     if materialize and merge is not None:
         raise ValueError(
@@ -199,18 +249,13 @@ def run_partitions(
     for other in with_arrays:
         if source is not None:
             check_same_blocks(source, other, ("the split array", "an aligned array"))
-    call = uuid.uuid4().hex  # every call is a new computation (a fixed key would return the last result)
-    body = _run_store_partition if _is_collection(source) else _run_partition
-    return session.submit_pinned(
-        [
-            PinnedCall(
-                body,
-                (function, p.blocks, [aligned(p, o, session) for o in with_arrays], materialize, merge, args, kwargs),
-                p.worker,
-                f"partition-{getattr(function, '__name__', 'function')}-{call}-{i}",
-            )
-            for i, p in enumerate(partitions)
-        ]
+    return map_partitions(
+        session,
+        partitions,
+        _work(function, merge, kwargs),
+        args,
+        lambda p: [aligned(p, o, session) for o in with_arrays],
+        materialized=materialize,
     )
 
 

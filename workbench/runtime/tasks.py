@@ -110,7 +110,7 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-def _execute(function: Callable[..., Any], inout: tuple[str, ...], mode: str, kwargs: dict[str, Any]) -> Any:
+def _execute(function: Callable[..., Any], inout: tuple[str, ...], kwargs: dict[str, Any]) -> Any:
     """Task body: resolve every argument, give INOUT parameters private copies, call, rename."""
     values = {name: _resolve(value) for name, value in kwargs.items()}
     for name in inout:
@@ -187,14 +187,14 @@ class TaskRuntime:
         self._scattered.clear()
         self._pinned.clear()
         if self.mode == "rro":
-            self.session.run(rro.release_on_node, f"rro-{self.token}-")
+            self.session.run(rro.release_on_node, self.segment_prefix)
         if self._files_dir is not None:
             shutil.rmtree(self._files_dir, ignore_errors=True)
 
     @property
     def segment_prefix(self) -> str:
         """The name prefix of every shared segment this runtime makes."""
-        return f"rro-{self.token}-"
+        return rro.segment_prefix(self.token)
 
     # -- identity of values --------------------------------------------------------------------------
     def identity(self, value: Any) -> str:
@@ -284,12 +284,6 @@ class TaskRuntime:
             return self._scatter(value)
         return value
 
-    def drop(self, value: Any) -> None:
-        """Forget ``value``'s published copies and delete their segments (its version is dropped)."""
-        key = self.identity(value)
-        if self._published.pop(key, None) is not None:
-            self.session.run(rro.release_on_node, f"rro-{self.token}-{key}-")
-
 
 def current() -> TaskRuntime:
     """The runtime of the enclosing ``with TaskRuntime(...)``."""
@@ -342,7 +336,6 @@ class TaskFunction:
             _execute,
             self.function,
             self.inout,
-            runtime.mode,
             message,
             pure=False,
             key=f"{self.function.__name__}-{uuid.uuid4().hex}",

@@ -175,12 +175,6 @@ def summary_by_action(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby("action").agg(count=("action", "size"), seconds=("seconds", "sum"), bytes=("bytes", "sum"))
 
 
-def summary_by_worker(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per worker and action: total seconds (columns are actions)."""
-    frame = frame.assign(seconds=frame["stop"] - frame["start"])
-    return frame.pivot_table(index="worker", columns="action", values="seconds", aggfunc="sum", fill_value=0.0)
-
-
 def bytes_moved(frame: pd.DataFrame) -> pd.DataFrame:
     """Matrix of bytes transferred: rows are sources, columns destinations (workers)."""
     moves = frame[(frame["action"] == "transfer") & (frame["source"] != "")]

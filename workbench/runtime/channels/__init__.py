@@ -6,10 +6,26 @@
 between nodes, one copy, no allocation per message); ``reduce``, ``allreduce``, ``broadcast``,
 ``scatter`` and ``gather`` are built on them. ``eager=True`` gives the same API through Dask
 (a new array per message, serialized and sent worker to worker by a Dask actor call): the baseline.
+
+A failure is a ``ChannelError`` whose class says what happened: ``ChannelMismatch`` (the ranks
+disagree on a channel or an operation), ``ChannelTimeout``, ``RankGone`` (another rank died, closed
+its connection or returned) and ``GroupAborted`` (another rank failed); the last two are
+consequences, so ``run_group`` reports the error that caused them first.
 """
 
 from workbench.runtime.channels.channel import ArrayChannel, EagerChannel
 from workbench.runtime.channels.group import GroupResult, Rank, run_group
-from workbench.runtime.channels.transport import ChannelError
+from workbench.runtime.channels.transport import ChannelError, ChannelMismatch, ChannelTimeout, GroupAborted, RankGone
 
-__all__ = ["ArrayChannel", "ChannelError", "EagerChannel", "GroupResult", "Rank", "run_group"]
+__all__ = [
+    "ArrayChannel",
+    "ChannelError",
+    "ChannelMismatch",
+    "ChannelTimeout",
+    "EagerChannel",
+    "GroupAborted",
+    "GroupResult",
+    "Rank",
+    "RankGone",
+    "run_group",
+]

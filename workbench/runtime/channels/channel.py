@@ -36,7 +36,11 @@ from workbench.runtime.channels.transport import (
     WAIT_WORD,
     WAITING_FOR,
     ChannelError,
+    ChannelMismatch,
+    ChannelTimeout,
     Mailbox,
+    RankGone,
+    WaitCheck,
     pid_alive,
     wait_for,
 )
@@ -154,7 +158,7 @@ class Collectives:
     def _check_tag(self, src: int, got: int) -> None:
         """A message from ``src`` must carry the operation this rank is in."""
         if got != self.tag:
-            raise ChannelError(
+            raise ChannelMismatch(
                 f"rank {self.rank.rank} took from rank {src} on channel {getattr(self, 'name', self.index)!r} in "
                 f"{describe(self.tag)}, but rank {src} sent in {describe(got)}: every rank must call the same "
                 "operations, with the same root, in the same order"
@@ -376,7 +380,7 @@ class ArrayChannel(Collectives):
         control[at + WAIT_WORD] = word
         control[at + WAITING_FOR] = peer + 1  # last: a reader that sees it sees the words above (x86 order)
 
-    def _deadlock(self, peer: int, slot: int) -> str | None:
+    def _deadlock(self, peer: int, slot: int) -> ChannelMismatch | None:
         """Why this rank and ``peer`` can never go on, or None: ``peer`` waits for this rank in another
         operation (or on another channel or slot) than this rank waits for it in, and its wait is not
         satisfied either; only each other could end the two waits. What sockets see at once (a ready
@@ -404,13 +408,13 @@ class ArrayChannel(Collectives):
             satisfied = mine.control[at_word + READY] == mine.control[at_word + DONE] + 1
         if satisfied:
             return None
-        return (
+        return ChannelMismatch(
             f"rank {me} waits for rank {peer} in {describe(self.tag)} on channel {self.name!r}, while rank {peer} "
             f"waits for rank {me} in {describe(tag)} on channel {other.name!r}: neither can go on. Every rank must "
             "call the same operations, with the same root, in the same order"
         )
 
-    def _watch(self, peer: int, slot: int) -> Callable[[], str | None]:
+    def _watch(self, peer: int, slot: int) -> WaitCheck:
         """What a wait for ``peer`` (on this node) checks besides its own condition: the peer is alive
         and the group not aborted, the peer is not in another collective call of this channel, or
         finished (then the message waited for never comes), and the two are not waiting for each
@@ -418,21 +422,21 @@ class ArrayChannel(Collectives):
         alive = self.rank.liveness(peer)
         me = self.rank.rank
 
-        def check() -> str | None:
+        def check() -> ChannelError | None:
             problem = alive()
-            if problem:
+            if problem is not None:
                 return problem
             try:
                 box = self._peer_mailbox(peer)
             except Exception:  # its segment was removed: the peer closed (every mailbox exists before use)
-                return f"rank {peer} returned from its rank function (its mailbox is gone)"
+                return RankGone(f"rank {peer} returned from its rank function (its mailbox is gone)")
             theirs = box.control[box.state]
             if theirs == FINISHED:
-                return (
+                return RankGone(
                     f"rank {peer} returned from its rank function while rank {me} waits for it in {describe(self.tag)}"
                 )
             if theirs >> 24 == self.calls and self.state & 0xFF in COLLECTIVE and theirs != self.state:
-                return (
+                return ChannelMismatch(
                     f"rank {me} is in {describe(self.state)}, rank {peer} in {describe(theirs)}: every rank must call "
                     "the same collectives, with the same root, in the same order"
                 )
@@ -624,11 +628,11 @@ class EagerChannel(Collectives):
                     tag, value = messages.get_nowait()
                     break
                 except queue.Empty:
-                    problem = f"rank {src} returned from its rank function"
-            if problem:
-                raise ChannelError(f"{what}: {problem}")
+                    problem = RankGone(f"rank {src} returned from its rank function")
+            if problem is not None:
+                raise problem.within(what)
             if time.monotonic() > deadline:
-                raise ChannelError(f"{what}: nothing within the timeout")
+                raise ChannelTimeout(f"{what}: nothing within the timeout")
         self._check_tag(src, tag)
         np.copyto(self.slots[slot], value)
         self.rank.event("take", start, value.nbytes, src, time.time() - start, self.name)

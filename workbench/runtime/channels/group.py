@@ -31,11 +31,17 @@ from distributed.actor import Actor
 from workbench.memory import shm
 from workbench.runtime.channels.channel import ArrayChannel, EagerChannel, Inbox, inbox_of
 from workbench.runtime.channels.transport import (
+    CONSEQUENCES,
     FINISHED,
     POLL_SECONDS,
     ChannelError,
+    ChannelMismatch,
+    ChannelTimeout,
+    GroupAborted,
     Link,
     Mailbox,
+    RankGone,
+    WaitCheck,
     abort,
     forget_abort,
     is_aborted,
@@ -49,8 +55,7 @@ from workbench.runtime.trace import record
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer waits are a mistake (and overflow socket timeouts)
 MAX_CHANNEL_BYTES = 1 << 40  # a channel's buffer: three of them per rank live in shared memory
-# What a rank's ChannelError says when it only saw another rank fail (not the root cause)
-CONSEQUENCES = ("aborted", "closed its connection", "broke", "died", "returned from its rank function", "is gone")
+KINDS = (ChannelMismatch, ChannelTimeout, RankGone, GroupAborted)  # what a group's error can say it was
 GRACE_SECONDS = 2.0  # after the first failure, how long the other ranks' errors are collected
 ENDING_SECONDS = 10.0  # after a failure, how long run_group lets the other ranks end before it cleans up
 
@@ -68,6 +73,7 @@ class Rank:
         self.events: list[dict[str, Any]] = []
         self.channels: list[Any] = []
         self.timings: dict[str, float] = {}  # seconds of the sections a rank function timed (``timed``)
+        self.channels_described = 0  # channels whose description this rank published (its finished mark says so)
         self._mailboxes: list[Mailbox] = []
         self._attached: list[Mailbox] = []
         self._listener: socket.socket | None = None
@@ -81,7 +87,7 @@ class Rank:
 
     # -- setup -------------------------------------------------------------------------------------
     def _variable(self, key: str, rank: int) -> Variable:
-        return Variable(f"{self.group}-{key}-r{rank}")
+        return Variable(variable_name(self.group, key, rank))
 
     def _exchange(self, key: str, value: dict[str, Any], what: str) -> list[dict[str, Any]]:
         """Publish ``value`` and read every rank's (``what`` this step is, for errors). The wait for a
@@ -99,18 +105,18 @@ class Rank:
             except TimeoutError:
                 pass
             problem = self.aborted_check()
-            if problem:
-                raise ChannelError(f"rank {self.rank} was waiting for rank {r} in {what}: {problem}")
+            if problem is not None:
+                raise problem.within(f"rank {self.rank} was waiting for rank {r} in {what}")
             if r != self.rank and self.has_finished(r):
                 try:  # it may have published just before it returned
                     return variable.get(timeout=0)
                 except TimeoutError:
-                    raise ChannelError(
+                    raise RankGone(
                         f"rank {r} returned from its rank function while rank {self.rank} waits for it in {what}: "
                         "every rank must make the same channels in the same order and reach the same barriers"
                     ) from None
             if time.monotonic() > deadline:
-                raise ChannelError(
+                raise ChannelTimeout(
                     f"rank {self.rank}: rank {r} did not reach {what} within {self.timeout} s (is it stuck in its "
                     "own computation, or did it start?)"
                 )
@@ -121,9 +127,11 @@ class Rank:
 
     def finished(self) -> None:
         """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
-        barrier's exchange then stops at once). Best effort: a scheduler that is gone has no rank to tell."""
+        barrier's exchange then stops at once); the mark holds how many channels this rank described,
+        so that ``run_group`` knows which variables to delete. Best effort: a scheduler that is gone
+        has no rank to tell."""
         try:
-            self._variable("finished", self.rank).set(True, timeout=min(self.timeout, 5.0))
+            self._variable("finished", self.rank).set(self.channels_described, timeout=min(self.timeout, 5.0))
         except Exception:  # noqa: BLE001 - the group is ending either way
             pass
 
@@ -157,7 +165,7 @@ class Rank:
             try:
                 sock, _ = self._listener.accept()
             except TimeoutError:
-                raise ChannelError(f"rank {self.rank}: a rank on another node did not connect in time") from None
+                raise ChannelTimeout(f"rank {self.rank}: a rank on another node did not connect in time") from None
             sock.settimeout(self.timeout)
             peer = int.from_bytes(_recv_exactly(sock, 4), "little")
             self.links[peer] = Link(sock, peer, self.aborted_check)
@@ -187,23 +195,23 @@ class Rank:
         except Exception as error:  # noqa: BLE001 - a gone inbox or worker: said as a channel error
             problem = self.aborted_check()
             if problem is None and self.has_finished(dest):
-                problem = f"rank {dest} returned from its rank function"
-            raise ChannelError(
-                f"rank {self.rank} sent to rank {dest} on channel {channel}: "
-                + (problem or f"{type(error).__name__}: {error}")
-            ) from None
+                problem = RankGone(f"rank {dest} returned from its rank function")
+            if problem is None:
+                problem = RankGone(f"{type(error).__name__}: {error}")
+            raise problem.within(f"rank {self.rank} sent to rank {dest} on channel {channel}") from None
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
         """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
         rank makes the same channels in the same order; ranks that disagree on the shape or dtype get
-        a ``ChannelError`` before any byte moves."""
+        a ``ChannelMismatch`` before any byte moves."""
         shape, dtype = channel_layout(name, shape, dtype)
         index = len(self.channels)
         what = f"making channel {index} ({name!r}{': rank.barrier()' if name == 'barrier' else ''})"
+        self.channels_described = index + 1
         described = self._exchange(f"channel{index}", {"name": name, "shape": list(shape), "dtype": repr(dtype)}, what)
         for r, other in enumerate(described):
             if (other["name"], tuple(other["shape"]), other["dtype"]) != (name, shape, repr(dtype)):
-                raise ChannelError(
+                raise ChannelMismatch(
                     f"channel {index}: rank {self.rank} made {name!r} {shape} {dtype!r}, rank {r} made "
                     f"{other['name']!r} {tuple(other['shape'])} {other['dtype']}: every rank must make the same "
                     "channels in the same order"
@@ -214,8 +222,8 @@ class Rank:
             box = Mailbox(segment_name(self.group, index, self.rank), self.size, shape, dtype, create=True)
             self._mailboxes.append(box)  # removed by close(), however the rank ends
             problem = self.aborted_check()  # aborted meanwhile: the group's clean-up may be over already
-            if problem:
-                raise ChannelError(f"rank {self.rank} in {what}: {problem}")
+            if problem is not None:
+                raise problem.within(f"rank {self.rank} in {what}")
             self._exchange(f"mailbox{index}", {"ready": True}, what)  # every mailbox exists before anyone attaches
             made = ArrayChannel(self, index, name, box)
         self.channels.append(made)
@@ -249,19 +257,19 @@ class Rank:
         """When the current wait gives up."""
         return time.monotonic() + self.timeout
 
-    def aborted_check(self) -> str | None:
+    def aborted_check(self) -> GroupAborted | None:
         """Why this rank must stop waiting (its group was aborted: another rank failed), or None."""
         if is_aborted(self.group):
-            return "the group was aborted (another rank failed)"
+            return GroupAborted("the group was aborted (another rank failed)")
         return None
 
-    def liveness(self, peer: int) -> Callable[[], str | None]:
+    def liveness(self, peer: int) -> WaitCheck:
         """A check of ``peer`` for waits: why it is gone (its process died, the group was aborted), or None."""
         info = self.peers[peer]
 
-        def check() -> str | None:
+        def check() -> ChannelError | None:
             if info["node"] == self.node and not pid_alive(info["pid"]):
-                return f"rank {peer} (pid {info['pid']}) died"
+                return RankGone(f"rank {peer} (pid {info['pid']}) died")
             return self.aborted_check()
 
         return check
@@ -369,7 +377,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise ChannelError("a peer closed its connection while the group was starting")
+            raise RankGone("a peer closed its connection while the group was starting")
         data += chunk
     return data
 
@@ -534,7 +542,7 @@ def run_group(
                 _let_ranks_end(futures, ENDING_SECONDS)  # then nothing of theirs is made after the clean-up
             client.cancel(futures, force=True)
             session.run(remove_group_segments, group, failed)
-            _forget_variables(session, group, size)
+            _forget_variables(session, group, size, options["eager"])
     seconds = time.perf_counter() - start
     return GroupResult([r for r, _ in results], [e for _, events in results for e in events], seconds)
 
@@ -586,12 +594,12 @@ def _gather_ranks(
             delay = 0.001
             continue
         if now > deadline:
-            raise ChannelError(f"ranks {sorted(pending)} did not finish within {timeout:.0f} s")
+            raise ChannelTimeout(f"ranks {sorted(pending)} did not finish within {timeout:.0f} s")
         if now > next_check:
             alive = set(session.workers())
             lost = [r for r in pending if workers[r] not in alive]
             if lost:
-                raise ChannelError(
+                raise RankGone(
                     f"rank {lost[0]}'s worker {workers[lost[0]]} left the cluster while the group ran (its process "
                     "died): the group failed"
                 )
@@ -599,44 +607,55 @@ def _gather_ranks(
         time.sleep(delay)  # a bounded poll of the ranks' states
         delay = min(delay * 2, 0.05)
     if errors:
-        raise _group_error(errors, workers)
+        raise group_error(errors, workers)
     return [results[r] for r in range(len(futures))]
 
 
-def _group_error(errors: dict[int, BaseException], workers: list[str]) -> ChannelError:
-    """The group's error: the root cause first (a rank's own error rather than a ``ChannelError`` it
-    caused in its peers; among those, the lowest rank), then which other ranks failed."""
+def group_error(errors: dict[int, BaseException], workers: list[str]) -> ChannelError:
+    """The group's error: the root cause first (a rank's own error; then what a rank found itself, such
+    as a :class:`ChannelMismatch` or a timeout; last a :class:`RankGone` or :class:`GroupAborted`, a
+    consequence of another rank's failure; among equals, the lowest rank), then which other ranks
+    failed. Of the cause's kind when that is a ``ChannelError``, else a plain ``ChannelError``."""
 
     def rank_of(r: int) -> tuple[int, int]:
         error = errors[r]
         if not isinstance(error, ChannelError):
             return (0, r)  # the rank's own error
-        return (2 if any(m in str(error) for m in CONSEQUENCES) else 1, r)  # a mismatch it found, or a consequence
+        return (2 if isinstance(error, CONSEQUENCES) else 1, r)  # a consequence, or what the rank found
 
     cause = min(errors, key=rank_of)
     error = errors[cause]
     others = sorted(r for r in errors if r != cause)
     also = f" (ranks {others} failed too, after it)" if others else ""
-    out = ChannelError(f"rank {cause} (on {workers[cause]}) failed: {type(error).__name__}: {error}{also}")
+    kind = next((k for k in KINDS if isinstance(error, k)), ChannelError)
+    out = kind(f"rank {cause} (on {workers[cause]}) failed: {type(error).__name__}: {error}{also}")
     out.__cause__ = error
     return out
 
 
-def _forget_variables(session: Session, group: str, size: int) -> None:
-    """Delete the group's address and channel variables on the scheduler."""
+def variable_name(group: str, key: str, rank: int) -> str:
+    """The Dask variable in which ``rank`` of ``group`` publishes ``key`` (``address``, ``finished``,
+    ``channel<i>`` and ``mailbox<i>``: channel ``i``'s description and its mailbox being ready)."""
+    return f"{group}-{key}-r{rank}"
 
-    def forget(dask_scheduler: Any = None) -> int:
-        prefix = f"{group}-"
-        count = 0
-        variables = dask_scheduler.extensions.get("variables")
-        if variables is not None:
-            for name in [n for n in list(variables.variables) if str(n).startswith(prefix)]:
-                variables.variables.pop(name, None)
-                variables.waiting_conditions.pop(name, None)
-                count += 1
-        return count
 
+def _forget_variables(session: Session, group: str, size: int, eager: bool) -> None:
+    """Delete the group's variables on the scheduler (Dask's ``Variable.delete``): every rank's address
+    and finished mark, and every channel's description (and, unless ``eager``, its mailbox's). A
+    rank's finished mark says how many channels it described; a rank that could not say (its process
+    died) may have described one more than the others, so one more is deleted (deleting a variable
+    that was never set does nothing)."""
+    client = session.client
+    described = []
     try:
-        session.run_on_scheduler(forget)
+        for r in range(size):
+            with contextlib.suppress(TimeoutError):  # not set: the rank died before it could say
+                described.append(int(Variable(variable_name(group, "finished", r), client).get(timeout=0)))
+        channels = max(described, default=0) + (1 if len(described) < size else 0)
+        steps = ("channel",) if eager else ("channel", "mailbox")
+        keys = ["address", "finished"] + [f"{step}{i}" for i in range(channels) for step in steps]
+        for r in range(size):
+            for key in keys:
+                Variable(variable_name(group, key, r), client).delete()
     except Exception:  # best effort: a variable left behind holds a few bytes on the scheduler
         pass

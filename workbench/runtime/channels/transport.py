@@ -104,11 +104,43 @@ def fence() -> None:
 
 
 class ChannelError(RuntimeError):
-    """A channel operation failed: a peer died, a wait timed out, ranks disagree on a channel."""
+    """A channel operation failed. The subclasses say what happened; this class itself is raised for a
+    misuse (a channel used after its group ended, a cluster with no workers) and by ``run_group`` when
+    a rank failed with an error of its own (a bug, a bad argument: its message names it)."""
+
+    def within(self, what: str) -> ChannelError:
+        """The same kind of error, its message led by ``what`` the rank was doing when it happened."""
+        return type(self)(f"{what}: {self}")
+
+
+class ChannelMismatch(ChannelError):
+    """This rank found that the ranks disagree: on a channel's name, shape or dtype, or on the operation,
+    root or channel they are in. What the rank found itself: the cause of a group's failure."""
+
+
+class ChannelTimeout(ChannelError):
+    """A wait ran past the group's timeout (a peer stuck in its own computation, or never started)."""
+
+
+class RankGone(ChannelError):
+    """Another rank is gone: its process died, its connection closed or broke, its worker left the
+    cluster, or it returned from its rank function while this rank waits for it. A consequence: the
+    cause is what happened to that rank."""
+
+
+class GroupAborted(ChannelError):
+    """The group was aborted because another rank failed: a consequence of that rank's error."""
+
+
+# The errors a rank raises when it only saw another rank fail (``run_group`` reports the cause first)
+CONSEQUENCES = (RankGone, GroupAborted)
+
+# What a wait calls between polls: why it must stop (the error to raise, not raised yet), or None
+WaitCheck = Callable[[], ChannelError | None]
 
 
 def abort(group: str) -> None:
-    """Mark ``group`` aborted in this process: its ranks' waits raise ``ChannelError`` at their next
+    """Mark ``group`` aborted in this process: its ranks' waits raise ``GroupAborted`` at their next
     check (within :data:`POLL_SECONDS`) instead of waiting for a rank that failed."""
     _aborted.add(group)
 
@@ -145,7 +177,7 @@ class Mailbox:
         total = control + SLOTS * slot
         self.segment = shm.create(name, total, np.uint8) if create else shm.attach(name, writable=True)
         if self.segment.nbytes != total:
-            raise ChannelError(f"mailbox {name} has {self.segment.nbytes} bytes, expected {total}: ranks disagree")
+            raise ChannelMismatch(f"mailbox {name} has {self.segment.nbytes} bytes, expected {total}: ranks disagree")
         # the control words as a flat memoryview of int64: indexing it gives plain ints (fast to poll)
         self.control = memoryview(self.segment[: words * 8]).cast("q")
         self.state = words - 1  # index of the owner's state word
@@ -215,7 +247,7 @@ class Mailbox:
 def wait_for(
     done: Callable[[], bool],
     deadline: float,
-    alive: Callable[[], str | None],
+    alive: WaitCheck,
     what: str,
     sleep: Callable[[Callable[[], bool], float], None] | None = None,
     spin: float = SPIN_SECONDS,
@@ -223,7 +255,8 @@ def wait_for(
     """Wait until ``done()``: spin for ``spin`` seconds (a message on its way arrives within it), then
     ``sleep(done, seconds)`` (a mailbox's :meth:`Mailbox.sleeper`: in the kernel until the peer posts)
     between checks every ``POLL_SECONDS``. A peer that is gone or in another operation, an aborted
-    group (``alive`` says why) or the deadline raise ``ChannelError``. Returns the seconds waited."""
+    group (``alive`` returns the error that says so) raise that error, the deadline ``ChannelTimeout``.
+    Returns the seconds waited."""
     if done():
         return 0.0
     start = time.perf_counter()
@@ -240,10 +273,10 @@ def wait_for(
             now = time.monotonic()
             if now >= next_check:
                 problem = alive()
-                if problem and not done():  # a peer that answered and moved on is no problem
-                    raise ChannelError(f"{what}: {problem}")
+                if problem is not None and not done():  # a peer that answered and moved on is no problem
+                    raise problem.within(what)
                 if now > deadline and not done():
-                    raise ChannelError(
+                    raise ChannelTimeout(
                         f"{what}: no answer within the timeout (is the peer rank stuck, or in a different operation?)"
                     )
                 next_check = now + POLL_SECONDS
@@ -271,10 +304,10 @@ class Link:
 
     Two socket objects on one connection: ``sock`` receives, ``out`` (a duplicate) sends, each with
     its own timeout, so that a send on the link's thread overlaps a receive on the rank's thread.
-    ``alive`` says why a wait must stop early (the group was aborted), or None.
+    ``alive`` returns the error that says why a wait must stop early (the group was aborted), or None.
     """
 
-    def __init__(self, sock: socket.socket, peer: int, alive: Callable[[], str | None] = lambda: None):
+    def __init__(self, sock: socket.socket, peer: int, alive: WaitCheck = lambda: None):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(POLL_SECONDS)  # always a timeout: both objects poll the (non-blocking) descriptor
         self.sock = sock
@@ -292,20 +325,20 @@ class Link:
                 n = self.sock.recv_into(view[got:], min(len(view) - got, 1 << 26))
             except TimeoutError:
                 problem = self.alive()
-                if problem:
-                    raise ChannelError(f"{what}: {problem}") from None
+                if problem is not None:
+                    raise problem.within(what) from None
                 if time.monotonic() >= deadline:
-                    raise ChannelError(
+                    raise ChannelTimeout(
                         f"{what}: no answer from rank {self.peer} within the timeout (is it stuck, or in a "
                         "different operation?)"
                     ) from None
                 continue
             except OSError as error:
-                raise ChannelError(
+                raise RankGone(
                     f"{what}: the connection to rank {self.peer} broke ({error}): it died or failed"
                 ) from None
             if n == 0:
-                raise ChannelError(f"{what}: rank {self.peer} closed its connection (it died or failed)")
+                raise RankGone(f"{what}: rank {self.peer} closed its connection (it died or failed)")
             got += n
 
     def _send_all(self, data: bytes | memoryview, deadline: float, what: str) -> None:
@@ -313,11 +346,9 @@ class Link:
         try:
             self.out.sendall(data)
         except TimeoutError:
-            raise ChannelError(f"{what}: rank {self.peer} took nothing within the timeout (is it stuck?)") from None
+            raise ChannelTimeout(f"{what}: rank {self.peer} took nothing within the timeout (is it stuck?)") from None
         except OSError as error:
-            raise ChannelError(
-                f"{what}: the connection to rank {self.peer} broke ({error}): it died or failed"
-            ) from None
+            raise RankGone(f"{what}: the connection to rank {self.peer} broke ({error}): it died or failed") from None
 
     def send_ready(self, channel: int, slot: int, tag: int, deadline: float, what: str) -> None:
         """Tell the peer this rank is ready to take into ``slot`` of ``channel`` in operation ``tag``."""
@@ -333,7 +364,7 @@ class Link:
         self._recv_exact(memoryview(header), deadline, what)
         got_channel, got_tag, got_slot = _READY.unpack(header)
         if (got_channel, got_slot, got_tag) != (channel, slot, tag):
-            raise ChannelError(
+            raise ChannelMismatch(
                 f"{what}: rank {self.peer} is ready to take in {describe(got_tag)} (channel {got_channel}, slot "
                 f"{got_slot}), this rank sends in {describe(tag)} (channel {channel}, slot {slot}): every rank must "
                 "call the same operations, with the same root, in the same order"
@@ -376,7 +407,7 @@ class Link:
         self._recv_exact(memoryview(header), deadline, what)
         got_channel, got_tag, got_slot, nbytes = _DATA.unpack(header)
         if (got_channel, got_slot) != (channel, slot) or nbytes != out.nbytes or got_tag != tag:
-            raise ChannelError(
+            raise ChannelMismatch(
                 f"{what}: rank {self.peer} sent {nbytes} bytes in {describe(got_tag)} (channel {got_channel}, slot "
                 f"{got_slot}), this rank expected {out.nbytes} in {describe(tag)} (channel {channel}, slot {slot}): "
                 "every rank must call the same operations, with the same root, in the same order"

@@ -28,20 +28,17 @@ that is not SQLite as such. A directory shared by several nodes must be writable
 running the cluster.
 """
 
-from workbench.runtime.store.client import (
+from workbench.runtime.store.client import Store, default_directory, registered_directory, store_for
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
+from workbench.runtime.store.handles import (
     ActiveMethod,
     ArrayBlock,
     BlockCollection,
     Proxy,
-    Store,
     current_store,
-    default_directory,
-    local_object,
     persist_here,
-    registered_directory,
-    store_for,
 )
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
+from workbench.runtime.store.local import local_object
 from workbench.runtime.store.model import PersistentObject, active
 
 __all__ = [

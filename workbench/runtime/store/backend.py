@@ -48,6 +48,7 @@ from workbench.runtime.store.model import (
     StoredHandle,
     catalogue_entry,
     detach_result,
+    install_persister,
     set_arrays_writeable,
     state_nbytes,
 )
@@ -148,8 +149,12 @@ class StoreBackend(WorkerPlugin):
         memory_fraction: float = 0.5,
         tier: str = "dram",
         cache_bytes: int | None = None,
+        persister: Callable[[Any, str | None, str | None], Any] | None = None,
     ):
         self.directory = str(directory)
+        # What PersistentObject.make_persistent calls in this worker's tasks (the Store passes
+        # workbench.runtime.store.local.persist_anywhere): installed in setup, not at import.
+        self.persister = persister
         self.memory_limit = memory_limit
         self.memory_fraction = memory_fraction
         self.default_tier = tiering.check_tier(tier)
@@ -175,6 +180,8 @@ class StoreBackend(WorkerPlugin):
         self.policy_lock = threading.Lock()  # one dynamic placement pass at a time
         self.tag = uuid.uuid4().hex[:8]  # in tier file names: backends of one node never share a file
         worker.handlers[HANDLER] = self.handle
+        if self.persister is not None:
+            install_persister(self.persister)
 
     def teardown(self, worker: Any) -> None:
         """Detach from the worker (the objects go with it)."""
@@ -656,7 +663,7 @@ class StoreBackend(WorkerPlugin):
         when used); a tier event in the trace says what moved and why. Returns the placement."""
         tier = tiering.check_tier(tier)
         key = (oid, int(version))
-        if tier == "dynamic":  # under the dynamic policy from now on: cold (mapped) until its use says otherwise
+        if tier == tiering.DYNAMIC:  # under the dynamic policy from now on: cold (mapped) until its use says otherwise
             entry = self.here(oid, key[1])
             entry.managed = True
             if entry.placement.tier in ("dram", "mapped"):
@@ -746,7 +753,7 @@ class StoreBackend(WorkerPlugin):
         """Put each ``[oid, version, old tier]`` back on its old tier (best effort: an object gone since stays gone)."""
         back = 0
         for oid, version, old in reversed(placed):
-            if old == tier or tier == "dynamic":
+            if old == tier or tier == tiering.DYNAMIC:
                 continue
             try:
                 self.op_place(str(oid), int(version), str(old), reason="a batch placement failed: put back")

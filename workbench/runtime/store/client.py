@@ -1,11 +1,10 @@
-"""The store as a user sees it: ``Store``, object proxies, active methods and block collections.
+"""The store as a client opens it: ``Store`` (registration, placement, lookup, lifecycle).
 
 ``store = Store(session)`` registers the catalogue on the scheduler and a backend on every worker;
 a second ``Store`` on the same cluster joins them, and ``store.close()`` takes them off again when
 this ``Store`` registered them (``store.owns_registration``). ``proxy = store.make_persistent(obj)``
-places ``obj`` on a backend; ``proxy.method(*args)`` runs there and returns a Dask future;
-``proxy.method.value(*args)`` returns the value in one direct round trip to the backend (no
-scheduler); ``proxy.method.local(*args)`` is the non-active path: fetch the object, run here.
+places ``obj`` on a backend and returns a :class:`~workbench.runtime.store.handles.Proxy`; what runs
+inside tasks is in :mod:`workbench.runtime.store.local`.
 """
 
 from __future__ import annotations
@@ -15,30 +14,19 @@ import contextlib
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
 import pandas as pd
-from distributed import Future
 from distributed.protocol import to_serialize
 
-import kernels
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.blocks import persist_row_blocks
-from workbench.runtime.session import PinnedCall, Session
-from workbench.runtime.store.backend import (
-    StoreBackend,
-    in_objects_directory,
-    local_backend,
-    raise_error,
-    retry_while_moving,
-    run_active,
-    run_non_active,
-    task_key,
-)
+from workbench.runtime.session import Session
+from workbench.runtime.store.backend import StoreBackend, in_objects_directory, raise_error
 from workbench.runtime.store.catalogue import (
     DELETED,
     HANDLER,
@@ -47,24 +35,28 @@ from workbench.runtime.store.catalogue import (
     default_directory,
     without_gc,
 )
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
+from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias, object_lost
+from workbench.runtime.store.handles import (
+    ArrayBlock,
+    BlockCollection,
+    Proxy,
+    check_persistable,
+    opened_store,
+    set_current_store,
+)
+from workbench.runtime.store.local import block_arrays, persist_anywhere, store_blocks_here
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
     StoredHandle,
-    active,
     catalogue_entry,
     check_alias,
-    check_method,
     class_name,
     install_persister,
     new_object_ids,
-    set_arrays_writeable,
     ship_by_value,
     state_nbytes,
 )
-
-_current: Store | None = None
 
 
 class Registration(NamedTuple):
@@ -174,16 +166,10 @@ def _check_limit(value: object) -> int | None:
 
 def store_for(session: Session) -> Store:
     """The current store when it belongs to ``session``, else the store of ``session``'s cluster."""
-    if _current is not None and _current.session is session:
-        return _current
+    current = opened_store()
+    if current is not None and current.session is session:
+        return current
     return Store(session)
-
-
-def current_store() -> Store:
-    """The store opened last in this process (what ``PersistentObject.make_persistent`` uses)."""
-    if _current is None:
-        raise StoreError("no store is open: store = workbench.runtime.store.Store(session) first")
-    return _current
 
 
 class Store:
@@ -199,6 +185,8 @@ class Store:
         ``memory_limit``).
     """
 
+    read_blocks = staticmethod(block_arrays)  # task-side reader of a collection's blocks (travels to workers)
+
     def __init__(
         self,
         session: Session,
@@ -207,7 +195,6 @@ class Store:
         tier: str = "dram",
         cache_bytes: int | None = None,
     ):
-        global _current
         self.session = session
         self.client = session.client
         self._closed = False
@@ -243,7 +230,8 @@ class Store:
         if self.owns_registration:
             _create_private_directory(self.directory)
             self._register(memory_limit)
-        _current = self
+        install_persister(persist_anywhere)  # PersistentObject.make_persistent here: into this store
+        set_current_store(self)
 
     def _register(self, memory_limit: int | None) -> None:
         """Put the catalogue on the scheduler and a backend on every worker (bounded waits).
@@ -270,7 +258,13 @@ class Store:
             self._token = catalogue.token
             self.session.bounded(
                 self.client.register_plugin,
-                StoreBackend(str(self.directory), memory_limit, tier=self._tier, cache_bytes=self._cache_bytes),
+                StoreBackend(
+                    str(self.directory),
+                    memory_limit,
+                    tier=self._tier,
+                    cache_bytes=self._cache_bytes,
+                    persister=persist_anywhere,
+                ),
                 name=PLUGIN_NAME,
                 where="registering the store's backends on the workers",
             )
@@ -428,9 +422,8 @@ class Store:
         later ``Store(session, directory)``. A store that joined one already on the cluster leaves
         it there. Either way this object stops being the current store.
         """
-        global _current
-        if _current is self:
-            _current = None
+        if opened_store() is self:
+            set_current_store(None)
         if self._closed:
             return
         self._closed = True
@@ -462,7 +455,7 @@ class Store:
         if len(aliases) != len(objs):
             raise ValueError(f"{len(objs)} objects but {len(aliases)} aliases: give one alias (or None) per object")
         for cls in {type(obj) for obj in objs}:  # once per class, not per object
-            _check_persistable(next(obj for obj in objs if type(obj) is cls))
+            check_persistable(next(obj for obj in objs if type(obj) is cls))
         for alias in aliases:
             check_alias(alias)
         known = set(self.backends())
@@ -597,7 +590,7 @@ class Store:
                 keys.append(block.key)
                 ids.append(oid)
             try:
-                self.session.run(_store_blocks_here, assignments, block_class, workers=list(assignments))
+                self.session.run(store_blocks_here, assignments, block_class, workers=list(assignments))
             except BaseException:
                 self._drop(self.catalogue("delete", oids=oids))
                 raise
@@ -786,597 +779,7 @@ class Store:
         return pd.DataFrame(rows, columns=["worker", "oid", "version", "class", "nbytes", "on_disk"])
 
 
-class ActiveMethod:
-    """``proxy.method``: call it for a future (runs on the holder); ``.value``, ``.local``, ``.non_active``."""
-
-    def __init__(self, proxy: Proxy, name: str, writes: bool):
-        self.proxy, self.name, self.writes = proxy, name, writes
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Future:
-        """Run on the backend holding the object, as a Dask task; returns its future."""
-        ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
-        return submit_active(self.proxy.store, ref, workers, self.name, self.writes, args, kwargs)
-
-    def value(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on the backend holding the object and return the plain value (one direct round trip)."""
-        store = self.proxy.store
-        args, kwargs = _gather_futures(store, args, kwargs)
-        for attempt in (0, 1):
-            ref, workers = self.proxy._cached_holders(refresh=attempt == 1)
-            _check_writable(ref, workers, self.name, self.writes)
-            try:
-                return store.backend(
-                    workers[0],
-                    "call",
-                    oid=ref.oid,
-                    version=ref.version,
-                    method=self.name,
-                    writes=self.writes,
-                    args=_message(args),
-                    kwargs=_message(kwargs),
-                    pinned=ref.pinned,
-                )
-            except (NotHere, BackendUnreachable):  # moved, or its backend left: ask the catalogue again, once
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
-
-    def local(self, *args: Any, **kwargs: Any) -> Any:
-        """Non-active: fetch a copy of the object to this process and run the method here."""
-        args, kwargs = _gather_futures(self.proxy.store, args, kwargs)
-        args = tuple(a.fetch() if isinstance(a, Proxy) else a for a in args)
-        kwargs = {k: v.fetch() if isinstance(v, Proxy) else v for k, v in kwargs.items()}
-        return getattr(self.proxy.fetch(), self.name)(*args, **kwargs)
-
-    def non_active(self, *args: Any, **kwargs: Any) -> Future:
-        """Non-active as a task: wherever it runs, it fetches a copy through the store and computes there."""
-        return self.proxy.store.client.submit(
-            run_non_active, self.proxy.ref, self.name, args, kwargs, pure=False, key=task_key(self.name, active=False)
-        )
-
-    def to_store(self, tier: str = "dram", alias: str | None = None) -> Callable[..., Future]:
-        """The call with its result kept in the store, on the backend that computed it, on ``tier``:
-        ``proxy.add.to_store("mapped")(other)`` is a future of the new object's proxy (a numpy result
-        becomes an :class:`ArrayBlock`). The thesis's ``store`` result placement: nothing travels."""
-        tiering.check_tier(tier)
-        check_alias(alias)
-
-        def call(*args: Any, **kwargs: Any) -> Future:
-            ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
-            _check_writable(ref, workers, self.name, self.writes)
-            return self.proxy.store.client.submit(
-                run_active_to_store,
-                ref,
-                self.name,
-                self.writes,
-                args,
-                kwargs,
-                tier,
-                alias,
-                workers=workers,
-                allow_other_workers=False,
-                pure=False,
-                key=task_key(self.name, active=True),
-            )
-
-        return call
-
-    def __repr__(self) -> str:
-        return f"<active method {self.name} ({'writes' if self.writes else 'read-only'}) of {self.proxy!r}>"
-
-
-def run_active_to_store(
-    ref: ObjectRef,
-    method: str,
-    writes: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    tier: str,
-    alias: str | None,
-) -> Proxy:
-    """Task body: an active call whose result becomes a new object here, placed on ``tier``."""
-    result = run_active(ref, method, writes, args, kwargs)
-    if isinstance(result, np.ndarray):
-        result = ArrayBlock(result)
-    if not isinstance(result, PersistentObject):
-        raise TypeError(
-            f"{method!r} returned a {type(result).__name__}: a result kept in the store must be a numpy array "
-            "or a PersistentObject (call the method without to_store for any other value)"
-        )
-    proxy = persist_here(result, alias)
-    if tier != "dram":
-        local_backend().op_place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
-    return proxy
-
-
-def submit_active(
-    store: Store,
-    ref: ObjectRef,
-    workers: list[str],
-    method: str,
-    writes: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Future:
-    """The task of one active call, pinned to the object's holders (any of them, for a read).
-
-    One task is one graph either way; ``client.submit`` builds it with less overhead than a graph
-    of delayed calls (this is the path ``workbench bench store`` times).
-    """
-    _check_writable(ref, workers, method, writes)
-    return store.client.submit(
-        run_active,
-        ref,
-        method,
-        writes,
-        args,
-        kwargs,
-        workers=workers,
-        allow_other_workers=False,
-        pure=False,
-        key=task_key(method, active=True),
-    )
-
-
-def submit_active_many(
-    store: Store,
-    targets: Sequence[tuple[ObjectRef, list[str]]],
-    method: str,
-    writes: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> list[Future]:
-    """One active call per ``(object, holders)``, each pinned to its holders, submitted as one graph
-    (one scheduler message for a whole collection, not one per block)."""
-    for ref, workers in targets:
-        _check_writable(ref, workers, method, writes)
-    return store.session.submit_pinned(
-        [
-            PinnedCall(run_active, (ref, method, writes, args, kwargs), workers, task_key(method, active=True))
-            for ref, workers in targets
-        ]
-    )
-
-
-class Proxy(StoredHandle):
-    """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
-
-    def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Store | None = None):
-        self.ref = ref
-        self.methods = dict(methods)
-        self._store = store
-        self._holders: list[str] | None = None
-
-    @property
-    def store(self) -> Store:
-        """The store this proxy belongs to (the current store when it travelled)."""
-        return self._store or current_store()
-
-    def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids and method names
-        return (Proxy, (self.ref, self.methods))
-
-    def __getattr__(self, name: str) -> ActiveMethod:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        writes = check_method(self.ref.class_label.rsplit(".", 1)[-1] or "this object", self.methods, name)
-        return ActiveMethod(self, name, writes)
-
-    def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.methods))
-
-    def __repr__(self) -> str:
-        return f"<Proxy {self.ref.class_label.rsplit('.', 1)[-1]} {self.ref.label().removeprefix('object ')}>"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Proxy) and (self.ref.oid, self.ref.version) == (other.ref.oid, other.ref.version)
-
-    def __hash__(self) -> int:
-        return hash((self.ref.oid, self.ref.version))
-
-    @property
-    def oid(self) -> str:
-        """The object's id."""
-        return self.ref.oid
-
-    @property
-    def version(self) -> int | None:
-        """The version this proxy names (None: whatever version is current)."""
-        return self.ref.version
-
-    def _cached_holders(self, refresh: bool = False) -> tuple[ObjectRef, list[str]]:
-        if refresh or not self._holders:
-            ((self.ref, self._holders),) = self.store.holders([self.ref])
-        return self.ref, self._holders
-
-    def locations(self) -> list[str]:
-        """Backends holding the object in memory now (empty when it is only on disk)."""
-        return self.store.locate([self])[0]
-
-    def info(self) -> dict[str, Any]:
-        """The catalogue's record: class, size, holders, disk copy, aliases, version."""
-        (info,) = self.store.resolve([self.ref])
-        return info
-
-    def fetch(self) -> Any:
-        """A copy of the object, here (the non-active way to read it). A holder that drops or evicts it
-        between the catalogue's answer and the copy makes it ask the catalogue again, as a backend's
-        reads do (bounded by ``WAIT_SECONDS``)."""
-
-        def once() -> Any:
-            ref, workers = self._cached_holders(refresh=True)
-            return self.store.backend(workers[0], "get", oid=ref.oid, version=ref.version)
-
-        return retry_while_moving(once)
-
-    def move(self, backend: str) -> Proxy:
-        """Move the object to ``backend`` (copied backend to backend, then dropped at the source)."""
-        ref, workers = self._cached_holders(refresh=True)
-        self._check_backend(backend)
-        if workers == [backend]:
-            return self
-        self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
-        for w in workers:
-            if w != backend:
-                self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
-                self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
-        self._holders = [backend]
-        return self
-
-    def replicate(self, backend: str | None = None) -> str:
-        """Copy the object to another backend (default: one that does not hold it); returns where."""
-        ref, workers = self._cached_holders(refresh=True)
-        if backend is None:
-            (backend,) = self.store.catalogue("backends", n=1, exclude=workers)
-        self._check_backend(backend)
-        if backend not in workers:
-            self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
-        self._holders = None
-        return backend
-
-    def drop_replicas(self) -> None:
-        """Keep one copy only (before calling a writing method on a replicated object)."""
-        ref, workers = self._cached_holders(refresh=True)
-        for w in workers[1:]:
-            self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
-            self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
-        self._holders = None
-
-    def new_version(self) -> Proxy:
-        """A copy of the object as a new version on the same backend; change it, then ``consolidate()``."""
-        ref, workers = self._cached_holders(refresh=True)
-        new = self.store.catalogue("new_version", oid=ref.oid, version=ref.version, worker=workers[0])
-        self.store.backend(workers[0], "copy_version", oid=ref.oid, version=ref.version, new_version=new)
-        return Proxy(ObjectRef(ref.oid, new, ref.alias, ref.class_label, pinned=True), self.methods, self.store)
-
-    def consolidate(self) -> Proxy:
-        """Make this version the object's current one (its alias now names it); the old one is dropped."""
-        if not self.ref.pinned:
-            raise StoreError(
-                f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()"
-            )
-        self.store._drop(self.store.catalogue("consolidate", oid=self.ref.oid, version=self.ref.version))
-        return Proxy(
-            ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store
-        )
-
-    def flush(self) -> str:
-        """Write the object to the disk tier (it also stays in memory); returns the file."""
-        ref, workers = self._cached_holders(refresh=True)
-        return self.store.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
-
-    def place(self, tier: str, reason: str = "") -> list[dict[str, Any]]:
-        """Put the object's numpy attributes on ``tier`` on every backend holding it: ``dram``, ``mapped``
-        (files mapped in place), ``cached`` (files through the backend's DRAM cache), ``disk``
-        (evicted, staged back when used) or ``dynamic`` (the backend's policy moves it between
-        ``mapped`` and ``dram`` by its use). Returns each backend's placement (tier, from, seconds)."""
-        tier = tiering.check_tier(tier)
-        ref, workers = self._cached_holders(refresh=True)
-        placed = [
-            self.store.backend(w, "place", oid=ref.oid, version=ref.version, tier=tier, reason=reason) for w in workers
-        ]
-        if tier == "disk":
-            self._holders = None
-        return placed
-
-    def tier(self) -> str:
-        """The tier the object is on (``disk`` when no backend holds it in memory)."""
-        info = self.info()
-        ref, workers = ObjectRef(self.ref.oid, info["version"]), info["workers"]
-        if not workers:
-            return "disk"
-        rows = self.store.backend(workers[0], "table")
-        return next((r["tier"] for r in rows if r["oid"] == ref.oid and r["version"] == ref.version), "disk")
-
-    def cool(self) -> list[dict[str, Any]]:
-        """Make the object's tier files cold on every holder (out of the DRAM cache and the page cache)
-        for a cold run; each eviction says whether the medium could be made cold and why not."""
-        ref, workers = self._cached_holders(refresh=True)
-        return [e for w in workers for e in self.store.backend(w, "cool", oid=ref.oid, version=ref.version)]
-
-    def evict(self) -> None:
-        """Move the object to the disk tier only (reloaded into memory on its next use)."""
-        ref, workers = self._cached_holders(refresh=True)
-        for w in workers:
-            self.store.backend(w, "evict", oid=ref.oid, version=ref.version)
-        self._holders = None
-
-    def delete(self) -> None:
-        """Delete the object: every version, replica, disk copy and alias."""
-        self.store.delete([self])
-
-    def _check_backend(self, backend: str) -> None:
-        known = self.store.backends()
-        if backend not in known:
-            raise ValueError(f"backend {backend!r} is not a worker of this cluster; backends are {known}")
-
-
-class ArrayBlock(PersistentObject):
-    """One row block of a persistent collection: ``data`` is the block's numpy array."""
-
-    def __init__(self, data: np.ndarray):
-        self.data = data
-
-    @active
-    def apply(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``function(self.data, *args, **kwargs)`` where the block is (any kernel, no new class)."""
-        return function(self.data, *args, **kwargs)
-
-    @active
-    def shape(self) -> tuple[int, ...]:
-        """The block's shape, read where it lives."""
-        return tuple(self.data.shape)
-
-    @active(writes=True)
-    def apply_in_place(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``function(self.data, *args, **kwargs)``, which may write into the block (a writing call:
-        alone on the object; on a ``mapped`` block the writes go to its file and are made durable)."""
-        return function(self.data, *args, **kwargs)
-
-    @active
-    def plus(self, other: ArrayBlock) -> np.ndarray:
-        """``data + other.data`` (matrix addition where the blocks are; ``other`` resolved there)."""
-        return kernels.matrix_add(self.data, other.data)
-
-    @active(writes=True)
-    def fma(self, a: ArrayBlock, b: ArrayBlock) -> None:
-        """``data += a.data @ b.data`` written in place: on a ``mapped`` block, straight into its file
-        (the thesis's in-place result placement); ``a`` and ``b`` are resolved where this block is."""
-        kernels.multiply_accumulate(a.data, b.data, self.data)
-
-
-class BlockCollection:
-    """A blocked array whose row blocks are store objects; SplIter can partition it by location."""
-
-    def __init__(
-        self,
-        store: Store,
-        oid: str,
-        alias: str | None,
-        blocks: list[Proxy],
-        chunks: tuple[int, ...],
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-    ):
-        self.store, self.oid, self.alias = store, oid, alias
-        self.blocks, self.chunks, self.shape, self.dtype = blocks, chunks, shape, dtype
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __getitem__(self, index: int) -> Proxy:
-        return self.blocks[index]
-
-    def __iter__(self):
-        return iter(self.blocks)
-
-    def __repr__(self) -> str:
-        name = self.alias or self.oid[:8]
-        return f"<BlockCollection {name}: {len(self.blocks)} blocks, shape {self.shape}, {self.dtype}>"
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole array."""
-        return int(np.prod(self.shape)) * self.dtype.itemsize
-
-    def offsets(self) -> np.ndarray:
-        """Global first row of each block (and the total at the end)."""
-        return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
-
-    def locations(self) -> list[list[str]]:
-        """Backends holding each block, in block order, from one catalogue query."""
-        return self.store.locate(self.blocks)
-
-    def holders(self) -> list[str]:
-        """One backend holding each block (blocks only on disk are loaded first), in block order."""
-        return [workers[0] for _, workers in self.store.holders([b.ref for b in self.blocks])]
-
-    def locality(self) -> dict[str, str]:
-        """Block index (as text) -> the backend holding it (as PersistedBlocks.locality gives)."""
-        return {f"({i}, 0)": (w or [""])[0] for i, w in enumerate(self.locations())}
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
-        """``block.method(*args)`` on every block where it lives: one location query, one task per block."""
-        if self.blocks:
-            check_method("the blocks", self.blocks[0].methods, method)
-        writes = self.blocks[0].methods.get(method, False) if self.blocks else False
-        return submit_active_many(
-            self.store, self.store.holders([b.ref for b in self.blocks]), method, writes, args, kwargs
-        )
-
-    def call_non_active(self, method: str, *args: Any, **kwargs: Any) -> list[Future]:
-        """The same calls, non-active: each task fetches its block through the store and computes where it runs."""
-        if self.blocks:
-            check_method("the blocks", self.blocks[0].methods, method)
-        refs = [b.ref for b in self.blocks]
-        return self.store.client.map(  # one graph for the whole collection
-            run_non_active,
-            refs,
-            method=method,
-            args=args,
-            kwargs=kwargs,
-            pure=False,
-            key=[task_key(method, active=False) for _ in refs],
-        )
-
-    def fetch(self) -> np.ndarray:
-        """The whole array, here (every block copied to the caller)."""
-        return (
-            np.concatenate([b.fetch().data for b in self.blocks]) if self.blocks else np.empty(self.shape, self.dtype)
-        )
-
-    def delete(self) -> None:
-        """Delete the collection and its blocks."""
-        self.store.delete([*self.blocks, Proxy(ObjectRef(self.oid), {}, self.store)])
-        self.blocks = []
-
-
-# -- inside tasks ----------------------------------------------------------------------------------
-def persist_here(obj: Any, alias: str | None = None) -> Proxy:
-    """Inside a task: make ``obj`` an object of this worker's backend and return its proxy."""
-    _check_persistable(obj)
-    check_alias(alias)
-    ship_by_value(type(obj))
-    oid = uuid.uuid4().hex
-    local_backend().register_and_add(obj, oid, alias)
-    return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())
-
-
-def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
-    """Inside a task on a worker: the object ``proxy`` names, from this worker's backend, no copy.
-
-    For task bodies that run where an object lives (SplIter partitions of a store collection, a
-    task pinned to a block's holder, ``proxy.locations()``) and use it in place.
-
-    ``for_write=False`` (reading) returns the backend's own object, and **no lock is held once this
-    returns**. Its numpy attributes are read-only (the store keeps them so between calls), so
-    writing into them fails loudly; but an ``@active(writes=True)`` method of the object running
-    at the same time (it takes the object's exclusive lock, which this read does not) may change
-    those arrays in place while you read them, and an eviction may move the object to disk
-    meanwhile (what you hold stays valid, unchanged, but is no longer the store's). For a
-    consistent read alongside writers, read inside an ``@active`` method, or use ``for_write=True``.
-
-    ``for_write=True`` returns a context manager that holds the object's **exclusive lock** for the
-    ``with`` block and gives the object with its numpy attributes writeable::
-
-        with local_object(proxy, for_write=True) as block:
-            block.data += 1
-
-    As ``@active(writes=True)`` does: a replicated object is refused (its replicas would differ);
-    active calls and evictions of the object wait for the block (at most 60 s, then they time out),
-    so keep it short and call none of the object's own active methods inside it; on leaving it the
-    arrays are read-only again, the object's size is updated and a stale disk copy is deleted.
-
-    Raises :class:`NotHere` when this backend does not hold the object (it lives on other backends,
-    or only on disk): run the task where the object lives (pin it to ``proxy.locations()``), or
-    call an active method instead, which runs where the object is. Raises ``RuntimeError`` outside
-    a task on a worker, and ``StoreError`` when the worker has no store backend.
-    """
-    if not isinstance(proxy, StoredHandle):
-        raise TypeError(f"local_object takes a store proxy, got {type(proxy).__name__}")
-    try:
-        backend = local_backend()
-    except ValueError:
-        raise RuntimeError(
-            "local_object runs inside a task on a worker (it reads that worker's backend); in a client, call an "
-            "active method of the proxy, or proxy.fetch() for a copy"
-        ) from None
-    if for_write:
-        return LocalWrite(backend, proxy.ref)
-    return _held_here(backend, proxy.ref)[1].obj
-
-
-def _held_here(backend: StoreBackend, ref: ObjectRef) -> tuple[ObjectRef, Any]:
-    """``ref``'s version held in ``backend``'s table (the current one, for a proxy of whatever is current)
-    and its entry; ``NotHere`` if that backend does not hold it."""
-    entry = backend.local(ref) if ref.version is not None else None
-    if entry is None:  # a proxy of "the current version": ask the catalogue which that is
-        (info,) = backend.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
-        if "missing" in info:
-            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        ref = ObjectRef(ref.oid, info["version"], ref.alias, ref.class_label, ref.pinned)
-        entry = backend.local(ref)
-    if entry is None:
-        raise NotHere(
-            f"{ref.label()} is not held by this backend ({backend.worker.address}): it lives on other backends "
-            "(or only on disk). Run the task where the object lives (proxy.locations()), or call an active method, "
-            "which does"
-        )
-    return ref, entry
-
-
-class LocalWrite:
-    """``local_object(proxy, for_write=True)``: the object under its exclusive lock for a ``with`` block."""
-
-    def __init__(self, backend: StoreBackend, ref: ObjectRef):
-        self._backend = backend
-        self._ref = ref
-        self._entry: Any = None
-
-    def __enter__(self) -> Any:
-        if self._entry is not None:
-            raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
-        backend, ref = self._backend, self._ref
-        (info,) = backend.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
-        if "missing" in info:
-            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        _check_writable(ref, info["workers"], "local_object(for_write=True)", True)
-        ref = ObjectRef(ref.oid, info["version"], ref.alias, ref.class_label, ref.pinned)
-        self._ref, self._entry = backend.locked(ref, "local_object", True, find=lambda r: _held_here(backend, r))
-        set_arrays_writeable(self._entry.obj, True)
-        return self._entry.obj
-
-    def __exit__(self, *exc: object) -> None:
-        entry, self._entry = self._entry, None
-        try:
-            self._backend.wrote(self._ref, entry)
-        finally:
-            entry.lock.release(True)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise TypeError(
-            f"local_object(proxy, for_write=True) is a context manager, not the object (no .{name}): "
-            "write inside `with local_object(proxy, for_write=True) as obj:`"
-        )
-
-
-def _persist_anywhere(obj: Any, alias: str | None, backend: str | None) -> Proxy:
-    """``PersistentObject.make_persistent``: on this worker's backend inside a task, else in the current store."""
-    try:
-        from distributed import get_worker
-
-        get_worker()
-    except ValueError:
-        return current_store().make_persistent(obj, alias=alias, backend=backend)
-    if backend is not None:
-        raise ValueError("inside a task an object is persisted on the task's own worker: leave backend=None")
-    return persist_here(obj, alias)
-
-
-install_persister(_persist_anywhere)
-
-
 # -- helpers -------------------------------------------------------------------------------------
-async def _store_blocks_here(assignments: dict[str, Any], block_class: type, dask_worker: Any = None) -> int:
-    """``Client.run`` body: make the blocks this worker holds objects of its backend, in place (no
-    copy), registered in one catalogue message. ``assignments``: worker -> (block keys, object ids)."""
-    mine = assignments.get(dask_worker.address)
-    if not mine:
-        return 0
-    keys, oids = mine
-    backend = dask_worker.plugins.get(PLUGIN_NAME)
-    if backend is None:
-        raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
-    objs = [block_class(dask_worker.data[_as_key(key)]) for key in keys]
-    return await backend.register_and_add_many_here(objs, list(oids))
-
-
-def _as_key(key: Any) -> Any:
-    """A Dask key as the worker stores it (messages turn its tuples into lists)."""
-    return tuple(_as_key(k) for k in key) if isinstance(key, (list, tuple)) else key
-
-
 def locations_of(reply: dict[str, Any], count: int) -> list[list[str]]:
     """The holders of each object from the catalogue's compact ``locate`` reply (deleted: [])."""
     import array
@@ -1431,53 +834,3 @@ def _batch_refs(items: Iterable[Any]) -> list[ObjectRef]:
                 )
             refs.setdefault((ref.oid, ref.version if ref.pinned else None), ref)
     return list(refs.values())
-
-
-def _check_persistable(obj: Any) -> None:
-    if isinstance(obj, Proxy):
-        raise TypeError(f"{obj!r} is already persistent: it is a proxy of a stored object")
-    if not isinstance(obj, PersistentObject):
-        raise TypeError(
-            f"make_persistent takes an instance of a PersistentObject subclass, got {type(obj).__name__}: "
-            "derive your class from workbench.runtime.store.PersistentObject and mark methods with @active"
-        )
-    if not type(obj).active_methods():
-        raise TypeError(
-            f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active"
-        )
-
-
-def _check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
-    if writes and len(workers) > 1:
-        raise StoreError(
-            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); "
-            f"the writing method {method!r} would make them differ. "
-            "Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
-        )
-
-
-def _gather_futures(
-    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    futures = [a for a in (*args, *kwargs.values()) if isinstance(a, Future)]
-    if not futures:
-        return args, kwargs
-    values = dict(zip([f.key for f in futures], store.session.gather(futures)))
-    pick = lambda a: values[a.key] if isinstance(a, Future) else a  # noqa: E731
-    return tuple(pick(a) for a in args), {k: pick(v) for k, v in kwargs.items()}
-
-
-def _message(value: tuple[Any, ...] | dict[str, Any]) -> Any:
-    """Arguments as a message part: empty ones as they are, others serialised by Dask (numpy as frames)."""
-    return value if not value else to_serialize(value)
-
-
-def _is_pickling_error(error: BaseException) -> bool:
-    import pickle
-
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, (pickle.PicklingError, TypeError, AttributeError)) and "pickle" in str(seen).lower():
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

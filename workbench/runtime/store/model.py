@@ -52,14 +52,15 @@ def active(function: Callable[..., Any] | None = None, *, writes: bool = False) 
     return mark(function) if function is not None else mark
 
 
-# Installed by the store's client module when it is imported: persists an object from a client (in
-# the current store) or from a task (on its worker's backend). A hook, so that this module, which a
-# class written in a notebook imports, depends on nothing else in the store.
+# Installed by ``Store(session)`` in the client and by the store's backend when it starts on a worker
+# (never at import): persists an object from a client (in the current store) or from a task (on its
+# worker's backend). A hook, so that this module, which a class written in a notebook imports,
+# depends on nothing else in the store.
 _PERSISTER: Callable[[Any, str | None, str | None], Any] | None = None
 
 
 def install_persister(persister: Callable[[Any, str | None, str | None], Any]) -> None:
-    """Set what ``PersistentObject.make_persistent(alias, backend)`` calls (the store client does)."""
+    """Set what ``PersistentObject.make_persistent(alias, backend)`` calls (``Store`` and its backends do)."""
     global _PERSISTER
     _PERSISTER = persister
 
@@ -95,7 +96,9 @@ class PersistentObject:
         Inside a task on a worker: on that worker's backend (the object does not move).
         """
         if _PERSISTER is None:
-            raise RuntimeError("the store is not loaded: import workbench.runtime.store (and open a Store) first")
+            raise RuntimeError(
+                "no store is open in this process: open one first (store = workbench.runtime.store.Store(session))"
+            )
         return _PERSISTER(self, alias, backend)
 
     @classmethod

@@ -33,7 +33,7 @@ import numpy as np
 
 from workbench.memory import tiers
 
-STORE_TIERS = ("dram", "mapped", "cached", "disk", "dynamic")
+DYNAMIC = "dynamic"  # not a tier: the placement policy that moves objects between the tiers by their reads
 
 
 @dataclass
@@ -58,10 +58,9 @@ class Placement:
 
 
 def check_tier(tier: object) -> str:
-    """``tier`` if the store can place objects there; a clear error otherwise."""
-    if tier not in STORE_TIERS:
-        raise ValueError(f"no store tier {tier!r}: an object can be placed on {', '.join(STORE_TIERS)}")
-    return str(tier)
+    """``tier`` if the store can place objects there (a tier, or the dynamic policy); a clear error
+    (:class:`workbench.memory.tiers.UnknownTier`, a ``ValueError``) otherwise."""
+    return tiers.check_tier(tier, policies=(DYNAMIC,))
 
 
 def tier_directory(store_directory: str) -> Path:

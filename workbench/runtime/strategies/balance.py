@@ -2,38 +2,28 @@
 
 ``split`` pins one task per partition to the worker holding its blocks: perfect locality, no
 balance; when blocks cost unequal time, or a worker is slower, everyone waits for the slowest
-partition. Here each partition is cut into *chunks* of co-located blocks (one block each, at most
-``MAX_CHUNKS`` per partition, so the task count still follows the workers, not the blocks), all
-submitted at once, pinned to their owner in order (no block moves). A worker that starts its last
-chunk *steals ahead*: it takes the next waiting chunk of the worker with the most bytes waiting
-(cancelled there, pinned to the thief), so the stolen block travels (Dask fetches it) while the
-thief still computes, and it never waits idle for a slow victim to serve it. The *next* chunk, not
-the last, because cost is spatially correlated: the victim is slow where it is, and the blocks
-beside its current one are the likeliest costly ones. A victim's *last* waiting chunk is taken
-only when the thief is forecast to finish it sooner than the victim would (:class:`Forecast`):
-every chunk reports its CPU and wall seconds (a Dask event), so the forecast knows each chunk's
-cost in CPU seconds (learned for the next iteration; a neighbour's until then) apart from each
-worker's slowdown (wall over CPU: a core shared with other work). Without that rule a slowed
-worker kept a chunk the fast one could have finished in a third of the time; without the forecast
-steals went back and forth on balanced data. Every steal is a ``steal`` event in the trace with
-the bytes it moved (none when the thief holds a replica).
+partition. Here each partition is cut into *chunks* of co-located blocks, all submitted at once,
+each pinned to a worker that runs its chunks in order. What the chunks are and which one a worker
+steals is :mod:`.balance_policy`'s (pure, and stated there); this module runs it on Dask:
 
-Once a map of some work has run, the next map of the same work (the next Lloyd iteration) is
-*placed* from its measures (:meth:`Forecast.assign`, Charm++'s persistence principle): blocks move
-from the worker forecast to finish last to the one forecast to finish first while that shortens
-the longest, in chunks of at least ``MIN_CHUNK_SECONDS`` (fewer tasks: each costs the client and
-scheduler CPU); stealing then only corrects what the forecast missed, and only when forecast to pay.
-Work the forecast finds in balance (no block moves) runs as one chunk per worker thread, as ``split``.
+- A worker that starts its last chunk steals ahead, so the stolen block travels (Dask fetches it)
+  while the thief still computes: before costs are measured, the next waiting chunk of the worker
+  with the most bytes waiting, if that worker has at least ``STEAL_WAITING`` waiting (a chunk the
+  thief holds a replica of first); otherwise, or once the map was placed from measures, a victim's
+  last waiting chunk, only when the thief is forecast to finish it sooner (:class:`Forecast`). The
+  client cancels the chunk on its victim and pins it to the thief; every steal is a ``steal`` event
+  in the trace with the bytes it moved (none when the thief holds a replica).
+- Every chunk reports its CPU and wall seconds as a Dask event (``CHUNK_TOPIC``), which the forecast
+  learns from. Once a map of some work has run, the next map of the same work is placed from its
+  measures (:func:`learned_queues`) and stealing only corrects what the forecast missed.
+- ``split-balanced-replicas`` first copies the back half of every partition (:func:`replica_tails`)
+  to the next worker, with Dask's ``replicate``; the copy is timed and counted in the same run (a
+  ``replicate`` event). Replicas are dropped when the plan closes.
 
-``split-balanced-replicas`` first copies the blocks most likely to be stolen (the back half of
-every partition, ``TAIL_FRACTION``) to one other worker, with Dask's ``replicate``; the copy is
-timed and counted in the same run (a ``replicate`` event), and a thief takes a chunk it holds a
-replica of first, so its steals read locally. Replicas are dropped when the plan closes.
-
-The client decides (it waits for chunk ends in bounded polls) and pins each chunk with
-``allow_other_workers=False``, so Dask's own stealing, which moves single tasks by estimated cost
-and knows nothing of partitions, stays out. A worker that leaves during a run fails the run with a
-clear error (:class:`WorkerLost`), its chunks cancelled: its blocks are gone with it.
+The client decides (it waits for chunk ends in bounded polls, until no chunk waits anywhere) and pins
+each chunk with ``allow_other_workers=False``, so Dask's own stealing, which moves single tasks by
+estimated cost and knows nothing of partitions, stays out. A worker that leaves during a run fails
+the run with a clear error (:class:`WorkerLost`), its chunks cancelled: its blocks are gone with it.
 """
 
 from __future__ import annotations
@@ -43,73 +33,30 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from distributed import get_worker, wait
 
 from workbench.runtime.session import PinnedCall
-from workbench.runtime.splitter import Partition
+from workbench.runtime.strategies.balance_policy import (
+    Chunk,
+    Forecast,
+    Threads,
+    choose_steal,
+    guided_cut,
+    learned_queues,
+    moved_bytes,
+    replica_tails,
+)
 from workbench.runtime.strategies.base import BlockWork, Strategy, register, task_key
 from workbench.runtime.strategies.split import SplitPlan, on_partition
 
 POLL_SECONDS = 0.5  # how often a wait checks that every worker with chunks queued is still there
-MAX_CHUNKS = 16  # chunks a partition is cut into at most (one block each when it has fewer blocks)
-STEAL_WAITING = 2  # a victim with this many chunks waiting loses its next one with no forecast
-TAIL_FRACTION = 0.5  # the share of a partition's chunks replicated for balance (its back half)
 CHUNK_TOPIC = "workbench-chunk-seconds"  # Dask event topic: each chunk's CPU and wall seconds
-STEAL_LATENCY_S = 5e-3  # a steal's round trip: the client cancels, resubmits, the thief's worker starts it
-TRANSFER_BYTES_PER_S = 1e9  # a stolen block's move between workers (forecasts only; local TCP does more)
-FORECAST_MARGIN = 0.1  # the thief must win by this share of the chunk's time on the victim (noise)
-GUIDED_DIVISOR = 4  # the first map's chunks take a quarter of the blocks left in their partition
-MIN_CHUNK_SECONDS = 0.1  # once costs are learned, chunks last at least this (Dask's advice: ~1 ms per task)
-LEARNED_CHUNKS = 2  # and a worker's placed load into about this many chunks per thread (fewer tasks)
 
 
 class WorkerLost(RuntimeError):
     """A worker left the cluster while it held chunks of a balanced run."""
-
-
-@dataclass(eq=False)
-class Chunk:
-    """Co-located blocks of one partition: their positions in the placed array, their bytes, and the
-    worker whose partition they belong to (``home``)."""
-
-    indexes: list[int]
-    nbytes: int
-    home: str = ""
-
-
-def cut(partition: Partition, sizes: list[int], chunks: int = MAX_CHUNKS) -> list[Chunk]:
-    """``partition``'s blocks in ``chunks`` contiguous groups (fewer when it has fewer blocks)."""
-    indexes = partition.block_indexes
-    n = max(1, min(chunks, len(indexes)))
-    bounds = [round(i * len(indexes) / n) for i in range(n + 1)]
-    return _chunks(partition, sizes, bounds)
-
-
-def guided_cut(partition: Partition, sizes: list[int], divisor: int = GUIDED_DIVISOR) -> list[Chunk]:
-    """``partition``'s blocks in chunks that shrink towards its end (guided self-scheduling: each takes
-    ``ceil(remaining / divisor)`` blocks, 8 blocks -> 2 2 1 1 1 1): the owner runs the front, thieves
-    take from the back, where single blocks balance finely; fewer tasks than one per block (each
-    costs the client and scheduler CPU). The first map's cut, before anything is measured."""
-    indexes = partition.block_indexes
-    bounds, start = [0], 0
-    while start < len(indexes):
-        start += max(1, -(-(len(indexes) - start) // divisor))
-        bounds.append(start)
-    if len(bounds) - 1 > MAX_CHUNKS:
-        return cut(partition, sizes)
-    return _chunks(partition, sizes, bounds)
-
-
-def _chunks(partition: Partition, sizes: list[int], bounds: list[int]) -> list[Chunk]:
-    indexes = partition.block_indexes
-    return [
-        Chunk(list(indexes[a:b]), sum(sizes[i] for i in indexes[a:b]), partition.worker)
-        for a, b in zip(bounds, bounds[1:])
-        if b > a
-    ]
 
 
 def on_chunk(
@@ -141,168 +88,8 @@ def _dispatch(event: tuple[float, Any]) -> None:
             listener(message)
 
 
-@dataclass
-class Forecast:
-    """When a worker is forecast to be free, and how long a chunk would take on it.
-
-    A block's *cost* is CPU seconds (learned when its chunk ran, shared among the chunk's blocks by
-    bytes, for the next map of the same work; until then, the CPU seconds per block last measured in
-    its partition, since cost is spatially correlated); a worker's *slowdown* is wall over CPU
-    seconds of its last chunk (above 1 when its core is shared). Seconds on a worker = cost x
-    slowdown. Apart, they tell a costly chunk from a slowed worker, which a time per byte mixed up.
-    """
-
-    sizes: list[int] = field(default_factory=list)  # bytes per block
-    cost: dict[tuple[str, int], float] = field(default_factory=dict)  # (work, block) -> CPU s
-    recent: dict[tuple[str, str], float] = field(default_factory=dict)  # (work, home) -> CPU s per block, last chunk
-    slowdown: dict[str, float] = field(default_factory=dict)  # worker -> wall / CPU of its last chunk
-    started: dict[int, float] = field(default_factory=dict)  # id(chunk) -> when it started (client clock)
-
-    def learn(self, work: str, chunk: Chunk, worker: str, cpu: float, wall: float) -> None:
-        """One chunk's measured seconds."""
-        if not (cpu > 0 and wall > 0) or not chunk.indexes:
-            return
-        total = sum(self.sizes[i] for i in chunk.indexes) if self.sizes else 0
-        for i in chunk.indexes:
-            share = self.sizes[i] / total if total else 1 / len(chunk.indexes)
-            self.cost[work, i] = cpu * share
-        self.recent[work, chunk.home] = cpu / len(chunk.indexes)
-        self.slowdown[worker] = min(50.0, max(0.25, wall / cpu))
-
-    def knows(self, work: str, blocks: list[int]) -> bool:
-        """Whether every block's cost in ``work`` was measured (a map of it ran before)."""
-        return all((work, i) in self.cost for i in blocks)
-
-    def load(self, work: str, worker: str, blocks: list[int]) -> float:
-        """Forecast seconds of ``blocks`` (all measured) on ``worker``."""
-        return sum(self.cost[work, i] for i in blocks) * self.slowdown.get(worker, 1.0)
-
-    def seconds(self, work: str, chunk: Chunk, worker: str) -> float | None:
-        """Forecast seconds of ``chunk`` on ``worker`` (None with nothing measured yet)."""
-        cpu = 0.0
-        for i in chunk.indexes:
-            cost = self.cost.get((work, i), self.recent.get((work, chunk.home)))
-            if cost is None:
-                return None
-            cpu += cost
-        return cpu * self.slowdown.get(worker, 1.0)
-
-    def free_at(self, work: str, worker: str, running: list[Chunk], now: float) -> float | None:
-        """When ``worker`` can start another chunk: its first running chunk's forecast end (now if idle)."""
-        ends = []
-        for chunk in running:
-            seconds = self.seconds(work, chunk, worker)
-            if seconds is None:
-                return None
-            ends.append(max(now, self.started.get(id(chunk), now) + seconds))
-        return min(ends, default=now)
-
-    def finish(
-        self, work: str, chunk: Chunk, worker: str, running: list[Chunk], ahead: list[Chunk], now: float
-    ) -> float | None:
-        """When ``worker`` would finish ``chunk`` after its running chunks and the ``ahead`` ones."""
-        free = self.free_at(work, worker, running, now)
-        times = [self.seconds(work, c, worker) for c in [*ahead, chunk]]
-        if free is None or None in times:
-            return None
-        return free + sum(t for t in times if t is not None)
-
-    def thief_wins(
-        self,
-        work: str,
-        chunk: Chunk,
-        thief: str,
-        victim: str,
-        running: dict[str, list[Chunk]],
-        moved: int,
-        now: float,
-        ahead: list[Chunk] | None = None,
-    ) -> bool:
-        """Whether ``thief`` would finish ``chunk`` (after a steal's round trip and moving ``moved`` bytes)
-        sooner than ``victim`` (after its running chunks and the ``ahead`` ones), by ``FORECAST_MARGIN``
-        of its time there; False when either is unknown."""
-        on_victim = self.seconds(work, chunk, victim)
-        thief_done = self.finish(work, chunk, thief, running.get(thief, []), [], now)
-        victim_done = self.finish(work, chunk, victim, running.get(victim, []), ahead or [], now)
-        if on_victim is None or thief_done is None or victim_done is None:
-            return False
-        thief_done += STEAL_LATENCY_S + moved / TRANSFER_BYTES_PER_S
-        return thief_done < victim_done - FORECAST_MARGIN * on_victim
-
-    def assign(
-        self, work: str, partitions: list[Partition], bytes_per_s: float = TRANSFER_BYTES_PER_S
-    ) -> dict[str, list[tuple[int, str]]]:
-        """Blocks per worker for the next map, from the learned costs and slowdowns: each worker keeps its
-        own blocks, and blocks move from the worker forecast to finish last to the one forecast to finish
-        first while that shortens the longest (the move's transfer counted): Charm++'s persistence
-        principle, the last map's measure placing the next. Returns worker -> [(block, home)], own
-        blocks first."""
-        homes = {p.worker: list(p.block_indexes) for p in partitions}
-        slow = {w: self.slowdown.get(w, 1.0) for w in homes}
-        load = {w: self.load(work, w, blocks) for w, blocks in homes.items()}
-        order = {w: [(i, w) for i in blocks] for w, blocks in homes.items()}
-        for _ in range(sum(map(len, homes.values()))):
-            source, target = max(load, key=load.__getitem__), min(load, key=load.__getitem__)
-            best = None
-            for i, home in order[source]:
-                cost = self.cost[work, i]
-                longest = max(
-                    load[source] - cost * slow[source],
-                    load[target] + cost * slow[target] + STEAL_LATENCY_S + self.sizes[i] / bytes_per_s,
-                )
-                # a move must win more than the noise of a measure (FORECAST_MARGIN of the block's time)
-                if longest < load[source] - FORECAST_MARGIN * cost * slow[source] and (
-                    best is None or longest < best[0]
-                ):
-                    best = (longest, i, home)
-            if best is None:
-                break
-            _, i, home = best
-            order[source].remove((i, home))
-            order[target].append((i, home))
-            load[source] -= self.cost[work, i] * slow[source]
-            load[target] += self.cost[work, i] * slow[target]
-        return order
-
-    def group(self, work: str, worker: str, blocks: list[tuple[int, str]], min_seconds: float) -> list[Chunk]:
-        """``worker``'s blocks in chunks of at least ``min_seconds`` each (forecast), in order; a run of
-        blocks from one home stays one chunk only while it lasts less than that."""
-        chunks: list[Chunk] = []
-        current: list[int] = []
-        home = ""
-        seconds = 0.0
-        for i, owner in blocks:
-            if current and (owner != home or seconds >= min_seconds):
-                chunks.append(Chunk(current, sum(self.sizes[b] for b in current), home))
-                current, seconds = [], 0.0
-            current.append(i)
-            home = owner
-            seconds += self.cost[work, i] * self.slowdown.get(worker, 1.0)
-        if current:
-            chunks.append(Chunk(current, sum(self.sizes[b] for b in current), home))
-        return chunks
-
-
-class _Threads:
-    """How many chunks each worker runs at once (its threads): the first ones of its queue are running."""
-
-    def __init__(self, nthreads: dict[str, int]) -> None:
-        self.nthreads = {w: max(1, int(n)) for w, n in nthreads.items()}
-
-    def of(self, worker: str) -> int:
-        return self.nthreads.get(worker, 1)
-
-    def waiting(self, worker: str, queue: deque[Chunk]) -> list[Chunk]:
-        """``worker``'s chunks not yet running, in the order it will run them."""
-        return list(queue)[self.of(worker) :]
-
-    def running(self, worker: str, queue: deque[Chunk]) -> list[Chunk]:
-        """``worker``'s chunks running now (as far as the client knows)."""
-        return list(queue)[: self.of(worker)]
-
-
 class BalancedPlan(SplitPlan):
-    """Partitions in chunks; idle workers steal the last chunks of the busiest (see the module)."""
+    """Partitions in chunks, submitted at once; a worker down to its running chunks steals (see the module)."""
 
     replicate = False
 
@@ -313,8 +100,9 @@ class BalancedPlan(SplitPlan):
         self.holders = placed.holders()
         self.replicas: dict[int, set[str]] = {i: {h} for i, h in enumerate(self.holders) if h}
         self.steals: list[dict[str, Any]] = []
+        self.homes = {p.worker: list(p.block_indexes) for p in self.partitions}  # the policy's view of partitions
         self.forecast = Forecast(sizes=self.sizes)
-        self._threads = _Threads(self.session.client.nthreads())  # asked once per run, not per map
+        self._threads = Threads(self.session.client.nthreads())  # asked once per run, not per map
         self.id = uuid.uuid4().hex[:12]
         self._maps = itertools.count()
         self._tags: dict[str, tuple[str, Chunk]] = {}  # chunks whose seconds have not come back yet
@@ -344,14 +132,9 @@ class BalancedPlan(SplitPlan):
         return [int(rows) * width * itemsize for rows in placed.chunks] if placed.chunks else [0] * len(placed)
 
     def _replicate_tails(self) -> None:
-        """Copy the back of each partition (``TAIL_FRACTION`` of its chunks, where thieves arrive) to the next
-        worker (the likeliest thief), timed and counted as a ``replicate`` event."""
-        workers = [p.worker for p in self.partitions]
-        chosen: dict[str, list[int]] = {}
-        for k, partition in enumerate(self.partitions):
-            chunks = cut(partition, self.sizes)
-            tail = chunks[len(chunks) - max(1, round(TAIL_FRACTION * len(chunks))) :]
-            chosen.setdefault(workers[(k + 1) % len(workers)], []).extend(i for c in tail for i in c.indexes)
+        """Copy the back of each partition (:func:`replica_tails`) to the next worker, timed and counted as a
+        ``replicate`` event."""
+        chosen = replica_tails(self.homes, self.sizes)
         start = time.time()
         placed = self.blocks()
         moved = 0
@@ -380,7 +163,7 @@ class BalancedPlan(SplitPlan):
         call = (tag, work, blocks, aligned, task_args, ranges)
         return PinnedCall(on_chunk, call, owner, task_key(work.name), priority=priority)
 
-    def _mark_running(self, queues: dict[str, deque[Chunk]], threads: _Threads) -> None:
+    def _mark_running(self, queues: dict[str, deque[Chunk]], threads: Threads) -> None:
         """Note when each chunk that is running now started (the first time it is seen running)."""
         now = time.perf_counter()
         for worker, queue in queues.items():
@@ -392,11 +175,11 @@ class BalancedPlan(SplitPlan):
         last chunk steals ahead (see :meth:`_steal`): the chunk is cancelled on its victim and resubmitted
         to the thief. Returns the chunks' futures as soon as no chunk is left waiting anywhere."""
         task_args = self.task_args(args)
-        learned = self.forecast.knows(work.name, [i for p in self.partitions for i in p.block_indexes])
+        learned = self.forecast.knows(work.name, [i for blocks in self.homes.values() for i in blocks])
         queues = (
             self._learned_queues(work.name)
             if learned
-            else {p.worker: deque(guided_cut(p, self.sizes)) for p in self.partitions}
+            else {w: deque(guided_cut(w, blocks, self.sizes)) for w, blocks in self.homes.items()}
         )
         chunks = [(owner, chunk) for owner, queue in queues.items() for chunk in queue]
         # each worker runs its chunks in order (first chunk, highest priority)
@@ -481,89 +264,36 @@ class BalancedPlan(SplitPlan):
         return self.session.gather(future)
 
     def _learned_queues(self, work: str) -> dict[str, deque[Chunk]]:
-        """Chunks per worker placed from the last map's measures (:meth:`Forecast.assign`), each planned
-        move recorded as a ``steal`` event with its bytes; chunks of at least ``MIN_CHUNK_SECONDS``, about
-        ``LEARNED_CHUNKS`` per worker thread (stealing corrects what the forecast missed with the last ones).
-        When the forecast moves no block (the work is in balance), each worker's blocks are one chunk
-        per thread, as ``split`` runs them: a second chunk would only be stolen if the forecast were wrong, and
-        costs the client and scheduler a task per worker per map (measured: 2-3 % of a balanced run
-        on two shared cores); a change of balance shows in the measures, and the next map is placed
-        from them."""
-        assignment = self.forecast.assign(work, self.partitions)
-        moves = [(worker, i, home) for worker, blocks in assignment.items() for i, home in blocks if home != worker]
+        """Chunks per worker placed from the last map's measures (:func:`learned_queues`), each planned move
+        recorded as a ``steal`` event with its bytes."""
+        queues, moves = learned_queues(self.forecast, work, self.homes, self._threads)
         for worker, i, home in moves:
             self._record_steal(worker, home, Chunk([i], self.sizes[i], home), "placed", "(learned)")
-        per_thread = LEARNED_CHUNKS if moves else 1
-        queues = {}
-        for worker, blocks in assignment.items():
-            load = self.forecast.load(work, worker, [i for i, _ in blocks])
-            seconds = max(MIN_CHUNK_SECONDS, load / (per_thread * self._threads.of(worker)))
-            queues[worker] = deque(self.forecast.group(work, worker, blocks, seconds))
-        return queues
+        return {worker: deque(chunks) for worker, chunks in queues.items()}
 
     def _record_steal(self, thief: str, victim: str, chunk: Chunk, verb: str = "took", note: str = "") -> None:
         """A ``steal`` event in the trace (and in ``steals``) with the bytes the thief must fetch."""
-        moved = self._moved(chunk, thief)
+        moved = moved_bytes(chunk, thief, self.sizes, self.replicas)
         now = time.time()
         self.steals.append({"thief": thief, "victim": victim, "blocks": len(chunk.indexes), "bytes": moved})
         text = f"{thief} {verb} {len(chunk.indexes)} blocks of {victim}" + (f" {note}" if note else "")
         self.recorder.event("steal", now, now, task=text, nbytes=moved, source=victim)
 
     def _steal(
-        self, queues: dict[str, deque[Chunk]], thief: str, threads: _Threads, work: str = "", learned: bool = False
+        self, queues: dict[str, deque[Chunk]], thief: str, threads: Threads, work: str = "", learned: bool = False
     ) -> tuple[str, str, Chunk] | None:
-        """(thief, victim, chunk) when ``thief``, down to its running chunks, should take one. Before costs
-        are learned: from the worker with the most bytes waiting, if it has at least ``STEAL_WAITING``
-        chunks waiting, the one it would run next (one the thief holds a replica of first); else a
-        victim's last waiting chunk that the thief is forecast to finish sooner. Once learned (the
-        chunks were placed by forecast): a victim's last waiting chunk, only when forecast to pay.
-        Recorded as a ``steal`` event."""
-        waiting = {w: threads.waiting(w, q) for w, q in queues.items() if w != thief}
-        victims = [w for w, chunks in waiting.items() if len(chunks) >= STEAL_WAITING]
-        if victims and not learned:
-            victim = max(victims, key=lambda w: sum(c.nbytes for c in waiting[w]))
-            local = [c for c in waiting[victim] if all(thief in self.replicas.get(i, ()) for i in c.indexes)]
-            chunk = (local or waiting[victim])[0]
-        else:
-            last = self._last_worth_taking(queues, thief, threads, work, waiting, any_count=learned)
-            if last is None:
-                return None
-            victim, chunk = last
-        queues[victim].remove(chunk)
-        queues[thief].append(chunk)
-        self._record_steal(thief, victim, chunk)
-        return thief, victim, chunk
-
-    def _moved(self, chunk: Chunk, thief: str) -> int:
-        """Bytes ``thief`` must fetch to run ``chunk`` (none of the blocks it holds a replica of)."""
-        return sum(self.sizes[i] for i in chunk.indexes if thief not in self.replicas.get(i, ()))
-
-    def _last_worth_taking(
-        self,
-        queues: dict[str, deque[Chunk]],
-        thief: str,
-        threads: _Threads,
-        work: str,
-        waiting: dict[str, list[Chunk]],
-        any_count: bool = False,
-    ) -> tuple[str, Chunk] | None:
-        """(victim, chunk): of the victims' last waiting chunks (of victims with one waiting, unless
-        ``any_count``), the one the thief is forecast to finish sooner, from the victim that would finish
-        it latest."""
-        now = time.perf_counter()
+        """(thief, victim, chunk) when ``thief``, down to its running chunks, should take one
+        (:func:`choose_steal`); the chunk moved from the victim's queue to the thief's and recorded as
+        a ``steal`` event."""
+        waiting = {w: threads.waiting(w, q) for w, q in queues.items()}
         running = {w: threads.running(w, q) for w, q in queues.items()}
-        best, latest = None, 0.0
-        for victim, chunks in waiting.items():
-            if not chunks or (len(chunks) != 1 and not any_count):
-                continue
-            chunk, ahead = chunks[-1], chunks[:-1]
-            moved = self._moved(chunk, thief)
-            if not self.forecast.thief_wins(work, chunk, thief, victim, running, moved, now, ahead):
-                continue
-            victim_done = self.forecast.finish(work, chunk, victim, running[victim], ahead, now) or now
-            if best is None or victim_done > latest:
-                best, latest = (victim, chunk), victim_done
-        return best
+        steal = choose_steal(thief, waiting, running, self.forecast, work, time.perf_counter(), self.replicas, learned)
+        if steal is None:
+            return None
+        queues[steal.victim].remove(steal.chunk)
+        queues[thief].append(steal.chunk)
+        self._record_steal(thief, steal.victim, steal.chunk)
+        return thief, steal.victim, steal.chunk
 
     def _check_workers(self, running: dict[Any, tuple[str, Chunk]]) -> None:
         alive = set(self.session.workers())
@@ -597,7 +327,7 @@ class SplitBalanced(Strategy):
     """SplIter partitions in chunks, rebalanced by stealing chunks between workers."""
 
     name = "split-balanced"
-    description = "SplIter partitions in one-block chunks; a worker starting its last one steals the busiest one's next"
+    description = "SplIter partitions in chunks; a worker starting its last chunk steals a waiting one from another"
     plan = BalancedPlan
 
 

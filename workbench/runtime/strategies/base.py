@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 from distributed import Future
 
-from workbench.runtime.blocks import PlacedBlocks
+from workbench.runtime.blocks import PlacedBlocks, rows_of
 from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder
@@ -98,29 +98,23 @@ class BlockWork:
         return merge_here(self, partials)
 
 
-def rows_of(ranges: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Global row indexes of blocks with these ``[start, stop)`` ranges, in order."""
-    if not ranges:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
-
-
-def concatenate(blocks: Sequence[np.ndarray]) -> np.ndarray:
-    """Blocks as one array (a single block as it is: no copy)."""
-    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+def merge_tree(partials: list[Any], merge: Callable[[list[Any]], Any], fan_in: int | None) -> Any:
+    """Merge ``partials`` in groups of ``fan_in`` (all at once when None), level by level, down to one:
+    the one merge tree of the workbench (here, or with ``merge`` submitting tasks)."""
+    while len(partials) > 1:
+        step = fan_in or len(partials)
+        partials = [
+            merge(partials[i : i + step]) if i + 1 < len(partials) else partials[i]
+            for i in range(0, len(partials), step)
+        ]
+    return partials[0]
 
 
 def merge_here(work: BlockWork, partials: list[Any]) -> Any:
     """Merge partial results in this process, in ``work.fan_in`` groups (a tree), as tasks would."""
     if not partials:
         raise ValueError("nothing to merge: there were no blocks")
-    while len(partials) > 1:
-        step = work.fan_in or len(partials)
-        partials = [
-            work.merge(partials[i : i + step]) if i + 1 < len(partials) else partials[i]
-            for i in range(0, len(partials), step)
-        ]
-    return partials[0]
+    return merge_tree(partials, work.merge, work.fan_in)
 
 
 @dataclass(frozen=True)
@@ -192,13 +186,7 @@ class Plan:
             raise ValueError("there are no blocks to compute on: the placed array has no rows")
         if not any(isinstance(p, Future) for p in partials):
             return merge_here(work, partials)
-        while len(partials) > 1:
-            step = work.fan_in or len(partials)
-            partials = [
-                self.merge_task(work, partials[i : i + step]) if i + 1 < len(partials) else partials[i]
-                for i in range(0, len(partials), step)
-            ]
-        return self.collect(partials[0])
+        return self.collect(merge_tree(partials, lambda group: self.merge_task(work, group), work.fan_in))
 
     def collect(self, future: Future) -> Any:
         """The merged answer's value, here (a bounded wait)."""

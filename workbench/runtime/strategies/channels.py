@@ -16,8 +16,9 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.runtime.blocks import rows_of
 from workbench.runtime.channels import Rank, run_group
-from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register, rows_of
+from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register
 
 
 def takes_rank(function: Any) -> bool:

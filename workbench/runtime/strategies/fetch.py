@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, concatenate, register, rows_of
+from workbench.runtime.blocks import concatenate, rows_of
+from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register
 
 
 class FetchPlan(Plan):

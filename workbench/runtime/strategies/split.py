@@ -9,35 +9,14 @@ extension for compute-bound codes and for work that reads the data again and aga
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from workbench.runtime import splitter
 from workbench.runtime.session import PinnedCall
-from workbench.runtime.strategies.base import BlockWork, Strategy, concatenate, register, rows_of, task_key
+from workbench.runtime.splitter import map_partitions, materialize, on_materialized
+from workbench.runtime.splitter import on_partition as on_partition  # the balance strategy's chunks run it
+from workbench.runtime.strategies.base import BlockWork, Strategy, register, task_key
 from workbench.runtime.strategies.blocks import DaskPlan
-
-
-def on_partition(
-    work: BlockWork, blocks: list[Any], aligned: list[list[Any]], args: Sequence[Any], ranges: list[tuple[int, int]]
-) -> Any:
-    """Task body: the work of a partition's blocks, all local to this worker."""
-    return work.call_partition(blocks, aligned, args, ranges)
-
-
-def materialize(
-    blocks: list[Any], aligned: list[list[Any]], ranges: list[tuple[int, int]]
-) -> tuple[Any, list[Any], list[tuple[int, int]]]:
-    """Task body: a partition as one array (and its aligned arrays), kept on its worker."""
-    return concatenate(blocks), [concatenate(a) for a in aligned], ranges
-
-
-def on_materialized(
-    work: BlockWork, partition: tuple[Any, list[Any], list[tuple[int, int]]], args: Sequence[Any]
-) -> Any:
-    """Task body: the work of one materialized partition, in one call."""
-    data, aligned, ranges = partition
-    return work.call(data, aligned, args, rows_of(ranges) if work.with_rows else None)
 
 
 class SplitPlan(DaskPlan):
@@ -51,22 +30,11 @@ class SplitPlan(DaskPlan):
 
     def aligned_blocks(self, partition: splitter.Partition) -> list[list[Any]]:
         """The aligned arrays' blocks with this partition's indexes."""
-        return [[a.block_futures[i] for i in partition.block_indexes] for a in self.aligned]
+        return [splitter.aligned(partition, a, self.session) for a in self.aligned]
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         """One task per partition, pinned to its worker."""
-        task_args = self.task_args(args)
-        return self.session.submit_pinned(
-            [
-                PinnedCall(
-                    on_partition,
-                    (work, p.blocks, self.aligned_blocks(p), task_args, p.item_ranges),
-                    p.worker,
-                    task_key(work.name),
-                )
-                for p in self.partitions
-            ]
-        )
+        return map_partitions(self.session, self.partitions, work, self.task_args(args), self.aligned_blocks)
 
 
 class SplitMaterializedPlan(SplitPlan):

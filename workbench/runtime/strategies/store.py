@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from workbench.runtime import splitter
+from workbench.runtime.blocks import concatenate, rows_of
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.store import ArrayBlock, BlockCollection, store_for
 from workbench.runtime.store.backend import run_active, run_non_active, task_key
-from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, concatenate, register, rows_of
+from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register
 
 
 @dataclass(frozen=True)
