@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from distributed import Future
@@ -33,8 +33,9 @@ from workbench.runtime.store.model import (
     ship_by_value,
 )
 
-if TYPE_CHECKING:  # for annotations only: the client imports this module, not the other way round
-    from workbench.runtime.store.client import Store
+# The ``Store`` (workbench.runtime.store.client) a handle belongs to. Named, not imported: the client
+# imports this module, so the dependency runs one way only (client -> local -> handles).
+Store = Any
 
 _current: Store | None = None  # the store opened last in this process (set by Store, cleared by its close)
 
