@@ -27,7 +27,7 @@ from workbench.lab.runner import run_experiment
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks, place_contiguous
 from workbench.runtime.strategies import BlockWork, balance_policy
-from workbench.runtime.strategies.balance import WorkerLost
+from workbench.runtime.strategies.balance import CHUNK_EVENTS, CHUNK_TOPIC, ChunkEvents, WorkerLost
 from workbench.runtime.strategies.balance_policy import (
     Chunk,
     Forecast,
@@ -442,3 +442,57 @@ def test_the_ceiling_and_the_scaled_work_follow_the_block_costs():
     assert balance._repeat(800, costs) == 400 and balance._repeat(800, datasets.block_costs(16, 64)) == 100
     assert balance._repeat(800, None) == 800
     assert balance._repeat(None, costs) is None
+
+
+def test_two_plans_share_the_sessions_one_chunk_subscription_and_each_learns_its_own_seconds(session):
+    import dask.array as da
+
+    placed = PlacedBlocks(session, place_contiguous(session, da.ones((40, 3), chunks=(10, 3))), "events test")
+    work = BlockWork(block=lambda b: float(b.sum()), merge=sum)
+    try:
+        with (
+            strategies.get("split-balanced").open(session, placed) as first,
+            strategies.get("split-balanced").open(session, placed) as second,
+        ):
+            events = session.owned()[CHUNK_EVENTS]
+            assert isinstance(events, ChunkEvents) and not events.closed
+            assert set(events.listeners) == {first.id, second.id}
+            assert first.reduce(work) == second.reduce(work) == 120.0
+            deadline = time.monotonic() + 30
+            while not all(p.forecast.knows(work.name, list(range(4))) for p in (first, second)):
+                assert time.monotonic() < deadline, "a plan did not get its chunks' seconds"
+                time.sleep(0.05)  # the chunks' seconds arrive as Dask events, after their results
+        assert events.listeners == {} and session.owned()[CHUNK_EVENTS] is events  # the session keeps it
+    finally:
+        placed.release()
+
+
+class _Client:
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []
+
+    def subscribe_topic(self, topic, handler):
+        self.calls.append(("subscribe", topic))
+
+    def unsubscribe_topic(self, topic):
+        self.calls.append(("unsubscribe", topic))
+
+
+def test_chunk_events_subscribe_on_enter_unsubscribe_on_exit_and_route_by_plan_id():
+    client = _Client()
+    heard = []
+    with ChunkEvents(client) as events:
+        events.listeners["plan1"] = heard.append
+        events.dispatch((0.0, {"tag": "plan1:3", "cpu": 1.0}))
+        events.dispatch((0.0, {"tag": "plan2:3", "cpu": 1.0}))  # another plan's: nobody here
+        events.dispatch((0.0, "not a chunk message"))
+    assert heard == [{"tag": "plan1:3", "cpu": 1.0}]
+    assert client.calls == [("subscribe", CHUNK_TOPIC), ("unsubscribe", CHUNK_TOPIC)]
+    assert events.closed and events.listeners == {}
+
+
+def test_closing_the_session_ends_its_chunk_subscription():
+    with workbench.start(n_workers=1, timeout=60) as own:
+        events = own.own(CHUNK_EVENTS, lambda: ChunkEvents(own.client))
+        assert not events.closed and own.own(CHUNK_EVENTS, lambda: ChunkEvents(own.client)) is events  # one
+    assert events.closed and events.listeners == {}  # exited (unsubscribed) with the session

@@ -745,3 +745,23 @@ def test_a_group_leaves_no_variable_on_the_scheduler(session, case):
         with pytest.raises(ChannelError):
             run_group(session, fails_before_a_channel if case == "failed" else mismatched, ranks=2, timeout=60)
     _assert_no_new_variables(session, before)
+
+
+def puts_to_a_rank_that_returned(rank):
+    channel = rank.channel("c", 4, np.float64)
+    if rank.rank == 0:
+        return None  # its inbox closes with it
+    deadline = time.monotonic() + 30
+    while not rank.has_finished(0):  # a bounded wait on a state: rank 0 has returned
+        assert time.monotonic() < deadline, "rank 0 did not return within 30 s"
+        time.sleep(0.01)
+    channel.put(0)
+
+
+def test_an_eager_put_to_a_rank_that_returned_fails_at_once(session):
+    """A call into an inbox whose rank returned may never answer (Dask logs the worker's KeyError and
+    leaves the call's future unset): the send must notice the rank returned, not wait for its timeout."""
+    begin = time.monotonic()
+    with pytest.raises(RankGone, match="rank 0 returned from its rank function"):
+        run_group(session, puts_to_a_rank_that_returned, ranks=2, eager=True, timeout=300)
+    assert time.monotonic() - begin < 60, "found only long after rank 0 returned (the timeout is 300 s)"

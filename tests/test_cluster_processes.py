@@ -168,7 +168,7 @@ def _store_registrations(address: str) -> dict[str, bool]:
     """Whether the scheduler, and each worker, still has the store's plugin and handler."""
     from distributed import Client
 
-    from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME
+    from workbench.runtime.store.protocol import HANDLER, PLUGIN_NAME
 
     def on_scheduler(dask_scheduler):
         return PLUGIN_NAME in dask_scheduler.plugins or HANDLER in dask_scheduler.handlers

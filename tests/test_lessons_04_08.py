@@ -230,9 +230,9 @@ def _eager_pingpong(rank, nbytes, rounds):
 
 
 def _group_state(dask_worker=None):
-    from workbench.runtime.channels import channel as channel_module
+    from workbench.runtime.worker_state import worker_state
 
-    return {"actors": len(dask_worker.state.actors), "inboxes": len(channel_module._INBOXES)}
+    return {"actors": len(dask_worker.state.actors), "inboxes": len(worker_state(dask_worker).inboxes)}
 
 
 def test_the_eager_baseline_sends_worker_to_worker_and_leaves_nothing(session):

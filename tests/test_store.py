@@ -119,7 +119,7 @@ def test_batch_location_query_move_and_replicas(session, store):
     workers = session.workers()
     proxies = store.make_persistent_many([Counter(np.full(4, i)) for i in range(6)])
     try:
-        locations = store.locate(proxies)
+        locations = store.locations(proxies)
         assert all(len(where) == 1 for where in locations)
         assert all(locations[i] != locations[i + 1] for i in range(5))  # round-robin over the two backends
         first = proxies[0]
@@ -136,7 +136,7 @@ def test_batch_location_query_move_and_replicas(session, store):
         assert proxies[1].total.value() == 8.0
     finally:
         store.delete(proxies)
-    assert store.locate(proxies) == [[]] * 6
+    assert store.locations(proxies) == [[]] * 6
 
 
 def test_new_version_then_consolidate(store, counter):

@@ -65,13 +65,13 @@ def test_a_batch_registers_in_one_go_and_answers(session):
     try:
         assert len(store.objects()) == before + 500
         assert [p.get.value() for p in proxies[::97]] == list(range(0, 500, 97))
-        where = store.locate(proxies)
+        where = store.locations(proxies)
         assert all(len(w) == 1 for w in where) and {w[0] for w in where} == set(store.backends())  # round-robin
         assert store.get_by_alias("box-123").get.value() == 123
-        assert store.locate(proxies[:1] + proxies[:1]) == [where[0], where[0]]  # asked twice, answered twice
+        assert store.locations(proxies[:1] + proxies[:1]) == [where[0], where[0]]  # asked twice, answered twice
     finally:
         store.delete(proxies)
-    assert store.locate(proxies[:2]) == [[], []]  # deleted objects are held nowhere
+    assert store.locations(proxies[:2]) == [[], []]  # deleted objects are held nowhere
 
 
 def test_one_unpicklable_object_stores_none_and_is_named(session):

@@ -30,7 +30,7 @@ from workbench.runtime.store import (
     registered_directory,
     store_for,
 )
-from workbench.runtime.store.catalogue import HANDLER, PLUGIN_NAME
+from workbench.runtime.store.protocol import HANDLER, PLUGIN_NAME
 
 
 @pytest.fixture

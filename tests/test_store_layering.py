@@ -1,5 +1,5 @@
-"""The store's layers (model <- catalogue <- backend <- handles <- local <- client) and the local-object API
-of task bodies."""
+"""The store's layers (model <- protocol <- catalogue <- backend <- handles <- local <- client), its wire
+protocol's dispatch tables, and the local-object API of task bodies."""
 
 from __future__ import annotations
 
@@ -22,19 +22,21 @@ PACKAGE = "workbench.runtime.store"
 ALLOWED = {
     "errors": set(),
     "model": set(),
-    "catalogue": {"model", "errors"},
-    "catalogue_file": {"catalogue", "model", "errors"},
+    "protocol": {"model", "errors"},
+    "catalogue": {"model", "errors", "protocol"},
+    "catalogue_file": {"catalogue", "model", "errors", "protocol"},
     "tiering": set(),
-    "backend": {"model", "catalogue", "errors", "tiering"},
-    "handles": {"model", "errors", "backend", "tiering"},
-    "local": {"model", "catalogue", "errors", "backend", "handles"},
-    "client": {"model", "catalogue", "errors", "backend", "tiering", "handles", "local"},
+    "backend": {"model", "protocol", "errors", "tiering"},
+    "handles": {"model", "protocol", "errors", "backend", "tiering"},
+    "local": {"model", "protocol", "errors", "backend", "handles"},
+    "client": {"model", "protocol", "catalogue", "errors", "backend", "tiering", "handles", "local"},
     "__init__": {"client", "handles", "local", "model", "errors"},
 }
 # store module -> the workbench modules outside the store it may import (None: any that does not import the store)
 OUTSIDE = {
     "errors": set(),
     "model": set(),
+    "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "catalogue": set(),
     "catalogue_file": set(),
     "tiering": {"workbench.memory", "workbench.memory.tiers"},
@@ -47,7 +49,7 @@ OUTSIDE = {
         "workbench.memory.tiers",
         "workbench.memory.placement",
     },
-    "handles": {"workbench.runtime", "workbench.runtime.session"},
+    "handles": {"workbench.runtime", "workbench.runtime.session", "workbench.runtime.trace"},
     "local": set(),
     "client": None,
     "__init__": set(),
@@ -246,3 +248,51 @@ def test_local_object_for_write_holds_the_exclusive_lock(session):
         assert proxy.apply.value(np.sum) == 200.0
     finally:
         proxy.delete()
+
+
+@pytest.mark.parametrize(
+    ("table", "operations", "owner"),
+    [("CATALOGUE_HANDLERS", "CatalogueOp", "catalogue"), ("BACKEND_HANDLERS", "BackendOp", "backend")],
+)
+def test_each_operation_has_one_named_handler(table, operations, owner):
+    """Every operation of an end is in that end's dispatch table, handled by the method named after it
+    (``BackendOp.CALL`` -> ``StoreBackend.op_call``), so a reader follows a message by its name."""
+    import importlib
+
+    from workbench.runtime.store import protocol
+
+    handlers = getattr(importlib.import_module(f"{PACKAGE}.{owner}"), table)
+    ops = getattr(protocol, operations)
+    assert set(handlers) == set(ops)
+    for op, handler in handlers.items():
+        assert handler.__name__ == f"op_{op.value}", (op, handler)
+    with pytest.raises(ValueError, match="has no operation 'nope'"):
+        protocol.handler_for(handlers, "nope", "this end")
+
+
+def test_records_and_claims_travel_as_plain_messages():
+    """What the catalogue sends is msgpack-able, and reads back as the record it was."""
+    import msgpack
+
+    from workbench.runtime.store.model import ObjectRef
+    from workbench.runtime.store.protocol import LoadClaim, Missing, Record, found, record_from_wire
+
+    record = Record("ab" * 16, 2, ["tcp://w1"], True, [], ["x"], "m.C", "object", 8, {"f": False}, {}, None, 1.5)
+    missing = Missing("cd" * 16, None, "deleted")
+    for sent in (record, missing):
+        assert record_from_wire(msgpack.loads(msgpack.dumps(sent.to_wire()))) == sent
+    claim = LoadClaim([], load_on="tcp://w2", disk_path="/s/objects/x.pkl")
+    assert LoadClaim.from_wire(msgpack.loads(msgpack.dumps(claim.to_wire()))) == claim
+    assert found(record, ObjectRef(record.oid)) is record
+    with pytest.raises(StoreError, match="was deleted: it is no longer in the store"):
+        found(missing, ObjectRef(missing.oid))
+
+
+def test_the_compact_locations_reply_reads_back():
+    from workbench.runtime.store.protocol import encode_locations, locations_of
+
+    holders = [{"a"}, set(), None, {"b", "a"}, {"c"}, {"gone"}, {"gone", "c"}]
+    reply = encode_locations(holders, live={"a", "b", "c"})
+    assert locations_of(reply, 7) == [["a"], [], [], ["a", "b"], ["c"], [], ["c"]]
+    with pytest.raises(StoreError, match="located 7 objects of 4"):
+        locations_of(reply, 4)

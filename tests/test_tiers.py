@@ -277,3 +277,18 @@ def test_one_tier_list_and_one_check_for_arrays_and_the_store():
         assert isinstance(raised.value, ValueError)  # bad input: callers may catch either
     with pytest.raises(tiers.UnknownTier):  # "dynamic" is the store's policy, not a tier an array can be on
         tiers.check_tier("dynamic")
+
+
+def test_the_tier_strategies_read_the_budget_from_the_environment_when_used(monkeypatch):
+    from workbench.runtime.strategies import tiers as tier_strategies
+
+    monkeypatch.setattr(tier_strategies, "_configured", None)  # nothing configured in this process
+    monkeypatch.setenv(tier_strategies.BUDGET_ENV, "12345")
+    assert tier_strategies.settings().dram_budget == 12345
+    monkeypatch.setenv(tier_strategies.BUDGET_ENV, "")
+    assert tier_strategies.settings().dram_budget == tier_strategies.DEFAULT_DRAM_BUDGET
+    monkeypatch.setenv(tier_strategies.BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is bytes per backend .* got 'lots'"):
+        tier_strategies.settings()
+    assert tier_strategies.configure(4096).dram_budget == 4096  # configured: the environment is not read
+    assert tier_strategies.settings().dram_budget == 4096

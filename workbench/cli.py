@@ -195,40 +195,26 @@ def _run_grid(args: argparse.Namespace) -> dict[str, list[Any]] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import tempfile
-
     import workbench
     from workbench.lab.runner import run_experiment
-    from workbench.runtime.store import Store, registered_directory
 
     grid = _run_grid(args)
     out = _output_directory(args.out, args.app)
-    with (
-        workbench.start(n_workers=args.workers, timeout=args.timeout) as session,
-        tempfile.TemporaryDirectory(prefix="workbench-run-store-") as store_directory,
-    ):
-        # The store variants' data is this run's only: a throwaway store, detached again at the end.
-        # A cluster that already has a store (a user's, on a shared scheduler) keeps it: the run
-        # uses it and deletes what it placed, as every variant does.
-        store = Store(session, store_directory if registered_directory(session) is None else None)
-        try:
-            experiment = run_experiment(
-                session,
-                args.app,
-                variants=args.variants,
-                size=args.size,
-                grid=grid,
-                repeats=args.repeat,
-                seed=args.seed,
-                trace=not args.no_trace,
-                progress=not args.json,
-                baseline=args.baseline,
-            )
-        except BaseException:
-            with contextlib.suppress(Exception):  # the run's own error is the one to report
-                store.close()
-            raise
-        store.close()
+    # The store variants use the session's own store (a throwaway one, or the cluster's when it has
+    # one), closed with the session: see workbench.runtime.store.store_for.
+    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session:
+        experiment = run_experiment(
+            session,
+            args.app,
+            variants=args.variants,
+            size=args.size,
+            grid=grid,
+            repeats=args.repeat,
+            seed=args.seed,
+            trace=not args.no_trace,
+            progress=not args.json,
+            baseline=args.baseline,
+        )
     experiment.save(out)
     table = experiment.stats_table()
     where = f"results, statistics and traces (JSON + Perfetto) in {out}/; 'workbench report {out}' makes an HTML page"
@@ -405,7 +391,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "store-scale",
-            "active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locate, latency",
+            "active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locations, latency",
             "store_scale",
             (
                 _size("lab"),
@@ -416,7 +402,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
         Benchmark(
             "tiers",
-            "memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result placement, dynamic",
+            "memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result modes, dynamic placement",
             "tiers",
             (
                 _size("lab"),

@@ -44,14 +44,16 @@ class PlacedData:
             where |= {f"aligned{i}{k}": w for k, w in other.locality().items()}
         return where
 
-    def placement(self) -> list[list[str | None]]:
-        """The worker holding each block of every placed array (the blocks', then each aligned array's)."""
+    def holders(self) -> list[list[str | None]]:
+        """The holders of every placed array's blocks (the blocks', then each aligned array's): one
+        worker per block, as ``PlacedBlocks.holders`` gives them."""
         return [placed.holders() for placed in (self.blocks, *self.aligned) if placed is not None]
 
-    def restore(self, placement: list[list[str | None]]) -> int:
-        """Put every block back where :meth:`placement` found it (see ``PlacedBlocks.restore``)."""
+    def restore(self, holders: list[list[str | None]]) -> int:
+        """Put every block back on its holder in ``holders``, as :meth:`holders` gave them (see
+        ``PlacedBlocks.restore``)."""
         placed = [p for p in (self.blocks, *self.aligned) if p is not None]
-        return sum(p.restore(holders) for p, holders in zip(placed, placement))
+        return sum(p.restore(each) for p, each in zip(placed, holders))
 
     def release(self) -> None:
         """Release every placed array (and the views made of it: store collections ...)."""

@@ -91,7 +91,13 @@ def names() -> list[str]:
 
 
 def _cases() -> list[Case]:
-    from kernels import histogram, kmeans, linalg
+    """Every kernel's case: the histograms and k-means, the linear algebra, the PRK."""
+    return [*_data_cases(), *_linalg_cases(), *_prk_cases()]
+
+
+def _data_cases() -> list[Case]:
+    """The histograms' and k-means' kernels (numba parallel and serial against numpy)."""
+    from kernels import histogram, kmeans
 
     unit = [(0.0, 1.0)] * 5
     return [
@@ -120,6 +126,14 @@ def _cases() -> list[Case]:
             lambda a: a[0].nbytes,
             (kmeans._partial, kmeans._partial_serial),
         ),
+    ]
+
+
+def _linalg_cases() -> list[Case]:
+    """Matrix addition and C += A @ B."""
+    from kernels import linalg
+
+    return [
         Case(
             "matrix_add",
             lambda s: (_rng().random((4096 // s, 4096)), _rng().random((4096 // s, 4096)), np.empty((4096 // s, 4096))),
@@ -142,6 +156,12 @@ def _cases() -> list[Case]:
             has_serial=False,
             rate=lambda a, t: (2.0 * a[0].shape[0] ** 3 / t / 1e9, "GFlop/s"),
         ),
+    ]
+
+
+def _prk_cases() -> list[Case]:
+    """The Parallel Research Kernels (nstream, transpose, stencil, reduce) against their numpy references."""
+    return [
         Case(
             "prk_nstream",
             lambda s: (*prk.nstream_init(8_000_000 // s), 3.0),

@@ -76,7 +76,7 @@ def null_calls(session: Session, store: Store, calls: int = 2000) -> list[dict[s
     worker = proxy.locations()[0]
     rows = []
     try:
-        ref, holders = store.holders([proxy.ref])[0]
+        (resolved,) = store.resolve([proxy.ref])
         with ThreadPoolExecutor(8) as pool:  # value calls are synchronous: threads keep 8 in flight, as for dataClay
             rows.append(
                 {
@@ -98,7 +98,9 @@ def null_calls(session: Session, store: Store, calls: int = 2000) -> list[dict[s
                 "throughput_ms": 1e3
                 * _in_flight(
                     calls,
-                    lambda n: [submit_active(store, ref, holders, "nothing", False, (), {}) for _ in range(n)],
+                    lambda n: [
+                        submit_active(store, resolved.ref, resolved.workers, "nothing", False, (), {}) for _ in range(n)
+                    ],
                     session.gather,
                 ),
             }

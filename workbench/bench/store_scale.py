@@ -1,7 +1,7 @@
 """``workbench bench store-scale``: the active store from 10^2 to 10^5 objects and 10^3 to 10^4 blocks.
 
 At each count, in a fresh store: ``make_persistent_many`` of small objects (seconds per object),
-``locate`` of all of them (one catalogue query), the latency of a direct ``.value()`` call (on
+``store.locations`` of all of them (one catalogue query), the latency of a direct ``.value()`` call (on
 one object, with all the others held), reopening the store on its catalogue (a restart), and the
 scheduler's memory per catalogued object; then ``persist_blocks`` of an already persisted Dask
 array cut into 10^3 ... 10^4 blocks that do not move. Goals (issue 12) are printed next to the
@@ -68,7 +68,7 @@ def objects_at(session: Session, count: int, calls: int = 300) -> dict[str, Any]
             persist_s = time.perf_counter() - start
             memory = session.run_on_scheduler(_scheduler_rss) - before
             start = time.perf_counter()
-            where = store.locate(proxies)
+            where = store.locations(proxies)
             locate_s = time.perf_counter() - start
             if len(where) != count or not all(where):
                 raise AssertionError(f"locate found {sum(map(bool, where))} of {count} objects")

@@ -10,7 +10,7 @@ Four parts, every figure a ratio within this run:
    experiment runner (same answers checked), small objects (about the last-level cache, smaller at
    the ``ci`` size) and big ones (10x), a dataset that fits the DRAM budget and one 2.5x over it.
    Each configuration's whole time and method (compute) time as ratios to ``dram``.
-3. **Result placement** on the store directly: matrix addition with a volatile result (returned),
+3. **Result modes** on the store directly: matrix addition with a volatile result (returned),
    kept in the store on ``mapped``, or non-active (both objects fetched to the caller); matmul
    ``C += A @ B`` written in place into ``C`` on ``mapped`` against ``C`` in DRAM.
 4. **A mixed workload** under a DRAM budget: a few small objects written every round and big
@@ -176,8 +176,8 @@ def applications(
     return rows
 
 
-# -- 3. result placement ------------------------------------------------------------------------
-def results_placement(store: Store, object_bytes: int, repeats: int) -> dict[str, Any]:
+# -- 3. result modes ---------------------------------------------------------------------------
+def result_modes(store: Store, object_bytes: int, repeats: int) -> dict[str, Any]:
     """Matrix addition's result volatile / in the store / non-active, and matmul's in-place FMA on
     ``mapped`` against DRAM, on objects of about ``object_bytes`` held by one backend."""
     cols = 512
@@ -321,7 +321,7 @@ def run(
             try:
                 band = bandwidth(setting["stream"], repeats=setting["repeats"])
                 app_rows = applications(session, size, apps, variants, budget, setting["repeats"])
-                placement = results_placement(store, 10 * small, setting["repeats"])
+                modes = result_modes(store, 10 * small, setting["repeats"])
                 mixed = mixed_workload(store, mixed_budget or max(budget, MIXED_BUDGET_MIN))
             finally:
                 store.close()
@@ -335,7 +335,7 @@ def run(
         "medium": tiers.medium(tiers.default_directory("mapped")).describe(),
         "bandwidth": band,
         "applications": app_rows,
-        "results": placement,
+        "results": modes,
         "mixed": mixed,
         "machine": machine.describe(),
     }
@@ -375,19 +375,19 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             goal("matrix addition, volatile result, >= 10x faster than non-active (runner)", ratio, ratio >= 10.0)
         )
-    placement = report["results"]
+    modes = report["results"]
     out.append(
         goal(
             "matrix addition, volatile result, >= 10x faster than non-active (store objects)",
-            placement["matadd_non_active_vs_volatile"],
-            placement["matadd_non_active_vs_volatile"] >= 10.0,
+            modes["matadd_non_active_vs_volatile"],
+            modes["matadd_non_active_vs_volatile"] >= 10.0,
         )
     )
     out.append(
         goal(
             "matmul with in-place FMA into mapped within 15 % of a DRAM result (big objects)",
-            placement["fma_mapped_vs_dram"],
-            placement["fma_mapped_vs_dram"] <= 1.15,
+            modes["fma_mapped_vs_dram"],
+            modes["fma_mapped_vs_dram"] <= 1.15,
         )
     )
     for app in sorted({r["app"] for r in rows}):
@@ -432,7 +432,7 @@ def format_report(report: dict[str, Any]) -> str:
     p = report["results"]
     lines += [
         "",
-        f"result placement (matrix addition of {p['matadd_object_bytes'] / MiB:.1f} MiB objects on mapped): "
+        f"result modes (matrix addition of {p['matadd_object_bytes'] / MiB:.1f} MiB objects on mapped): "
         + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in p["matadd_s"].items())
         + f"; non-active/volatile {p['matadd_non_active_vs_volatile']:.2f}x, store/volatile "
         f"{p['matadd_store_vs_volatile']:.2f}x",

@@ -290,12 +290,12 @@ def run_experiment(
             prepared = application.prepare(session, dataset, params)
             try:
                 locality[point_key(params)] = prepared.locality()
-                # every run starts from this placement: copies a run left (steals, fetches) are dropped
-                placement = prepared.placement()
+                # every run starts from these holders: copies a run left (steals, fetches) are dropped
+                holders = prepared.holders()
                 answers = {}
                 for name in variants:
                     row, answers[name], _ = _run_once(session, application, name, prepared, params, trace=False)
-                    prepared.restore(placement)
+                    prepared.restore(holders)
                     warmups.append({**row, "run_id": f"warmup-p{point_index}-{name}"})
                     bar.update()
                 if application.check is not None:
@@ -312,7 +312,7 @@ def run_experiment(
                         row, _, frame = _run_once(
                             session, application, name, prepared, params, trace=trace, nodes=nodes
                         )
-                        prepared.restore(placement)
+                        prepared.restore(holders)
                         results.append({"run_id": run_id, **row, "repeat": repeat})
                         if frame is not None:
                             traces[run_id] = frame

@@ -1,6 +1,6 @@
 """Row blocks of a Dask array placed in worker memory: its block futures in block order, and their rows.
 
-SplIter, the store's ``persist_blocks`` and the applications' placement all need the same three
+SplIter, the store's ``persist_blocks`` and the applications' data all need the same three
 things of a persisted array: that it is cut along the first axis only, its block futures in block
 order (futures, not keys, so the scheduler sees every dependency), and how many rows each block
 holds, also when Dask does not know (``y[y > 0.5]`` has chunks of size NaN until computed).
@@ -185,11 +185,11 @@ class PlacedBlocks:
     def restore(self, holders: list[str | None], timeout: float = 10.0) -> int:
         """Put each block back on exactly its worker in ``holders`` (as :meth:`holders` gave them before
         a run): a copy made where the original was dropped, the replicas a run made dropped. So every
-        run of an experiment starts from the same placement: stolen or fetched blocks leave copies
+        run of an experiment starts from the same holders: stolen or fetched blocks leave copies
         behind, and on a cluster whose active memory manager runs (the workbench's own clusters turn
         it off) the copy may be kept and the original dropped, so that the next run splits the blocks
-        differently. Dropping is asynchronous (a worker still using a block keeps it): the placement
-        is checked again until it holds, for at most ``timeout`` seconds, then left as it is. Returns
+        differently. Dropping is asynchronous (a worker still using a block keeps it): the holders
+        are checked again until it holds, for at most ``timeout`` seconds, then left as it is. Returns
         how many copies were out of place when called (missing from their home, or extra)."""
         if len(holders) != len(self.block_futures):
             raise ValueError(f"holders has {len(holders)} entries for {len(self.block_futures)} blocks: one per block")
@@ -281,7 +281,7 @@ def _drop_replicas(extra: dict[str, list[Any]], dask_scheduler: Any = None) -> N
         ]
         if droppable and address in dask_scheduler.workers:
             dask_scheduler.request_remove_replicas(
-                address, droppable, stimulus_id=f"workbench-restore-placement-{uuid.uuid4().hex}"
+                address, droppable, stimulus_id=f"workbench-restore-holders-{uuid.uuid4().hex}"
             )
 
 

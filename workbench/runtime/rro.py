@@ -1,6 +1,7 @@
 """The recurrent read-only (RRO) argument, worker side: a lookup table of attached shared arrays.
 
-Every worker process keeps ``(key, version) -> read-only view``. A task resolving an RRO argument
+Every worker keeps ``(key, version) -> read-only view`` in its :class:`~workbench.runtime.worker_state.WorkerState`
+(``views``: a dict lookup, no message). A task resolving an RRO argument
 looks in the table first (``table-hit``); a miss attaches the node's segment (``shm-attach``).
 The segment itself was made once per node by :func:`publish_on_node` (``shm-create``), with the
 race-tolerant ``attach_or_create``: if two publishers meet on a node, one writes, one attaches.
@@ -15,13 +16,13 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from workbench.memory import shm
 from workbench.runtime import trace
-
-_TABLE: dict[str, np.ndarray] = {}  # segment name (encodes key and version) -> attached view
+from workbench.runtime.worker_state import worker_state
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def publish_on_node(array: np.ndarray, segment: str) -> SharedRef:
     # populate: the tasks read all of it, every time; fault the pages in once, here
     view, created = shm.copy_in(segment, array, populate=True)
     trace.emit("shm-create" if created else "shm-attach", start, time.time(), task="rro-publish", nbytes=array.nbytes)
-    _TABLE[segment] = view
+    worker_state().views[segment] = view
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
 
 
@@ -82,30 +83,32 @@ def resolve(segments: dict[str, str]) -> np.ndarray:
             "this worker's node joined after the argument was published; publish it again"
         )
     start = time.time()
-    view = _TABLE.get(segment)
+    views = worker_state().views
+    view = views.get(segment)
     if view is not None:
         trace.emit("table-hit", start, time.time(), task="rro", nbytes=0)
         return view
     view = shm.attach(segment, populate=True)
-    _TABLE[segment] = view
+    views[segment] = view
     trace.emit("shm-attach", start, time.time(), task="rro", nbytes=int(view.nbytes))
     return view
 
 
-def forget(prefix: str) -> int:
-    """Drop this process's views of segments starting with ``prefix``; returns how many."""
-    names = [name for name in _TABLE if name.startswith(prefix)]
+def forget(prefix: str, dask_worker: Any = None) -> int:
+    """Drop this worker's views of segments starting with ``prefix``; returns how many."""
+    views = worker_state(dask_worker).views
+    names = [name for name in views if name.startswith(prefix)]
     for name in names:
-        del _TABLE[name]
+        del views[name]
     return len(names)
 
 
-def release_on_node(prefix: str) -> list[str]:
-    """Task/run body: forget the views and delete the node's segments of ``prefix``."""
-    forget(prefix)
+def release_on_node(prefix: str, dask_worker: Any = None) -> list[str]:
+    """``Client.run`` body: forget the worker's views and delete the node's segments of ``prefix``."""
+    forget(prefix, dask_worker)
     return shm.delete_prefix(prefix)
 
 
-def table_size() -> int:
-    """Views in this worker's lookup table (for tests and traces)."""
-    return len(_TABLE)
+def table_size(dask_worker: Any = None) -> int:
+    """Views in this worker's lookup table (for tests and traces; a task, or ``Client.run``)."""
+    return len(worker_state(dask_worker).views)

@@ -12,6 +12,7 @@ machine for tests and lessons.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -19,19 +20,24 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 from distributed.system import MEMORY_LIMIT
 
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
+from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
+from workbench.runtime.worker_state import WorkerState
 
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
 DASHBOARD_ENV = "WORKBENCH_DASHBOARD"  # "1": every local cluster serves its dashboard (make lab, Binder)
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,18 +83,40 @@ class Session:
     dashboard: bool = False
     _closed: bool = field(default=False, repr=False)
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
+    _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
+    _exits: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)  # closes them
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the client, and the cluster when this session started it. Safe to call twice."""
+        """Close what the session opened for itself (:meth:`own`, last first), the client, and the
+        cluster when this session started it. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         try:
-            self.client.close(timeout=self.timeout)
+            self._exits.close()
         finally:
-            if self.cluster is not None:
-                self.cluster.close(timeout=self.timeout)
+            try:
+                self.client.close(timeout=self.timeout)
+            finally:
+                if self.cluster is not None:
+                    self.cluster.close(timeout=self.timeout)
+
+    def own(self, name: str, opener: Callable[[], AbstractContextManager[T]]) -> T:
+        """The resource ``name`` that this session opened for its own use: entered from ``opener()``
+        on the first call, the same one afterwards (opened again if someone closed it: its
+        ``closed`` is true), exited when the session closes (e.g. the store of the store strategies
+        when the caller opened none: see :func:`workbench.runtime.store.store_for`). :meth:`owned`
+        lists them."""
+        if self._closed:
+            raise RuntimeError(f"the session is closed: start a new one before opening its {name}")
+        if name not in self._owned or getattr(self._owned[name], "closed", False):
+            self._owned[name] = self._exits.enter_context(opener())
+        return self._owned[name]
+
+    def owned(self) -> dict[str, Any]:
+        """What the session opened for its own use (:meth:`own`), by name: closed with the session."""
+        return dict(self._owned)
 
     @property
     def closed(self) -> bool:
@@ -267,6 +295,8 @@ def start(
         the link follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy).
     timeout: seconds for connecting, waiting for workers and closing.
 
+    Every worker, those that join later included, gets a :class:`~workbench.runtime.worker_state.WorkerState`
+    plugin: the tables task code keeps there (RRO views, spill buffers, channel marks and inboxes).
     On an interpreter before 3.12.7 it also replaces Dask's ``ensure_memoryview`` with
     :func:`workbench.runtime.frames.byte_view` in this process and, through a worker plugin, on every
     worker of the cluster (a CPython bug crashes a worker otherwise; see that module).
@@ -323,10 +353,12 @@ def start(
 
 def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout: float, dashboard: bool) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
-    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster."""
+    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster; and
+    every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`."""
     try:
         install()
         client.register_plugin(FramesPlugin(), name=PLUGIN_NAME)
+        client.register_plugin(WorkerState(), name=STATE_PLUGIN_NAME)
     except BaseException:
         client.close(timeout=timeout)
         raise

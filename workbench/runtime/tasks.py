@@ -331,7 +331,7 @@ class TaskFunction:
             # Its only dependencies are publish tasks: the scheduler would draw every such task to
             # the publishers' workers. Spread them instead (later calls have no such dependency).
             workers = [runtime.next_worker()]
-        placement = {"workers": workers, "allow_other_workers": False} if workers else {}
+        pinning = {"workers": workers, "allow_other_workers": False} if workers else {}
         return runtime.session.client.submit(
             _execute,
             self.function,
@@ -339,7 +339,7 @@ class TaskFunction:
             message,
             pure=False,
             key=f"{self.function.__name__}-{uuid.uuid4().hex}",
-            **placement,
+            **pinning,
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,12 @@ def emit(
             source=source,
         ),
     )
+
+
+def task_key(name: str) -> str:
+    """A fresh task key whose prefix (what task streams and Gantt charts show, :func:`task_name`) is
+    ``name``: strategies and the store name every task they submit with it."""
+    return f"{name}-{uuid.uuid4().hex}"
 
 
 def task_name(key: Any) -> str:

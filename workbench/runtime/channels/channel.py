@@ -44,6 +44,7 @@ from workbench.runtime.channels.transport import (
     pid_alive,
     wait_for,
 )
+from workbench.runtime.worker_state import worker_state
 
 OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -549,7 +550,8 @@ class Inbox:
     """One rank's eager messages: a Dask actor on the rank's own worker (``client.submit(Inbox, ...,
     actor=True)``). A peer sends with an actor call, ``inbox.deliver(...)``, which Dask sends straight
     to this worker (the scheduler is not on the path); the rank takes the messages from the same
-    object in its own process (:func:`inbox_of`), without another copy.
+    object in its own process (:func:`inbox_of`: the worker's
+    :class:`~workbench.runtime.worker_state.WorkerState` keeps it), without another copy.
 
     Why an actor: it is Dask's public API for calling into one chosen worker directly, worker to
     worker, with Dask's own serialization of the arguments (a numpy array travels as frames and
@@ -562,7 +564,8 @@ class Inbox:
         self.group, self.rank = group, rank
         self._queues: dict[tuple[int, int, int], queue.SimpleQueue[tuple[int, np.ndarray]]] = {}
         self._lock = threading.Lock()
-        _INBOXES[(group, rank)] = self
+        self._state = worker_state()  # made as an actor: a task on the rank's worker
+        self._state.inboxes[(group, rank)] = self
 
     def messages(self, channel: int, src: int, slot: int) -> queue.SimpleQueue[tuple[int, np.ndarray]]:
         """The messages from rank ``src`` for ``slot`` of channel ``channel``, in the order they were sent."""
@@ -575,18 +578,16 @@ class Inbox:
         self.messages(channel, src, slot).put((tag, array))
 
     def close(self) -> None:
-        """The rank ended: forget its messages."""
-        _INBOXES.pop((self.group, self.rank), None)
+        """The rank ended (or its worker closes): forget its messages."""
+        self._state.inboxes.pop((self.group, self.rank), None)
         with self._lock:
             self._queues.clear()
 
 
-_INBOXES: dict[tuple[str, int], Inbox] = {}  # this worker process's inboxes, by (group, rank)
-
-
-def inbox_of(group: str, rank: int) -> Inbox:
-    """The inbox actor of ``rank`` in ``group``, made on this worker (the rank reads its messages there)."""
-    return _INBOXES[(group, rank)]
+def inbox_of(group: str, rank: int, worker: Any = None) -> Inbox:
+    """The inbox actor of ``rank`` in ``group``, made on ``worker`` (by default the current task's: the
+    rank reads its messages there)."""
+    return worker_state(worker).inboxes[(group, rank)]
 
 
 class EagerChannel(Collectives):

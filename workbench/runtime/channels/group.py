@@ -29,7 +29,7 @@ from distributed import Variable, get_client, get_worker, secede
 from distributed.actor import Actor
 
 from workbench.memory import shm
-from workbench.runtime.channels.channel import ArrayChannel, EagerChannel, Inbox, inbox_of
+from workbench.runtime.channels.channel import EAGER_POLL_SECONDS, ArrayChannel, EagerChannel, Inbox, inbox_of
 from workbench.runtime.channels.transport import (
     CONSEQUENCES,
     FINISHED,
@@ -48,6 +48,7 @@ from workbench.runtime.channels.transport import (
     pid_alive,
     segment_name,
 )
+from workbench.runtime.channels.worker_logs import QUIET_RANK_FAILURES, QuietRankFailures
 from workbench.runtime.failures import UNSHOWN, message, sendable
 from workbench.runtime.session import Session, node_id
 from workbench.runtime.trace import record
@@ -81,8 +82,10 @@ class Rank:
         self._inbox_future: Any = None  # keeps the inbox actor alive until close()
         self._peer_inboxes: dict[int, Actor] = {}
         try:
-            self.worker = get_worker().address
+            self._dask_worker: Any = get_worker()  # kept: its link's sending thread checks aborts too
+            self.worker = self._dask_worker.address
         except ValueError:
+            self._dask_worker = None  # not a task on a worker: no abort mark can reach it
             self.worker = "client"
 
     # -- setup -------------------------------------------------------------------------------------
@@ -185,20 +188,40 @@ class Rank:
             key=f"{self.group}-inbox-r{self.rank}",
         )
         self._inbox_future.result(timeout=self.timeout)
-        self.inbox = inbox_of(self.group, self.rank)
+        self.inbox = inbox_of(self.group, self.rank, self._dask_worker)
 
     def send_eager(self, dest: int, channel: int, slot: int, tag: int, array: np.ndarray) -> None:
         """Send ``array`` to rank ``dest``'s inbox (an actor call, worker to worker) and wait until it is
-        filed there: one message in flight per pair, so they arrive in the order they were sent."""
+        filed there: one message in flight per pair, so they arrive in the order they were sent.
+
+        The wait is in slices, checking between them that the group was not aborted and that ``dest``
+        has not returned: a call into an inbox its rank already closed never answers (Dask logs the
+        worker's ``KeyError`` and leaves the call's future unset)."""
+        what = f"rank {self.rank} sent to rank {dest} on channel {channel}"
+        deadline = self.deadline()
         try:
-            self._peer_inboxes[dest].deliver(channel, self.rank, slot, tag, array).result(timeout=self.timeout)
+            delivered = self._peer_inboxes[dest].deliver(channel, self.rank, slot, tag, array)
+            while not delivered.done():
+                with contextlib.suppress(TimeoutError):
+                    delivered.result(timeout=EAGER_POLL_SECONDS)
+                    break
+                problem = self.aborted_check()
+                if problem is None and self.has_finished(dest):
+                    problem = RankGone(f"rank {dest} returned from its rank function")
+                if problem is not None:
+                    raise problem.within(what)
+                if time.monotonic() > deadline:
+                    raise ChannelTimeout(f"{what}: not filed in its inbox within the timeout")
+            delivered.result()
+        except ChannelError:
+            raise
         except Exception as error:  # noqa: BLE001 - a gone inbox or worker: said as a channel error
             problem = self.aborted_check()
             if problem is None and self.has_finished(dest):
                 problem = RankGone(f"rank {dest} returned from its rank function")
             if problem is None:
                 problem = RankGone(f"{type(error).__name__}: {error}")
-            raise problem.within(f"rank {self.rank} sent to rank {dest} on channel {channel}") from None
+            raise problem.within(what) from None
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
         """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
@@ -259,7 +282,7 @@ class Rank:
 
     def aborted_check(self) -> GroupAborted | None:
         """Why this rank must stop waiting (its group was aborted: another rank failed), or None."""
-        if is_aborted(self.group):
+        if self._dask_worker is not None and is_aborted(self.group, self._dask_worker):
             return GroupAborted("the group was aborted (another rank failed)")
         return None
 
@@ -446,12 +469,12 @@ def _check_sendable(result: Any, rank: int) -> None:
         ) from None
 
 
-def remove_group_segments(group: str, aborted: bool = False) -> list[str]:
-    """On a worker: remove every mailbox segment of ``group`` (a killed rank leaves its own). The
-    abort mark of a failed group stays while its ranks may still be running (each mark is a few
-    bytes); a finished group's is forgotten."""
+def remove_group_segments(group: str, aborted: bool = False, dask_worker: Any = None) -> list[str]:
+    """``Client.run`` body, on a worker: remove every mailbox segment of ``group`` (a killed rank leaves
+    its own). The abort mark of a failed group stays while its ranks may still be running (each mark
+    is a few bytes); a finished group's is forgotten."""
     if not aborted:
-        forget_abort(group)
+        forget_abort(group, dask_worker)
     return shm.delete_prefix(f"ch-{group}-")
 
 
@@ -512,6 +535,8 @@ def run_group(
         raise ValueError(f"args has {len(args)} entries for {size} ranks: give one tuple per rank")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
         raise ValueError(f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}, got {timeout!r}")
+    # a rank's channel failure is raised here, in full: its workers do not also log it (see worker_logs)
+    session.own(QUIET_RANK_FAILURES, lambda: QuietRankFailures(session))
     group = f"g{uuid.uuid4().hex[:10]}"
     options = {"timeout": float(timeout), "eager": bool(eager), "trace": bool(trace)}
     client = session.client

@@ -46,10 +46,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from workbench.memory import shm
+from workbench.runtime.worker_state import worker_state
 
 SLOTS = 3  # the channel's buffer, and two scratch buffers
 ALIGN = 4096
@@ -66,8 +68,6 @@ FINISHED = -1  # the state word of a rank that returned from its rank function
 POLL_SECONDS = 0.05  # how often a wait checks the peer, the group and the deadline
 _READY = struct.Struct("<IqB")  # channel, tag, slot
 _DATA = struct.Struct("<IqBQ")  # channel, tag, slot, bytes
-
-_aborted: set[str] = set()  # groups aborted in this process (another rank failed)
 
 _FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}  # SYS_futex (asm/unistd.h)
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not FUTEX_PRIVATE): the words are in a MAP_SHARED file mapping
@@ -139,20 +139,22 @@ CONSEQUENCES = (RankGone, GroupAborted)
 WaitCheck = Callable[[], ChannelError | None]
 
 
-def abort(group: str) -> None:
-    """Mark ``group`` aborted in this process: its ranks' waits raise ``GroupAborted`` at their next
-    check (within :data:`POLL_SECONDS`) instead of waiting for a rank that failed."""
-    _aborted.add(group)
+def abort(group: str, dask_worker: Any = None) -> None:
+    """``Client.run`` body: mark ``group`` aborted on this worker (in its
+    :class:`~workbench.runtime.worker_state.WorkerState`): its ranks' waits raise ``GroupAborted`` at
+    their next check (within :data:`POLL_SECONDS`) instead of waiting for a rank that failed."""
+    worker_state(dask_worker).aborted_groups.add(group)
 
 
-def forget_abort(group: str) -> None:
-    """Forget that ``group`` was aborted (its ranks are gone)."""
-    _aborted.discard(group)
+def forget_abort(group: str, dask_worker: Any = None) -> None:
+    """Forget that ``group`` was aborted on this worker (its ranks are gone)."""
+    worker_state(dask_worker).aborted_groups.discard(group)
 
 
-def is_aborted(group: str) -> bool:
-    """Whether ``group`` was aborted in this process."""
-    return group in _aborted
+def is_aborted(group: str, worker: Any = None) -> bool:
+    """Whether ``group`` was aborted on ``worker`` (the Dask worker; by default the current task's). A
+    rank passes its worker: it also checks from its link's sending thread, where Dask sets no worker."""
+    return group in worker_state(worker).aborted_groups
 
 
 def segment_name(group: str, channel: int, rank: int) -> str:

@@ -8,7 +8,8 @@ Two ways in:
   results are futures;
 * the ``workbench_store`` handler, a direct message from a client or another backend (one round
   trip, no scheduler): plain-value calls, fetching a copy, taking a copy from another backend,
-  the disk tier.
+  the disk tier. Its operations are :class:`~workbench.runtime.store.protocol.BackendOp`, each
+  handled by the method :data:`BACKEND_HANDLERS` names (``BackendOp.CALL``: :meth:`StoreBackend.op_call`).
 
 Beyond ``memory_limit`` bytes the least recently used objects go to the disk tier (a pickle per
 version in the store directory) and come back when next used.
@@ -40,7 +41,6 @@ import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy, Usage
 from workbench.runtime import failures
-from workbench.runtime.store.catalogue import ACTIVE_KEY_MARK, ERROR_KEY, HANDLER, PLUGIN_NAME, RESULT_KEY
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
@@ -51,6 +51,21 @@ from workbench.runtime.store.model import (
     install_persister,
     set_arrays_writeable,
     state_nbytes,
+)
+from workbench.runtime.store.protocol import (
+    HANDLER,
+    PLUGIN_NAME,
+    BackendOp,
+    CatalogueOp,
+    LoadClaim,
+    Missing,
+    Record,
+    error_reply,
+    found,
+    handler_for,
+    record_from_wire,
+    result_reply,
+    unpack_reply,
 )
 from workbench.runtime.trace import EVENT_TOPIC, record
 
@@ -196,32 +211,37 @@ class StoreBackend(WorkerPlugin):
 
     # -- messages --------------------------------------------------------------------------------
     async def handle(self, action: str, **kwargs: Any) -> Any:
-        """The ``workbench_store`` handler: runs ``op_<action>`` on a thread (calls and I/O apart)."""
-        method = getattr(self, f"op_{action}", None)
-        if method is None:
-            raise ValueError(f"a store backend has no operation {action!r}")
-        pool = self.calls if action == "call" else self.io
+        """The ``workbench_store`` handler: runs the operation ``action`` (a :class:`BackendOp`, by
+        :data:`BACKEND_HANDLERS`) on a thread (calls and I/O apart)."""
+        handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
+        pool = self.calls if action == BackendOp.CALL else self.io
         try:
-            result = await asyncio.get_running_loop().run_in_executor(pool, lambda: method(**kwargs))
+            result = await asyncio.get_running_loop().run_in_executor(pool, lambda: handler(self, **kwargs))
         except Exception as error:  # the caller raises it (Dask would log every one as a server crash)
-            return {ERROR_KEY: to_serialize(_picklable(error))}
-        if action in ("call", "get") and not isinstance(result, PLAIN):
+            return error_reply(error)
+        if action in (BackendOp.CALL, BackendOp.GET) and not isinstance(result, PLAIN):
             result = to_serialize(result)  # numpy buffers travel as frames, the rest pickled
-        return {RESULT_KEY: result}
+        return result_reply(result)
 
-    def catalogue(self, op: str, **kwargs: Any) -> Any:
+    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
         """A catalogue operation from a worker thread (the scheduler answers over the worker's link)."""
         reply = sync(
             self.worker.loop,
-            lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=op, **kwargs), WAIT_SECONDS),
+            lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=str(op), **kwargs), WAIT_SECONDS),
         )
-        return raise_error(reply, "the scheduler")
+        return unpack_reply(reply, "the scheduler")
 
-    def backend(self, address: str, op: str, **kwargs: Any) -> Any:
+    def record(self, ref: ObjectRef) -> Record | Missing:
+        """The catalogue's record of ``ref``'s version (the current one unless pinned)."""
+        (reply,) = self.catalogue(CatalogueOp.RECORDS, refs=[[ref.oid, ref.version if ref.pinned else None]])
+        return record_from_wire(reply)
+
+    def backend(self, address: str, op: BackendOp, **kwargs: Any) -> Any:
         """An operation on another backend (or this one), from a worker thread."""
 
         async def ask() -> Any:
-            return await asyncio.wait_for(self.worker.rpc(address).workbench_store(action=op, **kwargs), WAIT_SECONDS)
+            rpc = self.worker.rpc(address)
+            return await asyncio.wait_for(rpc.workbench_store(action=str(op), **kwargs), WAIT_SECONDS)
 
         try:
             reply = sync(self.worker.loop, ask)
@@ -229,7 +249,7 @@ class StoreBackend(WorkerPlugin):
             raise BackendUnreachable(
                 f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
             ) from error
-        return raise_error(reply, f"backend {address}")
+        return unpack_reply(reply, f"backend {address}")
 
     def trace(self, action: str, start: float, nbytes: int, task: str, source: str = "") -> None:
         """Record a store event (transfer, load, evict ...) in the worker's trace events."""
@@ -265,7 +285,7 @@ class StoreBackend(WorkerPlugin):
                 self.used_bound += entry.nbytes
             if announce:
                 try:
-                    self.catalogue("add_location", oid=oid, version=key[1], worker=self.worker.address)
+                    self.catalogue(CatalogueOp.ADD_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
                 except BaseException:
                     with self.table_lock:
                         if self.table.get(key) is entry:
@@ -302,16 +322,16 @@ class StoreBackend(WorkerPlugin):
         evict others to disk, which asks the catalogue too)."""
         groups, sizes = self._groups(objs, oids)
         reply = await asyncio.wait_for(
-            self.worker.scheduler.workbench_store(action="register_groups", groups=groups), WAIT_SECONDS
+            self.worker.scheduler.workbench_store(action=str(CatalogueOp.REGISTER_GROUPS), groups=groups), WAIT_SECONDS
         )
-        raise_error(reply, "the scheduler")
+        unpack_reply(reply, "the scheduler")
         return await asyncio.to_thread(self.add_many, [(oid, 0) for oid in oids], objs, sizes)
 
     def register_and_add_many(self, objs: list[Any], oids: list[str]) -> int:
         """Record many objects in the catalogue as held here (one message, one transaction), then
         take them into the table (version 0)."""
         groups, sizes = self._groups(objs, oids)
-        self.catalogue("register_groups", groups=groups)
+        self.catalogue(CatalogueOp.REGISTER_GROUPS, groups=groups)
         return self.add_many([(oid, 0) for oid in oids], objs, sizes)
 
     def _groups(self, objs: list[Any], oids: list[str]) -> tuple[list[dict[str, Any]], list[int]]:
@@ -332,7 +352,8 @@ class StoreBackend(WorkerPlugin):
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
         self.catalogue(
-            "register", entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)]
+            CatalogueOp.REGISTER,
+            entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)],
         )
         return self.add(oid, 0, obj)
 
@@ -386,31 +407,27 @@ class StoreBackend(WorkerPlugin):
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
-        (info,) = self.catalogue("resolve", refs=[[ref.oid, None if not ref.pinned else ref.version]])
-        if "missing" in info:
-            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        ref = ObjectRef(
-            ref.oid, info["version"], ref.alias or (info["aliases"] or [None])[0], info["class_label"], ref.pinned
-        )
+        info = found(self.record(ref), ref)
+        ref = ObjectRef(ref.oid, info.version, ref.alias or (info.aliases or [None])[0], info.class_label, ref.pinned)
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
-        workers = info["workers"]
+        workers = info.workers
         if not workers:  # only on disk (or lost): the catalogue says which one backend reads it back
-            claim = self.catalogue("claim_load", oid=ref.oid, version=ref.version, worker=self.worker.address)
-            if "load_on" not in claim and not claim["workers"]:
-                raise object_lost(
-                    ref.label(), info["class_label"], list(claim.get("lost_from", info.get("lost_from", ())))
-                )
-            if "load_on" in claim:
-                target = claim["load_on"]
+            claim = LoadClaim.from_wire(
+                self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version, worker=self.worker.address)
+            )
+            if claim.load_on is None and not claim.workers:
+                raise object_lost(ref.label(), info.class_label, list(claim.lost_from or info.lost_from))
+            if claim.load_on is not None:
+                target = claim.load_on
                 if target == self.worker.address:
-                    self.op_load(ref.oid, ref.version, claim["disk_path"])
+                    self.op_load(ref.oid, ref.version, claim.disk_path)
                 else:  # loaded there (once, however many ask), then used there or copied from there
-                    self.backend(target, "load", oid=ref.oid, version=ref.version, disk_path=claim["disk_path"])
+                    self.backend(target, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
                 workers = [target]
             else:
-                workers = claim["workers"]
+                workers = claim.workers
             entry = self.local(ref)
             if entry is not None:
                 return ref, entry
@@ -422,7 +439,7 @@ class StoreBackend(WorkerPlugin):
             )
         source = workers[0]
         start = time.time()
-        obj = self.backend(source, "get", oid=ref.oid, version=ref.version)
+        obj = self.backend(source, BackendOp.GET, oid=ref.oid, version=ref.version)
         entry = Entry(obj, state_nbytes(obj), copy=True)
         self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
         return ref, entry  # a copy for this call only: the object stays where it lives
@@ -433,13 +450,14 @@ class StoreBackend(WorkerPlugin):
 
     def _fetch_copy_once(self, ref: ObjectRef, task: str) -> Any:
         """One try of :meth:`fetch_copy`."""
-        (info,) = self.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
-        if "missing" in info or not info["workers"]:
+        info = self.record(ref)
+        if isinstance(info, Missing) or not info.workers:
             ref, _ = self.obtain(ref, task, for_write=False)  # the same clear errors, or a reload from disk
-            info = {"workers": [self.worker.address], "version": ref.version}
-        source = info["workers"][0]
+            source, version = self.worker.address, ref.version
+        else:
+            source, version = info.workers[0], info.version
         start = time.time()
-        obj = self.backend(source, "get", oid=ref.oid, version=info["version"])
+        obj = self.backend(source, BackendOp.GET, oid=ref.oid, version=version)
         self.trace("transfer", start, state_nbytes(obj), f"store-get {task}", source=source)
         return obj
 
@@ -484,7 +502,7 @@ class StoreBackend(WorkerPlugin):
         if entry.disk_path:  # the disk copy is now stale
             Path(entry.disk_path).unlink(missing_ok=True)
             entry.disk_path = None
-            self.catalogue("set_disk", oid=ref.oid, version=ref.version, disk_path=None)
+            self.catalogue(CatalogueOp.SET_DISK, oid=ref.oid, version=ref.version, disk_path=None)
 
     def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
@@ -523,7 +541,7 @@ class StoreBackend(WorkerPlugin):
 
         return tuple(resolve(a) for a in args), {k: resolve(v) for k, v in kwargs.items()}
 
-    # -- operations (reached as handle(op="x", ...)) -----------------------------------------------
+    # -- operations (BackendOp.X is handled by op_x, see BACKEND_HANDLERS) --------------------------
     def op_call(
         self,
         oid: str,
@@ -565,7 +583,7 @@ class StoreBackend(WorkerPlugin):
         in the catalogue as a holder."""
         entry = self.here(oid, version)
         start = time.time()
-        self.backend(target, "put", oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
+        self.backend(target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
         self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
         return entry.nbytes
 
@@ -600,7 +618,7 @@ class StoreBackend(WorkerPlugin):
             start = time.time()
             written = write_object(path, entry.obj)
             self.trace("tier-write", start, written, "store-flush")
-            if not self.catalogue("set_disk", oid=oid, version=version, disk_path=str(path)):
+            if not self.catalogue(CatalogueOp.SET_DISK, oid=oid, version=version, disk_path=str(path)):
                 path.unlink(missing_ok=True)  # deleted meanwhile: no file outlives its object
                 raise StoreError(f"object {oid[:8]} v{version} was deleted while it was written to disk")
             entry.disk_path = str(path)
@@ -628,7 +646,7 @@ class StoreBackend(WorkerPlugin):
                 return entry.nbytes
             # The catalogue first, the table after: while the catalogue names this backend, the
             # object is in its table (a call arriving meanwhile waits for the lock, then reloads).
-            self.catalogue("remove_location", oid=oid, version=key[1], worker=self.worker.address)
+            self.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
             with self.table_lock:
                 self.table.pop(key, None)
             tiering.release(entry.placement)  # the disk copy has the arrays now
@@ -845,41 +863,6 @@ class StoreBackend(WorkerPlugin):
         return None
 
 
-def _picklable(error: Exception) -> Exception:
-    """``error`` if it can travel to the caller (pickled), else a ``StoreError`` with its text; one whose
-    text cannot be made is named by an ``UnprintableError`` (the caller could not show it either)."""
-    text = failures.message(error)
-    if text is None:
-        return failures.unprintable(error)
-    try:
-        pickle.loads(cloudpickle.dumps(error))
-        return error
-    except Exception:
-        return StoreError(f"{type(error).__name__}: {text}")
-
-
-ERROR_TYPES = {"KeyError": KeyError, "ValueError": ValueError, "RuntimeError": RuntimeError}
-
-
-def raise_error(reply: Any, where: str) -> Any:
-    """The result a catalogue or backend reply carries, or the exception it carries raised.
-
-    Dask answers a message for a handler that is not there with a bare None: ``where`` (the
-    scheduler, a backend) has no store, because it was closed (taken off the cluster).
-    """
-    if isinstance(reply, dict) and ERROR_KEY in reply:
-        error = reply[ERROR_KEY]
-        if isinstance(error, dict):  # from the catalogue: a type name and a message
-            raise ERROR_TYPES.get(error["type"], RuntimeError)(error["message"])
-        raise error
-    if not isinstance(reply, dict) or RESULT_KEY not in reply:
-        raise StoreError(
-            f"{where} has no store: the store was closed (taken off the cluster by the Store that opened it). "
-            "Open it again with Store(session, directory)"
-        )
-    return reply[RESULT_KEY]
-
-
 def retry_while_moving(attempt: Callable[[], T]) -> T:
     """``attempt()``, tried again while it raises ``NotHere``: the holder the catalogue named evicted
     the object to disk (its memory limit) or dropped it between the catalogue's answer and the copy.
@@ -923,6 +906,27 @@ def run_non_active(ref: ObjectRef, method: str, args: tuple[Any, ...], kwargs: d
     return failures.sendable(getattr(obj, method), *args, **kwargs)
 
 
-def task_key(method: str, active: bool) -> str:
-    """A fresh key whose prefix reads ``<method>-active`` (or ``-non-active``) in task streams."""
-    return f"{method}{ACTIVE_KEY_MARK if active else '-non-active-'}{uuid.uuid4().hex}"
+# The backend's handler of each operation: ``BackendOp.X`` is handled by ``StoreBackend.op_x``.
+BACKEND_HANDLERS: dict[str, Callable[..., Any]] = {
+    BackendOp.CALL: StoreBackend.op_call,
+    BackendOp.PUT: StoreBackend.op_put,
+    BackendOp.PUT_MANY: StoreBackend.op_put_many,
+    BackendOp.DROP: StoreBackend.op_drop,
+    BackendOp.DROP_MANY: StoreBackend.op_drop_many,
+    BackendOp.GET: StoreBackend.op_get,
+    BackendOp.PUSH: StoreBackend.op_push,
+    BackendOp.COPY_VERSION: StoreBackend.op_copy_version,
+    BackendOp.FLUSH: StoreBackend.op_flush,
+    BackendOp.EVICT: StoreBackend.op_evict,
+    BackendOp.LOAD: StoreBackend.op_load,
+    BackendOp.PLACE: StoreBackend.op_place,
+    BackendOp.PLACE_MANY: StoreBackend.op_place_many,
+    BackendOp.UNPLACE_MANY: StoreBackend.op_unplace_many,
+    BackendOp.COOL: StoreBackend.op_cool,
+    BackendOp.COOL_MANY: StoreBackend.op_cool_many,
+    BackendOp.SET_MEMORY_LIMIT: StoreBackend.op_set_memory_limit,
+    BackendOp.SET_CACHE: StoreBackend.op_set_cache,
+    BackendOp.REBALANCE: StoreBackend.op_rebalance,
+    BackendOp.TABLE: StoreBackend.op_table,
+    BackendOp.NULL: StoreBackend.op_null,
+}

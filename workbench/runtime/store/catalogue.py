@@ -5,28 +5,40 @@ collection), disk copy, which version is current, and aliases; these are written
 so they survive a cluster restart. Locations (which workers hold a copy in memory) live only in
 memory: a restarted cluster has new workers, and an object comes back from its disk copy when it is
 next used. Clients and backends reach the catalogue through one scheduler handler,
-``workbench_store``; a worker that leaves is dropped from every location at once.
+``workbench_store``, whose operations are :class:`~workbench.runtime.store.protocol.CatalogueOp`
+(handled by :data:`CATALOGUE_HANDLERS`); a worker that leaves is dropped from every location at once.
 """
 
 from __future__ import annotations
 
-import array
-import contextlib
 import difflib
-import gc
 import json
 import logging
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from workbench.runtime.store.model import check_alias
+from workbench.runtime.store.protocol import (
+    ACTIVE_KEY_MARK,
+    HANDLER,
+    PLUGIN_NAME,
+    CatalogueOp,
+    LoadClaim,
+    Missing,
+    Record,
+    encode_locations,
+    error_reply,
+    handler_for,
+    result_reply,
+    without_gc,
+)
 
 STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
 
@@ -36,12 +48,6 @@ def default_directory() -> Path:
     return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
 
 
-PLUGIN_NAME = "workbench-store"
-HANDLER = "workbench_store"
-ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the caller to raise
-RESULT_KEY = "__workbench_result__"  # a reply carrying a result (a bare None means: no store handler there)
-DELETED = 65535  # in a locate reply: the object was deleted
-ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see backend.task_key)
 logger = logging.getLogger(__name__)
 
 SCHEMA = """
@@ -52,20 +58,6 @@ CREATE TABLE IF NOT EXISTS objects (
 CREATE TABLE IF NOT EXISTS current (oid TEXT PRIMARY KEY, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, oid TEXT NOT NULL);
 """
-
-
-@contextlib.contextmanager
-def without_gc() -> Iterator[None]:
-    """Python's cycle collector paused while a loop builds 10^4..10^5 small objects that form no
-    cycles: each full collection would walk the whole heap (every catalogued object), which made
-    bulk operations grow faster than linearly with the store's size."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _of(kind: type, value: Any, what: str) -> Any:
@@ -230,16 +222,12 @@ class StoreCatalogue(SchedulerPlugin):
 
     # -- the handler -----------------------------------------------------------------------------
     def handle(self, action: str, **kwargs: Any) -> Any:
-        """Run the catalogue operation ``action`` (``op_<action>``) with ``kwargs``."""
-        op = action
+        """Run the catalogue operation ``action`` (a :class:`CatalogueOp`, by :data:`CATALOGUE_HANDLERS`)."""
+        handler = handler_for(CATALOGUE_HANDLERS, action, "the store catalogue")
         try:
-            method = getattr(self, f"op_{op}")
-        except AttributeError:
-            raise ValueError(f"the store catalogue has no operation {op!r}") from None
-        try:
-            return {RESULT_KEY: method(**kwargs)}
+            return result_reply(handler(self, **kwargs))
         except (KeyError, ValueError, RuntimeError) as error:  # expected: sent back, not logged as a crash
-            return {ERROR_KEY: {"type": type(error).__name__, "message": error.args[0] if error.args else str(error)}}
+            return error_reply(error)
 
     def _set_alias(self, alias: str, oid: str) -> None:
         """``alias`` names ``oid`` (in both maps; an alias names one object)."""
@@ -263,7 +251,7 @@ class StoreCatalogue(SchedulerPlugin):
     def _live_workers(self) -> list[str]:
         return sorted(self.scheduler.workers)
 
-    # -- operations (each op_x is reached as handle(op="x", ...)) ---------------------------------
+    # -- operations (CatalogueOp.X is handled by op_x, see CATALOGUE_HANDLERS) ------------------------
     def op_backends(self, n: int = 1, exclude: list[str] | None = None) -> list[str]:
         """``n`` backends in round-robin order (skipping ``exclude`` when others exist)."""
         workers = self._live_workers()
@@ -380,70 +368,51 @@ class StoreCatalogue(SchedulerPlugin):
         self._set_alias(alias, oid)
         self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
 
-    def op_resolve(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
-        """For each ``[oid, version or None]``: its record, live holders, and why it is missing if so."""
+    def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
+        """For each ``[oid, version or None]``: its :class:`Record` with live holders, or why it is
+        :class:`Missing` (as message parts)."""
         live = set(self.scheduler.workers)
         out = []
         for oid, version in refs:
             if version is None:
                 if oid not in self.current:
-                    out.append({"oid": oid, "missing": "deleted"})
+                    out.append(Missing(oid, None, "deleted").to_wire())
                     continue
                 version = self.current[oid]
             key = (oid, int(version))
             record = self.objects.get(key)
             if record is None:
-                out.append({"oid": oid, "version": version, "missing": "deleted"})
+                out.append(Missing(oid, version, "deleted").to_wire())
                 continue
             holders = sorted(self.locations.get(key, set()) & live)
             out.append(
-                {
-                    "oid": oid,
-                    "version": key[1],
-                    "workers": holders,
-                    "current": self.current.get(oid) == key[1],
-                    "lost_from": [] if holders else self.lost_from.get(key, []),
-                    "aliases": sorted(self.aliases_of.get(oid, ())),
+                Record(
+                    oid=oid,
+                    version=key[1],
+                    workers=holders,
+                    current=self.current.get(oid) == key[1],
+                    lost_from=[] if holders else self.lost_from.get(key, []),
+                    aliases=sorted(self.aliases_of.get(oid, ())),
                     **record,
-                }
+                ).to_wire()
             )
         return out
 
-    def op_locate(self, oids: str) -> dict[str, Any]:
-        """Live holders of each object's current version, for ``oids`` joined by newlines, in a
-        compact reply: the workers named, and per object the index + 1 of its first holder as a
-        uint16 array (0: held nowhere, 65535: deleted), with ``more`` listing the objects held by
-        several. A location query costs what it asks for, not what the catalogue holds, and
-        10^5 objects travel in a few hundred kB.
+    def op_locations(self, oids: str) -> dict[str, Any]:
+        """Live holders of each object's current version, for ``oids`` joined by newlines, in the
+        compact reply of :func:`~workbench.runtime.store.protocol.encode_locations`. A location
+        query costs what it asks for, not what the catalogue holds.
         """
         if not isinstance(oids, str):
-            raise ValueError(f"locate takes object ids joined by newlines, got {type(oids).__name__}")
-        live = self.scheduler.workers
+            raise ValueError(f"locations takes object ids joined by newlines, got {type(oids).__name__}")
         current, locations = self.current.get, self.locations.get
-        names: dict[str, int] = {}
-        first = array.array("H")
-        append = first.append
-        more: dict[int, list[int]] = {}
+        empty: frozenset[str] = frozenset()
         with without_gc():
-            for i, oid in enumerate(oids.split("\n") if oids else ()):
-                version = current(oid)
-                if version is None:
-                    append(DELETED)
-                    continue
-                held = locations((oid, version))
-                if held and len(held) == 1:  # the common case, without sorting
-                    (worker,) = held
-                    append(names.setdefault(worker, len(names)) + 1 if worker in live else 0)
-                    continue
-                holders = sorted(w for w in held if w in live) if held else []
-                if not holders:
-                    append(0)
-                    continue
-                indexes = [names.setdefault(w, len(names)) for w in holders]
-                append(indexes[0] + 1)
-                if len(indexes) > 1:
-                    more[i] = indexes
-        return {"workers": list(names), "first": first.tobytes(), "more": more}
+            holders = [
+                None if (version := current(oid)) is None else locations((oid, version), empty)
+                for oid in (oids.split("\n") if oids else ())
+            ]
+        return encode_locations(holders, self.scheduler.workers)
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
         """``worker`` holds the object now; a ``KeyError`` if it was deleted meanwhile (the backend then
@@ -463,8 +432,8 @@ class StoreCatalogue(SchedulerPlugin):
         callers that each reloaded on their own backend made two diverging copies, and concurrent
         writes were lost.) The backend is the one the object was evicted from while it lives, so
         calls already pinned there still find it; else the asking backend ``worker``; else the
-        next in turn. Returns ``{"workers": [...]}`` when it is in memory somewhere already, else
-        ``{"load_on": backend, "disk_path": ...}``.
+        next in turn. Returns a :class:`LoadClaim` (as a message part): the holders when it is in
+        memory somewhere already, else the backend to load it on and its disk copy.
         """
         key = (oid, int(version))
         record = self.objects.get(key)
@@ -473,15 +442,15 @@ class StoreCatalogue(SchedulerPlugin):
         live = set(self.scheduler.workers)
         holders = sorted(self.locations.get(key, set()) & live)
         if holders:
-            return {"workers": holders}
+            return LoadClaim(holders).to_wire()
         if not record["disk_path"]:
-            return {"workers": [], "lost_from": self.lost_from.get(key, [])}
+            return LoadClaim([], lost_from=tuple(self.lost_from.get(key, []))).to_wire()
         target = self.loading.get(key)
         if target not in live:
             preferred = [w for w in (self.last_holder.get(key), worker) if w in live]
             target = preferred[0] if preferred else self.op_backends(1)[0]
             self.loading[key] = target
-        return {"load_on": target, "disk_path": record["disk_path"]}
+        return LoadClaim([], load_on=target, disk_path=record["disk_path"]).to_wire()
 
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
         """A backend no longer holds this version."""
@@ -587,3 +556,27 @@ class StoreCatalogue(SchedulerPlugin):
     def op_directory(self) -> str:
         """The store's directory."""
         return self.directory
+
+
+# The catalogue's handler of each operation: ``CatalogueOp.X`` is handled by ``StoreCatalogue.op_x``.
+CATALOGUE_HANDLERS: dict[str, Callable[..., Any]] = {
+    CatalogueOp.BACKENDS: StoreCatalogue.op_backends,
+    CatalogueOp.TURN: StoreCatalogue.op_turn,
+    CatalogueOp.REGISTER: StoreCatalogue.op_register,
+    CatalogueOp.REGISTER_GROUPS: StoreCatalogue.op_register_groups,
+    CatalogueOp.ALIAS: StoreCatalogue.op_alias,
+    CatalogueOp.SET_ALIAS: StoreCatalogue.op_set_alias,
+    CatalogueOp.RECORDS: StoreCatalogue.op_records,
+    CatalogueOp.LOCATIONS: StoreCatalogue.op_locations,
+    CatalogueOp.ADD_LOCATION: StoreCatalogue.op_add_location,
+    CatalogueOp.REMOVE_LOCATION: StoreCatalogue.op_remove_location,
+    CatalogueOp.CLAIM_LOAD: StoreCatalogue.op_claim_load,
+    CatalogueOp.SET_DISK: StoreCatalogue.op_set_disk,
+    CatalogueOp.SET_NBYTES: StoreCatalogue.op_set_nbytes,
+    CatalogueOp.NEW_VERSION: StoreCatalogue.op_new_version,
+    CatalogueOp.CONSOLIDATE: StoreCatalogue.op_consolidate,
+    CatalogueOp.DELETE: StoreCatalogue.op_delete,
+    CatalogueOp.LIST: StoreCatalogue.op_list,
+    CatalogueOp.ALIASES: StoreCatalogue.op_aliases,
+    CatalogueOp.DIRECTORY: StoreCatalogue.op_directory,
+}

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import os
 import stat
+import tempfile
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,15 +27,8 @@ from distributed.protocol import to_serialize
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session
-from workbench.runtime.store.backend import StoreBackend, in_objects_directory, raise_error
-from workbench.runtime.store.catalogue import (
-    DELETED,
-    HANDLER,
-    PLUGIN_NAME,
-    StoreCatalogue,
-    default_directory,
-    without_gc,
-)
+from workbench.runtime.store.backend import StoreBackend, in_objects_directory
+from workbench.runtime.store.catalogue import StoreCatalogue, default_directory
 from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.handles import (
     ArrayBlock,
@@ -56,6 +50,21 @@ from workbench.runtime.store.model import (
     new_object_ids,
     ship_by_value,
     state_nbytes,
+)
+from workbench.runtime.store.protocol import (
+    HANDLER,
+    PLUGIN_NAME,
+    BackendOp,
+    CatalogueOp,
+    LoadClaim,
+    Missing,
+    Record,
+    Resolved,
+    found,
+    locations_of,
+    record_from_wire,
+    unpack_reply,
+    without_gc,
 )
 
 
@@ -165,11 +174,31 @@ def _check_limit(value: object) -> int | None:
 
 
 def store_for(session: Session) -> Store:
-    """The current store when it belongs to ``session``, else the store of ``session``'s cluster."""
+    """The store that work on ``session`` uses (the store strategies ask for it).
+
+    The store the caller opened on ``session`` (the current one), else one the session opens for
+    its own use (:meth:`~workbench.runtime.session.Session.own`): it joins the store the cluster
+    already has (a user's, on a shared scheduler), or puts a throwaway one in a temporary directory;
+    either way it is closed with the session, and a throwaway store's directory is removed. The store
+    returned is the current one (what ``PersistentObject.make_persistent`` uses), as opening it made it.
+    """
     current = opened_store()
-    if current is not None and current.session is session:
+    if current is not None and current.session is session and not current.closed:
         return current
-    return Store(session)
+    store = session.own("store", lambda: _session_store(session))
+    set_current_store(store)
+    return store
+
+
+@contextlib.contextmanager
+def _session_store(session: Session) -> Iterator[Store]:
+    """A store of the session's own: the cluster's, or a throwaway one; closed (and removed) on exit."""
+    with tempfile.TemporaryDirectory(prefix="workbench-session-store-") as directory:
+        store = Store(session, directory if registered_directory(session) is None else None)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 class Store:
@@ -274,23 +303,23 @@ class Store:
             raise
 
     # -- plumbing --------------------------------------------------------------------------------
-    def catalogue(self, op: str, **kwargs: Any) -> Any:
+    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
         """One catalogue operation (a message to the scheduler, bounded by the session timeout)."""
         self._check_open()
 
         async def ask() -> Any:
             return await asyncio.wait_for(
-                self.client.scheduler.workbench_store(action=op, **kwargs), self.session.timeout
+                self.client.scheduler.workbench_store(action=str(op), **kwargs), self.session.timeout
             )
 
         try:
-            return raise_error(self.client.sync(ask), "the scheduler")
+            return unpack_reply(self.client.sync(ask), "the scheduler")
         except KeyError as error:
-            if op == "alias":
+            if op == CatalogueOp.ALIAS:
                 raise UnknownAlias(error.args[0] if error.args else str(error)) from None
             raise
 
-    def backend(self, address: str, op: str, timeout: float | None = None, **kwargs: Any) -> Any:
+    def backend(self, address: str, op: BackendOp, timeout: float | None = None, **kwargs: Any) -> Any:
         """One operation on the backend at ``address`` (a direct message, no scheduler), waiting at
         most ``timeout`` seconds (default: the session's).
 
@@ -301,7 +330,7 @@ class Store:
 
         async def ask() -> Any:
             return await asyncio.wait_for(
-                self.client.rpc(address).workbench_store(action=op, **kwargs), timeout or self.session.timeout
+                self.client.rpc(address).workbench_store(action=str(op), **kwargs), timeout or self.session.timeout
             )
 
         try:
@@ -310,7 +339,7 @@ class Store:
             raise BackendUnreachable(
                 f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
             ) from error
-        return raise_error(reply, f"backend {address}")
+        return unpack_reply(reply, f"backend {address}")
 
     def _check_open(self) -> None:
         if self._closed:
@@ -334,25 +363,24 @@ class Store:
         refs = _batch_refs(proxies)
         if tier == "disk":  # objects only on disk are there already: nothing to load
             by_worker: dict[str, list[list[Any]]] = {}
-            for ref, info in zip(refs, self.resolve(refs)):
-                if "missing" in info:
-                    raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-                for w in info["workers"]:
-                    by_worker.setdefault(w, []).append([ref.oid, info["version"]])
+            for ref, record in zip(refs, self.records(refs)):
+                record = found(record, ref)
+                for w in record.workers:
+                    by_worker.setdefault(w, []).append([ref.oid, record.version])
             for w, keys in by_worker.items():
-                self.backend(w, "place_many", keys=keys, tier=tier, reason=reason)
+                self.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
             return len(refs)
         placed: dict[str, list[list[Any]]] = {}
         pending = refs
         try:
             for _ in range(len(refs) + 2):
                 by_worker = {}
-                for ref, workers in self.holders(pending):  # objects on disk are loaded first
-                    for w in workers:
-                        by_worker.setdefault(w, []).append([ref.oid, ref.version])
+                for resolved in self.resolve(pending):  # objects on disk are loaded first
+                    for w in resolved.workers:
+                        by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
                 missing: set[str] = set()
                 for w, keys in by_worker.items():
-                    reply = self.backend(w, "place_many", keys=keys, tier=tier, reason=reason)
+                    reply = self.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
                     placed.setdefault(w, []).extend(reply["placed"])
                     missing.update(str(k[0]) for k in reply["missing"])
                 if not missing:
@@ -365,7 +393,7 @@ class Store:
         except BaseException:
             for w, done in placed.items():
                 try:
-                    self.backend(w, "unplace_many", placed=done, tier=tier)
+                    self.backend(w, BackendOp.UNPLACE_MANY, placed=done, tier=tier)
                 except Exception:  # noqa: S112 - the backend is gone: its objects with it; the error says why
                     continue
             raise
@@ -373,22 +401,22 @@ class Store:
     def cool(self, proxies: Sequence[StoredHandle]) -> list[dict[str, Any]]:
         """Make many objects' tier files cold (one message per backend); every eviction (see :meth:`Proxy.cool`)."""
         by_worker: dict[str, list[list[Any]]] = {}
-        for ref, workers in self.holders([p.ref for p in proxies]):
-            for w in workers:
-                by_worker.setdefault(w, []).append([ref.oid, ref.version])
-        return [e for w, keys in by_worker.items() for e in self.backend(w, "cool_many", keys=keys)]
+        for resolved in self.resolve([p.ref for p in proxies]):
+            for w in resolved.workers:
+                by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
+        return [e for w, keys in by_worker.items() for e in self.backend(w, BackendOp.COOL_MANY, keys=keys)]
 
     def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
         """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
         disk tier; None: no limit); each backend's old limit, to set back."""
         _check_limit(nbytes)
-        return {w: self.backend(w, "set_memory_limit", nbytes=nbytes) for w in self.backends()}
+        return {w: self.backend(w, BackendOp.SET_MEMORY_LIMIT, nbytes=nbytes) for w in self.backends()}
 
     def set_cache(self, nbytes: int) -> None:
         """Set every backend's DRAM cache budget (for ``cached`` objects) to ``nbytes``."""
         _check_bytes(nbytes, "a cache budget is bytes per backend")
         for w in self.backends():
-            self.backend(w, "set_cache", nbytes=nbytes)
+            self.backend(w, BackendOp.SET_CACHE, nbytes=nbytes)
 
     def set_dynamic_budget(self, budget: int) -> None:
         """Set every backend's DRAM budget for dynamic placement (``rebalance(budget)``), unless this
@@ -410,7 +438,7 @@ class Store:
         return [
             {"worker": w, **move}
             for w in self.backends()
-            for move in self.backend(w, "rebalance", budget=budget, hot_reads=hot_reads)
+            for move in self.backend(w, BackendOp.REBALANCE, budget=budget, hot_reads=hot_reads)
         ]
 
     def close(self) -> None:
@@ -431,6 +459,11 @@ class Store:
             found = _registration(self.session)
             if found is not None and found.token == self._token:  # not replaced since (a stale store is)
                 detach(self.session)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     def __enter__(self) -> Store:
         return self
@@ -460,7 +493,7 @@ class Store:
             check_alias(alias)
         known = set(self.backends())
         if backends is None:  # round-robin from where the catalogue's turn is
-            turn = self.catalogue("turn", n=len(objs))
+            turn = self.catalogue(CatalogueOp.TURN, n=len(objs))
             workers, start = list(turn["workers"]), int(turn["start"])
             backends = [workers[(start + i) % len(workers)] for i in range(len(objs))]
         backends = list(backends)
@@ -471,7 +504,7 @@ class Store:
         for b in backends:
             if b not in known:
                 raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
-        taken = self.catalogue("aliases")
+        taken = self.catalogue(CatalogueOp.ALIASES)
         for alias in aliases:
             if alias is not None and alias in taken:
                 raise ValueError(
@@ -509,7 +542,7 @@ class Store:
                 groups[cls]["entries"].append(entry)
         # In the catalogue first (one transaction): a backend taking objects may evict others to
         # disk, and tells the catalogue about objects it knows.
-        self.catalogue("register_groups", groups=list(groups.values()))
+        self.catalogue(CatalogueOp.REGISTER_GROUPS, groups=list(groups.values()))
         self._put_batches(by_backend, payloads, oids)
         labels = {cls: (group["common"]["class_label"], group["common"]["methods"]) for cls, group in groups.items()}
         with without_gc():
@@ -526,7 +559,7 @@ class Store:
             keys = [[oids[i], 0] for i in by_backend[b]]
             comm = self.client.rpc(b)
             return await asyncio.wait_for(
-                comm.workbench_store(action="put_many", keys=keys, **payloads[b]), self.session.timeout
+                comm.workbench_store(action=str(BackendOp.PUT_MANY), keys=keys, **payloads[b]), self.session.timeout
             )
 
         async def put_all() -> list[Any]:
@@ -538,17 +571,17 @@ class Store:
             try:
                 if isinstance(reply, BaseException):
                     raise reply
-                raise_error(reply, f"backend {b}")
+                unpack_reply(reply, f"backend {b}")
             except BaseException as error:
                 failures.append((b, error))
         if failures:
             with contextlib.suppress(Exception):
-                self.catalogue("delete", oids=oids)
+                self.catalogue(CatalogueOp.DELETE, oids=oids)
             failed = {b for b, _ in failures}
             for b in by_backend:  # a failed backend may be gone: asked briefly, in case it took its part
                 with contextlib.suppress(Exception):
                     keys = [[oids[i], 0] for i in by_backend[b]]
-                    self.backend(b, "drop_many", keys=keys, timeout=2.0 if b in failed else None)
+                    self.backend(b, BackendOp.DROP_MANY, keys=keys, timeout=2.0 if b in failed else None)
             b, error = failures[0]
             if isinstance(error, (OSError, asyncio.TimeoutError)):
                 raise BackendUnreachable(
@@ -574,48 +607,13 @@ class Store:
                 f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}"
             )
         check_alias(alias)
-        if alias is not None and alias in self.catalogue("aliases"):
+        if alias is not None and alias in self.catalogue(CatalogueOp.ALIASES):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
         ship_by_value(block_class)
         if isinstance(array, da.Array):
-            array, blocks, row_counts = persist_row_blocks(self.session, array, "persist_blocks")
-            who_has = self.client.who_has(blocks)
-            oids = new_object_ids(len(blocks))
-            # Each worker takes the blocks it holds from its own memory (the client holds their
-            # futures, so they stay), all in one Client.run: one catalogue message per worker, and
-            # no task with thousands of dependencies (Dask's cost there grows with the blocks).
-            assignments: dict[str, tuple[list[Any], list[str]]] = {}
-            for block, oid in zip(blocks, oids):
-                keys, ids = assignments.setdefault(sorted(who_has[block.key])[0], ([], []))
-                keys.append(block.key)
-                ids.append(oid)
-            try:
-                self.session.run(store_blocks_here, assignments, block_class, workers=list(assignments))
-            except BaseException:
-                self._drop(self.catalogue("delete", oids=oids))
-                raise
-            chunks, dtype = list(row_counts), str(array.dtype)
-            shape = [sum(chunks), *(int(n) for n in array.shape[1:])]
+            oids, chunks, shape, dtype = self._blocks_in_place(array, block_class)
         else:
-            arrays = [np.asarray(a) for a in array]
-            if not arrays:
-                raise ValueError("persist_blocks got no blocks")
-            odd = [
-                i
-                for i, a in enumerate(arrays)
-                if a.ndim == 0 or a.shape[1:] != arrays[0].shape[1:] or a.dtype != arrays[0].dtype
-            ]
-            if odd:
-                raise ValueError(
-                    f"persist_blocks takes row blocks of one array: block {odd[0]} has shape "
-                    f"{arrays[odd[0]].shape} and dtype {arrays[odd[0]].dtype}, block 0 {arrays[0].shape} and "
-                    f"{arrays[0].dtype} (the same but for the rows, at least 1-D)"
-                )
-            proxies = self.make_persistent_many([block_class(a) for a in arrays])
-            oids = [p.ref.oid for p in proxies]
-            chunks = [len(a) for a in arrays]
-            shape, dtype = [sum(chunks), *arrays[0].shape[1:]], str(arrays[0].dtype)
-        collection_oid = uuid.uuid4().hex
+            oids, chunks, shape, dtype = self._blocks_round_robin(array, block_class)
         meta = {
             "blocks": oids,
             "chunks": chunks,
@@ -623,12 +621,67 @@ class Store:
             "dtype": dtype,
             "block_class": class_name(block_class),
         }
+        collection_oid = uuid.uuid4().hex
+        self._register_collection(collection_oid, alias, meta)
+        return self._collection(collection_oid, alias, meta, block_class)
+
+    def _blocks_in_place(
+        self, array: da.Array, block_class: type[PersistentObject]
+    ) -> tuple[list[str], list[int], list[int], str]:
+        """The row blocks of a Dask array made objects where they are: their ids, rows per block,
+        the array's shape and dtype.
+
+        Each worker takes the blocks it holds from its own memory (the client holds their futures,
+        so they stay), all in one ``Client.run``: one catalogue message per worker, and no task with
+        thousands of dependencies (Dask's cost there grows with the blocks)."""
+        array, blocks, row_counts = persist_row_blocks(self.session, array, "persist_blocks")
+        who_has = self.client.who_has(blocks)
+        oids = new_object_ids(len(blocks))
+        assignments: dict[str, tuple[list[Any], list[str]]] = {}
+        for block, oid in zip(blocks, oids):
+            keys, ids = assignments.setdefault(sorted(who_has[block.key])[0], ([], []))
+            keys.append(block.key)
+            ids.append(oid)
+        try:
+            self.session.run(store_blocks_here, assignments, block_class, workers=list(assignments))
+        except BaseException:
+            self._drop(self.catalogue(CatalogueOp.DELETE, oids=oids))
+            raise
+        chunks = list(row_counts)
+        return oids, chunks, [sum(chunks), *(int(n) for n in array.shape[1:])], str(array.dtype)
+
+    def _blocks_round_robin(
+        self, blocks: Sequence[np.ndarray], block_class: type[PersistentObject]
+    ) -> tuple[list[str], list[int], list[int], str]:
+        """Numpy row blocks made objects, placed round-robin: their ids, rows per block, the whole
+        array's shape and dtype (a ``ValueError`` unless they are row blocks of one array)."""
+        arrays = [np.asarray(a) for a in blocks]
+        if not arrays:
+            raise ValueError("persist_blocks got no blocks")
+        odd = [
+            i
+            for i, a in enumerate(arrays)
+            if a.ndim == 0 or a.shape[1:] != arrays[0].shape[1:] or a.dtype != arrays[0].dtype
+        ]
+        if odd:
+            raise ValueError(
+                f"persist_blocks takes row blocks of one array: block {odd[0]} has shape "
+                f"{arrays[odd[0]].shape} and dtype {arrays[odd[0]].dtype}, block 0 {arrays[0].shape} and "
+                f"{arrays[0].dtype} (the same but for the rows, at least 1-D)"
+            )
+        proxies = self.make_persistent_many([block_class(a) for a in arrays])
+        chunks = [len(a) for a in arrays]
+        return [p.ref.oid for p in proxies], chunks, [sum(chunks), *arrays[0].shape[1:]], str(arrays[0].dtype)
+
+    def _register_collection(self, oid: str, alias: str | None, meta: dict[str, Any]) -> None:
+        """Record the collection ``oid`` of the blocks ``meta`` lists in the catalogue; if that fails
+        (e.g. the alias was taken meanwhile), the blocks are deleted too."""
         try:
             self.catalogue(
-                "register",
+                CatalogueOp.REGISTER,
                 entries=[
                     {
-                        "oid": collection_oid,
+                        "oid": oid,
                         "version": 0,
                         "class_label": "BlockCollection",
                         "kind": "collection",
@@ -640,10 +693,9 @@ class Store:
                     }
                 ],
             )
-        except BaseException:  # e.g. the alias was taken meanwhile: the blocks go too
-            self._drop(self.catalogue("delete", oids=oids))
+        except BaseException:
+            self._drop(self.catalogue(CatalogueOp.DELETE, oids=meta["blocks"]))
             raise
-        return self._collection(collection_oid, alias, meta, block_class)
 
     def _collection(
         self, oid: str, alias: str | None, meta: dict[str, Any], block_class: type | None = None
@@ -656,10 +708,12 @@ class Store:
             return BlockCollection(
                 self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"])
             )
-        infos = self.catalogue("resolve", refs=[[b, None] for b in meta["blocks"]])
+        records = self.records([ObjectRef(b) for b in meta["blocks"]])
         blocks = [
-            Proxy(ObjectRef(i["oid"], i.get("version"), None, i.get("class_label", "")), i.get("methods", {}), self)
-            for i in infos
+            Proxy(ObjectRef(r.oid, r.version, None, r.class_label), r.methods, self)
+            if isinstance(r, Record)
+            else Proxy(ObjectRef(r.oid, r.version), {}, self)
+            for r in records
         ]
         return BlockCollection(
             self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"])
@@ -669,64 +723,60 @@ class Store:
     def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
         """The object (or block collection) called ``alias``; ``UnknownAlias`` with close matches if none."""
         check_alias(alias)
-        oid = self.catalogue("alias", alias=alias)
-        (info,) = self.catalogue("resolve", refs=[[oid, None]])
-        if "missing" in info:
-            raise UnknownAlias(f"alias {alias!r} names object {oid[:8]}, which was {info['missing']}")
-        if info["kind"] == "collection":
-            return self._collection(oid, alias, info["meta"])
-        return Proxy(ObjectRef(oid, info["version"], alias, info["class_label"]), info["methods"], self)
+        oid = self.catalogue(CatalogueOp.ALIAS, alias=alias)
+        (record,) = self.records([ObjectRef(oid)])
+        if isinstance(record, Missing):
+            raise UnknownAlias(f"alias {alias!r} names object {oid[:8]}, which was {record.reason}")
+        if record.kind == "collection":
+            return self._collection(oid, alias, record.meta)
+        return Proxy(ObjectRef(oid, record.version, alias, record.class_label), record.methods, self)
 
-    def locate(self, objects: Iterable[Proxy]) -> list[list[str]]:
-        """Backends holding each object in memory, for many objects in one catalogue query (pinned
-        versions are looked up as such; a deleted object holds nowhere: [])."""
+    def locations(self, objects: Iterable[Proxy]) -> list[list[str]]:
+        """Every backend holding each object in memory, for many objects in one catalogue query
+        (pinned versions are looked up as such; an object only on disk, or deleted, is held nowhere: [])."""
         objects = list(objects)
         if any(p.ref.pinned for p in objects):
-            return [info.get("workers", []) for info in self.resolve([p.ref for p in objects])]
-        return locations_of(self.catalogue("locate", oids="\n".join(p.ref.oid for p in objects)), len(objects))
+            return [r.workers if isinstance(r, Record) else [] for r in self.records([p.ref for p in objects])]
+        reply = self.catalogue(CatalogueOp.LOCATIONS, oids="\n".join(p.ref.oid for p in objects))
+        return locations_of(reply, len(objects))
 
-    def resolve(self, refs: Sequence[ObjectRef]) -> list[dict[str, Any]]:
-        """The catalogue's record of each object (current version unless pinned), with live holders."""
-        infos = self.catalogue("resolve", refs=[[r.oid, r.version if r.pinned else None] for r in refs])
-        for info in infos:  # messages carry lists as tuples
-            info["workers"] = list(info.get("workers", ()))
-            info["aliases"] = list(info.get("aliases", ()))
-        return infos
+    def records(self, refs: Sequence[ObjectRef]) -> list[Record | Missing]:
+        """The catalogue's record of each object (current version unless pinned) with its live
+        holders, or why it is missing."""
+        replies = self.catalogue(CatalogueOp.RECORDS, refs=[[r.oid, r.version if r.pinned else None] for r in refs])
+        return [record_from_wire(reply) for reply in replies]
 
-    def holders(self, refs: Sequence[ObjectRef]) -> list[tuple[ObjectRef, list[str]]]:
-        """Each object's current version and live holders; objects only on disk are loaded first."""
+    def resolve(self, refs: Sequence[ObjectRef]) -> list[Resolved]:
+        """Each object's version now and every live backend holding it; objects only on disk are
+        read back first (a ``StoreError`` for a deleted one, ``ObjectLost`` for a lost one)."""
         out = []
-        for ref, info in zip(refs, self.resolve(refs)):
-            if "missing" in info:
-                raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-            ref = ObjectRef(ref.oid, info["version"], ref.alias, info["class_label"], ref.pinned)
-            workers = info["workers"]
-            if not workers:
-                workers = self._reload(ref, info)
-            out.append((ref, workers))
+        for ref, record in zip(refs, self.records(refs)):
+            record = found(record, ref)
+            ref = record.ref(like=ref)
+            out.append(Resolved(ref, record.workers or self._reload(ref, record)))
         return out
 
-    def _reload(self, ref: ObjectRef, info: dict[str, Any]) -> list[str]:
+    def _reload(self, ref: ObjectRef, record: Record) -> list[str]:
         """Bring an object that is only on disk back into memory: on the one backend the catalogue
         chooses for it (every caller meanwhile gets the same one), which reads it once."""
-        claim = self.catalogue("claim_load", oid=ref.oid, version=ref.version)
-        if "load_on" in claim:
-            self.backend(claim["load_on"], "load", oid=ref.oid, version=ref.version, disk_path=claim["disk_path"])
-            return [claim["load_on"]]
-        if claim["workers"]:
-            return list(claim["workers"])
-        raise object_lost(ref.label(), info["class_label"], list(claim.get("lost_from") or info.get("lost_from", ())))
+        claim = LoadClaim.from_wire(self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version))
+        if claim.load_on is not None:
+            self.backend(claim.load_on, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
+            return [claim.load_on]
+        if claim.workers:
+            return list(claim.workers)
+        raise object_lost(ref.label(), record.class_label, list(claim.lost_from or record.lost_from))
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
         return pd.DataFrame(
-            self.catalogue("list"),
+            self.catalogue(CatalogueOp.LIST),
             columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"],
         )
 
     def aliases(self) -> dict[str, str]:
         """Alias -> object id, for every alias in the store."""
-        return dict(self.catalogue("aliases"))
+        return dict(self.catalogue(CatalogueOp.ALIASES))
 
     def flush(self, objects: Iterable[Proxy] | None = None) -> int:
         """Write objects (default: every object in memory) to the disk tier; returns how many."""
@@ -735,19 +785,19 @@ class Store:
             if objects is not None
             else [
                 ObjectRef(r["oid"], r["version"], pinned=True)
-                for r in self.catalogue("list")
+                for r in self.catalogue(CatalogueOp.LIST)
                 if r["workers"] and r["kind"] == "object"
             ]
         )
         count = 0
-        for ref, workers in self.holders(refs):
-            self.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
+        for resolved in self.resolve(refs):
+            self.backend(resolved.workers[0], BackendOp.FLUSH, oid=resolved.ref.oid, version=resolved.ref.version)
             count += 1
         return count
 
     def delete(self, objects: Iterable[Proxy]) -> None:
         """Delete objects (every version, alias, replica and disk copy)."""
-        self._drop(self.catalogue("delete", oids=[p.ref.oid for p in objects]))
+        self._drop(self.catalogue(CatalogueOp.DELETE, oids=[p.ref.oid for p in objects]))
 
     def _drop(self, dropped: list[dict[str, Any]]) -> None:
         """Make the backends forget what the catalogue deleted (one message per backend) and remove
@@ -758,7 +808,7 @@ class Store:
                 by_worker.setdefault(worker, []).append([d["oid"], d["version"]])
         for worker, keys in by_worker.items():
             try:
-                self.backend(worker, "drop_many", keys=keys)
+                self.backend(worker, BackendOp.DROP_MANY, keys=keys)
             except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
                 pass
         for d in dropped:
@@ -767,36 +817,19 @@ class Store:
 
     def clear(self) -> int:
         """Delete every object of the store; returns how many objects were deleted."""
-        oids = sorted({r["oid"] for r in self.catalogue("list")})
-        self._drop(self.catalogue("delete", oids=oids))
+        oids = sorted({r["oid"] for r in self.catalogue(CatalogueOp.LIST)})
+        self._drop(self.catalogue(CatalogueOp.DELETE, oids=oids))
         return len(oids)
 
     def backend_tables(self) -> pd.DataFrame:
         """What each backend holds in memory right now (asked of the backends themselves)."""
         rows = []
         for worker in self.backends():
-            rows += [{"worker": worker, **r} for r in self.backend(worker, "table")]
+            rows += [{"worker": worker, **r} for r in self.backend(worker, BackendOp.TABLE)]
         return pd.DataFrame(rows, columns=["worker", "oid", "version", "class", "nbytes", "on_disk"])
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def locations_of(reply: dict[str, Any], count: int) -> list[list[str]]:
-    """The holders of each object from the catalogue's compact ``locate`` reply (deleted: [])."""
-    import array
-
-    first = array.array("H")
-    first.frombytes(reply["first"])
-    if len(first) != count:
-        raise StoreError(f"the catalogue located {len(first)} objects of {count} asked for")
-    workers = list(reply["workers"])
-    more = {int(i): [workers[j] for j in v] for i, v in dict(reply.get("more") or {}).items()}
-    with without_gc():
-        out = [[workers[f - 1]] if 0 < f < DELETED else [] for f in first]
-    for i, holders in more.items():
-        out[i] = holders
-    return out
-
-
 def _serialized_batch(objs: list[Any], indexes: list[int]) -> dict[str, Any]:
     """``objs`` pickled once, as one message part: cloudpickle (classes defined in a notebook travel by
     value), protocol 5 with numpy buffers out of band (sent as frames, not copied into the pickle).

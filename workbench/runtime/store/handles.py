@@ -2,8 +2,9 @@
 
 ``proxy.method(*args)`` runs on the backend holding the object and returns a Dask future (the task
 body is :func:`~workbench.runtime.store.backend.run_active`); ``proxy.method.value(*args)`` sends the
-backend's ``call`` operation directly (handled by ``StoreBackend.op_call``); ``.local`` fetches a copy
-and runs here. A handle travels as its reference; in a task it finds the current store of its
+backend the operation ``BackendOp.CALL`` directly (``BACKEND_HANDLERS`` in
+:mod:`~workbench.runtime.store.backend` hands it to ``StoreBackend.op_call``); ``.local`` fetches a
+copy and runs here. A handle travels as its reference; in a task it finds the current store of its
 process. ``persist_here`` and ``run_active_to_store`` are here too: task bodies that make new handles.
 """
 
@@ -20,7 +21,7 @@ from distributed.protocol import to_serialize
 import kernels
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.session import PinnedCall
-from workbench.runtime.store.backend import local_backend, retry_while_moving, run_active, run_non_active, task_key
+from workbench.runtime.store.backend import local_backend, retry_while_moving, run_active, run_non_active
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError
 from workbench.runtime.store.model import (
     ObjectRef,
@@ -32,6 +33,8 @@ from workbench.runtime.store.model import (
     class_name,
     ship_by_value,
 )
+from workbench.runtime.store.protocol import BackendOp, CatalogueOp, Resolved, call_task_name, found
+from workbench.runtime.trace import task_key
 
 # The ``Store`` (workbench.runtime.store.client) a handle belongs to. Named, not imported: the client
 # imports this module, so the dependency runs one way only (client -> local -> handles).
@@ -66,20 +69,20 @@ class ActiveMethod:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Future:
         """Run on the backend holding the object, as a Dask task; returns its future."""
-        ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
-        return submit_active(self.proxy.store, ref, workers, self.name, self.writes, args, kwargs)
+        (resolved,) = self.proxy.store.resolve([self.proxy.ref])
+        return submit_active(self.proxy.store, resolved.ref, resolved.workers, self.name, self.writes, args, kwargs)
 
     def value(self, *args: Any, **kwargs: Any) -> Any:
         """Run on the backend holding the object and return the plain value (one direct round trip)."""
         store = self.proxy.store
         args, kwargs = gather_futures(store, args, kwargs)
         for attempt in (0, 1):
-            ref, workers = self.proxy._cached_holders(refresh=attempt == 1)
+            ref, workers = self.proxy._resolved(refresh=attempt == 1)
             check_writable(ref, workers, self.name, self.writes)
             try:
                 return store.backend(
                     workers[0],
-                    "call",
+                    BackendOp.CALL,
                     oid=ref.oid,
                     version=ref.version,
                     method=self.name,
@@ -103,7 +106,13 @@ class ActiveMethod:
     def non_active(self, *args: Any, **kwargs: Any) -> Future:
         """Non-active as a task: wherever it runs, it fetches a copy through the store and computes there."""
         return self.proxy.store.client.submit(
-            run_non_active, self.proxy.ref, self.name, args, kwargs, pure=False, key=task_key(self.name, active=False)
+            run_non_active,
+            self.proxy.ref,
+            self.name,
+            args,
+            kwargs,
+            pure=False,
+            key=task_key(call_task_name(self.name, active=False)),
         )
 
     def to_store(self, tier: str = "dram", alias: str | None = None) -> Callable[..., Future]:
@@ -114,7 +123,8 @@ class ActiveMethod:
         check_alias(alias)
 
         def call(*args: Any, **kwargs: Any) -> Future:
-            ((ref, workers),) = self.proxy.store.holders([self.proxy.ref])
+            (resolved,) = self.proxy.store.resolve([self.proxy.ref])
+            ref, workers = resolved.ref, resolved.workers
             check_writable(ref, workers, self.name, self.writes)
             return self.proxy.store.client.submit(
                 run_active_to_store,
@@ -128,7 +138,7 @@ class ActiveMethod:
                 workers=workers,
                 allow_other_workers=False,
                 pure=False,
-                key=task_key(self.name, active=True),
+                key=task_key(call_task_name(self.name, active=True)),
             )
 
         return call
@@ -186,27 +196,25 @@ def submit_active(
         workers=workers,
         allow_other_workers=False,
         pure=False,
-        key=task_key(method, active=True),
+        key=task_key(call_task_name(method, active=True)),
     )
 
 
 def submit_active_many(
     store: Store,
-    targets: Sequence[tuple[ObjectRef, list[str]]],
+    targets: Sequence[Resolved],
     method: str,
     writes: bool,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> list[Future]:
-    """One active call per ``(object, holders)``, each pinned to its holders, submitted as one graph
-    (one scheduler message for a whole collection, not one per block)."""
-    for ref, workers in targets:
-        check_writable(ref, workers, method, writes)
+    """One active call per resolved object, each pinned to the backends holding it, submitted as one
+    graph (one scheduler message for a whole collection, not one per block)."""
+    for target in targets:
+        check_writable(target.ref, target.workers, method, writes)
+    name = call_task_name(method, active=True)
     return store.session.submit_pinned(
-        [
-            PinnedCall(run_active, (ref, method, writes, args, kwargs), workers, task_key(method, active=True))
-            for ref, workers in targets
-        ]
+        [PinnedCall(run_active, (t.ref, method, writes, args, kwargs), t.workers, task_key(name)) for t in targets]
     )
 
 
@@ -217,7 +225,7 @@ class Proxy(StoredHandle):
         self.ref = ref
         self.methods = dict(methods)
         self._store = store
-        self._holders: list[str] | None = None
+        self._locations: list[str] | None = None  # the backends holding it, as last resolved
 
     @property
     def store(self) -> Store:
@@ -255,19 +263,23 @@ class Proxy(StoredHandle):
         """The version this proxy names (None: whatever version is current)."""
         return self.ref.version
 
-    def _cached_holders(self, refresh: bool = False) -> tuple[ObjectRef, list[str]]:
-        if refresh or not self._holders:
-            ((self.ref, self._holders),) = self.store.holders([self.ref])
-        return self.ref, self._holders
+    def _resolved(self, refresh: bool = False) -> tuple[ObjectRef, list[str]]:
+        """The object's version and the backends holding it (read back from disk first if needed),
+        as last resolved unless ``refresh``."""
+        if refresh or not self._locations:
+            (resolved,) = self.store.resolve([self.ref])
+            self.ref, self._locations = resolved.ref, resolved.workers
+        return self.ref, self._locations
 
     def locations(self) -> list[str]:
-        """Backends holding the object in memory now (empty when it is only on disk)."""
-        return self.store.locate([self])[0]
+        """Every backend holding the object in memory now (empty when it is only on disk)."""
+        return self.store.locations([self])[0]
 
     def info(self) -> dict[str, Any]:
-        """The catalogue's record: class, size, holders, disk copy, aliases, version."""
-        (info,) = self.store.resolve([self.ref])
-        return info
+        """The catalogue's record (:class:`~workbench.runtime.store.protocol.Record` as a dict): class,
+        size, holders (``workers``), disk copy, aliases, version; a ``StoreError`` once it is deleted."""
+        (record,) = self.store.records([self.ref])
+        return found(record, self.ref).as_dict()
 
     def fetch(self) -> Any:
         """A copy of the object, here (the non-active way to read it). A holder that drops or evicts it
@@ -275,49 +287,51 @@ class Proxy(StoredHandle):
         reads do (bounded by ``WAIT_SECONDS``)."""
 
         def once() -> Any:
-            ref, workers = self._cached_holders(refresh=True)
-            return self.store.backend(workers[0], "get", oid=ref.oid, version=ref.version)
+            ref, workers = self._resolved(refresh=True)
+            return self.store.backend(workers[0], BackendOp.GET, oid=ref.oid, version=ref.version)
 
         return retry_while_moving(once)
 
     def move(self, backend: str) -> Proxy:
         """Move the object to ``backend`` (copied backend to backend, then dropped at the source)."""
-        ref, workers = self._cached_holders(refresh=True)
+        ref, workers = self._resolved(refresh=True)
         self._check_backend(backend)
         if workers == [backend]:
             return self
-        self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
+        # The target records itself in the catalogue as a holder.
+        self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
         for w in workers:
             if w != backend:
-                self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
-                self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
-        self._holders = [backend]
+                self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
+                self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+        self._locations = [backend]
         return self
 
     def replicate(self, backend: str | None = None) -> str:
         """Copy the object to another backend (default: one that does not hold it); returns where."""
-        ref, workers = self._cached_holders(refresh=True)
+        ref, workers = self._resolved(refresh=True)
         if backend is None:
-            (backend,) = self.store.catalogue("backends", n=1, exclude=workers)
+            (backend,) = self.store.catalogue(CatalogueOp.BACKENDS, n=1, exclude=workers)
         self._check_backend(backend)
         if backend not in workers:
-            self.store.backend(workers[0], "push", oid=ref.oid, version=ref.version, target=backend)  # recorded there
-        self._holders = None
+            # The target records itself in the catalogue as a holder.
+            self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
+        self._locations = None
         return backend
 
     def drop_replicas(self) -> None:
         """Keep one copy only (before calling a writing method on a replicated object)."""
-        ref, workers = self._cached_holders(refresh=True)
+        ref, workers = self._resolved(refresh=True)
         for w in workers[1:]:
-            self.store.catalogue("remove_location", oid=ref.oid, version=ref.version, worker=w)
-            self.store.backend(w, "drop", oid=ref.oid, version=ref.version)
-        self._holders = None
+            self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
+            self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+        self._locations = None
 
     def new_version(self) -> Proxy:
         """A copy of the object as a new version on the same backend; change it, then ``consolidate()``."""
-        ref, workers = self._cached_holders(refresh=True)
-        new = self.store.catalogue("new_version", oid=ref.oid, version=ref.version, worker=workers[0])
-        self.store.backend(workers[0], "copy_version", oid=ref.oid, version=ref.version, new_version=new)
+        ref, workers = self._resolved(refresh=True)
+        new = self.store.catalogue(CatalogueOp.NEW_VERSION, oid=ref.oid, version=ref.version, worker=workers[0])
+        self.store.backend(workers[0], BackendOp.COPY_VERSION, oid=ref.oid, version=ref.version, new_version=new)
         return Proxy(ObjectRef(ref.oid, new, ref.alias, ref.class_label, pinned=True), self.methods, self.store)
 
     def consolidate(self) -> Proxy:
@@ -326,15 +340,15 @@ class Proxy(StoredHandle):
             raise StoreError(
                 f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()"
             )
-        self.store._drop(self.store.catalogue("consolidate", oid=self.ref.oid, version=self.ref.version))
+        self.store._drop(self.store.catalogue(CatalogueOp.CONSOLIDATE, oid=self.ref.oid, version=self.ref.version))
         return Proxy(
             ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store
         )
 
     def flush(self) -> str:
         """Write the object to the disk tier (it also stays in memory); returns the file."""
-        ref, workers = self._cached_holders(refresh=True)
-        return self.store.backend(workers[0], "flush", oid=ref.oid, version=ref.version)
+        ref, workers = self._resolved(refresh=True)
+        return self.store.backend(workers[0], BackendOp.FLUSH, oid=ref.oid, version=ref.version)
 
     def place(self, tier: str, reason: str = "") -> list[dict[str, Any]]:
         """Put the object's numpy attributes on ``tier`` on every backend holding it: ``dram``, ``mapped``
@@ -342,12 +356,13 @@ class Proxy(StoredHandle):
         (evicted, staged back when used) or ``dynamic`` (the backend's policy moves it between
         ``mapped`` and ``dram`` by its use). Returns each backend's placement (tier, from, seconds)."""
         tier = tiering.check_tier(tier)
-        ref, workers = self._cached_holders(refresh=True)
+        ref, workers = self._resolved(refresh=True)
         placed = [
-            self.store.backend(w, "place", oid=ref.oid, version=ref.version, tier=tier, reason=reason) for w in workers
+            self.store.backend(w, BackendOp.PLACE, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
+            for w in workers
         ]
         if tier == "disk":
-            self._holders = None
+            self._locations = None
         return placed
 
     def tier(self) -> str:
@@ -356,21 +371,21 @@ class Proxy(StoredHandle):
         ref, workers = ObjectRef(self.ref.oid, info["version"]), info["workers"]
         if not workers:
             return "disk"
-        rows = self.store.backend(workers[0], "table")
+        rows = self.store.backend(workers[0], BackendOp.TABLE)
         return next((r["tier"] for r in rows if r["oid"] == ref.oid and r["version"] == ref.version), "disk")
 
     def cool(self) -> list[dict[str, Any]]:
         """Make the object's tier files cold on every holder (out of the DRAM cache and the page cache)
         for a cold run; each eviction says whether the medium could be made cold and why not."""
-        ref, workers = self._cached_holders(refresh=True)
-        return [e for w in workers for e in self.store.backend(w, "cool", oid=ref.oid, version=ref.version)]
+        ref, workers = self._resolved(refresh=True)
+        return [e for w in workers for e in self.store.backend(w, BackendOp.COOL, oid=ref.oid, version=ref.version)]
 
     def evict(self) -> None:
         """Move the object to the disk tier only (reloaded into memory on its next use)."""
-        ref, workers = self._cached_holders(refresh=True)
+        ref, workers = self._resolved(refresh=True)
         for w in workers:
-            self.store.backend(w, "evict", oid=ref.oid, version=ref.version)
-        self._holders = None
+            self.store.backend(w, BackendOp.EVICT, oid=ref.oid, version=ref.version)
+        self._locations = None
 
     def delete(self) -> None:
         """Delete the object: every version, replica, disk copy and alias."""
@@ -461,12 +476,13 @@ class BlockCollection:
         return np.concatenate([[0], np.cumsum(self.chunks)]).astype(np.int64)
 
     def locations(self) -> list[list[str]]:
-        """Backends holding each block, in block order, from one catalogue query."""
-        return self.store.locate(self.blocks)
+        """Every backend holding each block, in block order, from one catalogue query (a block only on
+        disk: [])."""
+        return self.store.locations(self.blocks)
 
     def holders(self) -> list[str]:
-        """One backend holding each block (blocks only on disk are loaded first), in block order."""
-        return [workers[0] for _, workers in self.store.holders([b.ref for b in self.blocks])]
+        """One backend holding each block (blocks only on disk are read back first), in block order."""
+        return [resolved.workers[0] for resolved in self.store.resolve([b.ref for b in self.blocks])]
 
     def locality(self) -> dict[str, str]:
         """Block index (as text) -> the backend holding it (as PersistedBlocks.locality gives)."""
@@ -478,7 +494,7 @@ class BlockCollection:
             check_method("the blocks", self.blocks[0].methods, method)
         writes = self.blocks[0].methods.get(method, False) if self.blocks else False
         return submit_active_many(
-            self.store, self.store.holders([b.ref for b in self.blocks]), method, writes, args, kwargs
+            self.store, self.store.resolve([b.ref for b in self.blocks]), method, writes, args, kwargs
         )
 
     def fetch(self) -> np.ndarray:

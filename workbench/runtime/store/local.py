@@ -14,10 +14,10 @@ from typing import Any
 from distributed import get_worker
 
 from workbench.runtime.store.backend import StoreBackend, local_backend
-from workbench.runtime.store.catalogue import PLUGIN_NAME
 from workbench.runtime.store.errors import NotHere, StoreError
 from workbench.runtime.store.handles import Proxy, check_writable, current_store, persist_here
 from workbench.runtime.store.model import ObjectRef, StoredHandle, set_arrays_writeable
+from workbench.runtime.store.protocol import PLUGIN_NAME, found
 
 
 def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
@@ -75,10 +75,8 @@ def _held_here(backend: StoreBackend, ref: ObjectRef) -> tuple[ObjectRef, Any]:
     and its entry; ``NotHere`` if that backend does not hold it."""
     entry = backend.local(ref) if ref.version is not None else None
     if entry is None:  # a proxy of "the current version": ask the catalogue which that is
-        (info,) = backend.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
-        if "missing" in info:
-            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        ref = ObjectRef(ref.oid, info["version"], ref.alias, ref.class_label, ref.pinned)
+        record = found(backend.record(ref), ref)
+        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
         entry = backend.local(ref)
     if entry is None:
         raise NotHere(
@@ -101,11 +99,9 @@ class LocalWrite:
         if self._entry is not None:
             raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
         backend, ref = self._backend, self._ref
-        (info,) = backend.catalogue("resolve", refs=[[ref.oid, ref.version if ref.pinned else None]])
-        if "missing" in info:
-            raise StoreError(f"{ref.label()} was {info['missing']}: it is no longer in the store")
-        check_writable(ref, info["workers"], "local_object(for_write=True)", True)
-        ref = ObjectRef(ref.oid, info["version"], ref.alias, ref.class_label, ref.pinned)
+        record = found(backend.record(ref), ref)
+        check_writable(ref, record.workers, "local_object(for_write=True)", True)
+        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
         self._ref, self._entry = backend.locked(ref, "local_object", True, find=lambda r: _held_here(backend, r))
         set_arrays_writeable(self._entry.obj, True)
         return self._entry.obj

@@ -14,8 +14,10 @@ steals is :mod:`.balance_policy`'s (pure, and stated there); this module runs it
   client cancels the chunk on its victim and pins it to the thief; every steal is a ``steal`` event
   in the trace with the bytes it moved (none when the thief holds a replica).
 - Every chunk reports its CPU and wall seconds as a Dask event (``CHUNK_TOPIC``), which the forecast
-  learns from. Once a map of some work has run, the next map of the same work is placed from its
-  measures (:func:`learned_queues`) and stealing only corrects what the forecast missed.
+  learns from: the session's client subscribes once (:class:`ChunkEvents`, a resource the session owns
+  and closes) and hands each event to the plan that submitted the chunk. Once a map of some work has
+  run, the next map of the same work is placed from its measures (:func:`learned_queues`) and
+  stealing only corrects what the forecast missed.
 - ``split-balanced-replicas`` first copies the back half of every partition (:func:`replica_tails`)
   to the next worker, with Dask's ``replicate``; the copy is timed and counted in the same run (a
   ``replicate`` event). Replicas are dropped when the plan closes.
@@ -75,17 +77,40 @@ def on_chunk(
     return result
 
 
-_listeners: dict[str, Callable[[dict[str, Any]], None]] = {}  # plan id -> its handler of chunk seconds
-_subscribed: set[str] = set()  # ids of the clients whose chunk events come to _dispatch
+CHUNK_EVENTS = "balance chunk events"  # the name of a session's ChunkEvents (Session.own)
 
 
-def _dispatch(event: tuple[float, Any]) -> None:
-    """The client's handler of ``CHUNK_TOPIC``: each event to the plan that submitted the chunk."""
-    message = event[1]
-    if isinstance(message, dict) and isinstance(message.get("tag"), str):
-        listener = _listeners.get(message["tag"].split(":", 1)[0])
-        if listener is not None:
-            listener(message)
+class ChunkEvents:
+    """A client's subscription to ``CHUNK_TOPIC``, one per session (a topic has one handler per client):
+    each event goes to the plan that submitted the chunk, found by the plan id that leads its tag.
+    Entered by :meth:`Session.own <workbench.runtime.session.Session.own>` on a session's first
+    balanced plan; unsubscribed when the session closes."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.listeners: dict[str, Callable[[dict[str, Any]], None]] = {}  # plan id -> its handler of chunk seconds
+        self.closed = True
+
+    def __enter__(self) -> ChunkEvents:
+        self.client.subscribe_topic(CHUNK_TOPIC, self.dispatch)
+        self.closed = False
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.closed = True
+        self.listeners.clear()
+        try:
+            self.client.unsubscribe_topic(CHUNK_TOPIC)
+        except Exception:  # noqa: BLE001 (a client that is closing has no subscription left to end)
+            pass
+
+    def dispatch(self, event: tuple[float, Any]) -> None:
+        """The client's handler of ``CHUNK_TOPIC``: each event to the plan that submitted the chunk."""
+        message = event[1]
+        if isinstance(message, dict) and isinstance(message.get("tag"), str):
+            listener = self.listeners.get(message["tag"].split(":", 1)[0])
+            if listener is not None:
+                listener(message)
 
 
 class BalancedPlan(SplitPlan):
@@ -106,11 +131,9 @@ class BalancedPlan(SplitPlan):
         self.id = uuid.uuid4().hex[:12]
         self._maps = itertools.count()
         self._tags: dict[str, tuple[str, Chunk]] = {}  # chunks whose seconds have not come back yet
-        _listeners[self.id] = self._on_seconds
         client = self.session.client
-        if client.id not in _subscribed:
-            client.subscribe_topic(CHUNK_TOPIC, _dispatch)
-            _subscribed.add(client.id)
+        self._events: ChunkEvents = self.session.own(CHUNK_EVENTS, lambda: ChunkEvents(client))
+        self._events.listeners[self.id] = self._on_seconds
         if self.replicate and len(self.partitions) > 1:
             self._replicate_tails()
 
@@ -308,7 +331,9 @@ class BalancedPlan(SplitPlan):
         """Stop listening for chunk seconds; drop the replicas made for balance (each block stays on its
         worker; a copy a steal left behind is Dask's to keep or drop, and an experiment's runner puts
         every block back before the next run)."""
-        _listeners.pop(getattr(self, "id", ""), None)
+        events = getattr(self, "_events", None)
+        if events is not None:
+            events.listeners.pop(self.id, None)
         if self.replicate and self.placed is not None:
             try:
                 self.placed.restore(self.holders)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,7 +24,7 @@ from distributed import Future
 from workbench.runtime.blocks import PlacedBlocks, rows_of
 from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session
-from workbench.runtime.trace import Recorder
+from workbench.runtime.trace import Recorder, task_key  # task_key: strategies import it from here
 
 T = TypeVar("T")
 
@@ -123,11 +122,6 @@ class Broadcast:
     (scattered to every worker once, placed in the store, written to a file ...)."""
 
     value: Any
-
-
-def task_key(name: str) -> str:
-    """A fresh task key whose prefix (what task streams and Gantt charts show) is ``name``."""
-    return f"{name}-{uuid.uuid4().hex}"
 
 
 class Plan:

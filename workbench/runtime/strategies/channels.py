@@ -60,9 +60,9 @@ class ChannelPlan(Plan):
             )
             for i, block in enumerate(placed.block_futures)
         ]
-        placement = [h or workers[i % len(workers)] for i, h in enumerate(holders)]
+        rank_workers = [h or workers[i % len(workers)] for i, h in enumerate(holders)]
         with self.recorder.phase("group"):
-            result = run_group(self.session, run_block, calls, workers=placement, eager=self.eager, trace=True)
+            result = run_group(self.session, run_block, calls, workers=rank_workers, eager=self.eager, trace=True)
         self.recorder.records.extend(result.events)
         return result.results
 

@@ -29,8 +29,9 @@ from workbench.runtime import splitter
 from workbench.runtime.blocks import concatenate, rows_of
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.store import ArrayBlock, BlockCollection, store_for
-from workbench.runtime.store.backend import run_active, run_non_active, task_key
-from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register
+from workbench.runtime.store.backend import run_active, run_non_active
+from workbench.runtime.store.protocol import call_task_name
+from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register, task_key
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,12 @@ class StorePlan(Plan):
 
     def submit_all(self, name: str, messages: list[tuple[Any, ...]]) -> list[Any]:
         """One active call of ``apply`` per block, pinned to its holders, as one graph."""
-        holders = self.store.holders([b.ref for b in self.collection.blocks])
+        resolved = self.store.resolve([b.ref for b in self.collection.blocks])
+        key_name = call_task_name(name, active=True)
         return self.session.submit_pinned(
             [
-                PinnedCall(run_active, (ref, "apply", False, message, {}), workers, task_key(name, active=True))
-                for (ref, workers), message in zip(holders, messages)
+                PinnedCall(run_active, (r.ref, "apply", False, message, {}), r.workers, task_key(key_name))
+                for r, message in zip(resolved, messages)
             ]
         )
 
@@ -152,7 +154,7 @@ class NonActivePlan(StorePlan):
             messages,
             [{}] * len(refs),
             pure=False,
-            key=[task_key(name, active=False) for _ in refs],
+            key=[task_key(call_task_name(name, active=False)) for _ in refs],
         )
 
 
@@ -167,7 +169,7 @@ class ActiveSplitPlan(StorePlan):
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         """One active call per partition, on its first block's backend."""
         layout, values = self.call_values(args)
-        holders = dict(self.store.holders([p.blocks[0].ref for p in self.partitions]))
+        locations = {r.ref: r.workers for r in self.store.resolve([p.blocks[0].ref for p in self.partitions])}
         calls = []
         for p in self.partitions:
             first, others = p.blocks[0], p.blocks[1:]
@@ -180,8 +182,8 @@ class ActiveSplitPlan(StorePlan):
                 PinnedCall(
                     run_active,
                     (first.ref, "apply", False, message, {}),
-                    holders.get(first.ref, [p.worker]),
-                    task_key(work.name, active=True),
+                    locations.get(first.ref, [p.worker]),
+                    task_key(call_task_name(work.name, active=True)),
                 )
             )
         return self.session.submit_pinned(calls)

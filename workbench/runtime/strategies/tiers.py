@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,8 +40,10 @@ from workbench.runtime.store import ArrayBlock, BlockCollection
 from workbench.runtime.strategies.base import BlockWork, Strategy, register, task_key
 from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.runtime.strategies.store import StorePlan
+from workbench.runtime.worker_state import SpillSpace, worker_state
 
 BUDGET_ENV = "WORKBENCH_DRAM_BUDGET"
+DEFAULT_DRAM_BUDGET = 256 * 2**20
 
 
 @dataclass
@@ -53,20 +54,34 @@ class TierSettings:
     dram_budget: int
 
 
-_SETTINGS = TierSettings(int(os.environ.get(BUDGET_ENV) or 256 * 2**20))
+_configured: int | None = None  # the budget :func:`configure` set in this process; None: read the environment
+
+
+def _checked(dram_budget: Any, where: str) -> int:
+    if isinstance(dram_budget, bool) or not isinstance(dram_budget, int) or not 0 <= dram_budget < 2**63:
+        raise ValueError(f"{where} is bytes per backend (an int >= 0), got {dram_budget!r}")
+    return dram_budget
 
 
 def settings() -> TierSettings:
-    """The tier strategies' settings (change them with :func:`configure`)."""
-    return _SETTINGS
+    """The tier strategies' settings now: the budget :func:`configure` set, else ``$WORKBENCH_DRAM_BUDGET``
+    (read at each call), else 256 MiB."""
+    if _configured is not None:
+        return TierSettings(_configured)
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    if not value:
+        return TierSettings(DEFAULT_DRAM_BUDGET)
+    try:
+        return TierSettings(_checked(int(value), f"${BUDGET_ENV}"))
+    except ValueError:
+        raise ValueError(f"${BUDGET_ENV} is bytes per backend (an int >= 0), got {value!r}") from None
 
 
 def configure(dram_budget: int) -> TierSettings:
     """Set the DRAM budget per backend for the tier strategies (a benchmark sets it per dataset)."""
-    if isinstance(dram_budget, bool) or not isinstance(dram_budget, int) or not 0 <= dram_budget < 2**63:
-        raise ValueError(f"dram_budget is bytes per backend (an int >= 0), got {dram_budget!r}")
-    _SETTINGS.dram_budget = dram_budget
-    return _SETTINGS
+    global _configured
+    _configured = _checked(dram_budget, "dram_budget")
+    return settings()
 
 
 class TierPlan(StorePlan):
@@ -169,42 +184,44 @@ def block_calls(
     ]
 
 
-_SPILL: dict[str, Any] = {}  # in each worker process: spill buffer name -> SpillBuffer
-_SPILL_LOCK = threading.Lock()
-
-
 def spill_put(name: str, directory: str, target: int, compression: bool, index: int, block: np.ndarray) -> int:
-    """Task body: put ``block`` into this worker's spill buffer ``name`` (made on first use)."""
+    """Task body: put ``block`` into this worker's spill buffer ``name`` (made on first use; kept in the
+    worker's :class:`~workbench.runtime.worker_state.WorkerState`, which removes its files at teardown)."""
     import dask
     from distributed.spill import SpillBuffer
 
-    with _SPILL_LOCK:
-        if name not in _SPILL:
+    state = worker_state()
+    with state.spill_lock:
+        if name not in state.spills:
+            # a directory per buffer: two never share one (zict owns its directory), not even two workers
+            # of one process (a threads-only cluster)
+            path = os.path.join(directory, name, uuid.uuid4().hex[:12])
             with dask.config.set({"distributed.worker.memory.spill-compression": "lz4" if compression else False}):
-                # a directory per worker process: two buffers never share one (zict owns its directory)
-                _SPILL[name] = SpillBuffer(os.path.join(directory, name, str(os.getpid())), target=target)
-        buffer = _SPILL[name]
-    with _SPILL_LOCK:  # a SpillBuffer is not thread-safe (a worker touches its own on one thread)
+                state.spills[name] = SpillSpace(SpillBuffer(path, target=target), path)
+        buffer = state.spills[name].buffer
+    with state.spill_lock:  # a SpillBuffer is not thread-safe (a worker touches its own on one thread)
         buffer[f"block-{index}"] = np.array(block, copy=True)  # its own copy: spilling it frees it
     return int(block.nbytes)
 
 
-def spill_drop(name: str, directory: str) -> None:
-    """On every worker: forget spill buffer ``name`` and remove its files."""
-    with _SPILL_LOCK:
-        _SPILL.pop(name, None)  # not clear(): that unspills every key first, only to delete it
+def spill_drop(name: str, directory: str, dask_worker: Any = None) -> None:
+    """``Client.run`` body, on every worker: forget spill buffer ``name`` and remove its files."""
+    state = worker_state(dask_worker)
+    with state.spill_lock:
+        state.spills.pop(name, None)  # not clear(): that unspills every key first, only to delete it
     shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
 def on_spilled(work: BlockWork, name: str, index: int, aligned: Sequence[Any], args: Sequence[Any], rows: Any) -> Any:
     """Task body: the work of block ``index``, read from the spill buffer (unspilled from disk if spilled)."""
-    with _SPILL_LOCK:
-        buffer = _SPILL.get(name)
-        if buffer is None:
+    state = worker_state()
+    with state.spill_lock:
+        space = state.spills.get(name)
+        if space is None:
             raise RuntimeError(
                 f"spill buffer {name!r} is not on this worker (a worker restarted?): run the variant again"
             )
-        block = buffer[f"block-{index}"]  # unspilled (read, decompressed, unpickled) if it was on disk
+        block = space.buffer[f"block-{index}"]  # unspilled (read, decompressed, unpickled) if it was on disk
     return work.call(block, aligned, args, rows)
 
 

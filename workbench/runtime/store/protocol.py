@@ -1,0 +1,327 @@
+"""The store's wire protocol: operation names, reply records, the error encoding, both ends' constants.
+
+Clients and backends reach the catalogue (a scheduler plugin) and the backends (worker plugins)
+through one Dask comm handler each, :data:`HANDLER`, sending ``action=<operation>`` and the
+operation's arguments. The operations are :class:`CatalogueOp` and :class:`BackendOp`; each end
+has one table from operation to handler (``CATALOGUE_HANDLERS`` in
+:mod:`~workbench.runtime.store.catalogue`, ``BACKEND_HANDLERS`` in
+:mod:`~workbench.runtime.store.backend`), so a call is followed by names::
+
+    proxy.total.value()                       # handles.ActiveMethod.value
+      -> store.backend(worker, BackendOp.CALL, ...)   # client.Store.backend
+      -> BACKEND_HANDLERS[BackendOp.CALL]             # = StoreBackend.op_call, on the worker
+
+Messages are msgpack: plain values, lists and dicts (Dask turns tuples into lists). The records
+here are built from those at the receiving end (``from_wire``) and turned into them at the sending
+end (``to_wire``), in this module only. Every reply is :func:`result_reply` or :func:`error_reply`;
+:func:`unpack_reply` returns the result or raises the error, on either end.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import gc
+import pickle
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import cloudpickle
+from distributed.protocol import to_serialize
+
+from workbench.runtime import failures
+from workbench.runtime.store.errors import StoreError
+from workbench.runtime.store.model import ObjectRef
+
+PLUGIN_NAME = "workbench-store"  # the catalogue's name on the scheduler, the backends' on the workers
+HANDLER = "workbench_store"  # the comm handler of both ends
+ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the caller to raise
+RESULT_KEY = "__workbench_result__"  # a reply carrying a result (a bare None means: no store handler there)
+DELETED = 65535  # in a compact locations reply: the object was deleted
+ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see call_task_name); the catalogue looks for it
+
+
+class CatalogueOp(StrEnum):
+    """Operations of the catalogue (the scheduler plugin); each is handled by ``StoreCatalogue.op_<value>``."""
+
+    BACKENDS = "backends"
+    TURN = "turn"
+    REGISTER = "register"
+    REGISTER_GROUPS = "register_groups"
+    ALIAS = "alias"
+    SET_ALIAS = "set_alias"
+    RECORDS = "records"
+    LOCATIONS = "locations"
+    ADD_LOCATION = "add_location"
+    REMOVE_LOCATION = "remove_location"
+    CLAIM_LOAD = "claim_load"
+    SET_DISK = "set_disk"
+    SET_NBYTES = "set_nbytes"
+    NEW_VERSION = "new_version"
+    CONSOLIDATE = "consolidate"
+    DELETE = "delete"
+    LIST = "list"
+    ALIASES = "aliases"
+    DIRECTORY = "directory"
+
+
+class BackendOp(StrEnum):
+    """Operations of a backend (a worker plugin); each is handled by ``StoreBackend.op_<value>``."""
+
+    CALL = "call"
+    PUT = "put"
+    PUT_MANY = "put_many"
+    DROP = "drop"
+    DROP_MANY = "drop_many"
+    GET = "get"
+    PUSH = "push"
+    COPY_VERSION = "copy_version"
+    FLUSH = "flush"
+    EVICT = "evict"
+    LOAD = "load"
+    PLACE = "place"
+    PLACE_MANY = "place_many"
+    UNPLACE_MANY = "unplace_many"
+    COOL = "cool"
+    COOL_MANY = "cool_many"
+    SET_MEMORY_LIMIT = "set_memory_limit"
+    SET_CACHE = "set_cache"
+    REBALANCE = "rebalance"
+    TABLE = "table"
+    NULL = "null"
+
+
+def handler_for(table: Mapping[str, Callable[..., Any]], action: str, end: str) -> Callable[..., Any]:
+    """The handler ``table`` has for ``action`` (an operation's name); a ``ValueError`` naming ``end``
+    (``the store catalogue``, ``a store backend``) if it has none."""
+    handler = table.get(action)
+    if handler is None:
+        raise ValueError(f"{end} has no operation {action!r}")
+    return handler
+
+
+def call_task_name(method: str, active: bool) -> str:
+    """The task name of a call of ``method``: ``<method>-active`` (runs where the object is) or
+    ``<method>-non-active`` (fetches a copy); its keys are ``trace.task_key`` of it."""
+    return f"{method}-active" if active else f"{method}-non-active"
+
+
+# -- replies --------------------------------------------------------------------------------------
+def result_reply(result: Any) -> dict[str, Any]:
+    """The reply carrying ``result`` (plain values as they are; others wrapped by the sender)."""
+    return {RESULT_KEY: result}
+
+
+def error_reply(error: Exception) -> dict[str, Any]:
+    """The reply carrying ``error`` for the caller to raise (pickled, so its type travels: ``NotHere``,
+    ``KeyError`` ...). An error that cannot be pickled travels as a ``StoreError`` with its text."""
+    return {ERROR_KEY: to_serialize(_sendable_error(error))}
+
+
+def _sendable_error(error: Exception) -> Exception:
+    """``error`` if it can travel to the caller (pickled), else a ``StoreError`` with its text; one whose
+    text cannot be made is named by an ``UnprintableError`` (the caller could not show it either)."""
+    text = failures.message(error)
+    if text is None:
+        return failures.unprintable(error)
+    try:
+        pickle.loads(cloudpickle.dumps(error))
+        return error
+    except Exception:
+        return StoreError(f"{type(error).__name__}: {text}")
+
+
+def unpack_reply(reply: Any, where: str) -> Any:
+    """The result a catalogue or backend reply carries, or the exception it carries raised.
+
+    Dask answers a message for a handler that is not there with a bare None: ``where`` (the
+    scheduler, a backend) has no store, because it was closed (taken off the cluster).
+    """
+    if isinstance(reply, dict) and ERROR_KEY in reply:
+        raise reply[ERROR_KEY]
+    if not isinstance(reply, dict) or RESULT_KEY not in reply:
+        raise StoreError(
+            f"{where} has no store: the store was closed (taken off the cluster by the Store that opened it). "
+            "Open it again with Store(session, directory)"
+        )
+    return reply[RESULT_KEY]
+
+
+# -- records --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Record:
+    """The catalogue's record of one object version (``records`` replies), with the live workers
+    holding it in memory (``workers``: empty when it is only on disk, or lost)."""
+
+    oid: str
+    version: int
+    workers: list[str]
+    current: bool
+    lost_from: list[str]  # the backends it was lost with, when no live worker holds it
+    aliases: list[str]
+    class_label: str
+    kind: str  # "object" or "collection"
+    nbytes: int
+    methods: dict[str, bool]
+    meta: dict[str, Any]
+    disk_path: str | None
+    created: float
+
+    def ref(self, like: ObjectRef | None = None) -> ObjectRef:
+        """The reference of this version; alias and pinning from ``like`` when given."""
+        if like is None:
+            return ObjectRef(self.oid, self.version, (self.aliases or [None])[0], self.class_label)
+        return ObjectRef(self.oid, self.version, like.alias, self.class_label, like.pinned)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The record as a message part."""
+        return dict(vars(self))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a dict of its fields (what ``Proxy.info()`` returns)."""
+        return {**vars(self), "workers": list(self.workers), "aliases": list(self.aliases)}
+
+
+@dataclass(frozen=True)
+class Missing:
+    """No record: the object (or the version asked for) is not in the catalogue, and why."""
+
+    oid: str
+    version: int | None
+    reason: str  # "deleted"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The answer as a message part."""
+        return {"oid": self.oid, "version": self.version, "missing": self.reason}
+
+    def error(self, ref: ObjectRef) -> StoreError:
+        """The error for a caller that needs the object ``ref`` names."""
+        return StoreError(f"{ref.label()} was {self.reason}: it is no longer in the store")
+
+
+def record_from_wire(reply: Mapping[str, Any]) -> Record | Missing:
+    """A ``records`` reply entry as its record (lists as lists: messages may carry them as tuples)."""
+    if "missing" in reply:
+        return Missing(reply["oid"], reply.get("version"), reply["missing"])
+    return Record(
+        oid=reply["oid"],
+        version=int(reply["version"]),
+        workers=list(reply["workers"]),
+        current=bool(reply["current"]),
+        lost_from=list(reply["lost_from"]),
+        aliases=list(reply["aliases"]),
+        class_label=reply["class_label"],
+        kind=reply["kind"],
+        nbytes=int(reply["nbytes"]),
+        methods=dict(reply["methods"]),
+        meta=dict(reply["meta"]),
+        disk_path=reply["disk_path"],
+        created=reply["created"],
+    )
+
+
+def found(record: Record | Missing, ref: ObjectRef) -> Record:
+    """``record`` if the catalogue has it; the ``StoreError`` of the missing object ``ref`` if not."""
+    if isinstance(record, Missing):
+        raise record.error(ref)
+    return record
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An object found: its version now (``ref``) and every live backend holding it in memory
+    (never empty: an object only on disk is read back first)."""
+
+    ref: ObjectRef
+    workers: list[str]
+
+
+@dataclass(frozen=True)
+class LoadClaim:
+    """The catalogue's answer to ``claim_load``: the object is in memory on ``workers`` already, or
+    ``load_on`` reads it back from ``disk_path``; neither: lost with ``lost_from``."""
+
+    workers: list[str]
+    load_on: str | None = None
+    disk_path: str | None = None
+    lost_from: tuple[str, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        """The claim as a message part."""
+        return {
+            "workers": list(self.workers),
+            "load_on": self.load_on,
+            "disk_path": self.disk_path,
+            "lost_from": list(self.lost_from),
+        }
+
+    @classmethod
+    def from_wire(cls, reply: Mapping[str, Any]) -> LoadClaim:
+        """The claim a ``claim_load`` reply carries."""
+        return cls(
+            list(reply.get("workers") or ()),
+            reply.get("load_on"),
+            reply.get("disk_path"),
+            tuple(reply.get("lost_from") or ()),
+        )
+
+
+# -- the compact locations reply --------------------------------------------------------------------
+@contextlib.contextmanager
+def without_gc() -> Iterator[None]:
+    """Python's cycle collector paused while a loop builds 10^4..10^5 small objects that form no
+    cycles: each full collection would walk the whole heap (every catalogued object), which made
+    bulk operations grow faster than linearly with the store's size."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def encode_locations(holders: Iterable[Collection[str] | None], live: Container[str]) -> dict[str, Any]:
+    """The ``locations`` reply for the objects whose holders are ``holders`` (None: a deleted object;
+    only those in ``live`` count) in a compact form: the workers named once, and per object the
+    index + 1 of its first live holder as a uint16 array (0: held nowhere, :data:`DELETED`:
+    deleted), ``more`` listing the objects held by several. 10^5 objects travel in a few hundred kB."""
+    names: dict[str, int] = {}
+    first = array.array("H")
+    append = first.append
+    more: dict[int, list[int]] = {}
+    with without_gc():
+        for i, held in enumerate(holders):
+            if held is None:
+                append(DELETED)
+                continue
+            if len(held) == 1:  # the common case, without sorting
+                (worker,) = held
+                append(names.setdefault(worker, len(names)) + 1 if worker in live else 0)
+                continue
+            alive = sorted(w for w in held if w in live)
+            if not alive:
+                append(0)
+                continue
+            indexes = [names.setdefault(w, len(names)) for w in alive]
+            append(indexes[0] + 1)
+            if len(indexes) > 1:
+                more[i] = indexes
+    return {"workers": list(names), "first": first.tobytes(), "more": more}
+
+
+def locations_of(reply: Mapping[str, Any], count: int) -> list[list[str]]:
+    """Every live holder of each object, from the catalogue's compact ``locations`` reply (deleted: [])."""
+    first = array.array("H")
+    first.frombytes(reply["first"])
+    if len(first) != count:
+        raise StoreError(f"the catalogue located {len(first)} objects of {count} asked for")
+    workers = list(reply["workers"])
+    more = {int(i): [workers[j] for j in v] for i, v in dict(reply.get("more") or {}).items()}
+    with without_gc():
+        out = [[workers[f - 1]] if 0 < f < DELETED else [] for f in first]
+    for i, holders in more.items():
+        out[i] = holders
+    return out

@@ -1,0 +1,102 @@
+"""What a worker keeps between tasks, on one worker plugin: RRO views, spill buffers, channel marks and inboxes.
+
+Task code that needs a table of its worker (the RRO lookup table, a ``dask-spill`` buffer, the groups
+aborted here, an eager rank's inbox) reaches it through :func:`worker_state`, the way distributed's
+shuffle reaches its worker plugin: ``get_worker().plugins[PLUGIN_NAME]``. Nothing lives in a module
+global: :func:`workbench.runtime.session.start` registers :class:`WorkerState` on every worker of the
+cluster it starts or joins (later ones included), the worker makes its tables when the plugin arrives,
+and :meth:`WorkerState.teardown` drops them when the worker closes. A function run with ``Client.run``
+is not a task (Dask sets no current worker for it): it takes Dask's ``dask_worker`` argument and passes
+it on.
+
+This module imports neither the channels nor the strategies (they import it): the objects they keep
+here are typed ``Any``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+PLUGIN_NAME = "workbench-worker-state"
+
+
+class NoWorkerState(RuntimeError):
+    """Task code that keeps worker state ran where there is none (outside a task, or on a worker of a
+    cluster that no workbench session registered the plugin on)."""
+
+
+@dataclass
+class SpillSpace:
+    """One ``dask-spill`` buffer of this worker and the directory it spills to (its own)."""
+
+    buffer: Any  # a distributed.spill.SpillBuffer
+    directory: str
+
+
+class WorkerState(WorkerPlugin):
+    """The per-worker tables of the runtime: made empty when the plugin arrives on a worker (it travels
+    as a new instance), dropped by :meth:`teardown` when the worker closes or the plugin is removed.
+
+    - ``views``: the RRO lookup table (:mod:`workbench.runtime.rro`), segment name -> attached view;
+    - ``spills`` (under ``spill_lock``): the ``dask-spill`` buffers (:mod:`workbench.runtime.strategies.tiers`);
+    - ``aborted_groups``: channel groups aborted on this worker (:mod:`workbench.runtime.channels.transport`);
+    - ``inboxes``: the eager ranks' inbox actors on this worker, by (group, rank)
+      (:mod:`workbench.runtime.channels.channel`).
+    """
+
+    idempotent = True  # a second session joining the cluster keeps the workers' tables
+
+    def __init__(self) -> None:
+        self.views: dict[str, np.ndarray] = {}
+        self.spills: dict[str, SpillSpace] = {}
+        self.spill_lock = threading.Lock()  # a SpillBuffer is not thread-safe
+        self.aborted_groups: set[str] = set()
+        self.inboxes: dict[tuple[str, int], Any] = {}  # channels.channel.Inbox
+
+    def __reduce__(self) -> tuple[type[WorkerState], tuple[()]]:
+        """Sent to a worker as a new, empty state (its tables are the worker's own; a lock does not pickle)."""
+        return (WorkerState, ())
+
+    def teardown(self, worker: Any) -> None:
+        """Drop the worker's views, close its inboxes, forget its spill buffers and remove their files."""
+        self.views.clear()
+        self.aborted_groups.clear()
+        for inbox in list(self.inboxes.values()):
+            inbox.close()
+        self.inboxes.clear()
+        with self.spill_lock:
+            spaces = list(self.spills.values())
+            self.spills.clear()  # not each buffer's clear(): that unspills every key first, only to delete it
+        for space in spaces:
+            shutil.rmtree(space.directory, ignore_errors=True)
+
+
+def worker_state(worker: Any = None) -> WorkerState:
+    """This worker's :class:`WorkerState`: of ``worker`` (a ``Client.run`` function's ``dask_worker``),
+    else of the worker running the current task.
+
+    Raises :class:`NoWorkerState` outside a task (with no ``worker``) and on a worker without the plugin.
+    """
+    if worker is None:
+        try:
+            worker = get_worker()
+        except ValueError:
+            raise NoWorkerState(
+                "this code keeps per-worker state and runs only in a task on a Dask worker (a function run with "
+                "Client.run takes a dask_worker argument and passes it to worker_state)"
+            ) from None
+    state = worker.plugins.get(PLUGIN_NAME)
+    if state is None:
+        raise NoWorkerState(
+            f"worker {worker.address} has no {PLUGIN_NAME!r} plugin: start the cluster or join it with "
+            "workbench.runtime.session.start (it registers the plugin), or register it yourself with "
+            "client.register_plugin(WorkerState(), name=PLUGIN_NAME)"
+        )
+    return state
