@@ -134,13 +134,13 @@ def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "s
 
 
 def store_scale_figure(report: dict, title: str = "the active store as it fills"):
-    """Log-log curves of ``workbench bench store-scale``: registration per object, ``locate`` of all
+    """Log-log curves of ``workbench bench store-scale``: registration per object, ``store.locations`` of all
     objects and ``.value()`` latency against the number of objects; ``persist_blocks`` per block
     against the number of blocks. Flat per-object lines are what scaling looks like."""
     objects = pd.DataFrame(report["objects"])
     curves = {
         "make_persistent_many, ms per object": objects["per_object_ms"],
-        "locate of all, ms": 1e3 * objects["locate_s"],
+        "locations of all, ms": 1e3 * objects["locations_s"],
         ".value() latency, ms": objects["value_latency_ms"],
     }
     fig = figure(
