@@ -18,7 +18,7 @@ def test_doctor_on_this_machine_passes_or_names_each_fix(capsys):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     checks = doctor.run()
     names = [c.name for c in checks]
-    assert names[:5] == ["operating system", "cores", "memory", "/dev/shm", "numba cache"]
+    assert names[:7] == ["operating system", "cores", "memory", "/dev/shm", "your segments", "learners", "numba cache"]
     assert {"JupyterLab", "Dask dashboard", "dashboard in JupyterLab"} <= set(names)
     for check in checks:
         assert check.ok or check.fix, check
@@ -158,3 +158,46 @@ def test_the_linux_only_table_covers_every_module_that_uses_a_linux_interface(tm
     probe = tmp_path / "probe.py"
     probe.write_text('"""Reads /proc/ in a docstring only."""\nimport os\nos.posix_fadvise(0, 0, 0, 4)\n')
     assert linux_uses(probe) == {"posix_fadvise"}
+
+
+def test_learners_that_fit_is_limited_by_the_scarcest_resource():
+    needs = doctor.LEARNER_NEEDS["lab"]
+    assert doctor.learners_that_fit("lab", 32, 10 * needs.memory, 100 * needs.shm) == (10, "memory")
+    assert doctor.learners_that_fit("lab", 4, 10 * needs.memory, 100 * needs.shm) == (4, "cores")
+    assert doctor.learners_that_fit("lab", 32, 10 * needs.memory, 3 * needs.shm) == (3, "/dev/shm")
+    assert doctor.learners_that_fit("ci", 4, 100 * doctor.GIB, None) == (0, "/dev/shm")  # no /dev/shm: none
+    with pytest.raises(ValueError, match="size must be one of"):
+        doctor.learners_that_fit("huge", 4, doctor.GIB, doctor.GIB)
+
+
+def test_the_learners_line_says_what_the_machine_holds_and_whether_n_fit():
+    lab, ci = doctor.LEARNER_NEEDS["lab"], doctor.LEARNER_NEEDS["ci"]
+    space = {"free": 4 * lab.shm, "total": 4 * lab.shm}
+    held = doctor.check_learners(8, 4 * lab.memory, space)
+    assert held.ok and "holds 4 at size lab" in held.found and "at size ci" in held.found
+    assert f"{lab.memory / doctor.GIB:.1f} GiB free memory" in held.found  # the per-learner figures used
+    assert doctor.check_learners(8, 4 * lab.memory, space, learners=4).ok
+    too_many = doctor.check_learners(8, 4 * lab.memory, space, learners=6)  # 6 fit at ci, not at lab
+    assert not too_many.ok and "(they fit at size ci)" in too_many.found and "WORKBENCH_SIZE=ci" in too_many.fix
+    assert 6 * ci.memory <= 4 * lab.memory
+    far_too_many = doctor.check_learners(8, 4 * lab.memory, space, learners=30)
+    assert not far_too_many.ok and "nor at size ci" in far_too_many.found and "30 core(s)" in far_too_many.fix
+    with pytest.raises(ValueError, match="positive number"):
+        doctor.check_learners(8, lab.memory, space, learners=0)
+
+
+def test_doctor_learners_option_on_the_command_line(capsys):
+    from workbench import cli
+
+    status = cli.main(["doctor", "--quick", "--learners", "100000"])
+    out = capsys.readouterr().out
+    assert status == 1 and "FAIL learners: 100000 do not fit at size lab" in out and "fix: for 100000" in out
+    assert "your segments: " in out and shm_prefix() in out
+    assert cli.main(["doctor", "--quick", "--learners", "0"]) == 2
+    assert "--learners must be a positive number" in capsys.readouterr().err
+
+
+def shm_prefix() -> str:
+    from workbench.memory import shm
+
+    return f"under {shm.PREFIX}*"

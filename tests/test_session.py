@@ -51,12 +51,23 @@ def test_simulated_nodes_and_clean_close():
     assert not leftover, f"worker processes left running: {leftover}"
 
 
-def test_joining_a_scheduler_by_environment_leaves_that_cluster_running(session, monkeypatch):
-    monkeypatch.setenv(session_module.SCHEDULER_ENV, session.client.scheduler.address)
-    with workbench.start(timeout=30) as joined:
-        assert joined.cluster is None
-        assert joined.workers() == session.workers()
-    assert session.client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+def test_joining_a_scheduler_by_environment_leaves_that_cluster_running(monkeypatch):
+    from workbench.runtime.clusters import TLS_ENV
+
+    monkeypatch.setenv(TLS_ENV, "0")  # joined from outside: a cluster without credentials of its own
+    with workbench.start(n_workers=1, timeout=60) as running:
+        monkeypatch.setenv(session_module.SCHEDULER_ENV, running.client.scheduler.address)
+        with workbench.start(timeout=30) as joined:
+            assert joined.cluster is None
+            assert joined.workers() == running.workers()
+        assert running.client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+
+
+def test_joining_a_tls_cluster_without_its_credentials_says_what_to_do(session):
+    address = session.client.scheduler.address
+    assert address.startswith("tls://")
+    with pytest.raises(ValueError, match="talks TLS and Dask has no TLS credentials configured here"):
+        workbench.start(address, timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -152,11 +163,15 @@ def test_readiness_flags_a_small_dev_shm():
 
 
 def test_scale_refuses_clusters_it_cannot_shape(session, monkeypatch):
-    monkeypatch.setenv(session_module.SCHEDULER_ENV, session.client.scheduler.address)
-    with workbench.start(timeout=30) as joined:
-        with pytest.raises(ValueError, match="joined an existing scheduler"):
-            joined.scale(1)
-    monkeypatch.delenv(session_module.SCHEDULER_ENV)
+    from workbench.runtime.clusters import TLS_ENV
+
+    with monkeypatch.context() as env:
+        env.setenv(TLS_ENV, "0")  # joined from outside: a cluster without credentials of its own
+        with workbench.start(n_workers=1, timeout=60) as running:
+            env.setenv(session_module.SCHEDULER_ENV, running.client.scheduler.address)
+            with workbench.start(timeout=30) as joined:
+                with pytest.raises(ValueError, match="joined an existing scheduler"):
+                    joined.scale(1)
     with workbench.start(nodes=["x"], timeout=60) as simulated:
         with pytest.raises(ValueError, match="simulated nodes has a fixed shape"):
             simulated.scale(2)

@@ -587,26 +587,28 @@ def _plant_name(directory: Path, raw_name: bytes) -> None:
 
 def test_planted_names_neither_crash_nor_fool_list_and_clean(tmp_path):
     shm.share("ok", np.zeros(2), directory=tmp_path)
+    prefix = shm.PREFIX.encode()
     planted = [
-        b"lwb-abc\n",
-        b"lwb-x~lock\n",
-        b"lwb-\xff\xfe",
-        b"lwb-\x1b[31mred",
-        b"lwb-",
-        b"lwb-a~partial-0",
-        b"lwb-a~partial-99999999999",
-        b"lwb-a~b",
-        b"lwb-sp ace~lock",
+        prefix + b"abc\n",
+        prefix + b"x~lock\n",
+        prefix + b"\xff\xfe",
+        prefix + b"\x1b[31mred",
+        prefix,
+        prefix + b"a~partial-0",
+        prefix + b"a~partial-99999999999",
+        prefix + b"a~b",
+        prefix + b"sp ace~lock",
     ]
     for raw in planted:
         _plant_name(tmp_path, raw)
-    _plant_name(tmp_path, b"lwb-gone~partial-9999999999")  # a valid partial name: its writer id cannot exist
+    _plant_name(tmp_path, prefix + b"gone~partial-9999999999")  # a valid partial name: its writer id cannot exist
+    _plant_name(tmp_path, f"{shm.FAMILY_PREFIX}{os.geteuid() + 1}-theirs".encode())  # another user's: not even listed
     states = {i.name: i.state for i in shm.list_segments(tmp_path)}
     assert states.pop("ok") == "complete" and states.pop("gone~partial-9999999999") == "partial"
     assert set(states.values()) == {"foreign"} and len(states) == len(planted)
     assert all(name.isprintable() and name.isascii() for name in states)  # escaped: safe to print
     assert sorted(shm.clean(tmp_path, everything=True)) == ["gone~partial-9999999999", "ok"]
-    assert len(list(tmp_path.iterdir())) == len(planted)
+    assert len(list(tmp_path.iterdir())) == len(planted) + 1  # the other user's file too
     for action in ("list", "clean"):
         result = subprocess.run(
             [sys.executable, "-m", "workbench.cli", "shm", action, "--dir", str(tmp_path)],
@@ -616,7 +618,7 @@ def test_planted_names_neither_crash_nor_fool_list_and_clean(tmp_path):
         )
         assert result.returncode == 0, result.stderr
     assert "abc\\n" in result.stdout or "nothing to remove" in result.stdout
-    assert len(list(tmp_path.iterdir())) == len(planted)
+    assert len(list(tmp_path.iterdir())) == len(planted) + 1
 
 
 @pytest.mark.parametrize(
@@ -776,3 +778,26 @@ def test_clean_removes_a_dead_groups_mailboxes_and_keeps_other_unused_segments(t
     del mapped
     shm.delete("kept-data", directory=tmp_path)
     assert shm.clean(tmp_path) == ["ch-glive-0-r0"]
+
+
+def test_names_carry_the_user_so_learners_sharing_a_machine_never_meet(tmp_path):
+    assert shm.PREFIX == f"lwb-{os.geteuid()}-"
+    theirs = tmp_path / f"{shm.FAMILY_PREFIX}{os.geteuid() + 1}-lesson02-readings"  # the same name, another user
+    theirs.write_bytes(b"not ours")
+    view = shm.share("lesson02-readings", np.arange(3.0), directory=tmp_path)  # no collision
+    assert view.tolist() == [0.0, 1.0, 2.0]
+    assert [i.name for i in shm.list_segments(tmp_path)] == ["lesson02-readings"]  # theirs is not listed
+    assert shm.clean(tmp_path, everything=True) == []  # ours is mapped; theirs is never touched
+    del view
+    assert shm.clean(tmp_path, everything=True) == ["lesson02-readings"]
+    assert sorted(tmp_path.iterdir()) == [theirs]
+
+
+def test_replace_refuses_another_users_file_before_writing(tmp_path, monkeypatch):
+    shm.share("kept", np.zeros(2), directory=tmp_path)
+    monkeypatch.setattr(shm, "_this_user", lambda: os.geteuid() + 1)
+    with pytest.raises(shm.SharedMemoryError, match="belongs to user"):
+        shm.replace("kept", np.ones(2), directory=tmp_path)
+    monkeypatch.undo()
+    assert shm.attach("kept", directory=tmp_path).tolist() == [0.0, 0.0]
+    assert [p.name for p in tmp_path.iterdir()] == [f"{shm.PREFIX}kept"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from store_helpers import tier_files
 
-from workbench.memory import placement
+from workbench.memory import placement, shm
 from workbench.runtime import trace
 from workbench.runtime.store import ArrayBlock, active, store_for
 
@@ -50,7 +50,7 @@ def test_a_writing_method_on_a_mapped_object_writes_its_file_in_place(store):
         (file,) = [f for f in tier_files(store) if c.oid in f]
         from workbench.memory import tiers
 
-        on_disk = tiers.read_file(file.removeprefix("lwb-"), store.directory / "tiers" / "mapped")
+        on_disk = tiers.read_file(file.removeprefix(shm.PREFIX), store.directory / "tiers" / "mapped")
         assert on_disk.sum() == pytest.approx(2 * 64.0 * 32 * 32)  # durable: msync-ed after the write
         with pytest.raises(Exception, match="read-only"):
             c.apply.value(_write_into)

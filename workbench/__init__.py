@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from workbench.runtime.clusters import SlurmOptions
 from workbench.runtime.session import Session, node_id, start
 
 __version__ = "0.1.0"
@@ -26,4 +27,4 @@ def resolve_size(size: str | None = None) -> str:
     return size
 
 
-__all__ = ["SIZES", "Session", "node_id", "resolve_size", "start", "__version__"]
+__all__ = ["SIZES", "Session", "SlurmOptions", "node_id", "resolve_size", "start", "__version__"]

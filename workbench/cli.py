@@ -202,7 +202,9 @@ def _run(args: argparse.Namespace) -> int:
     out = _output_directory(args.out, args.app)
     # The store variants use the session's own store (a throwaway one, or the cluster's when it has
     # one), closed with the session: see workbench.runtime.store.store_for.
-    with workbench.start(n_workers=args.workers, timeout=args.timeout) as session:
+    with _from_user_input(ValueError):  # a cluster that cannot start here: no sbatch, a bad $WORKBENCH_SLURM_*, ...
+        session = workbench.start(cluster=args.cluster, n_workers=args.workers, timeout=args.timeout)
+    with session:
         experiment = run_experiment(
             session,
             args.app,
@@ -305,7 +307,9 @@ def _machine(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from workbench import doctor
 
-    return 0 if doctor.report(doctor.run(quick=args.quick)) else 1
+    if args.learners is not None and args.learners < 1:
+        raise UsageError(f"--learners must be a positive number of learners, got {args.learners}")
+    return 0 if doctor.report(doctor.run(quick=args.quick, learners=args.learners)) else 1
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -486,7 +490,13 @@ COMMANDS: tuple[Command, ...] = (
             arg("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter"),
             arg("--out", help="directory for results and traces (default runs/APP-TIMESTAMP)"),
             arg("--json", action="store_true", help="print results.json instead of the table"),
-            _workers("local worker processes (default: one per core)"),
+            _workers("worker processes (default: one per core; with --cluster slurm, those of $WORKBENCH_SLURM_JOBS)"),
+            arg(
+                "--cluster",
+                choices=("local", "scheduler", "slurm"),
+                help="where the workers run (default $WORKBENCH_CLUSTER, else a scheduler at $WORKBENCH_SCHEDULER, "
+                "else local); slurm submits them as Slurm jobs set by $WORKBENCH_SLURM_* (README)",
+            ),
             arg("--seed", type=int, default=0),
             arg("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait"),
             arg("--no-trace", action="store_true", help="skip the traces (a little less overhead)"),
@@ -530,7 +540,10 @@ COMMANDS: tuple[Command, ...] = (
         "doctor",
         "is this machine ready for the course? each failed check names its fix",
         _doctor,
-        (arg("--quick", action="store_true", help="skip the checks that start JupyterLab and a Dask cluster"),),
+        (
+            arg("--quick", action="store_true", help="skip the checks that start JupyterLab and a Dask cluster"),
+            arg("--learners", type=int, help="say whether a class of N learners fits on this machine at size lab"),
+        ),
     ),
 )
 

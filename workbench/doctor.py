@@ -5,7 +5,9 @@ What a learner needs on day one: Linux (the measurements in :data:`LINUX_ONLY` r
 ``/proc`` and ``/sys`` or call Linux-only system calls), enough cores and memory, a ``/dev/shm`` big enough for the
 shared-memory lessons, a JupyterLab that a browser can reach with the lessons' extensions (widgets,
 bokeh, Dask's dashboard panes), a Dask dashboard that answers directly and through JupyterLab's
-proxy (where dask-labextension reads it), and a numba cache it can write. The checks that start
+proxy (where dask-labextension reads it), and a numba cache it can write. For an instructor: how many
+learners this machine holds at once (:data:`LEARNER_NEEDS` per learner), and whether N of them fit. Of
+the shared-memory segments it lists only the caller's own. The checks that start
 servers (JupyterLab, a small Dask cluster) stop them again, whatever happens; ``quick=True`` skips
 them.
 """
@@ -42,6 +44,24 @@ LAB_EXTENSIONS = {
     "@bokeh/jupyter_bokeh": "bokeh figures inside widget panels",
     "dask-labextension": "Dask's task stream and worker memory panes",
     "@jupyterhub/jupyter-server-proxy": "the dashboard through JupyterLab's own port",
+}
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class LearnerNeeds:
+    """What one learner of a class takes from a shared server at one lesson size."""
+
+    cores: float  # learners take turns computing: a share of a core, not a core each all day
+    memory: int  # bytes of free memory: kernel, JupyterLab server and the lesson's cluster
+    shm: int  # bytes of free /dev/shm: the shared-memory lessons' arrays
+
+
+# Per learner, the single-user minimums above: "ci" is MIN_MEMORY and a quarter of MIN_SHM (its
+# arrays are small), half a core; "lab" is the 4 GiB it wants, MIN_SHM, and a core of its own.
+LEARNER_NEEDS = {
+    "ci": LearnerNeeds(cores=0.5, memory=2 * GIB, shm=256 * MIB),
+    "lab": LearnerNeeds(cores=1.0, memory=4 * GIB, shm=1 * GIB),
 }
 SERVER_START_SECONDS = 90.0  # bounded wait for JupyterLab to answer
 HTTP_SECONDS = 10.0
@@ -191,6 +211,78 @@ def check_shm(space: dict[str, int] | None, system: str | None = None) -> Check:
         f"{space['free'] / GIB:.2f} GiB free of {space['total'] / GIB:.2f} GiB",
         "in Docker: docker run --shm-size=2g ...; on Linux: sudo mount -o remount,size=2g /dev/shm; "
         "then 'workbench shm clean' removes segments left by crashed runs",
+    )
+
+
+def learners_that_fit(size: str, cores: int | None, available: int, shm_free: int | None) -> tuple[int, str]:
+    """How many learners at ``size`` (a key of :data:`LEARNER_NEEDS`) this machine holds at once, and
+    what limits it ("cores", "memory" or "/dev/shm"), from its cores, free memory and free /dev/shm."""
+    if size not in LEARNER_NEEDS:
+        raise ValueError(f"size must be one of {sorted(LEARNER_NEEDS)}, got {size!r}")
+    needs = LEARNER_NEEDS[size]
+    fits = {
+        "cores": int((cores or 1) / needs.cores),
+        "memory": available // needs.memory,
+        "/dev/shm": (shm_free or 0) // needs.shm,
+    }
+    limit = min(fits, key=fits.__getitem__)
+    return fits[limit], limit
+
+
+def _needs_text(size: str, count: int = 1) -> str:
+    needs = LEARNER_NEEDS[size]
+    return (
+        f"{needs.cores * count:g} core(s), {needs.memory * count / GIB:.1f} GiB free memory, "
+        f"{needs.shm * count / GIB:.2f} GiB free /dev/shm"
+    )
+
+
+def check_learners(
+    cores: int | None, available: int, space: dict[str, int] | None, learners: int | None = None
+) -> Check:
+    """How many learners of a class (each running the lessons at once) this machine holds at sizes
+    "lab" and "ci"; with ``learners``, whether that many fit at size "lab" (the check fails if not)."""
+    shm_free = space["free"] if space else None
+    held = {size: learners_that_fit(size, cores, available, shm_free) for size in ("lab", "ci")}
+    each = "; ".join(
+        f"{count} at size {size} (each {_needs_text(size)}, limited by {limit})"
+        for size, (count, limit) in held.items()
+    )
+    if learners is None:
+        return Check("learners", True, f"this machine holds {each}")
+    if learners < 1:
+        raise ValueError(f"learners must be a positive number of learners, got {learners}")
+    if learners <= held["lab"][0]:
+        return Check("learners", True, f"{learners} fit at size lab; it holds {each}")
+    ci_fits = learners <= held["ci"][0]
+    return Check(
+        "learners",
+        False,
+        f"{learners} do not fit at size lab{' (they fit at size ci)' if ci_fits else ' nor at size ci'}; "
+        f"it holds {each}",
+        f"for {learners} learners at size lab the server needs {_needs_text('lab', learners)}"
+        + (
+            "; or run the class at size ci (WORKBENCH_SIZE=ci in the learners' environment)"
+            if ci_fits
+            else f" ({_needs_text('ci', learners)} at size ci); or fewer learners per server"
+        ),
+    )
+
+
+def check_own_segments() -> Check:
+    """This user's shared-memory segments in /dev/shm: only the caller's own are listed (and cleaned)."""
+    from workbench.memory import shm
+
+    try:
+        own = shm.list_segments()
+    except shm.SharedMemoryError as error:
+        return Check("your segments", True, f"none to list ({error})")
+    size = sum(info.nbytes for info in own)
+    return Check(
+        "your segments",
+        True,
+        f"{len(own)} in {shm.SHM_DIR} under {shm.PREFIX}* ({shm.size_text(size)}); other users' are not yours to "
+        "list or clean ('workbench shm clean --all' removes yours that no process uses)",
     )
 
 
@@ -357,8 +449,9 @@ def check_servers() -> list[Check]:
     return checks
 
 
-def run(quick: bool = False) -> list[Check]:
-    """Every check, in the order a learner would fix them; ``quick`` skips those that start servers."""
+def run(quick: bool = False, learners: int | None = None) -> list[Check]:
+    """Every check, in the order a learner would fix them; ``quick`` skips those that start servers.
+    ``learners``: also say whether a class of that many fits on this machine (see :func:`check_learners`)."""
     import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
 
     info = machine.describe()
@@ -367,6 +460,8 @@ def run(quick: bool = False) -> list[Check]:
         check_cores(info["logical_cores"]),
         check_memory(info["memory_available"]),
         check_shm(info["shm"]),
+        check_own_segments(),
+        check_learners(info["logical_cores"], info["memory_available"], info["shm"], learners),
         check_numba_cache(os.environ.get("NUMBA_CACHE_DIR")),
         check_lab_extensions(),
     ]

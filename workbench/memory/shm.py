@@ -9,7 +9,10 @@ pointers (object, numpy's variable-width strings) are refused.
 Lifetimes belong to the project, not to a resource tracker: nothing is unlinked behind the owner's
 back, ``delete`` removes a segment, ``list_segments`` shows all of them with owner and age, and
 ``clean`` removes what dead processes left (``workbench shm list|clean`` on the command line).
-Names carry the prefix ``lwb-`` so they can always be found.
+File names carry the prefix ``lwb-<uid>-`` (:data:`PREFIX`: the workbench's mark, then the user's id):
+every user on a machine has a namespace of their own in the one shared ``/dev/shm``, so two
+learners running the same lesson (``share("lesson02-readings", ...)``) never meet on a name, and
+listing and cleaning see only the caller's own files.
 
 Creating is race-tolerant: many processes asking for the same name at once yield exactly one
 writer (an ``flock`` on ``<name>~lock`` that the kernel releases if the writer dies); the others
@@ -55,7 +58,10 @@ from numpy.lib import format as npy
 
 T = TypeVar("T")
 
-PREFIX = "lwb-"
+FAMILY_PREFIX = "lwb-"  # every workbench file in a segment directory starts with this
+# This user's files: a per-user part keeps learners sharing a machine (one /dev/shm) apart. The
+# effective uid at import: the user whose files the module makes and trusts (see _this_user).
+PREFIX = f"{FAMILY_PREFIX}{os.geteuid()}-"
 SHM_DIR = Path("/dev/shm")
 DEFAULT_TIMEOUT = 60.0  # seconds a process waits for another to finish writing a segment
 _NAME_CHARS = r"[A-Za-z0-9_.=+-]"
@@ -132,7 +138,7 @@ def _check_name(name: str, what: str = "segment name") -> str:
 
 
 def segment_path(name: str, directory: str | Path | None = None) -> Path:
-    """Where segment ``name`` lives (the file name carries the ``lwb-`` prefix)."""
+    """Where segment ``name`` lives (the file name carries this user's prefix, :data:`PREFIX`)."""
     return _directory(directory) / f"{PREFIX}{_check_name(name)}"
 
 
@@ -785,6 +791,8 @@ def replace(
             f"{path} exists and is not an array file ({stat.filemode(info.st_mode)}: a directory, link or device): "
             "the workbench never makes one; remove it yourself, or choose another name"
         )
+    if info is not None and (reason := _not_ours(info)) is not None:
+        raise _refusal(path, reason)  # another user's file: never replaced (a sticky /dev/shm refuses it anyway)
     with _writer_lock(path, _check_timeout(timeout)):
         _write_new(path, layout, content, directory)
 
@@ -1011,7 +1019,8 @@ def _printable(name: str) -> str:
 
 
 def _scan(base: Path) -> list[os.DirEntry[str]]:
-    """The ``lwb-`` entries of directory ``base``; a clear error if it cannot be read."""
+    """This user's entries (names starting with :data:`PREFIX`) of directory ``base``; a clear error if it
+    cannot be read. Other users' workbench files have another prefix: never listed, never touched."""
     try:
         with os.scandir(base) as entries:
             return [entry for entry in entries if entry.name.startswith(PREFIX)]
@@ -1020,7 +1029,7 @@ def _scan(base: Path) -> list[os.DirEntry[str]]:
 
 
 def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
-    """Every ``lwb-`` file in ``directory`` (default /dev/shm), with owner, users and age.
+    """Every file of this user's prefix in ``directory`` (default /dev/shm), with owner, users and age.
 
     ``state``: "complete" (a segment), "partial" (being written, or left by a dead writer),
     "lock", "unreadable" (a file of ours whose header is not valid) or "foreign" (a symlink,

@@ -627,7 +627,14 @@ def _directory(tier: str, directory: str | Path | None) -> Path:
     refused where other users could replace this user's files in it: writable by others, or
     another user's, without the sticky bit (``/tmp`` and ``/dev/shm`` have it)."""
     path = default_directory(tier) if directory is None else Path(directory)
-    if not path.is_dir():
+    try:
+        is_directory = path.is_dir()
+    except PermissionError:  # a directory on the way is another user's (another learner's tier files)
+        raise TierError(
+            f"tier directory {path} cannot be reached (permission denied): it is another user's, whose tier files "
+            "are theirs only; use a directory of your own, or leave directory= out"
+        ) from None
+    if not is_directory:
         if path.exists() or path.is_symlink():
             raise TierError(f"tier directory {path} is not a directory: give a directory, or leave directory= out")
         raise TierError(f"tier directory {path} does not exist: create it, or leave directory= out for the default")

@@ -1,8 +1,10 @@
-"""The Dask cluster a workbench run uses: an embedded LocalCluster, or an existing scheduler.
+"""The Dask cluster a workbench run uses: an embedded LocalCluster, an existing scheduler, or Slurm jobs.
 
 ``with workbench.start() as session:`` starts one worker process per core (one thread each),
 and always closes it. ``start(address=...)`` or ``$WORKBENCH_SCHEDULER`` joins a running
-scheduler instead, so the same code runs on many nodes. Every wait has a timeout.
+scheduler instead, so the same code runs on many nodes; ``start(cluster="slurm", ...)`` or
+``$WORKBENCH_CLUSTER=slurm`` submits the workers as Slurm jobs, cancelled when the session closes.
+The kinds of cluster live in :mod:`workbench.runtime.clusters`. Every wait has a timeout.
 
 Locality has two levels, the worker (a process) and the node (a host, where shared memory is
 shared). A worker's node id is its hostname unless ``$WORKBENCH_NODE_ID`` says otherwise;
@@ -13,7 +15,6 @@ machine for tests and lessons.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import time
@@ -25,14 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import dask
-from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
-from distributed.system import MEMORY_LIMIT
+from distributed import Client, Future, LocalCluster, SpecCluster, wait
 
+from workbench.runtime.clusters import CLUSTER_ENV, NODE_ID_ENV, ClusterRequest, SlurmOptions, kind_named
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
 
-NODE_ID_ENV = "WORKBENCH_NODE_ID"
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
 DASHBOARD_ENV = "WORKBENCH_DASHBOARD"  # "1": every local cluster serves its dashboard (make lab, Binder)
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
@@ -262,38 +262,36 @@ class Session:
         }
 
 
-def _worker_env(threads_per_worker: int) -> dict[str, str]:
-    """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
-    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
-
-    return {
-        "NUMBA_NUM_THREADS": str(threads_per_worker),
-        "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"],
-    }
-
-
 def start(
     address: str | None = None,
     *,
+    cluster: str | None = None,
     n_workers: int | None = None,
     threads_per_worker: int = 1,
     nodes: Sequence[str] | None = None,
     memory_limit: str | int = "auto",
+    slurm: SlurmOptions | None = None,
     dashboard: bool | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Session:
     """Start (or join) the cluster for a workbench run and return a :class:`Session`.
 
-    address: a scheduler to join (``tcp://host:8786``); default ``$WORKBENCH_SCHEDULER``, else a
-        new LocalCluster of worker processes on this machine.
-    n_workers: local worker processes (default: one per core, or one per entry of ``nodes``).
+    address: a scheduler to join (``tcp://host:8786``); default ``$WORKBENCH_SCHEDULER``.
+    cluster: the kind of cluster (:mod:`workbench.runtime.clusters`): "local" (worker processes on this
+        machine), "scheduler" (join ``address``) or "slurm" (workers as Slurm jobs, ``slurm`` saying how);
+        default ``$WORKBENCH_CLUSTER``, else "scheduler" with an address, "slurm" with ``slurm``, else "local".
+    n_workers: worker processes (default: one per core locally, one per entry of ``nodes``; with Slurm,
+        the jobs of ``slurm``).
     threads_per_worker: threads per worker; 1 keeps one task per core, as the papers' runs do.
     nodes: one node id per local worker, to simulate several nodes on one machine.
-    memory_limit: per worker; "auto" shares the machine's memory equally.
+    memory_limit: per local worker; "auto" shares the machine's memory equally, within the per-learner
+        cap ``$WORKBENCH_MAX_MEMORY`` (workers x memory limit) when it is set; a request above it is refused.
+    slurm: the jobs of a Slurm cluster (:class:`~workbench.runtime.clusters.SlurmOptions`); default
+        ``$WORKBENCH_SLURM_*``.
     dashboard: serve the Dask dashboard on a free port; default ``$WORKBENCH_DASHBOARD`` ("1" turns it
         on: ``make lab`` and Binder set it, so dask-labextension's panes can show the lesson's cluster;
         the link follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy).
-    timeout: seconds for connecting, waiting for workers and closing.
+    timeout: seconds for connecting, waiting for workers (Slurm jobs included) and closing.
 
     Every worker, those that join later included, gets a :class:`~workbench.runtime.worker_state.WorkerState`
     plugin: the tables task code keeps there (RRO views, spill buffers, channel marks and inboxes).
@@ -309,46 +307,61 @@ def start(
         raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
         raise ValueError(f"n_workers must be a positive number of worker processes, got {n_workers!r}")
-    address = address or os.environ.get(SCHEDULER_ENV) or None
-    if address is not None:
-        if nodes is not None or n_workers is not None:
-            raise ValueError(
-                "n_workers and nodes configure a local cluster; with a scheduler address the "
-                "workers are whatever that cluster runs (set WORKBENCH_NODE_ID on those workers)"
-            )
-        return _session(Client(address, timeout=timeout), None, timeout, dashboard=True)
-
     if nodes is not None:
         nodes = [str(n) for n in nodes]
         if not nodes:
             raise ValueError("nodes must name at least one node id, got an empty list")
         if n_workers is not None and n_workers != len(nodes):
             raise ValueError(f"nodes gives {len(nodes)} node ids but n_workers is {n_workers}; give one per worker")
-    n_workers = len(nodes) if nodes is not None else (n_workers or os.cpu_count() or 1)
-    if n_workers < 1:
-        raise ValueError(f"n_workers must be at least 1, got {n_workers}")
-    if memory_limit == "auto":
-        memory_limit = MEMORY_LIMIT // n_workers
-    # The scheduler's HTTP server (health, metrics) always runs: a free port avoids clashes between
-    # clusters; the bokeh dashboard on it only when asked for.
-    scheduler_options = {"dashboard_address": ":0", "dashboard": dashboard}
-    env = _worker_env(threads_per_worker)
-
-    cluster: LocalCluster | SpecCluster
+    if slurm is not None and not isinstance(slurm, SlurmOptions):
+        raise ValueError(f"slurm must be a SlurmOptions(jobs=..., cores=..., ...), got {slurm!r}")
+    kind = kind_named(_kind_name(cluster, address, slurm))
+    request = ClusterRequest(
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        memory_limit=memory_limit,
+        dashboard=dashboard,
+        timeout=timeout,
+        nodes=tuple(nodes) if nodes is not None else None,
+        address=address or os.environ.get(SCHEDULER_ENV) or None,
+        slurm=slurm,
+    )
+    kind.check(request)
     # The workbench decides where blocks live (strategies make replicas on purpose and drop them; the
-    # runner restores the placement after every run): Dask's active memory manager would drop those
+    # runner restores the blocks to their holders after every run): Dask's active memory manager would drop those
     # replicas every 2 s, and could keep a thief's copy of a block and drop its original, so that the
     # next run splits differently. Its periodic loop is off in clusters the workbench starts.
-    amm_off = dask.config.set({"distributed.scheduler.active-memory-manager.start": False})
-    with amm_off:
-        cluster = _local_cluster(nodes, n_workers, threads_per_worker, memory_limit, scheduler_options, env)
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+        client, owned = kind.open(request)
     try:
-        client = Client(cluster, timeout=timeout)
-        client.wait_for_workers(n_workers, timeout=timeout)
-        return _session(client, cluster, timeout, dashboard=dashboard)
+        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else True)
     except BaseException:
-        cluster.close(timeout=timeout)
+        if owned is not None:
+            owned.close(timeout=timeout)
         raise
+
+
+def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None) -> str:
+    """The kind of cluster to start: the caller's words first (``cluster``, ``address``, ``slurm``), then
+    ``$WORKBENCH_CLUSTER``, then ``$WORKBENCH_SCHEDULER``, else "local"."""
+    if cluster is not None:
+        if address is not None and cluster != "scheduler":
+            raise ValueError(f"address= joins a running scheduler, but cluster={cluster!r}: give one of them")
+        if slurm is not None and cluster != "slurm":
+            raise ValueError(f"slurm= describes Slurm jobs, but cluster={cluster!r}: give cluster='slurm' or no slurm=")
+        return cluster
+    if address is not None:
+        if slurm is not None:
+            raise ValueError("address= joins a running scheduler and slurm= starts one: give one of them")
+        return "scheduler"
+    if slurm is not None:
+        return "slurm"
+    named, scheduler = os.environ.get(CLUSTER_ENV, "").strip(), os.environ.get(SCHEDULER_ENV, "").strip()
+    if named and scheduler and named != "scheduler":
+        raise ValueError(
+            f"${CLUSTER_ENV}={named} and ${SCHEDULER_ENV}={scheduler} ask for two clusters: unset one of them"
+        )
+    return named or ("scheduler" if scheduler else "local")
 
 
 def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout: float, dashboard: bool) -> Session:
@@ -363,39 +376,3 @@ def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout
         client.close(timeout=timeout)
         raise
     return Session(client, cluster, timeout, dashboard=dashboard)
-
-
-def _local_cluster(
-    nodes: Sequence[str] | None,
-    n_workers: int,
-    threads_per_worker: int,
-    memory_limit: str | int,
-    scheduler_options: dict[str, Any],
-    env: dict[str, str],
-) -> LocalCluster | SpecCluster:
-    """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
-    if nodes is None:
-        return LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            memory_limit=memory_limit,
-            scheduler_kwargs=scheduler_options,
-            env=env,
-        )
-    # LocalCluster gives every worker the same environment; a SpecCluster gives each its own.
-    workers = {
-        f"{node}-{i}": {
-            "cls": Nanny,
-            "options": {
-                "nthreads": threads_per_worker,
-                "memory_limit": memory_limit,
-                "env": {**env, NODE_ID_ENV: node},
-                "host": "127.0.0.1",
-                "silence_logs": logging.WARNING,
-            },
-        }
-        for i, node in enumerate(nodes)
-    }
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **scheduler_options}}
-    return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.WARNING)

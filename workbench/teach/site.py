@@ -45,6 +45,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "setup",
     "learner-profiles",
     "instructor-guide",
+    "deploy",
     "cluster",
     "wrap-up",
     "glossary",
@@ -137,6 +138,7 @@ def _index(notebooks: Sequence[Path]) -> str:
         "capstone in which you find and fix the locality problems of a pipeline.\n\n"
         "- [Syllabus and schedule](syllabus.md)\n- [Learner setup](setup.md)\n"
         "- [Who the course is for](learner-profiles.md)\n- [Instructor guide](instructor-guide.md)\n"
+        "- [Deploying for a class](deploy.md): one JupyterHub server, an HPC centre with Slurm, Binder\n"
         "- [Going to a cluster](cluster.md) and the [wrap-up](wrap-up.md)\n"
         "- [Glossary](glossary.md), [bibliography](bibliography.md), [code of conduct](code-of-conduct.md)\n"
         "- The course material is [CC-BY-4.0](LICENSE.md)\n\n"

@@ -7,7 +7,9 @@ address with a Dask ``Variable`` and reads everyone else's (Dask starts the rank
 their addresses; the messages themselves never go through Dask), connects to the ranks on other
 nodes, then runs ``fn(rank, *args)``. Every wait is bounded; the first rank that fails fails the
 group with its rank number and error, the others are cancelled, and every segment and socket of
-the group is removed on every worker, whatever happened.
+the group is removed on every worker, whatever happened. A traced group's message events (put,
+take, wait) name the channel and the path the bytes took: ``put halo via shm`` (a mailbox, one
+node), ``via socket`` (a link, two nodes) or ``via dask`` (an eager group).
 """
 
 from __future__ import annotations
@@ -297,16 +299,25 @@ class Rank:
 
         return check
 
+    def path(self, peer: int) -> str:
+        """How messages to and from ``peer`` travel: ``socket`` (a link: the peer is on another node),
+        ``shm`` (its mailbox: the same node) or ``dask`` (an eager group's actor calls)."""
+        if self.eager:
+            return "dask"
+        return "socket" if peer in self.links else "shm"
+
     def event(self, action: str, start: float, nbytes: int, peer: int, waited: float, channel: str) -> None:
-        """A message event for the trace (when the group traces): put or take, with the time waited."""
+        """A message event for the trace (when the group traces): put or take, with the time waited.
+        Its task says the channel and the path the bytes took (:meth:`path`): ``put halo via socket``."""
         if self.trace:
+            via = self.path(peer)
             self.events.append(
                 record(
                     action,
                     start,
                     time.time(),
                     worker=self.worker,
-                    task=f"{action} {channel}",
+                    task=f"{action} {channel} via {via}",
                     nbytes=nbytes,
                     source=str(peer),
                     key=f"rank{self.rank}",
@@ -320,7 +331,7 @@ class Rank:
                         start,
                         start + waited,
                         worker=self.worker,
-                        task=f"wait {channel}",
+                        task=f"wait {channel} via {via}",
                         nbytes=0,
                         source=str(peer),
                         key=f"rank{self.rank}",

@@ -1,0 +1,173 @@
+"""What the tests of command-line clusters share: starting and stopping their processes, bounded
+waits, running an application's variants through the ``workbench`` command, and the checks that
+nothing is left behind (store registrations, processes) and that RRO made one copy per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.apps import registry
+from workbench.runtime import trace as tracing
+
+BIN = Path(sys.executable).parent
+START_TIMEOUT = 90  # seconds for the scheduler file to appear and the workers to register
+MARKER_ENV = "WORKBENCH_TEST_CLUSTER"  # names a test cluster's directory in its processes' environment
+# Small grids: the point is that every variant runs and agrees (the runner checks answers).
+RUNS = {
+    "histogram": ["--param", "blocks_per_worker=4"],
+    "kmeans": ["--param", "dims=8", "--param", "iterations=2"],
+    "skewed-kmeans": ["--param", "skew=4", "--param", "blocks_per_worker=4", "--param", "repetitions=2"],
+    "matmul": ["--param", "blocks=2", "--param", "block_size=64"],
+    "csvm": ["--param", "blocks_per_worker=2"],
+    "knn": ["--param", "blocks_per_worker=2"],
+    "histogram1d": ["--param", "points=262144", "--param", "block=32768"],
+    "matadd": ["--param", "rows=256", "--param", "block=64"],
+    # ranks on two nodes talk over sockets; two ranks on one node through shared memory
+    "prk-reduce": ["--param", "ranks=2,3", "--param", "length=4096"],
+    "prk-transpose": ["--param", "ranks=2", "--param", "order=64"],
+    "prk-stencil": ["--param", "ranks=3", "--param", "n=64"],
+}
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = START_TIMEOUT) -> None:
+    """Poll ``condition`` until it is true (bounded: a cluster that does not come up fails the test)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout} s")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def stop(processes: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM every process group (the nanny takes its worker with it), then SIGKILL what remains."""
+    for p in processes:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for p in processes:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line or environment names ``marker`` (this cluster's own)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in proc.info["cmdline"] or ()) or marker in proc.environ().get(
+                MARKER_ENV, ""
+            ):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+class ClusterProcesses:
+    """The processes of one test cluster, each in its own process group with its log in ``directory``."""
+
+    def __init__(self, directory: Path, env: dict[str, str]):
+        self.directory, self.env = directory, env
+        self.processes: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
+
+    def start(self, name: str, command: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``command`` (its output in ``<name>.log``) in a new process group: stopped as a whole."""
+        log = open(self.directory / f"{name}.log", "w")
+        self._logs.append(log)
+        process = subprocess.Popen(
+            command, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append(process)
+        return process
+
+    def scheduler_address(self, scheduler_file: Path) -> str:
+        """The address ``dask scheduler`` wrote to ``scheduler_file`` (a bounded wait for it)."""
+        wait_for(
+            lambda: scheduler_file.exists() and scheduler_file.stat().st_size > 0,
+            f"the scheduler did not write its file (see {self.directory}/*.log)",
+        )
+        return json.loads(scheduler_file.read_text())["address"]
+
+    def stop(self) -> None:
+        """Stop every process (see :func:`stop`) and close the logs."""
+        try:
+            stop(self.processes)
+        finally:
+            for log in self._logs:
+                log.close()
+
+    def wait_gone(self) -> None:
+        """Wait (bounded) until no process of this cluster runs: the nanny's workers are gone too."""
+        wait_for(
+            lambda: not processes_mentioning(str(self.directory)),
+            "cluster processes were still running after being stopped",
+            30,
+        )
+
+
+def run_workbench(arguments: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """The ``workbench`` command, its output captured (bounded: 10 minutes)."""
+    return subprocess.run(
+        [str(BIN / "workbench"), *arguments], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def run_every_variant(app: str, out: Path, env: dict[str, str], cwd: Path, options: Sequence[str]) -> dict[str, Any]:
+    """``workbench run app`` with all its variants, once each (the runner checks the answers agree);
+    its JSON document, after checking that it succeeded and ran every variant."""
+    variants = list(registry.get(app).variants)
+    arguments = ["run", app, "--variants", ",".join(variants), "--size", "ci", "--repeat", "1", "--out", str(out)]
+    result = run_workbench([*arguments, "--json", *options], env, cwd)
+    assert result.returncode == 0, f"{app}:\n{result.stderr[-4000:]}"
+    document = json.loads(result.stdout)
+    assert {r["variant"] for r in document["results"]} == set(variants)
+    assert not document["metadata"]["cluster"]["owned"]  # it joined the scheduler; it did not start one
+    return document
+
+
+def store_registrations(address: str) -> dict[str, bool]:
+    """Whether the scheduler, and each worker, still has the store's plugin and handler."""
+    from distributed import Client
+
+    from workbench.runtime.store.protocol import HANDLER, PLUGIN_NAME
+
+    def on_scheduler(dask_scheduler):
+        return PLUGIN_NAME in dask_scheduler.plugins or HANDLER in dask_scheduler.handlers
+
+    def on_worker(dask_worker):
+        return PLUGIN_NAME in dask_worker.plugins or HANDLER in dask_worker.handlers
+
+    with Client(address, timeout=60) as client:
+        return {"scheduler": client.run_on_scheduler(on_scheduler), **client.run(on_worker)}
+
+
+def check_rro_made_one_copy_per_node(out: Path, nodes: Sequence[str]) -> None:
+    """In every rro run, each publish task made its node's segment (none found one already), as many on
+    each of ``nodes``."""
+    document = json.loads((out / "results.json").read_text())
+    rro_runs = [r["run_id"] for r in document["results"] if r["variant"] == "rro"]
+    assert rro_runs
+    for run_id in rro_runs:
+        frame = tracing.read(out / "traces" / f"{run_id}.json")
+        publishes = frame[(frame["action"] == "compute") & (frame["task"] == "rro-publish")]
+        created = frame[(frame["action"] == "shm-create") & (frame["task"] == "rro-publish")]
+        assert len(publishes) > 0 and len(created) == len(publishes), (run_id, len(created), len(publishes))
+        per_node = created["node"].value_counts().to_dict()
+        assert set(per_node) == set(nodes) and len(set(per_node.values())) == 1, per_node

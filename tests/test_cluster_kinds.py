@@ -1,0 +1,152 @@
+"""Choosing a cluster kind, the Slurm options' checks (no Slurm needed: each is refused before anything
+starts), and the per-learner memory cap ``$WORKBENCH_MAX_MEMORY`` on a local cluster."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import workbench
+from workbench.runtime import clusters
+from workbench.runtime.clusters import ClusterRequest, LocalKind, SlurmOptions
+
+
+@pytest.fixture
+def fake_slurm_commands(tmp_path, monkeypatch):
+    """sbatch, squeue and scancel on PATH that fail if ever run (the checks must refuse first)."""
+    for name in ("sbatch", "squeue", "scancel"):
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\necho 'not a real Slurm' >&2\nexit 1\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(jobs=0), "jobs must be a positive number of Slurm jobs"),
+        (dict(cores=0), "cores must be a positive number of cores per job"),
+        (dict(memory="lots"), "memory must be an amount per job such as '2GiB'"),
+        (dict(walltime="1h"), "walltime must be HH:MM:SS (or D-HH:MM:SS)"),
+        (dict(walltime="10:99:00"), "walltime must be HH:MM:SS"),
+        (dict(interface="no-such-nic0"), "is not a network interface of this machine"),
+        (dict(directives="--qos=debug"), "directives must be a list of sbatch options"),
+    ],
+)
+def test_bad_slurm_options_say_what_to_give(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        SlurmOptions(**kwargs)
+    assert words in str(info.value)
+
+
+def test_slurm_options_from_the_environment():
+    environ = {
+        "WORKBENCH_SLURM_JOBS": "3",
+        "WORKBENCH_SLURM_CORES": "2",
+        "WORKBENCH_SLURM_WALLTIME": "1-00:00:00",
+        "WORKBENCH_SLURM_PARTITION": "short",
+        "WORKBENCH_SLURM_DIRECTIVES": "--qos=debug '--constraint=a b'",
+        "WORKBENCH_SLURM_ACCOUNT": "",  # empty: the default
+    }
+    options = SlurmOptions.from_env(environ)
+    assert (options.jobs, options.cores, options.walltime, options.partition) == (3, 2, "1-00:00:00", "short")
+    assert options.directives == ("--qos=debug", "--constraint=a b") and options.account is None
+    with pytest.raises(ValueError, match="WORKBENCH_SLURM_PARTITON is not a Slurm setting"):
+        SlurmOptions.from_env({"WORKBENCH_SLURM_PARTITON": "short"})
+    with pytest.raises(ValueError, match="WORKBENCH_SLURM_JOBS must be a whole number"):
+        SlurmOptions.from_env({"WORKBENCH_SLURM_JOBS": "two"})
+
+
+def test_slurm_without_sbatch_says_where_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm command there
+    with pytest.raises(ValueError) as info:
+        workbench.start(cluster="slurm", slurm=SlurmOptions(jobs=1))
+    assert "sbatch, squeue, scancel is not on PATH" in str(info.value) and "Slurm login node" in str(info.value)
+
+
+def test_slurm_without_dask_jobqueue_says_how_to_install_it(fake_slurm_commands, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if it were not installed
+    with pytest.raises(ValueError, match="needs dask-jobqueue.*pip install dask-jobqueue"):
+        workbench.start(cluster="slurm", slurm=SlurmOptions(jobs=1))
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(slurm=SlurmOptions(jobs=2), n_workers=3), "n_workers=3 but 2 job(s) of 1 worker(s) make 2"),
+        (dict(slurm=SlurmOptions(cores=3), threads_per_worker=2), "do not split into workers of 2 threads"),
+        (dict(slurm=SlurmOptions(cores=2), n_workers=3), "n_workers=3 is not a whole number of jobs of 2 workers"),
+        (dict(slurm=SlurmOptions(), nodes=["a", "b"]), "a Slurm worker's node is its job's host"),
+        (dict(cluster="local", slurm=SlurmOptions()), "give cluster='slurm' or no slurm="),
+        (dict(cluster="slurm", address="tcp://127.0.0.1:1"), "address= joins a running scheduler"),
+        (dict(cluster="nonesuch"), "no cluster kind 'nonesuch'"),
+        (dict(cluster="scheduler"), "give start(address='tcp://host:8786') or set $WORKBENCH_SCHEDULER"),
+        (dict(slurm={"jobs": 2}), "slurm must be a SlurmOptions"),
+    ],
+)
+def test_bad_cluster_choices_are_refused_before_anything_starts(fake_slurm_commands, kwargs, words):
+    with pytest.raises(ValueError) as info:
+        workbench.start(**kwargs)
+    assert words in str(info.value)
+
+
+def test_the_environment_names_the_kind(fake_slurm_commands, monkeypatch):
+    monkeypatch.setenv(clusters.CLUSTER_ENV, "slurm")
+    monkeypatch.setenv("WORKBENCH_SLURM_WALLTIME", "forever")  # the slurm kind reads its settings: refused
+    with pytest.raises(ValueError, match="walltime must be HH:MM:SS"):
+        workbench.start()
+    monkeypatch.setenv("WORKBENCH_SCHEDULER", "tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="ask for two clusters: unset one of them"):
+        workbench.start()
+
+
+def _request(**kwargs) -> ClusterRequest:
+    return ClusterRequest(
+        **{"n_workers": 2, "threads_per_worker": 1, "memory_limit": "auto", "dashboard": False, "timeout": 10, **kwargs}
+    )
+
+
+def test_the_per_learner_cap_shares_auto_memory_and_refuses_more():
+    local = LocalKind()
+    cap = {clusters.MAX_MEMORY_ENV: "1GiB"}
+    assert local.memory_limit(_request(environ=cap)) == 2**29  # "auto": the cap shared by 2 workers
+    assert local.memory_limit(_request(environ=cap, n_workers=None, nodes=("a", "a", "b", "b"))) == 2**28
+    assert local.memory_limit(_request(environ=cap, memory_limit="512MiB")) == 2**29  # exactly the cap: allowed
+    with pytest.raises(ValueError) as info:
+        local.memory_limit(_request(environ=cap, memory_limit="1GiB"))
+    assert "2 x 1.00 GiB of memory, above the per-learner cap $WORKBENCH_MAX_MEMORY=1.00 GiB" in str(info.value)
+    with pytest.raises(ValueError, match="no limit of memory, above the per-learner cap"):
+        local.memory_limit(_request(environ=cap, memory_limit=0))  # Dask's 0: no limit at all
+    with pytest.raises(ValueError, match="is not an amount of memory: give bytes or e.g. '4GiB'"):
+        local.memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "half"}))
+    assert local.memory_limit(_request(environ={}, memory_limit="3GiB")) == "3GiB"  # no cap: as asked
+
+
+def test_a_capped_local_cluster_gets_its_share_and_a_request_above_it_is_refused(monkeypatch):
+    monkeypatch.setenv(clusters.MAX_MEMORY_ENV, "1GiB")
+    with pytest.raises(ValueError, match="above the per-learner cap"):
+        workbench.start(n_workers=2, memory_limit="600MiB")
+    with workbench.start(n_workers=2, timeout=60) as session:
+        assert [w["memory_limit"] for w in session.describe()["workers"]] == [2**29, 2**29]
+
+
+def test_a_local_cluster_talks_tls_and_refuses_a_client_without_its_credentials():
+    """Another user of the machine cannot connect to a learner's scheduler (a client there runs code as the learner)."""
+    from distributed import Client
+
+    with workbench.start(n_workers=1, timeout=60) as session:
+        address = session.client.scheduler.address
+        assert address.startswith("tls://") and all(w.startswith("tls://") for w in session.workers())
+        assert session.client.submit(sum, [1, 2], pure=False).result(timeout=30) == 3
+        with pytest.raises(Exception, match="TLS|ssl|SSL"):
+            Client(address, timeout=5)
+
+
+def test_tls_can_be_turned_off_and_a_wrong_setting_is_refused(monkeypatch):
+    from workbench.runtime.clusters import TLS_ENV, local_security
+
+    assert local_security({TLS_ENV: "0"}) is None
+    assert local_security({}) is not None
+    with pytest.raises(ValueError, match="WORKBENCH_TLS is 1 .* or 0"):
+        local_security({TLS_ENV: "maybe"})

@@ -1,0 +1,507 @@
+"""The kinds of cluster ``workbench.start()`` can run on, each registered once and chosen by name.
+
+``local``: worker processes on this machine (a LocalCluster, or a SpecCluster of simulated nodes).
+``scheduler``: join a running Dask scheduler by its address (a cluster started by hand, by dask-mpi, ...).
+``slurm``: workers submitted as Slurm jobs with dask-jobqueue's ``SLURMCluster``; the scheduler runs
+in this process, and the jobs are cancelled (and checked gone from ``squeue``) when the session closes.
+
+A new way to get workers is one :class:`ClusterKind` subclass passed to :func:`register`: it checks
+the :class:`ClusterRequest` before anything starts and opens a connected client with its workers up.
+
+``$WORKBENCH_MAX_MEMORY`` (bytes, or "4GiB") caps a learner's local cluster, workers x memory limit,
+so that a class sharing one server cannot take each other's memory: ``memory_limit="auto"`` shares the
+cap, an explicit request above it is refused.
+
+A local cluster talks TLS with credentials made for it alone (``Security.temporary()``), so another
+user of the machine cannot connect to a learner's scheduler or workers (a client there runs code as
+that learner); ``$WORKBENCH_TLS=0`` turns it off. A task's round trip costs the same (10.7 ms with
+TLS, 10.6 ms without, on the 2-core machine of the decision log).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import psutil
+from dask.utils import format_bytes, parse_bytes
+from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
+from distributed.core import Status
+from distributed.deploy import Cluster
+from distributed.security import Security
+from distributed.system import MEMORY_LIMIT
+
+NODE_ID_ENV = "WORKBENCH_NODE_ID"
+CLUSTER_ENV = "WORKBENCH_CLUSTER"  # the kind start() uses when its caller names none
+MAX_MEMORY_ENV = "WORKBENCH_MAX_MEMORY"  # the per-learner cap: workers x memory limit of a local cluster
+TLS_ENV = "WORKBENCH_TLS"  # "0": a local cluster without TLS (default: TLS with credentials of its own)
+SLURM_ENV_PREFIX = "WORKBENCH_SLURM_"  # WORKBENCH_SLURM_JOBS, _CORES, ...: SlurmOptions.from_env
+# Slurm's --time: [D-]HH:MM:SS (MM:SS or a bare minute count also parse in Slurm, but read as different things).
+WALLTIME = re.compile(r"^(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d$")
+
+
+def worker_env(threads_per_worker: int) -> dict[str, str]:
+    """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
+    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+
+    return {"NUMBA_NUM_THREADS": str(threads_per_worker), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
+
+
+def local_security(environ: Mapping[str, str] = os.environ) -> Security | None:
+    """TLS credentials made for one local cluster (None when ``$WORKBENCH_TLS`` is 0, false, off or no):
+    without them no other process, another user's included, can connect to its scheduler or workers."""
+    value = environ.get(TLS_ENV, "").strip().lower()
+    if value in ("0", "false", "off", "no"):
+        return None
+    if value not in ("", "1", "true", "on", "yes"):
+        raise ValueError(f"${TLS_ENV} is 1 (TLS, the default) or 0 (plain TCP), got {environ[TLS_ENV]!r}")
+    try:
+        return Security.temporary()
+    except ImportError as error:  # Security.temporary needs the cryptography package
+        raise RuntimeError(
+            f"a local cluster's TLS credentials need the cryptography package ({error}): pip install cryptography, "
+            f"or set {TLS_ENV}=0 on a machine no other user shares"
+        ) from error
+
+
+def max_memory(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The per-learner memory cap in bytes, from ``$WORKBENCH_MAX_MEMORY`` (None: no cap)."""
+    text = environ.get(MAX_MEMORY_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        cap = parse_bytes(text)
+    except ValueError:
+        cap = 0
+    if cap <= 0:
+        raise ValueError(f"${MAX_MEMORY_ENV}={text!r} is not an amount of memory: give bytes or e.g. '4GiB'")
+    return cap
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How the ``slurm`` kind asks Slurm for workers: ``jobs`` jobs of ``cores`` cores and ``memory`` each.
+
+    Each job runs ``cores / threads_per_worker`` worker processes (one per core by default, as the local
+    cluster does), and its node id is the job's hostname. ``account`` and ``partition`` go to ``sbatch``
+    as they are; ``interface`` is the network interface of the scheduler and the workers (e.g. "ib0");
+    ``directives`` are more ``#SBATCH`` options (e.g. ``("--qos=debug",)``); the jobs' logs go to
+    ``log_directory`` (default ``~/.cache/locality-workbench/slurm``, which compute nodes usually see).
+    ``jobs=None`` takes one job, or as many as ``start(n_workers=...)`` needs.
+    """
+
+    jobs: int | None = None
+    cores: int = 1
+    memory: str = "2GiB"
+    walltime: str = "01:00:00"
+    account: str | None = None
+    partition: str | None = None
+    interface: str | None = None
+    directives: tuple[str, ...] = ()
+    log_directory: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ValueError(f"jobs must be a positive number of Slurm jobs, got {self.jobs!r}")
+        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
+            raise ValueError(f"cores must be a positive number of cores per job, got {self.cores!r}")
+        try:
+            memory = parse_bytes(self.memory)
+        except (ValueError, TypeError):
+            memory = 0
+        if memory <= 0:
+            raise ValueError(f"memory must be an amount per job such as '2GiB', got {self.memory!r}")
+        if not isinstance(self.walltime, str) or not WALLTIME.match(self.walltime):
+            raise ValueError(f"walltime must be HH:MM:SS (or D-HH:MM:SS), e.g. '01:00:00', got {self.walltime!r}")
+        if self.interface is not None and self.interface not in psutil.net_if_addrs():
+            raise ValueError(
+                f"interface {self.interface!r} is not a network interface of this machine "
+                f"(it has {', '.join(sorted(psutil.net_if_addrs()))}): name the one the nodes share, or none"
+            )
+        if isinstance(self.directives, str):
+            raise ValueError(f"directives must be a list of sbatch options, got the string {self.directives!r}")
+        object.__setattr__(self, "directives", tuple(self.directives))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> SlurmOptions:
+        """The options set by ``$WORKBENCH_SLURM_<FIELD>`` (``JOBS``, ``CORES``, ``MEMORY``, ``WALLTIME``,
+        ``ACCOUNT``, ``PARTITION``, ``INTERFACE``, ``DIRECTIVES`` as one shell-quoted string, ``LOG_DIRECTORY``);
+        the defaults for the others. A misspelt name is refused."""
+        names = {f.name.upper(): f.name for f in fields(cls)}
+        given: dict[str, Any] = {}
+        for key, value in environ.items():
+            if not key.startswith(SLURM_ENV_PREFIX) or not value.strip():
+                continue
+            name = names.get(key.removeprefix(SLURM_ENV_PREFIX))
+            if name is None:
+                known = ", ".join(SLURM_ENV_PREFIX + n for n in names)
+                raise ValueError(f"${key} is not a Slurm setting of the workbench; the settings are {known}")
+            if name in ("jobs", "cores"):
+                try:
+                    given[name] = int(value)
+                except ValueError:
+                    raise ValueError(f"${key} must be a whole number, got {value!r}") from None
+            else:
+                given[name] = tuple(shlex.split(value)) if name == "directives" else value.strip()
+        return cls(**given)
+
+
+@dataclass(frozen=True)
+class ClusterRequest:
+    """What ``start()`` was asked for, its common arguments already checked; every kind gets the same record."""
+
+    n_workers: int | None
+    threads_per_worker: int
+    memory_limit: str | int
+    dashboard: bool
+    timeout: float
+    nodes: tuple[str, ...] | None = None
+    address: str | None = None
+    slurm: SlurmOptions | None = None
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+
+    @property
+    def scheduler_options(self) -> dict[str, Any]:
+        """The scheduler's HTTP server (health, metrics) always runs, on a free port (no clash between
+        clusters); the bokeh dashboard on it only when asked for."""
+        return {"dashboard_address": ":0", "dashboard": self.dashboard}
+
+
+class ClusterKind(ABC):
+    """One way for ``start()`` to get workers: checks a request, then opens a client to them."""
+
+    name: ClassVar[str]
+    owns_cluster: ClassVar[bool] = True  # False: the session joins a cluster someone else closes
+
+    @abstractmethod
+    def check(self, request: ClusterRequest) -> None:
+        """Refuse, with a ValueError saying what to do, what this kind cannot use (before anything starts)."""
+
+    @abstractmethod
+    def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
+        """A client with the cluster's workers up, and the cluster when this kind started it; nothing is
+        left running when it raises."""
+
+
+KINDS: dict[str, ClusterKind] = {}
+
+
+def register(kind: type[ClusterKind]) -> type[ClusterKind]:
+    """Make ``kind`` a cluster ``start(cluster=...)`` can name (a class decorator)."""
+    KINDS[kind.name] = kind()
+    return kind
+
+
+def kind_named(name: str) -> ClusterKind:
+    """The registered kind ``name``; a ValueError listing the kinds for a name it does not know."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        known = sorted(KINDS)
+        raise ValueError(f"no cluster kind {name!r} (from cluster= or ${CLUSTER_ENV}); the kinds are {known}") from None
+
+
+def _connected(cluster: Cluster, n_workers: int, timeout: float, wait: Any = None) -> Client:
+    """A client of ``cluster`` once ``n_workers`` are up (``wait(client)`` instead, when given); the
+    cluster is closed when that fails."""
+    try:
+        client = Client(cluster, timeout=timeout)
+        try:
+            if wait is None:
+                client.wait_for_workers(n_workers, timeout=timeout)
+            else:
+                wait(client)
+        except BaseException:
+            client.close(timeout=timeout)
+            raise
+        return client
+    except BaseException:
+        cluster.close(timeout=timeout)
+        raise
+
+
+@register
+class LocalKind(ClusterKind):
+    """Worker processes on this machine; ``nodes`` gives each its own simulated node id."""
+
+    name = "local"
+
+    def n_workers(self, request: ClusterRequest) -> int:
+        """The number of workers: one per entry of ``nodes``, else ``n_workers``, else one per core."""
+        return len(request.nodes) if request.nodes is not None else (request.n_workers or os.cpu_count() or 1)
+
+    def memory_limit(self, request: ClusterRequest) -> str | int:
+        """Each worker's memory limit within the per-learner cap (``$WORKBENCH_MAX_MEMORY``)."""
+        n_workers, cap = self.n_workers(request), max_memory(request.environ)
+        if request.memory_limit == "auto":
+            return min(MEMORY_LIMIT, cap or MEMORY_LIMIT) // n_workers
+        if cap is None:
+            return request.memory_limit
+        try:
+            per_worker = parse_bytes(request.memory_limit)
+        except (ValueError, TypeError):
+            asked = request.memory_limit
+            raise ValueError(f"memory_limit must be 'auto' or an amount such as '2GiB', got {asked!r}") from None
+        if per_worker <= 0 or n_workers * per_worker > cap:
+            asked = "no limit" if per_worker <= 0 else f"{n_workers} x {format_bytes(per_worker)}"
+            raise ValueError(
+                f"this cluster would take {asked} of memory, above the per-learner cap ${MAX_MEMORY_ENV}="
+                f"{format_bytes(cap)}: ask for fewer workers or a smaller memory_limit, or memory_limit='auto' "
+                f"(which shares the cap among the workers)"
+            )
+        return per_worker
+
+    def check(self, request: ClusterRequest) -> None:
+        """Refuse a memory request above the per-learner cap."""
+        self.memory_limit(request)
+
+    def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
+        """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
+        n_workers, memory_limit = self.n_workers(request), self.memory_limit(request)
+        env = worker_env(request.threads_per_worker)
+        security = local_security(request.environ)
+        tls = {"security": security, "protocol": "tls://"} if security is not None else {}
+        cluster: LocalCluster | SpecCluster
+        if request.nodes is None:
+            cluster = LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=request.threads_per_worker,
+                processes=True,
+                memory_limit=memory_limit,
+                scheduler_kwargs=request.scheduler_options,
+                env=env,
+                **tls,
+            )
+        else:  # LocalCluster gives every worker the same environment; a SpecCluster gives each its own
+            workers = {
+                f"{node}-{i}": {
+                    "cls": Nanny,
+                    "options": {
+                        "nthreads": request.threads_per_worker,
+                        "memory_limit": memory_limit,
+                        "env": {**env, NODE_ID_ENV: node},
+                        "host": "127.0.0.1",
+                        "silence_logs": logging.WARNING,
+                        **tls,
+                    },
+                }
+                for i, node in enumerate(request.nodes)
+            }
+            scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **request.scheduler_options, **tls}}
+            cluster = SpecCluster(
+                workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, security=security or Security()
+            )
+        return _connected(cluster, n_workers, request.timeout), cluster
+
+
+@register
+class SchedulerKind(ClusterKind):
+    """A running scheduler, joined by its address; its workers are whatever that cluster runs."""
+
+    name = "scheduler"
+    owns_cluster = False
+
+    def check(self, request: ClusterRequest) -> None:
+        """An address is needed, and no local cluster's shape."""
+        if not request.address:
+            raise ValueError(
+                "cluster='scheduler' joins a running scheduler: give start(address='tcp://host:8786') "
+                "or set $WORKBENCH_SCHEDULER"
+            )
+        if request.nodes is not None or request.n_workers is not None:
+            raise ValueError(
+                "n_workers and nodes configure a local cluster; with a scheduler address the "
+                "workers are whatever that cluster runs (set WORKBENCH_NODE_ID on those workers)"
+            )
+
+    def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
+        """A client of the scheduler at ``request.address`` (Dask's TLS settings, if the address is tls://)."""
+        security = Security()  # from Dask's configuration: distributed.comm.tls
+        if request.address.startswith("tls://") and security.get_connection_args("client").get("ssl_context") is None:
+            raise ValueError(
+                f"{request.address} talks TLS and Dask has no TLS credentials configured here: a workbench local "
+                f"cluster makes credentials of its own that no other process has; to join one from another "
+                f"process, start it with {TLS_ENV}=0 (on a machine no other user shares), or configure "
+                "distributed.comm.tls with a certificate both sides trust"
+            )
+        return Client(request.address, timeout=request.timeout, security=security), None
+
+
+def _squeue(job_ids: Sequence[str], timeout: float = 30) -> dict[str, str]:
+    """Job id -> ``STATE (reason)`` for those of ``job_ids`` still in Slurm's queue."""
+    done = subprocess.run(
+        ["squeue", "--noheader", f"--user={os.getuid()}", "--format=%i %T %R"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"squeue failed ({done.returncode}): {done.stderr.strip()}")
+    states = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition(" ")
+        if job_id in job_ids:
+            state, _, reason = state.partition(" ")  # the reason of a pending job, the nodes of a running one
+            reason = reason.strip().strip("()")
+            states[job_id] = f"{state} ({reason})" if reason else state
+    return states
+
+
+def _cancel(job_ids: Sequence[str], timeout: float) -> None:
+    """``scancel`` the jobs, then wait (at most ``timeout`` s) until ``squeue`` lists none of them."""
+    if not job_ids:
+        return
+    deadline = time.monotonic() + timeout
+    while left := _squeue(job_ids):
+        subprocess.run(["scancel", *left], capture_output=True, timeout=30, check=False)
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"Slurm job(s) still in the queue {timeout} s after scancel: "
+                + ", ".join(f"{j} {s}" for j, s in left.items())
+                + f"; cancel them with: scancel {' '.join(left)}"
+            )
+        time.sleep(0.5)
+
+
+def _job_ids(cluster: Cluster) -> list[str]:
+    return [str(job.job_id) for job in cluster.workers.values() if getattr(job, "job_id", None)]
+
+
+def _slurm_cluster_class() -> type:
+    """dask-jobqueue's SLURMCluster whose ``close`` also waits until its jobs have left ``squeue``."""
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise ValueError(
+            "cluster='slurm' needs dask-jobqueue, which is not installed: reinstall the workbench "
+            "(pip install -e .) or pip install dask-jobqueue"
+        ) from None
+
+    class WorkbenchSLURMCluster(SLURMCluster):
+        """A SLURMCluster whose close leaves none of its jobs in Slurm's queue, and that keeps the error
+        of a submission that failed (Dask's ``scale`` submits in the background and only logs it)."""
+
+        submit_error: Exception | None = None
+
+        async def _correct_state_internal(self) -> None:
+            try:
+                await super()._correct_state_internal()
+            except Exception as error:
+                self.submit_error = error
+                for job in self.workers.values():
+                    if not getattr(job, "job_id", None) and job.status == Status.created:
+                        job.status = Status.failed  # its sbatch failed: nothing to cancel, and close would assert
+                raise
+
+        def close(self, timeout: float | None = None) -> Any:
+            job_ids = _job_ids(self)
+            try:
+                return super().close(timeout)
+            finally:
+                _cancel(job_ids, timeout or 60)
+
+    return WorkbenchSLURMCluster
+
+
+@register
+class SlurmKind(ClusterKind):
+    """Workers as Slurm jobs (dask-jobqueue's SLURMCluster); the scheduler runs in this process."""
+
+    name = "slurm"
+
+    def options(self, request: ClusterRequest) -> SlurmOptions:
+        """The request's Slurm options, else those of ``$WORKBENCH_SLURM_*``."""
+        return request.slurm if request.slurm is not None else SlurmOptions.from_env(request.environ)
+
+    def shape(self, request: ClusterRequest) -> tuple[int, int]:
+        """(jobs, worker processes per job)."""
+        options = self.options(request)
+        if options.cores % request.threads_per_worker:
+            raise ValueError(
+                f"a job's {options.cores} cores do not split into workers of {request.threads_per_worker} "
+                "threads: make cores a multiple of threads_per_worker"
+            )
+        per_job = options.cores // request.threads_per_worker
+        if request.n_workers is None:
+            return options.jobs or 1, per_job
+        jobs = -(-request.n_workers // per_job)
+        if options.jobs is not None and options.jobs * per_job != request.n_workers:
+            raise ValueError(
+                f"n_workers={request.n_workers} but {options.jobs} job(s) of {per_job} worker(s) make "
+                f"{options.jobs * per_job}: give one of them (n_workers asks for {jobs} job(s))"
+            )
+        if request.n_workers % per_job:
+            raise ValueError(f"n_workers={request.n_workers} is not a whole number of jobs of {per_job} workers")
+        return jobs, per_job
+
+    def check(self, request: ClusterRequest) -> None:
+        """Slurm's commands on PATH, dask-jobqueue installed, a shape the options can make."""
+        if request.nodes is not None:
+            raise ValueError("nodes= simulates nodes on one machine; a Slurm worker's node is its job's host")
+        missing = [c for c in ("sbatch", "squeue", "scancel") if shutil.which(c) is None]
+        if missing:
+            raise ValueError(
+                f"cluster='slurm' submits jobs with Slurm's commands, and {', '.join(missing)} is not on PATH: "
+                "run this on a Slurm login node (or load Slurm's module), or use cluster='local'"
+            )
+        _slurm_cluster_class()
+        self.shape(request)
+
+    def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
+        """Submit the jobs and wait until every worker is up; past the timeout, say what ``squeue``
+        says of each job, and cancel them."""
+        options, (jobs, per_job) = self.options(request), self.shape(request)
+        env = worker_env(request.threads_per_worker)
+        log_directory = options.log_directory or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "locality-workbench", "slurm"
+        )
+        cluster = _slurm_cluster_class()(
+            cores=options.cores,
+            processes=per_job,
+            memory=options.memory,
+            walltime=options.walltime,
+            account=options.account,
+            queue=options.partition,
+            interface=options.interface,
+            job_extra_directives=list(options.directives),
+            # The node id of a worker is its job's hostname: a WORKBENCH_NODE_ID that sbatch copies from
+            # this process's environment would name every job's node the same.
+            job_script_prologue=[f"unset {NODE_ID_ENV}", *(f"export {k}={shlex.quote(v)}" for k, v in env.items())],
+            log_directory=log_directory,
+            scheduler_options=request.scheduler_options,
+            silence_logs=logging.WARNING,
+        )
+        n_workers = jobs * per_job
+
+        def wait(client: Client) -> None:
+            cluster.scale(jobs=jobs)
+            deadline = time.monotonic() + request.timeout
+            while len(client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=30)["workers"]) < n_workers:
+                if cluster.submit_error is not None:
+                    raise RuntimeError(
+                        f"Slurm refused the workers' job ({str(cluster.submit_error).strip()}): check the account, "
+                        "partition, memory and walltime (WORKBENCH_SLURM_* or SlurmOptions), and that sbatch works here"
+                    ) from cluster.submit_error
+                if time.monotonic() > deadline:
+                    job_ids = _job_ids(cluster)
+                    states = _squeue(job_ids)
+                    said = ", ".join(f"job {j}: {states.get(j, 'not in the queue')}" for j in job_ids)
+                    raise TimeoutError(
+                        f"{n_workers} Slurm worker(s) were not up within {request.timeout} s ({said}); the jobs "
+                        f"are cancelled. A PENDING job waits for Slurm (its reason says why: try a shorter "
+                        f"walltime, another partition, less memory, or a longer timeout); a job that ran "
+                        f"left its log in {log_directory}"
+                    )
+                time.sleep(0.2)
+
+        return _connected(cluster, n_workers, request.timeout, wait), cluster
