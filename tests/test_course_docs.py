@@ -10,6 +10,7 @@ here, and any other relative link must stay inside ``docs/course/``.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,7 @@ def test_setup_says_linux_and_names_every_linux_only_interface_the_doctor_knows(
 def test_course_material_is_cc_by_and_code_keeps_the_project_licence():
     licence = (COURSE / "LICENSE.md").read_text()
     assert "CC-BY-4.0" in licence and "https://creativecommons.org/licenses/by/4.0/" in licence
-    project = re.search(r'license\s*=\s*\{\s*text\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text())[1]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]  # an SPDX expression
     assert project in licence and project in (ROOT / "README.md").read_text()
     conduct = (COURSE / "code-of-conduct.md").read_text()
     assert "Contact for this course" in conduct and "docs.carpentries.org" in conduct
