@@ -127,7 +127,7 @@ class StoreCatalogue(SchedulerPlugin):
         self.versions: dict[str, set[int]] = {}
         self.aliases_of: dict[str, set[str]] = {}
         self.locations: dict[tuple[str, int], set[str]] = {}
-        self.lost_from: dict[tuple[str, int], list[str]] = {}  # the last holders of objects no live worker holds
+        self.lost_from: dict[tuple[str, int], list[str]] = {}  # the last locations of objects no live worker holds
         self.loading: dict[tuple[str, int], str] = {}  # objects being read back from disk -> the one backend doing it
         self.last_holder: dict[tuple[str, int], str] = {}  # objects evicted to disk -> the backend they left
         self._turn = 0
@@ -197,10 +197,10 @@ class StoreCatalogue(SchedulerPlugin):
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         """Forget ``worker``'s copies; active calls stuck waiting for it may run elsewhere."""
-        for key, holders in self.locations.items():
-            if worker in holders:
-                holders.discard(worker)
-                if not holders:  # remembered for the error that names the backend it was lost with
+        for key, held_by in self.locations.items():
+            if worker in held_by:
+                held_by.discard(worker)
+                if not held_by:  # remembered for the error that names the backend it was lost with
                     self.lost_from[key] = [worker]
         stuck = [
             ts
@@ -369,7 +369,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
 
     def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
-        """For each ``[oid, version or None]``: its :class:`Record` with live holders, or why it is
+        """For each ``[oid, version or None]``: its :class:`Record` with live locations, or why it is
         :class:`Missing` (as message parts)."""
         live = set(self.scheduler.workers)
         out = []
@@ -384,14 +384,14 @@ class StoreCatalogue(SchedulerPlugin):
             if record is None:
                 out.append(Missing(oid, version, "deleted").to_wire())
                 continue
-            holders = sorted(self.locations.get(key, set()) & live)
+            held_by = sorted(self.locations.get(key, set()) & live)
             out.append(
                 Record(
                     oid=oid,
                     version=key[1],
-                    workers=holders,
+                    workers=held_by,
                     current=self.current.get(oid) == key[1],
-                    lost_from=[] if holders else self.lost_from.get(key, []),
+                    lost_from=[] if held_by else self.lost_from.get(key, []),
                     aliases=sorted(self.aliases_of.get(oid, ())),
                     **record,
                 ).to_wire()
@@ -399,7 +399,7 @@ class StoreCatalogue(SchedulerPlugin):
         return out
 
     def op_locations(self, oids: str) -> dict[str, Any]:
-        """Live holders of each object's current version, for ``oids`` joined by newlines, in the
+        """Live locations of each object's current version, for ``oids`` joined by newlines, in the
         compact reply of :func:`~workbench.runtime.store.protocol.encode_locations`. A location
         query costs what it asks for, not what the catalogue holds.
         """
@@ -408,11 +408,11 @@ class StoreCatalogue(SchedulerPlugin):
         current, locations = self.current.get, self.locations.get
         empty: frozenset[str] = frozenset()
         with without_gc():
-            holders = [
+            held_by = [
                 None if (version := current(oid)) is None else locations((oid, version), empty)
                 for oid in (oids.split("\n") if oids else ())
             ]
-        return encode_locations(holders, self.scheduler.workers)
+        return encode_locations(held_by, self.scheduler.workers)
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
         """``worker`` holds the object now; a ``KeyError`` if it was deleted meanwhile (the backend then
@@ -432,7 +432,7 @@ class StoreCatalogue(SchedulerPlugin):
         callers that each reloaded on their own backend made two diverging copies, and concurrent
         writes were lost.) The backend is the one the object was evicted from while it lives, so
         calls already pinned there still find it; else the asking backend ``worker``; else the
-        next in turn. Returns a :class:`LoadClaim` (as a message part): the holders when it is in
+        next in turn. Returns a :class:`LoadClaim` (as a message part): the locations when it is in
         memory somewhere already, else the backend to load it on and its disk copy.
         """
         key = (oid, int(version))
@@ -440,9 +440,9 @@ class StoreCatalogue(SchedulerPlugin):
         if record is None:
             raise KeyError(f"object {oid[:8]} v{version} is not in the store (deleted?)")
         live = set(self.scheduler.workers)
-        holders = sorted(self.locations.get(key, set()) & live)
-        if holders:
-            return LoadClaim(holders).to_wire()
+        held_by = sorted(self.locations.get(key, set()) & live)
+        if held_by:
+            return LoadClaim(held_by).to_wire()
         if not record["disk_path"]:
             return LoadClaim([], lost_from=tuple(self.lost_from.get(key, []))).to_wire()
         target = self.loading.get(key)
@@ -455,9 +455,9 @@ class StoreCatalogue(SchedulerPlugin):
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
         """A backend no longer holds this version."""
         key = (oid, int(version))
-        holders = self.locations.get(key, set())
-        holders.discard(worker)
-        if not holders and key in self.objects:  # evicted: it comes back here (see op_claim_load)
+        held_by = self.locations.get(key, set())
+        held_by.discard(worker)
+        if not held_by and key in self.objects:  # evicted: it comes back here (see op_claim_load)
             self.last_holder[key] = worker
 
     def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> bool:
@@ -526,12 +526,12 @@ class StoreCatalogue(SchedulerPlugin):
                 del self.versions[key[0]]
         for pending in (self.lost_from, self.loading, self.last_holder):
             pending.pop(key, None)
-        holders = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
+        held_by = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
         statements.append(("DELETE FROM objects WHERE oid=? AND version=?", key))
-        return {"oid": key[0], "version": key[1], "workers": holders, "disk_path": record["disk_path"]}
+        return {"oid": key[0], "version": key[1], "workers": held_by, "disk_path": record["disk_path"]}
 
     def op_list(self) -> list[dict[str, Any]]:
-        """Every object version: id, version, class, kind, size, holders, disk copy, aliases."""
+        """Every object version: id, version, class, kind, size, locations, disk copy, aliases."""
         live = set(self.scheduler.workers)
         by_oid = self.aliases_of
         return [

@@ -742,7 +742,7 @@ class Store:
 
     def records(self, refs: Sequence[ObjectRef]) -> list[Record | Missing]:
         """The catalogue's record of each object (current version unless pinned) with its live
-        holders, or why it is missing."""
+        locations, or why it is missing."""
         replies = self.catalogue(CatalogueOp.RECORDS, refs=[[r.oid, r.version if r.pinned else None] for r in refs])
         return [record_from_wire(reply) for reply in replies]
 
@@ -768,7 +768,7 @@ class Store:
         raise object_lost(ref.label(), record.class_label, list(claim.lost_from or record.lost_from))
 
     def objects(self) -> pd.DataFrame:
-        """Every object version in the catalogue: id, class, kind, bytes, holders, disk copy, aliases."""
+        """Every object version in the catalogue: id, class, kind, bytes, locations, disk copy, aliases."""
         return pd.DataFrame(
             self.catalogue(CatalogueOp.LIST),
             columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"],

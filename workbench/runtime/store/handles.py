@@ -180,7 +180,7 @@ def submit_active(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Future:
-    """The task of one active call, pinned to the object's holders (any of them, for a read).
+    """The task of one active call, pinned to the object's locations (any of them, for a read).
 
     One task is one graph either way; ``client.submit`` builds it with less overhead than a graph
     of delayed calls (this is the path ``workbench bench store`` times).
@@ -277,7 +277,7 @@ class Proxy(StoredHandle):
 
     def info(self) -> dict[str, Any]:
         """The catalogue's record (:class:`~workbench.runtime.store.protocol.Record` as a dict): class,
-        size, holders (``workers``), disk copy, aliases, version; a ``StoreError`` once it is deleted."""
+        size, locations (``workers``), disk copy, aliases, version; a ``StoreError`` once it is deleted."""
         (record,) = self.store.records([self.ref])
         return found(record, self.ref).as_dict()
 

@@ -283,8 +283,8 @@ def without_gc() -> Iterator[None]:
             gc.enable()
 
 
-def encode_locations(holders: Iterable[Collection[str] | None], live: Container[str]) -> dict[str, Any]:
-    """The ``locations`` reply for the objects whose holders are ``holders`` (None: a deleted object;
+def encode_locations(held_by: Iterable[Collection[str] | None], live: Container[str]) -> dict[str, Any]:
+    """The ``locations`` reply for the objects whose locations are ``held_by`` (None: a deleted object;
     only those in ``live`` count) in a compact form: the workers named once, and per object the
     index + 1 of its first live holder as a uint16 array (0: held nowhere, :data:`DELETED`:
     deleted), ``more`` listing the objects held by several. 10^5 objects travel in a few hundred kB."""
@@ -293,7 +293,7 @@ def encode_locations(holders: Iterable[Collection[str] | None], live: Container[
     append = first.append
     more: dict[int, list[int]] = {}
     with without_gc():
-        for i, held in enumerate(holders):
+        for i, held in enumerate(held_by):
             if held is None:
                 append(DELETED)
                 continue
@@ -322,6 +322,6 @@ def locations_of(reply: Mapping[str, Any], count: int) -> list[list[str]]:
     more = {int(i): [workers[j] for j in v] for i, v in dict(reply.get("more") or {}).items()}
     with without_gc():
         out = [[workers[f - 1]] if 0 < f < DELETED else [] for f in first]
-    for i, holders in more.items():
-        out[i] = holders
+    for i, held_by in more.items():
+        out[i] = held_by
     return out
