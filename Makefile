@@ -44,8 +44,10 @@ test: lint
 site: $(STAMP)
 	$(BIN)/python -m workbench.teach.site
 
+# Every benchmark, each in its own process: build/bench/HOST-TIME/results.json and results.html
+# (about 20 min on 2 cores; BENCH_FLAGS="--size ci" for a smoke run, about 9 min).
 bench: $(STAMP)
-	$(BIN)/workbench bench kernels
+	$(BIN)/workbench bench all $(BENCH_FLAGS)
 
 # The peers the benchmarks measure against (optional; each benchmark skips a missing one, saying so).
 peers: $(STAMP)

@@ -22,6 +22,7 @@ import datasets
 import workbench
 from workbench.apps import skewed
 from workbench.bench import balance
+from workbench.bench.goals import goal
 from workbench.lab import imbalance
 from workbench.lab.runner import run_experiment
 from workbench.runtime import strategies
@@ -396,22 +397,27 @@ def test_slowed_worker_pins_burns_and_undoes_everything():
 
 @pytest.mark.timeout(600)
 def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
-    tables = {
-        name: imbalance.table(
-            imbalance.scenario(session, name, "ci", skew=16, repeats=2, blocks_per_worker=4, repeat=20)
-        )
+    experiments = {
+        name: imbalance.scenario(session, name, "ci", skew=16, repeats=2, blocks_per_worker=4, repeat=20)
         for name in ("balanced", "skewed")
     }
+    tables = {name: imbalance.table(e) for name, e in experiments.items()}
     for t in tables.values():
         assert set(t.index) == set(imbalance.VARIANTS)
         assert {"mean_s", "split / variant", "MB_moved_with_replicas", "steals"} <= set(t.columns)
+    samples = {name: balance.seconds_by_variant(e) for name, e in experiments.items()}
+    assert all(len(runs) == 2 for runs in samples["skewed"].values())  # the timed runs, warm-ups apart
     tables["slowed"] = tables["skewed"]  # the slowed scenario has its own test above: its table has the same shape
     ceilings = {"skewed": balance.ceiling(datasets.block_costs(16, 16), 2)}  # 72 units on one worker, 44.5 fair
-    goals = balance.goals(tables, ceilings)
-    assert len(goals) == 9 and all({"goal", "measured", "met"} == set(g) for g in goals)
+    goals = balance.goals(tables, ceilings, samples)
+    assert len(goals) == 9 and all(set(goal("x", 1.0, 1.0)) == set(g) for g in goals)
     # the skewed goal is capped by its ceiling (1.62x: 90 % of it is below 1.5x), the slowed one is not
     assert goals[1]["goal"] == "skewed: split / split-balanced >= 1.46 (90% of its ceiling 1.62x)"
+    assert goals[1]["threshold"] == 1.46 and set(goals[1]["peers"]) == {"split", "split-balanced"}
+    assert goals[1]["noise"] is not None and goals[5]["noise"] is None  # slowed: no samples given for it
     assert "slowed: split / split-balanced >= 1.50" == goals[5]["goal"]
+    assert goals[0]["better"] == "lower" and goals[0]["threshold"] == 1.05
+    assert goals[4]["peer_unit"] == "MB" and set(goals[4]["peers"]) == {"rechunk", "split-balanced"}
     report = {
         "size": "ci",
         "workers": 2,

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import psutil
 import pytest
 
 from workbench.bench import channels as bench_channels
+from workbench.bench.goals import goal as make_goal
+from workbench.bench.progress import Progress
 
 
 @pytest.fixture(scope="module")
-def report(session, monkeypatch_module):
+def run_output(session, monkeypatch_module):
+    """The report of a small run, and what its progress printed."""
     monkeypatch_module.setitem(bench_channels.PAYLOADS, "ci", [8, 64 * 1024, 1 << 20])
     monkeypatch_module.setattr(bench_channels, "STEADY_MESSAGES", 2_000)
     monkeypatch_module.setattr(bench_channels, "iterations_for", lambda n: 200 if n < 1024 else 20)
     monkeypatch_module.setattr(bench_channels, "LOADED_REPEATS", 2)
     monkeypatch_module.setattr(bench_channels, "WAIT_SECONDS", 0.3)
-    return bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True)
+    stream = io.StringIO()
+    report = bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True,
+                                progress=Progress("channels", stream=stream))  # fmt: skip
+    return report, stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def report(run_output):
+    return run_output[0]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +56,7 @@ def test_steady_state_and_kernels(report):
 
 def test_goals_are_listed_with_figures(report):
     goals = {g["goal"]: g for g in report["goals"]}
-    assert any("round trip < 20 us" in g for g in goals)
+    assert any("round trip <= 20 us" in g for g in goals)
     assert any("no allocation per message" in g for g in goals)
     for goal in goals.values():
         assert isinstance(goal["met"], bool) and math.isfinite(goal["measured"])
@@ -74,6 +86,36 @@ def test_the_cpu_share_of_a_waiting_rank_is_measured_for_channels_and_mpi(report
         assert 0 <= waiting["mpi"] < 1.5
     assert any("leaves its core to others" in g["goal"] for g in report["goals"])
     assert "uses" in bench_channels.format_report(report)
+
+
+def test_every_goal_has_one_shape_with_its_peers_and_the_loaded_ones_their_noise(report):
+    shape = set(make_goal("x", 1.0, 1.0))
+    assert all(set(g) == shape for g in report["goals"])
+    goals = {g["goal"]: g for g in report["goals"]}
+    small = next(g for text, g in goals.items() if text.startswith("small-message"))
+    assert small["better"] == "lower" and small["threshold"] == 20.0 and small["unit"] == " us"
+    assert small["peers"]["channels"] == small["measured"] and small["peer_unit"] == "us"
+    loaded = next(g for text, g in goals.items() if text.startswith("loaded (2"))
+    assert loaded["noise"] is not None and loaded["noise"] >= 0  # two runs per loaded payload
+    if "rows" in report["mpi"]:
+        bandwidth = next(g for text, g in goals.items() if text.startswith("channels >= mpi4py"))
+        assert set(bandwidth["peers"]) == {"channels", "mpi4py"} and bandwidth["peer_unit"] == "MB/s"
+    assert [r["nbytes"] for r in report["copy"]] == [1 << 20] and report["copy"][0]["MBps"] > 0
+    assert "memory copy, MB/s: 1 MiB" in bench_channels.format_report(report)
+
+
+def test_progress_shows_a_phase_per_part_and_a_step_per_payload(run_output):
+    _, printed = run_output
+    assert "bench channels: ping-pong, channels: 3 steps" in printed
+    assert "[####################] 3/3 1 MiB" in printed
+    assert "PRK kernels, channels and eager: 3 steps" in printed
+
+
+def test_a_bandwidth_goal_near_the_copy_cap_is_bounded_by_it_and_one_far_from_it_is_not():
+    bound = bench_channels.copy_bound(900.0, 2000.0)  # 90 % of the 1000 MB/s a round trip can move
+    assert bound is not None and "2000 MB/s measured here" in bound and "90%" in bound
+    assert bench_channels.copy_bound(100.0, 2000.0) is None
+    assert bench_channels.copy_bound(900.0, None) is None
 
 
 def test_the_load_is_stopped_when_the_measurement_fails():

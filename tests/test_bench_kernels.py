@@ -25,7 +25,7 @@ def test_plain_loop_is_not_exact_near_edges_which_is_why_it_is_only_a_reference(
 
 
 def test_report_has_the_plain_loop_line_next_to_histogramdd():
-    report = bench_kernels.run(quick=True, repeats=1, only=["histogramdd"])
+    report = bench_kernels.run(size="ci", repeats=1, only=["histogramdd"])
     (row,) = report["kernels"]
     assert row["plain_loop_s"] > 0 and row["plain_loop_counts_equal_kernel"] is True
     assert row["plain_loop_ratio_numpy"] == row["numpy_s"] / row["plain_loop_s"]
@@ -35,3 +35,28 @@ def test_report_has_the_plain_loop_line_next_to_histogramdd():
     text = bench_kernels.format_report(report)
     line = next(line for line in text.splitlines() if line.startswith("histogramdd plain"))
     assert "naive loop, no edge correction (same counts)" in line and "the kernel runs at" in line
+
+
+def test_goals_are_one_list_in_the_goal_shape_and_met_agrees_with_the_threshold():
+    from workbench.bench.goals import goal
+
+    report = bench_kernels.run(size="ci", repeats=2, only=["histogram1d", "histogramdd"])
+    goals = report["goals"]
+    assert [g["goal"].split(":")[0] for g in goals] == ["histogramdd", "histogramdd", "histogram1d"]
+    assert all("goals" not in row for row in report["kernels"])  # no per-row goal dicts any more
+    for g in goals:
+        assert set(g) == set(goal("x", 1, 1))
+        assert g["met"] == (g["measured"] >= g["threshold"]) and g["better"] == "higher"
+        assert len(g["peers"]) == 2 and all(v > 0 for v in g["peers"].values()) and g["noise"] is not None
+    dd = next(r for r in report["kernels"] if r["kernel"] == "histogramdd")
+    assert goals[0]["peers"] == {"numba": dd["numba_s"], "numpy": dd["numpy_s"]}
+    assert "goal: histogram1d: numba on all threads faster than numpy" in bench_kernels.format_report(report)
+
+
+def test_an_unknown_size_names_the_sizes():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"size must be one of \['ci', 'lab', 'full'\], got 'huge'"):
+        bench_kernels.run(size="huge")
+    assert bench_kernels.SCALES["full"].n(100) == 400 and bench_kernels.SCALES["full"].side(100) == 200  # 4x bytes
+    assert bench_kernels.SCALES["ci"].side(1024) == 16  # what --quick was

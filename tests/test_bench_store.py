@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from workbench.bench import dataclay_peer
 from workbench.bench import store as bench_store
 
 
 def test_store_benchmark_reports_every_path_and_ratios(session):
-    report = bench_store.run(size="ci", repeats=1, calls=50, apps=("histogram",), dataclay=False, session=session)
+    report = bench_store.run(size="ci", repeats=2, calls=50, apps=("histogram",), dataclay=False, session=session)
     paths = [r["path"] for r in report["null_calls"]]
     assert paths[:4] == [
         "store: value (direct to the backend)",
@@ -21,7 +23,39 @@ def test_store_benchmark_reports_every_path_and_ratios(session):
     assert {r["app"] for r in report["applications"]} == {"histogram"}
     assert all(r["non_active_bytes_moved"] > r["active_bytes_moved"] for r in report["applications"])  # what moved
     text = bench_store.format_report(report)
-    assert "dataClay: skipped" in text and "goal: store null call latency <= 1 ms" in text
+    assert "dataClay: skipped" in text and "goal: store null call latency: measured" in text
+    assert all(len(r["active_runs_s"]) == len(r["non_active_runs_s"]) == 2 for r in report["applications"])
+    assert [g["goal"] for g in report["goals"]] == ["store null call latency"]  # no k-means asked for, no dataClay
+    with pytest.raises(ValueError, match="size must be one of"):
+        bench_store.run(size="big", session=session)
+
+
+def test_store_goals_compare_the_peers_side_by_side():
+    calls = [{"path": "store: value (direct to the backend)", "latency_ms": 0.5}, {"path": "dask", "latency_ms": 2.0}]
+    kmeans = {
+        "app": "kmeans",
+        "parameters": {"dims": 128},
+        "active_s": 1.0,
+        "non_active_s": 2.5,
+        "ratio": 2.5,
+        "active_runs_s": [0.9, 1.0, 1.1],
+        "non_active_runs_s": [2.5, 2.5],
+    }
+    latency, k = bench_store.store_goals(calls, [kmeans, {**kmeans, "app": "histogram"}])
+    assert (
+        latency["met"]
+        and latency["better"] == "lower"
+        and latency["peers"]
+        == {
+            "store: value (direct to the backend)": 0.5,
+            "dask": 2.0,
+        }
+    )
+    assert k["goal"].startswith("kmeans active >= 2x non-active at {'dims': 128}")
+    assert (k["measured"], k["threshold"], k["met"]) == (2.5, 2.0, True)
+    assert k["peers"] == {"active": 1.0, "non-active": 2.5} and abs(k["noise"] - 0.1) < 1e-12
+    with_dataclay = bench_store.store_goals([*calls, {"path": "dataClay 4.3.1: active method", "latency_ms": 0.25}], [])
+    assert with_dataclay[1]["measured"] == 2.0 and not with_dataclay[1]["met"]  # store 2x dataClay's latency
 
 
 def _dataclay_processes() -> int:
@@ -50,9 +84,27 @@ def test_store_scale_benchmark_reports_curves_goals_and_a_figure():
     assert [r["objects"] for r in report["objects"]] == [10, 200]
     assert all(r["catalogued_after_restart"] == r["objects"] for r in report["objects"])  # reopened from SQLite
     assert report["blocks"][0]["blocks"] == 30 and report["blocks"][0]["persist_blocks_s"] > 0
-    assert [g["goal"] for g in report["goals"]] == [".value() latency at 200 objects within 20 % of 10"]
+    (latency,) = report["goals"]  # the 10^4-block and 10^5-object goals did not run: left out
+    assert latency["goal"] == ".value() latency at 200 objects within 20 % of 10 (ratio)"
+    assert latency["peers"] == {f"{r['objects']} objects": r["value_latency_ms"] for r in report["objects"]}
+    assert latency["met"] == (latency["measured"] <= latency["threshold"] == 1.2) and latency["better"] == "lower"
     assert "persist_blocks s" in store_scale.format_report(report)
     assert len(store_scale_figure(report).renderers) == 2 * 4  # a line and its points per curve
+
+
+def test_store_scale_goals_at_the_counts_the_issue_names():
+    from workbench.bench import store_scale
+
+    top = {"objects": 100_000, "make_persistent_many_s": 6.0, "locations_s": 0.05, "restart_s": 1.0}
+    goals = store_scale.scale_goals([top], [{"blocks": 10_000, "persist_blocks_s": 0.4}])
+    assert [(g["goal"], g["measured"], g["met"]) for g in goals] == [
+        ("persist_blocks of 10,000 blocks", 0.4, True),
+        ("make_persistent_many of 10^5 objects", 6.0, False),
+        ("locations of 10^5 objects", 50.0, True),
+        ("restart with 10^5 catalogued objects", 1.0, True),
+    ]
+    with pytest.raises(ValueError, match="size must be one of"):
+        store_scale.run("xl")
 
 
 def test_store_scale_refuses_counts_below_one():

@@ -39,26 +39,43 @@ def test_every_configuration_ran_with_ratios_to_dram(report):
     assert all(r["whole_vs_dram"] == 1.0 for r in report["applications"] if r["variant"] == "dram")
 
 
-def test_result_placement_and_mixed_workload(report):
-    placement = report["results"]
-    assert set(placement["matadd_s"]) == {"volatile", "store", "non-active"}
-    assert placement["fma_mapped_vs_dram"] > 0
+def test_result_modes_and_mixed_workload(report):
+    modes = report["results"]
+    sizes = [m["object_bytes"] for m in modes["matadd"]]
+    assert len(sizes) == len(bench_tiers.SIZES["ci"]["matadd"]) and sizes == sorted(sizes)
+    for m in modes["matadd"]:
+        assert set(m["seconds"]) == {"volatile", "returned", "store", "non-active"}
+        assert (
+            m["fetch_GBs"] > 0 and m["add_GBs"] > 0 and m["expected_ratio"] > 1
+        )  # fetching both costs more than adding
+    assert modes["fma"]["mapped_vs_dram"] > 0 and modes["fma"]["c_bytes"] == modes["fma"]["side"] ** 2 * 8
     mixed = report["mixed"]["configurations"]
     assert set(mixed) == {"dram", "mapped", "cached", "dynamic"}
     assert len({c["checksum"] for c in mixed.values()}) == 1  # the same answers everywhere
     assert mixed["dynamic"]["in_dram"]["hot"] > 0  # the written objects were promoted
 
 
-def test_goals_are_listed_with_figures(report):
+def test_goals_have_thresholds_peers_and_say_what_bounds_them(report):
     goals = {g["goal"]: g for g in report["goals"]}
     assert any("histogram in place on mapped" in g for g in goals)
     assert any("Dask spill-to-disk" in g for g in goals)
+    assert any("volatile result >= 10x faster than non-active" in g for g in goals)
     assert any("in-place FMA" in g for g in goals)
     assert any("mixed workload" in g for g in goals)
-    for goal in goals.values():
-        assert isinstance(goal["met"], bool) and math.isfinite(goal["measured"])
+    for text, goal in goals.items():
+        assert math.isfinite(goal["measured"]) and goal["threshold"] > 0 and goal["peers"], text
+        assert goal["met"] == (
+            goal["measured"] >= goal["threshold"]
+            if goal["better"] == "higher"
+            else goal["measured"] <= goal["threshold"]
+        )
+        if goal["met"]:
+            assert goal["bound"] is None
+    spill = next(g for t, g in goals.items() if "Dask spill-to-disk" in t)
+    if not spill["met"]:  # an unmet goal names the resource that bounds it, with figures measured here
+        assert "GB/s" in spill["bound"] or "DRAM's time" in spill["bound"], spill["bound"]
     text = bench_tiers.format_report(report)
-    assert "bandwidth" in text and "goal:" in text
+    assert "bandwidth" in text and "goal:" in text and "non-active/volatile" in text
 
 
 def test_tier_experiment_refuses_bad_settings(session):

@@ -1,7 +1,8 @@
 """``make site``: the course site builds offline from the lessons executed at size ci; each lesson page
 shows intended errors as intended, hides the parameters cells, draws live panels as their Run left
 them and loads BokehJS from one file of the site; in a real browser every lesson page shows its
-bokeh figures; the whole site fits in 10 MiB.
+bokeh figures; the benchmark page shows this machine's latest ``bench all`` run or says what to run;
+the whole site fits in 10 MiB.
 
 The first tests make pages from small notebooks shaped as papermill writes them (seconds). The
 others build the real site; they run after tests/test_notebooks.py (file order), whose executed
@@ -289,6 +290,11 @@ def test_make_site_builds_the_course_offline(built_site):
         assert html.count('class="admonition note workbench-live-panel"') == site_pages.live_panels(executed), page.name
         intended = sum("raises-exception" in c.metadata.get("tags", []) for c in executed.cells)
         assert html.count("workbench-intended-error") == intended, page.name
+    bench_page = (root / "bench-results.html").read_text()
+    if site.latest_bench_results() is None:
+        assert "No results of" in bench_page
+    else:  # this machine's newest 'bench all' run, its figures beside it
+        assert 'href="bench/results.html"' in bench_page and (root / "bench" / "results.html").is_file()
     lesson02 = site.lesson_page(root, "02").read_text()
     assert "workbench-intended-error" in lesson02 and "ValueError: assignment destination is read-only" in lesson02
     assert "workbench-live-panel" in site.lesson_page(root, "00").read_text()
@@ -348,3 +354,14 @@ def test_screenshots_of_lesson_02_and_of_a_live_panel(built_site, tmp_path):
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
         assert (width, height) == (1200, 900), shot.name
         assert 20_000 < len(data) < 200_000, (shot.name, len(data))  # a drawn page, small enough to commit
+
+
+def test_the_benchmark_page_says_what_to_run_when_this_machine_has_no_results(tmp_path):
+    (tmp_path / "bench-results.md").write_text((site.COURSE / "bench-results.md").read_text())
+    site._bench_results_page(tmp_path, None)
+    text = (tmp_path / "bench-results.md").read_text()
+    assert text.count(site_pages.NO_BENCH_RESULTS) == 1 and "make bench" in text  # no figures made up
+    assert not (tmp_path / "_extra").exists()
+    assert site.latest_bench_results(tmp_path / "no-runs") is None
+    with pytest.raises(ValueError, match="needs one"):
+        site_pages.with_bench_results("# a page without the markers\n", "results")

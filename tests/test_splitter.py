@@ -207,8 +207,15 @@ def test_bench_splitter_reports_ratios_to_split(session):
     assert set(rows) == {(b, v) for b in (1, 4) for v in bench_splitter.VARIANTS}
     assert rows[(4, "split")]["ratio_to_split"] == 1.0 and rows[(4, "split")]["partition_building_s"] > 0
     assert rows[(4, "blocks")]["tasks"] > rows[(4, "split")]["tasks"]
-    assert any("5 % slower" in g["goal"] for g in report["goals"])
+    (at_one,) = report["goals"]  # the goals at 48 and 200 blocks per core were not run: left out
+    assert at_one["goal"].startswith("histogram at 1 block/core: split at most 5 % slower than blocks")
+    assert at_one["peers"] == {"split": rows[(1, "split")]["seconds"], "blocks": rows[(1, "blocks")]["seconds"]}
+    assert at_one["measured"] == rows[(1, "split")]["seconds"] / rows[(1, "blocks")]["seconds"]
+    assert at_one["met"] == (at_one["measured"] <= at_one["threshold"] == 1.05) and at_one["noise"] is not None
+    assert len(rows[(1, "split")]["runs_s"]) == 2
     assert "blocks/core" in bench_splitter.format_report(report)
+    with pytest.raises(ValueError, match="size must be one of"):
+        bench_splitter.run(size="medium", session=session)
 
 
 def test_knn_finds_the_true_neighbours(session):

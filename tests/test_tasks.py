@@ -190,7 +190,11 @@ def test_bench_shm_reports_every_way_it_can_run(session):
     from workbench.bench import shm as bench_shm
 
     report = bench_shm.run(
-        size_mb=4, tasks=2, session=session, only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"]
+        size="ci",
+        size_mb=4,
+        tasks=2,
+        session=session,
+        only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"],
     )
     ways = {r["way"]: r for r in report["ways"]}
     assert set(ways) == {"workbench-rro", "dask", "files", "multiprocessing.shared_memory"}
@@ -198,13 +202,41 @@ def test_bench_shm_reports_every_way_it_can_run(session):
     assert all(r["tasks"] == 2 * len(session.workers()) for r in ways.values())
     assert set(report["attach_seconds_by_size"]) == {"16MB", "64MB", "256MB"}
     assert "workbench-rro" in bench_shm.format_report(report)
+    goals = {g["goal"].split(" (")[0]: g for g in report["goals"]}
+    assert list(goals) == [
+        "RRO faster than files",
+        "RRO fastest of the shared-memory peers",
+        "RRO's peak extra memory about one copy of the array per node",
+        "Table I at 64 dims: k-means with RRO faster than files",  # ci's point with the most dimensions
+    ]
+    files, fastest, memory, table1 = goals.values()
+    assert set(table1["peers"]) == {"RRO", "files"} and table1["noise"] is not None  # 3 runs each
+    assert files["peers"] == {"RRO": ways["workbench-rro"]["seconds"], "files": ways["files"]["seconds"]}
+    assert files["measured"] == ways["files"]["seconds"] / ways["workbench-rro"]["seconds"]
+    others = [r["seconds"] for name, r in ways.items() if name != "workbench-rro"]
+    assert (
+        set(fastest["peers"]) == {"RRO", "dask", "files", "multiprocessing.shared_memory"}
+        and fastest["measured"] == min(others) / ways["workbench-rro"]["seconds"]
+    )
+    assert memory["better"] == "lower" and memory["measured"] == ways["workbench-rro"]["copies_per_node"]
+    for g in goals.values():
+        assert g["met"] == (
+            g["measured"] >= g["threshold"] if g["better"] == "higher" else g["measured"] <= g["threshold"]
+        )
+    for g in (files, fastest, memory):
+        assert g["noise"] is None  # one run per way: no repeats to take a spread from
     with pytest.raises(ValueError, match="unknown peers \\['redis'\\]"):
         bench_shm.run(size_mb=1, only=["redis"], session=session)
+    with pytest.raises(ValueError, match="size must be one of \\['ci', 'lab', 'full'\\], got 'tiny'"):
+        bench_shm.run(size="tiny", session=session)
 
 
 def test_missing_peers_are_skipped_with_how_to_install(session, monkeypatch):
     from workbench.bench import shm as bench_shm
 
     monkeypatch.setitem(bench_shm.PEERS, "imaginary", (lambda *a: [], "no_such_module_xyz"))
-    report = bench_shm.run(size_mb=1, tasks=1, session=session, only=["workbench-rro", "imaginary"])
+    report = bench_shm.run(size_mb=1, tasks=1, session=session, only=["workbench-rro", "imaginary"], table1=False)
     assert "pip install no_such_module_xyz" in report["skipped"]["imaginary"]
+    assert [g["goal"].split(" (")[0] for g in report["goals"]] == [  # the goals that need a peer are left out
+        "RRO's peak extra memory about one copy of the array per node"
+    ]

@@ -14,6 +14,7 @@ import contextlib
 import difflib
 import importlib
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,8 +73,14 @@ class Benchmark:
     name: str
     help: str
     module: str
+    mechanism: str  # what it measures, as the brief names the mechanisms (bench all groups by it)
+    expected_s: Mapping[str, float]  # seconds each size took on 2 cores (AMD EPYC Zen 4), said up front
     arguments: tuple[Argument, ...] = ()
-    progress: bool = False  # its run takes progress=callback(line): the lines go to stderr as it runs
+
+    @property
+    def default_size(self) -> str:
+        """The size it runs at when none is given (its ``--size`` argument's default)."""
+        return next(a.options["default"] for a in self.arguments if a.flags == ("--size",))
 
 
 # -- checks and argument types -----------------------------------------------------------------
@@ -136,13 +143,63 @@ def _from_user_input(*errors: type[Exception]) -> Iterator[None]:
 # -- handlers ------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
     """Run the benchmark ``args.benchmark`` with the arguments given (unset ones keep its run's defaults)."""
+    from workbench.bench.progress import Progress
+
     benchmark = BENCHMARKS[args.benchmark]
     module = importlib.import_module(f"workbench.bench.{benchmark.module}")
     options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
-    if benchmark.progress:
-        options["progress"] = lambda line: print(f"bench {benchmark.name}: {line}", file=sys.stderr, flush=True)
-    report = module.run(**options)
+    progress = Progress(benchmark.name)
+    progress.expect(args.size, benchmark.expected_s[args.size])
+    report = module.run(**options, progress=progress)
     print(json.dumps(report, indent=2, default=str) if args.json else module.format_report(report))
+    return 0
+
+
+def _planned(args: argparse.Namespace) -> list[Any]:
+    """The benchmarks ``bench all`` runs, in BENCHMARKS' order: ``--only``'s, at ``--size`` or each its own default."""
+    from workbench.bench.suite import Planned
+
+    chosen = args.only or list(BENCHMARKS)
+    return [
+        Planned(
+            name,
+            BENCHMARKS[name].mechanism,
+            args.size or BENCHMARKS[name].default_size,
+            BENCHMARKS[name].expected_s[args.size or BENCHMARKS[name].default_size],
+            any(a.flags == ("--workers",) for a in BENCHMARKS[name].arguments),
+        )
+        for name in BENCHMARKS
+        if name in chosen
+    ]
+
+
+def _bench_all(args: argparse.Namespace) -> int:
+    """Run every benchmark (or ``--only``'s), each in its own process; write results.json and results.html."""
+    from workbench.bench import suite
+
+    out = Path(args.out) if args.out else suite.default_out()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: name a directory for results.json and results.html")
+    # a benchmark runs in a session of its own, out of reach of the terminal's Ctrl-C and of a kill
+    # of this process: both become an exception here, and the running benchmark is stopped with it
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    results = suite.run_all(_planned(args), out, size=args.size, workers=args.workers)
+    print(json.dumps(results, indent=2, default=str) if args.json else "\n".join(suite.table_lines(results)))
+    print(f"bench all: wrote {out / 'results.json'} and {out / 'results.html'}", file=sys.stderr)
+    failed = suite.failed(results)
+    if failed:
+        print(f"bench all: {', '.join(failed)} did not finish (see their errors above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    """Each goal of two results files: A, B, the change and the noise, better / worse / within noise."""
+    from workbench.bench import suite
+
+    with _from_user_input(FileNotFoundError, ValueError):  # a missing file, or not a results file
+        a, b = suite.load(args.a), suite.load(args.b)
+    comparison = suite.compare(a, b)
+    print(json.dumps(comparison, indent=2) if args.json else "\n".join(suite.compare_lines(comparison, args.a, args.b)))
     return 0
 
 
@@ -317,8 +374,10 @@ SIZES = ("ci", "lab", "full")
 JSON = arg("--json", action="store_true", help="print the full report as JSON")
 
 
-def _size(default: str) -> Argument:
-    return arg("--size", choices=SIZES, default=default, help=f"problem size (default {default})")
+def _size(default: str, what: str = "") -> Argument:
+    return arg(
+        "--size", choices=SIZES, default=default, help=f"problem size (default {default}){'; ' + what if what else ''}"
+    )
 
 
 def _repeat(default: int, what: str, dest: str = "repeats") -> Argument:
@@ -341,8 +400,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "kernels",
             "kernel throughput vs numpy and the streaming-read bandwidth",
             "kernels",
+            "numba kernels",
+            {"ci": 5, "lab": 15, "full": 60},
             (
-                arg("--quick", action="store_true", help="1/64 of the input sizes (a smoke run, not a measurement)"),
+                _size("lab", "ci: 1/64 of the inputs, a smoke run, not a measurement; full: 4x"),
                 _repeat(5, "timed calls per kernel (median is reported)"),
                 arg(
                     "--only",
@@ -357,8 +418,11 @@ BENCHMARKS: dict[str, Benchmark] = {
             "shm",
             "one read-only array to every worker: workbench RRO vs Dask, files and peers",
             "shm",
+            "node-shared memory (RRO)",
+            {"ci": 10, "lab": 30, "full": 120},
             (
-                arg("--size-mb", type=int, default=256, check=at_least(1), help="array size in MB (default 256)"),
+                _size("lab", "the array: 32 MB at ci, 256 MB at lab, 1 GB at full"),
+                arg("--size-mb", type=int, check=at_least(1), help="array size in MB (default: the size's)"),
                 arg("--tasks", type=int, default=10, check=at_least(1), help="tasks per worker (default 10)"),
                 _workers(),
                 arg(
@@ -368,12 +432,15 @@ BENCHMARKS: dict[str, Benchmark] = {
                     check=one_of(_names_in("shm", "PEERS"), "way"),
                     help="measure only these ways",
                 ),
+                _leave_out("table1", "leave out k-means at Table I's point with the most dimensions (RRO vs files)"),
             ),
         ),
         Benchmark(
             "splitter",
             "one task per block vs rechunk vs SplIter at 1, 48, 200 blocks per core",
             "splitter",
+            "SplIter",
+            {"ci": 20, "lab": 45, "full": 300},
             (
                 _size("lab"),
                 _repeat(3, "timed runs per variant"),
@@ -385,6 +452,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             "store",
             "active store: null-call latency vs Dask and dataClay; active vs non-active apps",
             "store",
+            "active object store",
+            {"ci": 40, "lab": 90, "full": 400},
             (
                 _size("lab"),
                 _repeat(3, "timed runs per variant"),
@@ -397,6 +466,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             "store-scale",
             "active store at 10^2..10^5 objects and 10^3..10^4 blocks: registration, locations, latency",
             "store_scale",
+            "active object store",
+            {"ci": 30, "lab": 120, "full": 300},
             (
                 _size("lab"),
                 arg("--objects", type=int, nargs="+", check=at_least(1), help="object counts (default: the size's)"),
@@ -408,19 +479,21 @@ BENCHMARKS: dict[str, Benchmark] = {
             "tiers",
             "memory tiers: bandwidth hot/cold, the ch. 6 applications per tier, result modes, dynamic placement",
             "tiers",
+            "memory tiers",
+            {"ci": 70, "lab": 240, "full": 1800},
             (
                 _size("lab"),
                 arg(
                     "--apps",
                     type=comma_separated,
                     check=one_of(_names_in("tiers", "APPS"), "tier application"),
-                    help="comma-separated applications (default: histogram1d,kmeans,matadd,matmul)",
+                    help="comma-separated applications (default: the size's; lab leaves out matmul)",
                 ),
                 arg(
                     "--variants",
                     type=comma_separated,
                     check=one_of(_names_in("tiers", "VARIANTS"), "tier configuration"),
-                    help="comma-separated tier configurations (default: all)",
+                    help="comma-separated tier configurations (default: the size's; lab runs nine)",
                 ),
                 _workers(),
             ),
@@ -429,18 +502,21 @@ BENCHMARKS: dict[str, Benchmark] = {
             "channels",
             "array channels: ping-pong vs eager vs mpi4py, steady-state allocation, PRK kernels",
             "channels",
+            "in-place array channels",
+            {"ci": 60, "lab": 180, "full": 600},
             (
                 _size("lab"),
                 _workers("worker processes (default 2)", 2, " (one per ping-pong rank)"),
                 _leave_out("mpi", "leave out the mpi4py peer"),
                 _leave_out("two-nodes", "leave out the two-simulated-nodes (socket) run"),
             ),
-            progress=True,
         ),
         Benchmark(
             "balance",
             "SplIter partitions that rebalance (split-balanced) vs split, blocks, rechunk under imbalance",
             "balance",
+            "SplIter",
+            {"ci": 220, "lab": 600, "full": 1800},
             (
                 _size("ci"),
                 _repeat(3, "timed runs per variant and scenario"),
@@ -451,6 +527,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             "execution-models",
             "threads vs processes + shared memory (PiP): spawn, first touch, page tables, mmap, applications",
             "execution_models",
+            "execution models",
+            {"ci": 60, "lab": 180, "full": 600},
             (
                 _size("lab"),
                 _leave_out("dask", "leave out the Dask workers' spawn times"),
@@ -468,11 +546,39 @@ BENCHMARKS: dict[str, Benchmark] = {
     )
 }
 
+if {"all", "compare"} & set(BENCHMARKS):  # 'bench all' and 'bench compare' are not benchmarks
+    raise ValueError(f"a benchmark may not be named 'all' or 'compare': {sorted({'all', 'compare'} & set(BENCHMARKS))}")
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "bench",
         "run a benchmark and print ratios against its baseline",
-        subcommands=tuple(Command(b.name, b.help, _bench, (JSON, *b.arguments)) for b in BENCHMARKS.values()),
+        subcommands=(
+            *(Command(b.name, b.help, _bench, (JSON, *b.arguments)) for b in BENCHMARKS.values()),
+            Command(
+                "all",
+                "run every benchmark, each in its own process: results.json and a page of every goal (results.html)",
+                _bench_all,
+                (
+                    arg("--size", choices=SIZES, help="every benchmark's size (default: each its own default)"),
+                    arg("--json", action="store_true", help="print results.json instead of the table"),
+                    arg("--out", help="directory for results.json and results.html (default build/bench/HOST-TIME)"),
+                    _workers("worker processes, for the benchmarks that take --workers (default: each its own)"),
+                    arg(
+                        "--only",
+                        type=comma_separated,
+                        check=one_of(lambda: BENCHMARKS, "benchmark"),
+                        help="comma-separated benchmarks (default: all of them)",
+                    ),
+                ),
+            ),
+            Command(
+                "compare",
+                "compare two results files of 'bench all': each goal's change, with the noise seen in repeats",
+                _bench_compare,
+                (arg("a", help="results.json (before)"), arg("b", help="results.json (after)"), JSON),
+            ),
+        ),
         subcommand="benchmark",
     ),
     Command(

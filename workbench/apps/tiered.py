@@ -10,7 +10,8 @@ variants in their own modules.
 * ``histogram1d``: counts of 64 equal bins of uniform values (``kernels.histogram1d`` per block,
   counts added). The result is small: where the data lies is all that matters.
 * ``matadd``: ``C = A + B`` by row blocks (A the placed blocks, B aligned with them); the result
-  is as big as the inputs and goes back to the caller (a *volatile* result, thesis §6.3.3).
+  is as big as the inputs and goes back to the caller (a *returned* result; a *volatile* one stays
+  where it was computed: ``workbench bench tiers`` measures both on store objects).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def prepare_histogram1d(session: Session, dataset: Dataset, params: dict[str, An
 
 
 def add_blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` for one row block (``kernels.matrix_add``, into a new array: the volatile result)."""
+    """``a + b`` for one row block (``kernels.matrix_add``, into a new array: the result returned)."""
     return kernels.matrix_add(a, b)
 
 

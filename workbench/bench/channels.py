@@ -14,6 +14,9 @@
    the RSS measured around them: a persistent buffer allocates nothing per message.
 3. **The kernels** (PRK reduce, transpose, stencil) through ``channels`` and ``eager``: time per
    iteration inside the ranks (group start-up apart).
+4. **The memory copy bandwidth** of one process at each payload of 1 MiB and more: a put is one
+   copy, so half of it caps a round trip's MB/s; a bandwidth goal not met near that cap says so
+   (its ``bound``).
 
 Goals (issues 14 and 24) are printed beside the figures, never asserted. Progress goes to stderr.
 """
@@ -36,7 +39,8 @@ import psutil
 
 from workbench import machine
 from workbench.apps import prk
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
+from workbench.bench.progress import Progress
 from workbench.runtime.channels import Rank, run_group
 from workbench.runtime.session import Session, start
 
@@ -54,11 +58,35 @@ LOAD_PROCESSES = 2  # CPU-bound processes beside the loaded ping-pong (load 4 on
 LOADED_REPEATS = 3  # runs per loaded payload: a busy machine's figures vary from run to run, the median is shown
 LOADED_MAX_BYTES = 16 * MiB
 WAIT_SECONDS = 1.0  # how long the waiting rank waits in the CPU-share measurement
+COPY_BOUND_SHARE = 0.7  # channels at this share of the copy cap or more: the copy, not the channel, bounds them
 
 
 def iterations_for(nbytes: int) -> int:
     """Round trips for a payload: many for small ones, enough bytes (about 1 GiB) for large ones."""
     return int(min(5_000, max(5, (1 << 30) // max(1, nbytes))))
+
+
+def size_label(nbytes: int) -> str:
+    """A payload as people say it: ``8 B``, ``64 KiB``, ``256 MiB``."""
+    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def copy_bandwidth(nbytes: int, repeats: int | None = None) -> float:
+    """This process's memory copy rate for ``nbytes``, MB/s: ``np.copyto``, best of ``repeats`` (default:
+    more for small copies). A put is one such copy, so a round trip (two puts) moves at most half of it."""
+    repeats = repeats or max(5, min(50, (256 * MiB) // nbytes))
+    source = np.ones(nbytes, np.uint8)
+    target = np.zeros_like(source)
+    np.copyto(target, source)  # every page faulted in (and a cache-sized copy in cache) before the timed copies
+    best = float("inf")
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - begin)
+    return nbytes * 1e-6 / best
 
 
 def pingpong_rank(rank: Rank, nbytes: int, iterations: int) -> float:
@@ -122,16 +150,27 @@ def median_row(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
 
 
 def loaded_pingpong(
-    session: Session, payloads: Sequence[int], mpi: bool, repeats: int | None = None
+    session: Session,
+    payloads: Sequence[int],
+    mpi: bool,
+    repeats: int | None = None,
+    step: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Channels' and mpi4py's ping-pong under ``cpu_load()``: the median of ``repeats`` runs each
-    (default ``LOADED_REPEATS``)."""
+    (default ``LOADED_REPEATS``). ``step`` is called after each payload's runs and each mpi4py run."""
     repeats = repeats or LOADED_REPEATS
+    step = step or (lambda label: None)
+    rows = []
     with cpu_load():
-        rows = [median_row([pingpong(session, n, eager=False) for _ in range(repeats)]) for n in payloads]
+        for n in payloads:
+            rows.append(median_row([pingpong(session, n, eager=False) for _ in range(repeats)]))
+            step(f"channels {size_label(n)}")
         if not mpi:
             return rows, {"skipped": "not asked for (--no-mpi)"}
-        runs = [mpi_pingpong(payloads) for _ in range(repeats)]
+        runs = []
+        for k in range(repeats):
+            runs.append(mpi_pingpong(payloads))
+            step(f"mpi4py run {k + 1}")
     if any("skipped" in run for run in runs):
         return rows, next(run for run in runs if "skipped" in run)
     peer = {
@@ -256,8 +295,11 @@ def timed_rank(rank: Rank, function: Callable[..., Any], args: tuple[Any, ...]) 
     return rank.timings["iterations"]
 
 
-def kernels_rates(session: Session, size: str, ranks: int, iterations: int = 10) -> list[dict[str, Any]]:
-    """PRK reduce, transpose and stencil through channels and eager: seconds per iteration."""
+def kernels_rates(
+    session: Session, size: str, ranks: int, iterations: int = 10, step: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """PRK reduce, transpose and stencil through channels and eager: seconds per iteration (``step`` is
+    called after each kernel)."""
     sizes = KERNEL_SIZES[size]
     kernels = {
         "reduce": (prk.reduce_rank, (sizes["length"], iterations), 8 * sizes["length"]),
@@ -272,6 +314,8 @@ def kernels_rates(session: Session, size: str, ranks: int, iterations: int = 10)
             row[f"{variant}_s_per_iteration"] = max(result.results) / (iterations + 1)
         row["channels_vs_eager"] = row["eager_s_per_iteration"] / row["channels_s_per_iteration"]
         rows.append(row)
+        if step is not None:
+            step(f"{name}, {ranks} ranks")
     return rows
 
 
@@ -281,15 +325,14 @@ def run(
     workers: int | None = None,
     two_nodes: bool = True,
     mpi: bool = True,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`. ``progress`` gets a line
-    as each part starts (the command prints them to stderr)."""
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report`. ``progress`` shows a
+    phase per part, a step per payload or kernel (the command prints it to stderr)."""
     if size not in PAYLOADS:
         raise ValueError(f"size must be one of {', '.join(PAYLOADS)}, got {size!r}")
+    progress = progress or Progress.quiet()
     payloads = PAYLOADS[size]
-    loaded_payloads = [n for n in payloads if n <= LOADED_MAX_BYTES]
-    say = progress or (lambda line: None)
     with (
         contextlib.nullcontext(session)
         if session is not None
@@ -297,95 +340,187 @@ def run(
     ):
         if len(session.workers()) < 2:
             raise ValueError("bench channels needs at least 2 workers (one per ping-pong rank)")
-        say(f"ping-pong, channels: {len(payloads)} payloads")
-        channel_rows = [pingpong(session, n, eager=False) for n in payloads]
-        say("ping-pong, eager")
-        eager_rows = [pingpong(session, n, eager=True) for n in payloads if n <= 64 * MiB]
-        say(f"ping-pong under load ({LOAD_PROCESSES} CPU-bound processes), channels and mpi4py, {LOADED_REPEATS} runs")
-        loaded_rows, loaded_peer = loaded_pingpong(session, loaded_payloads, mpi)
-        say(f"CPU share of a rank waiting {WAIT_SECONDS:g} s for its peer")
-        waiting = wait_cpu_share(session)
-        say("steady state")
-        steady = steady_state(session, messages=STEADY_MESSAGES)
-        say("PRK kernels")
-        kernel_rows = [row for ranks in KERNEL_RANKS[size] for row in kernels_rates(session, size, ranks=ranks)]
-    socket_rows: list[dict[str, Any]] = []
+        report = {"benchmark": "channels", "size": size, **one_node(session, size, payloads, mpi, progress)}
+    report["channels_two_nodes"] = []
     if two_nodes:
-        say("ping-pong between two simulated nodes (sockets)")
         with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:
-            socket_rows = [pingpong(nodes, n, eager=False) for n in payloads]
-    say("ping-pong, mpi4py")
+            with progress.phase("ping-pong between two simulated nodes (sockets)", len(payloads)) as phase:
+                report["channels_two_nodes"] = pingpongs(nodes, payloads, False, phase.step)
+    progress.say(f"ping-pong, mpi4py: one mpiexec run of {len(payloads)} payloads")
     peer = mpi_pingpong(payloads, wait_seconds=WAIT_SECONDS) if mpi else {"skipped": "not asked for (--no-mpi)"}
-    report = {
-        "benchmark": "channels",
-        "size": size,
-        "channels": channel_rows,
-        "eager": eager_rows,
-        "channels_two_nodes": socket_rows,
-        "mpi": peer,
-        "loaded": {"processes": LOAD_PROCESSES, "repeats": LOADED_REPEATS, "channels": loaded_rows, "mpi": loaded_peer},
-        "wait_cpu_share": {"seconds": WAIT_SECONDS, "channels": waiting, "mpi": peer.get("wait_cpu_share")},
-        "steady_state": steady,
-        "kernels": kernel_rows,
-        "machine": machine.describe(),
-    }
+    report["mpi"] = peer
+    report["wait_cpu_share"]["mpi"] = peer.get("wait_cpu_share")
+    copied = [n for n in payloads if n >= MiB]
+    progress.say(f"memory copy bandwidth at {len(copied)} payloads of 1 MiB and more")
+    report["copy"] = [{"nbytes": n, "MBps": copy_bandwidth(n)} for n in copied]  # a round trip's cap, in the goals
+    report["machine"] = machine.describe()
     report["goals"] = goals(report)
     return report
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 14 and 24's goals against this run's figures."""
+def pingpongs(
+    session: Session, payloads: Sequence[int], eager: bool, step: Callable[[str], None]
+) -> list[dict[str, float]]:
+    """:func:`pingpong` for each payload in turn, ``step`` called after each."""
+    rows = []
+    for n in payloads:
+        rows.append(pingpong(session, n, eager=eager))
+        step(size_label(n))
+    return rows
+
+
+def one_node(session: Session, size: str, payloads: Sequence[int], mpi: bool, progress: Progress) -> dict[str, Any]:
+    """The parts on one node's workers: ping-pong (channels, eager, loaded), a waiting rank's CPU share,
+    the steady state and the PRK kernels."""
+    with progress.phase("ping-pong, channels", len(payloads)) as phase:
+        channel_rows = pingpongs(session, payloads, False, phase.step)
+    eager_payloads = [n for n in payloads if n <= 64 * MiB]
+    with progress.phase("ping-pong, eager", len(eager_payloads)) as phase:
+        eager_rows = pingpongs(session, eager_payloads, True, phase.step)
+    loaded_payloads = [n for n in payloads if n <= LOADED_MAX_BYTES]
+    steps = len(loaded_payloads) + (LOADED_REPEATS if mpi else 0)
+    name = f"ping-pong under load ({LOAD_PROCESSES} CPU-bound processes), median of {LOADED_REPEATS} runs"
+    with progress.phase(name, steps) as phase:
+        loaded_rows, loaded_peer = loaded_pingpong(session, loaded_payloads, mpi, step=phase.step)
+    progress.say(
+        f"CPU share of a rank waiting {WAIT_SECONDS:g} s for its peer; steady state ({STEADY_MESSAGES} messages)"
+    )
+    waiting = wait_cpu_share(session)
+    steady = steady_state(session, messages=STEADY_MESSAGES)
+    with progress.phase("PRK kernels, channels and eager", 3 * len(KERNEL_RANKS[size])) as phase:
+        kernel_rows = [
+            row for ranks in KERNEL_RANKS[size] for row in kernels_rates(session, size, ranks=ranks, step=phase.step)
+        ]
+    return {
+        "channels": channel_rows,
+        "eager": eager_rows,
+        "loaded": {"processes": LOAD_PROCESSES, "repeats": LOADED_REPEATS, "channels": loaded_rows, "mpi": loaded_peer},
+        "wait_cpu_share": {"seconds": WAIT_SECONDS, "channels": waiting, "mpi": None},
+        "steady_state": steady,
+        "kernels": kernel_rows,
+    }
+
+
+def copy_bound(mbps: float, copy_mbps: float | None) -> str | None:
+    """What bounds a ping-pong at ``mbps`` when it is near the copy cap (half the copy rate measured):
+    the memory copy; None when it is not near it (then something else does)."""
+    if not copy_mbps or mbps < COPY_BOUND_SHARE * copy_mbps / 2:
+        return None
+    return (
+        f"the memory copy bandwidth: a put is one copy, {copy_mbps:.0f} MB/s measured here caps a round trip "
+        f"at {copy_mbps / 2:.0f} MB/s, and channels reach {mbps / (copy_mbps / 2):.0%} of it"
+    )
+
+
+def bandwidth_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The large-payload goals: channels against mpi4py and against the eager baseline."""
     out = []
     channels = {r["nbytes"]: r for r in report["channels"]}
     eager = {r["nbytes"]: r for r in report["eager"]}
     mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
+    copy_mbps = {r["nbytes"]: r["MBps"] for r in report.get("copy", [])}
     large = [n for n in channels if n >= MiB and n in mpi_rows]
     if large:
-        worst = min(channels[n]["MBps"] / mpi_rows[n]["MBps"] for n in large)
-        out.append(
-            goal("channels >= mpi4py bandwidth for payloads of 1 MiB and more (worst ratio)", worst, worst >= 1.0)
-        )
-    smallest = min(channels)
-    rtt_us = channels[smallest]["round_trip_s"] * 1e6
-    out.append(goal(f"small-message ({smallest} B) round trip < 20 us", rtt_us, rtt_us < 20.0))
-    if 16 * MiB in channels and 16 * MiB in eager:
-        ratio = channels[16 * MiB]["MBps"] / eager[16 * MiB]["MBps"]
-        out.append(goal("channels >= 2x the eager baseline at 16 MiB", ratio, ratio >= 2.0))
-    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
-    if smallest in loaded:
-        busy_us = loaded[smallest]["round_trip_s"] * 1e6
-        processes = report["loaded"]["processes"]
+        n = min(large, key=lambda n: channels[n]["MBps"] / mpi_rows[n]["MBps"])
+        mbps = channels[n]["MBps"]
         out.append(
             goal(
-                f"loaded ({processes} CPU-bound processes) small-message ({smallest} B) round trip <= 100 us",
-                busy_us,
-                busy_us <= 100.0,
+                f"channels >= mpi4py bandwidth for payloads of 1 MiB and more (worst ratio, at {size_label(n)})",
+                mbps / mpi_rows[n]["MBps"],
+                1.0,
+                peers={"channels": mbps, "mpi4py": mpi_rows[n]["MBps"]},
+                peer_unit="MB/s",
+                bound=copy_bound(mbps, copy_mbps.get(n)),
             )
         )
-        loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
-        if smallest in loaded_mpi:
-            ratio = loaded[smallest]["round_trip_s"] / loaded_mpi[smallest]["round_trip_s"]
-            out.append(
-                goal(
-                    f"loaded {smallest} B round trip no worse than mpi4py's under the same load (channels/mpi4py)",
-                    ratio,
-                    ratio <= 1.0,
-                )
+    if 16 * MiB in channels and 16 * MiB in eager:
+        mbps = channels[16 * MiB]["MBps"]
+        out.append(
+            goal(
+                "channels >= 2x the eager baseline at 16 MiB",
+                mbps / eager[16 * MiB]["MBps"],
+                2.0,
+                peers={"channels": mbps, "eager": eager[16 * MiB]["MBps"]},
+                peer_unit="MB/s",
+                bound=copy_bound(mbps, copy_mbps.get(16 * MiB)),
             )
-    share = report["wait_cpu_share"]["channels"]
-    out.append(goal("a rank waiting for its peer leaves its core to others: CPU share < 5 %", share, share < 0.05))
-    ranks = report["steady_state"]["ranks"]
-    grown = max(r["tracemalloc_growth"] for r in ranks)
+        )
+    return out
+
+
+def latency_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The small-message goals: the round trip idle and under load (with mpi4py's beside it)."""
+    channels = {r["nbytes"]: r for r in report["channels"]}
+    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
+    smallest = min(channels)
+    rtt_us = channels[smallest]["round_trip_s"] * 1e6
+    peers = {"channels": rtt_us}
+    if smallest in mpi_rows:
+        peers["mpi4py"] = mpi_rows[smallest]["round_trip_s"] * 1e6
+    out = [goal(f"small-message ({smallest} B) round trip <= 20 us", rtt_us, 20.0, better="lower", unit=" us",
+                peers=peers, peer_unit="us")]  # fmt: skip
+    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
+    if smallest not in loaded:
+        return out
+    ours = loaded[smallest]
+    busy_us = ours["round_trip_s"] * 1e6
+    processes = report["loaded"]["processes"]
+    loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
+    theirs = loaded_mpi.get(smallest)
+    peers = {"channels": busy_us, **({"mpi4py": theirs["round_trip_s"] * 1e6} if theirs else {})}
+    text = f"loaded ({processes} CPU-bound processes) small-message ({smallest} B) round trip <= 100 us"
+    out.append(goal(text, busy_us, 100.0, better="lower", unit=" us", peers=peers, peer_unit="us",
+                    noise=spread(ours["runs_round_trip_s"])))  # fmt: skip
+    if theirs:
+        out.append(
+            goal(
+                f"loaded {smallest} B round trip no worse than mpi4py's under the same load (channels/mpi4py)",
+                ours["round_trip_s"] / theirs["round_trip_s"],
+                1.0,
+                better="lower",
+                peers=peers,
+                peer_unit="us",
+                noise=ratio_noise(ours["runs_round_trip_s"], theirs["runs_round_trip_s"]),
+            )
+        )
+    return out
+
+
+def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issues 14 and 24's goals against this run's figures."""
+    out = [*bandwidth_goals(report), *latency_goals(report)]
+    waiting = report["wait_cpu_share"]
+    shares = {"channels": waiting["channels"] * 100}
+    if waiting.get("mpi") is not None:
+        shares["mpi4py"] = waiting["mpi"] * 100
     out.append(
         goal(
-            f"no allocation per message: tracemalloc growth over {report['steady_state']['messages']} messages "
-            "< 64 KiB (bytes)",
-            grown,
-            grown < 64 * KiB,
+            "a rank waiting for its peer leaves its core to others: CPU share <= 5 %",
+            shares["channels"],
+            5.0,
+            better="lower",
+            unit=" %",
+            peers=shares,
+            peer_unit="%",
         )
     )
-    rss = max(r["rss_growth"] for r in ranks)
-    out.append(goal("RSS flat over the steady-state messages: growth < 1 MiB (bytes)", rss, rss < MiB))
+    steady = report["steady_state"]
+    ranks = {f"rank {i}": r for i, r in enumerate(steady["ranks"])}
+    grown = {name: r["tracemalloc_growth"] for name, r in ranks.items()}
+    out.append(
+        goal(
+            f"no allocation per message: tracemalloc growth over {steady['messages']} messages <= 64 KiB",
+            max(grown.values()),
+            64 * KiB,
+            better="lower",
+            unit=" B",
+            peers=grown,
+            peer_unit="B",
+        )
+    )
+    rss = {name: r["rss_growth"] for name, r in ranks.items()}
+    out.append(goal("RSS flat over the steady-state messages: growth <= 1 MiB", max(rss.values()), MiB,
+                    better="lower", unit=" B", peers=rss, peer_unit="B"))  # fmt: skip
     return out
 
 
@@ -422,6 +557,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"mpi4py, loaded: skipped ({report['loaded']['mpi']['skipped']})")
     waiting = report["wait_cpu_share"]
     mpi_share = waiting["mpi"]
+    if report.get("copy"):
+        rates = ", ".join(f"{size_label(r['nbytes'])} {r['MBps']:.0f}" for r in report["copy"])
+        lines.append(f"memory copy, MB/s: {rates} (a round trip moves at most half of it)")
     lines.append(
         f"a rank waiting {waiting['seconds']:g} s for its peer uses {waiting['channels']:.1%} of a core (channels)"
         + (f", {mpi_share:.1%} (mpi4py)" if mpi_share is not None else "")

@@ -12,6 +12,8 @@ without exactness; the kernel's time against it shows what exactness costs here,
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +25,40 @@ from numba import njit, prange
 import kernels
 from kernels import prk
 from workbench import machine
-from workbench.lab.timing import median_seconds, time_once
+from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.progress import Progress
+from workbench.lab.timing import time_once
 
 GB = 1e9
-# Goals from the foundation issue; printed next to the figures, never asserted in tests.
-GOALS = {
-    "histogramdd": {"ratio_numpy": 20.0, "fraction_of_stream": 0.40},
-    "histogram1d": {"ratio_numpy": 2.0},
-}
+# How big the inputs are, against lab's: ci divides every dimension by 64 (a smoke run, not a
+# measurement: the inputs fit in cache); full has 4x lab's bytes (1-D counts and matrix rows x4,
+# square matrices' sides x2). The streaming read stays 1 GiB at lab and full (it must exceed any cache).
+SIZES = ("ci", "lab", "full")
+# Goals from the foundation issue (kernel, figure, threshold); printed next to the figures, never asserted in tests.
+GOALS = (
+    ("histogramdd", "ratio_numpy", 20.0),
+    ("histogramdd", "fraction_of_stream", 0.40),
+    ("histogram1d", "ratio_numpy", 2.0),
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How a size scales lab's inputs: :meth:`n` a count or a matrix's rows, :meth:`side` a square's side."""
+
+    divide: int = 1  # every dimension divided (ci)
+    bytes_factor: int = 1  # the input bytes multiplied (full)
+
+    def n(self, count: int) -> int:
+        """A 1-D count or a matrix's rows at this scale."""
+        return count * self.bytes_factor // self.divide
+
+    def side(self, count: int) -> int:
+        """A square matrix's side at this scale (its bytes grow by ``bytes_factor``)."""
+        return count * math.isqrt(self.bytes_factor) // self.divide
+
+
+SCALES = {"ci": Scale(divide=64), "lab": Scale(), "full": Scale(bytes_factor=4)}
 
 
 @dataclass
@@ -38,7 +66,7 @@ class Case:
     """One kernel to measure: inputs, the numba call, its numpy reference, and what it moves."""
 
     name: str
-    inputs: Callable[[int], tuple[Any, ...]]
+    inputs: Callable[[Scale], tuple[Any, ...]]
     numba_call: Callable[..., object]  # (*inputs, parallel=bool)
     numpy_call: Callable[..., object]
     input_bytes: Callable[[tuple[Any, ...]], int]
@@ -103,7 +131,7 @@ def _data_cases() -> list[Case]:
     return [
         Case(
             "histogram1d",
-            lambda s: (_rng().random(16_000_000 // s),),
+            lambda s: (_rng().random(s.n(16_000_000)),),
             lambda x, parallel: kernels.histogram1d(x, 100, (0.0, 1.0), parallel=parallel),
             lambda x: np.histogram(x, 100, (0.0, 1.0)),
             lambda a: a[0].nbytes,
@@ -111,7 +139,7 @@ def _data_cases() -> list[Case]:
         ),
         Case(
             "histogramdd",
-            lambda s: (_rng().random((4_000_000 // s, 5)),),
+            lambda s: (_rng().random((s.n(4_000_000), 5)),),
             lambda p, parallel: kernels.histogramdd(p, 8, unit, parallel=parallel),
             lambda p: np.histogramdd(p, 8, unit),
             lambda a: a[0].nbytes,
@@ -120,7 +148,7 @@ def _data_cases() -> list[Case]:
         ),
         Case(
             "kmeans_partial",
-            lambda s: (_rng().random((1_000_000 // s, 16)), _rng().random((4, 16))),
+            lambda s: (_rng().random((s.n(1_000_000), 16)), _rng().random((4, 16))),
             lambda p, c, parallel: kernels.kmeans_partial(p, c, parallel=parallel),
             kernels.kmeans_partial_reference,
             lambda a: a[0].nbytes,
@@ -136,7 +164,7 @@ def _linalg_cases() -> list[Case]:
     return [
         Case(
             "matrix_add",
-            lambda s: (_rng().random((4096 // s, 4096)), _rng().random((4096 // s, 4096)), np.empty((4096 // s, 4096))),
+            lambda s: (_rng().random((s.n(4096), 4096)), _rng().random((s.n(4096), 4096)), np.empty((s.n(4096), 4096))),
             lambda a, b, out, parallel: kernels.matrix_add(a, b, out, parallel=parallel),
             lambda a, b, out: np.add(a, b, out=out),
             lambda a: 3 * a[0].nbytes,
@@ -145,9 +173,9 @@ def _linalg_cases() -> list[Case]:
         Case(
             "multiply_accumulate",
             lambda s: (
-                _rng().random((1024 // s, 1024 // s)),
-                _rng().random((1024 // s, 1024 // s)),
-                np.zeros((1024 // s, 1024 // s)),
+                _rng().random((s.side(1024), s.side(1024))),
+                _rng().random((s.side(1024), s.side(1024))),
+                np.zeros((s.side(1024), s.side(1024))),
             ),
             lambda a, b, c, parallel: kernels.multiply_accumulate(a, b, c),
             lambda a, b, c: kernels.multiply_accumulate_reference(a, b, c),
@@ -164,7 +192,7 @@ def _prk_cases() -> list[Case]:
     return [
         Case(
             "prk_nstream",
-            lambda s: (*prk.nstream_init(8_000_000 // s), 3.0),
+            lambda s: (*prk.nstream_init(s.n(8_000_000)), 3.0),
             lambda a, b, c, scalar, parallel: prk.nstream(a, b, c, scalar),
             prk.nstream_reference,
             lambda a: 4 * a[0].nbytes,
@@ -174,7 +202,7 @@ def _prk_cases() -> list[Case]:
         ),
         Case(
             "prk_transpose",
-            lambda s: prk.transpose_init(4096 // s),
+            lambda s: prk.transpose_init(s.side(4096)),
             lambda a, b, parallel: prk.transpose(a, b),
             prk.transpose_reference,
             lambda a: 2 * a[0].nbytes,
@@ -184,7 +212,7 @@ def _prk_cases() -> list[Case]:
         ),
         Case(
             "prk_stencil",
-            lambda s: (*prk.stencil_init(4096 // s), 2),
+            lambda s: (*prk.stencil_init(s.side(4096)), 2),
             lambda a, b, r, parallel: prk.stencil_star(a, b, r),
             prk.stencil_star_reference,
             lambda a: 2 * a[0].nbytes,
@@ -194,7 +222,7 @@ def _prk_cases() -> list[Case]:
         ),
         Case(
             "prk_reduce",
-            lambda s: (np.ones((8, 4_000_000 // s)), np.empty(4_000_000 // s)),
+            lambda s: (np.ones((8, s.n(4_000_000))), np.empty(s.n(4_000_000))),
             lambda v, out, parallel: prk.vector_reduce(v, out),
             lambda v, out: np.sum(v, axis=0, out=out),
             lambda a: a[0].nbytes + a[1].nbytes,
@@ -209,15 +237,26 @@ def _compiled_fresh(dispatchers: tuple[Any, ...]) -> bool:
     return any(sum(d.stats.cache_misses.values()) > 0 for d in dispatchers)
 
 
-def stream_bandwidth(scale: int = 1, repeats: int = 5) -> dict[str, float]:
-    """Streaming-read bandwidth (GB/s) over a 1 GiB array, on one thread and on all threads."""
+def _samples(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls (their median is the figure, their spread the noise)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    return [time_once(fn) for _ in range(repeats)]
+
+
+def stream_bandwidth(scale: int = 1, repeats: int = 5) -> dict[str, Any]:
+    """Streaming-read bandwidth (GB/s) over a 1 GiB array (divided by ``scale``), on one thread and on all
+    threads; ``all_threads_samples_s``: the seconds of each all-threads read."""
     x = np.ones((1 << 27) // scale)  # 1 GiB of float64 at scale 1: larger than any cache here
     kernels.stream_sum(x[:16])
     kernels.stream_sum(x[:16], parallel=False)
+    all_threads = _samples(lambda: kernels.stream_sum(x), repeats)
+    one_thread = _samples(lambda: kernels.stream_sum(x, parallel=False), repeats)
     return {
-        "all_threads": x.nbytes / median_seconds(lambda: kernels.stream_sum(x), repeats) / GB,
-        "one_thread": x.nbytes / median_seconds(lambda: kernels.stream_sum(x, parallel=False), repeats) / GB,
+        "all_threads": x.nbytes / statistics.median(all_threads) / GB,
+        "one_thread": x.nbytes / statistics.median(one_thread) / GB,
         "bytes": float(x.nbytes),
+        "all_threads_samples_s": all_threads,
     }
 
 
@@ -226,7 +265,7 @@ def _plain_row(
 ) -> dict[str, Any]:
     """The plain loop's figures for a kernel's ``row``: time, ratios, and the kernel's speed against it."""
     plain_counts = plain_call(*args)  # warm-up (compile or cache load), then timed
-    plain_s = median_seconds(lambda: plain_call(*args), repeats)
+    plain_s = statistics.median(_samples(lambda: plain_call(*args), repeats))
     return {
         "plain_loop_s": plain_s,
         "plain_loop_ratio_numpy": row["numpy_s"] / plain_s,
@@ -236,71 +275,120 @@ def _plain_row(
     }
 
 
-def run(quick: bool = False, repeats: int = 5, only: list[str] | None = None) -> dict[str, Any]:
-    """Measure every kernel (or those named in ``only``); returns a JSON-ready report."""
-    scale = 64 if quick else 1
+def _kernel_row(case: Case, scale: Scale, repeats: int, stream: dict[str, Any]) -> dict[str, Any]:
+    """One kernel's figures: first call, medians of numba (all threads, one thread) and numpy, ratios;
+    ``numba_samples_s`` and ``numpy_samples_s`` are the repeats the goals' noise comes from."""
+    args = case.inputs(scale)
+    first_call = time_once(lambda: case.numba_call(*args, parallel=True))
+    compiled = _compiled_fresh(case.dispatchers)
+    if case.has_serial:
+        case.numba_call(*args, parallel=False)  # a parallel=False call reuses the same compiled kernel
+    numba_samples = _samples(lambda: case.numba_call(*args, parallel=True), repeats)
+    parallel_s = statistics.median(numba_samples)
+    serial_s = (
+        statistics.median(_samples(lambda: case.numba_call(*args, parallel=False), repeats))
+        if case.has_serial
+        else None
+    )
+    numpy_samples = _samples(lambda: case.numpy_call(*args), repeats)
+    numpy_s = statistics.median(numpy_samples)
+    nbytes = case.input_bytes(args)
+    throughput = nbytes / parallel_s / GB
+    row = {
+        "kernel": case.name,
+        "bytes": nbytes,
+        "first_call_s": first_call,
+        "first_call_compiled": compiled,
+        "numba_s": parallel_s,
+        "numba_one_thread_s": serial_s,
+        "numpy_s": numpy_s,
+        "GBps": throughput,
+        "ratio_numpy": numpy_s / parallel_s,
+        "ratio_numpy_one_thread": numpy_s / serial_s if serial_s else None,
+        "fraction_of_stream": throughput / stream["all_threads"],
+        "numba_samples_s": numba_samples,
+        "numpy_samples_s": numpy_samples,
+    }
+    if case.rate is not None:
+        row["rate"], row["rate_unit"] = case.rate(args, parallel_s)
+    if case.plain_call is not None:
+        row["_counts"] = case.numba_call(*args, parallel=True)
+        row.update(_plain_row(case.plain_call, args, row, stream["all_threads"], repeats))
+    return row
+
+
+def kernel_goals(rows: list[dict[str, Any]], stream: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals (:data:`GOALS`) of the kernels in ``rows``, in :func:`workbench.bench.goals.goal`'s shape."""
+    by_name = {r["kernel"]: r for r in rows}
+    goals = []
+    for name, figure, threshold in GOALS:
+        row = by_name.get(name)
+        if row is None:
+            continue
+        if figure == "ratio_numpy":
+            goals.append(
+                goal(
+                    f"{name}: numba on all threads faster than numpy (numpy time / numba time)",
+                    row["ratio_numpy"],
+                    threshold,
+                    peers={"numba": row["numba_s"], "numpy": row["numpy_s"]},
+                    noise=ratio_noise(row["numba_samples_s"], row["numpy_samples_s"]),
+                )
+            )
+        else:
+            goals.append(
+                goal(
+                    f"{name}: throughput as a fraction of the streaming read",
+                    row["fraction_of_stream"],
+                    threshold,
+                    unit="",
+                    peers={name: row["GBps"], "streaming read": stream["all_threads"]},
+                    peer_unit="GB/s",
+                    noise=ratio_noise(row["numba_samples_s"], stream["all_threads_samples_s"]),
+                )
+            )
+    return goals
+
+
+def run(
+    size: str = "lab", repeats: int = 5, only: list[str] | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SIZES`); a JSON-ready report."""
+    if size not in SCALES:
+        raise ValueError(f"size must be one of {list(SCALES)}, got {size!r}")
+    progress = progress or Progress.quiet()
+    scale = SCALES[size]
     cases = _cases()
     if only:
         unknown = sorted(set(only) - {c.name for c in cases})
         if unknown:
             raise ValueError(f"unknown kernels {unknown}; choose from {[c.name for c in cases]}")
         cases = [c for c in cases if c.name in only]
-    stream = stream_bandwidth(scale, repeats)
-    rows = []
-    for case in cases:
-        args = case.inputs(scale)
-        first_call = time_once(lambda case=case, args=args: case.numba_call(*args, parallel=True))
-        compiled = _compiled_fresh(case.dispatchers)
-        if case.has_serial:
-            case.numba_call(*args, parallel=False)  # a parallel=False call reuses the same compiled kernel
-        parallel_s = median_seconds(lambda case=case, args=args: case.numba_call(*args, parallel=True), repeats)
-        serial_s = (
-            median_seconds(lambda case=case, args=args: case.numba_call(*args, parallel=False), repeats)
-            if case.has_serial
-            else None
-        )
-        numpy_s = median_seconds(lambda case=case, args=args: case.numpy_call(*args), repeats)
-        nbytes = case.input_bytes(args)
-        throughput = nbytes / parallel_s / GB
-        row = {
-            "kernel": case.name,
-            "bytes": nbytes,
-            "first_call_s": first_call,
-            "first_call_compiled": compiled,
-            "numba_s": parallel_s,
-            "numba_one_thread_s": serial_s,
-            "numpy_s": numpy_s,
-            "GBps": throughput,
-            "ratio_numpy": numpy_s / parallel_s,
-            "ratio_numpy_one_thread": numpy_s / serial_s if serial_s else None,
-            "fraction_of_stream": throughput / stream["all_threads"],
-        }
-        if case.rate is not None:
-            row["rate"], row["rate_unit"] = case.rate(args, parallel_s)
-        if case.plain_call is not None:
-            row["_counts"] = case.numba_call(*args, parallel=True)
-            row.update(_plain_row(case.plain_call, args, row, stream["all_threads"], repeats))
-        goals = GOALS.get(case.name)
-        if goals:
-            row["goals"] = {k: {"goal": v, "measured": row[k], "met": row[k] >= v} for k, v in goals.items()}
-        rows.append(row)
+    with progress.phase("kernels", 1 + len(cases)) as phase:
+        stream = stream_bandwidth(scale.divide, repeats)
+        phase.step("streaming read")
+        rows = []
+        for case in cases:
+            rows.append(_kernel_row(case, scale, repeats, stream))
+            phase.step(case.name)
     return {
         "benchmark": "kernels",
-        "quick": quick,
+        "size": size,
         "repeats": repeats,
         "numba_threads": numba.get_num_threads(),
         "stream_GBps": stream,
         "kernels": rows,
+        "goals": kernel_goals(rows, stream),
         "machine": machine.describe(),
     }
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The report as a table a person reads: one line per kernel."""
+    """The report as a table a person reads: one line per kernel, goals last."""
     stream = report["stream_GBps"]
     lines = [
-        f"streaming read: {stream['all_threads']:.1f} GB/s on {report['numba_threads']} threads, "
-        f"{stream['one_thread']:.1f} GB/s on one   (median of {report['repeats']})",
+        f"size {report['size']}; streaming read: {stream['all_threads']:.1f} GB/s on {report['numba_threads']} "
+        f"threads, {stream['one_thread']:.1f} GB/s on one   (median of {report['repeats']})",
         "",
         f"{'kernel':<20} {'first call':>11} {'numba':>9} {'1 thread':>9} {'numpy':>9} {'GB/s':>6} "
         f"{'x numpy':>8} {'x numpy 1t':>10} {'of stream':>9}  rate",
@@ -327,11 +415,7 @@ def format_report(report: dict[str, Any]) -> str:
     llc = report["machine"].get("last_level_cache")
     if llc:
         lines.append(
-            f"'of stream' compares with a {stream['bytes'] / 2**30:.0f} GiB read; inputs smaller than the "
+            f"'of stream' compares with a {stream['bytes'] / 2**30:.3g} GiB read; inputs smaller than the "
             f"{llc / 2**20:.0f} MiB last-level cache can exceed 100 % (and writes count as bytes too)"
         )
-    for r in report["kernels"]:
-        for key, g in r.get("goals", {}).items():
-            verdict = "met" if g["met"] else "NOT met"
-            lines.append(f"goal {r['kernel']} {key} >= {g['goal']:g}: measured {g['measured']:.2f} ({verdict})")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *goal_lines(report["goals"])])

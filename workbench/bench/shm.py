@@ -1,21 +1,28 @@
 """``workbench bench shm``: deliver one read-only array to every worker, against the peers.
 
-One array (256 MB by default) is used by ``tasks`` successive tasks on every worker (each task
-reads all of it). For every way of getting it there, in one run on one machine: the wall time
-from first submission to the last result, and the peak extra memory of the node (the sum of the
-proportional set sizes of all processes involved, so pages shared by several processes count
-once, minus the same sum before the array existed). Ratios are to the workbench's RRO path.
+One array (32 MB at size ci, 256 MB at lab, the default, 1 GB at full) is used by ``tasks``
+successive tasks on every worker (each task reads all of it). For every way of getting it there,
+in one run on one machine: the wall time from first submission to the last result, and the peak
+extra memory of the node (the sum of the proportional set sizes of all processes involved, so
+pages shared by several processes count once, minus the same sum before the array existed).
+Ratios are to the workbench's RRO path.
 
 Peers: plain Dask (pickled to each worker process), objects as files (PyCOMPSs), Python's
 ``multiprocessing.shared_memory``, the ``SharedArray`` package, joblib's automatic memmapping
 and Ray's object store. A peer that is not installed (``pip install -e .[peers]``) is skipped
 with a message.
+
+Goals (issue 29, after the RRO paper's Table I, where RRO beat PyCOMPSs' objects as files): RRO
+faster than files; RRO the fastest of every way measured; RRO's peak extra memory about one copy
+of the array per node. Each way runs once, so the goals carry no noise figure; a goal whose peer
+did not run is left out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -25,11 +32,18 @@ import numpy as np
 import psutil
 
 from workbench import machine
+from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.progress import Progress
 from workbench.memory import shm
 from workbench.runtime.session import Session, start
 from workbench.runtime.tasks import RRO, TaskRuntime, task
 
 MB = 1e6
+SIZES_MB = {"ci": 32, "lab": 256, "full": 1024}  # the array at each size (ci: small enough for a 2-core CI box)
+# RRO keeps one copy of the array per node (in /dev/shm, mapped by every worker); PSS also counts what
+# the workers allocate besides (task results, buffers), a larger share of a small array. A copy per
+# worker would read >= 2 at the smallest cluster (2 workers): 1.25 tells the two apart with room for that.
+ONE_COPY_AT_MOST = 1.25
 
 
 # -- what every task does with the array: read all of it -----------------------------------------
@@ -248,37 +262,35 @@ def attach_times(sizes_mb: tuple[int, ...] = (16, 64, 256), repeats: int = 20) -
     return times
 
 
-def run(
-    size_mb: int = 256,
-    tasks: int = 10,
-    workers: int | None = None,
-    only: list[str] | None = None,
-    session: Session | None = None,
-) -> dict[str, Any]:
-    """Run every available way; returns a JSON-ready report with ratios to the workbench.
+def _size_mb(size: str, size_mb: int | None) -> int:
+    """The array's MB: ``size_mb`` when given, else the size's (:data:`SIZES_MB`)."""
+    if size not in SIZES_MB:
+        raise ValueError(f"size must be one of {list(SIZES_MB)}, got {size!r}")
+    if size_mb is not None and (isinstance(size_mb, bool) or not isinstance(size_mb, int) or size_mb < 1):
+        raise ValueError(f"size_mb must be a positive whole number of MB, got {size_mb!r}")
+    return SIZES_MB[size] if size_mb is None else size_mb
 
-    Uses ``session`` when given (a notebook's), else starts its own cluster of ``workers``.
-    """
-    if only:
-        unknown = sorted(set(only) - set(PEERS))
-        if unknown:
-            raise ValueError(f"unknown peers {unknown}; choose from {list(PEERS)}")
-    array = np.random.default_rng(0).random(size_mb * 125_000)  # size_mb * 1e6 bytes of float64
+
+def _measure_ways(
+    session: Session, array: np.ndarray, tasks: int, only: list[str] | None, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every way asked for that can run here, timed and its peak memory taken; the others with why."""
     expected = float(array.sum())
+    names = [name for name in PEERS if not only or name in only]
     rows, skipped = [], {}
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=120) as session:
-        _with_runtime("dask")(session, np.ones(10), 1, Measure())  # warm the cluster and imports
-        for name, (function, module) in PEERS.items():
-            if only and name not in only:
-                continue
+    with progress.phase("ways", len(names)) as phase:
+        for name in names:
+            function, module = PEERS[name]
             if _missing(module):
                 skipped[name] = f"not installed: pip install {module} (or: pip install -e .[peers])"
+                phase.step(f"{name} skipped")
                 continue
             measure = Measure()
             try:
                 results = function(session, array, tasks, measure)
             except Exception as error:  # a broken peer is reported, not fatal to the others
                 skipped[name] = f"failed: {type(error).__name__}: {error}"
+                phase.step(f"{name} failed")
                 continue
             if not np.allclose(results, expected, rtol=1e-9):
                 raise AssertionError(f"{name} gave a wrong sum")
@@ -290,6 +302,111 @@ def run(
                     "tasks": len(results),
                 }
             )
+            phase.step(name)
+    return rows, skipped
+
+
+def _peer(way: str) -> str:
+    """A way's name among a goal's peers: the workbench's is RRO, as the paper calls it."""
+    return "RRO" if way == "workbench-rro" else way
+
+
+def shm_goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 29's goals for the ways in ``rows`` (one timed run each, so no noise); a goal whose peer
+    was not measured (skipped, failed, not asked for) is left out."""
+    ways = {r["way"]: r for r in rows}
+    rro = ways.get("workbench-rro")
+    if rro is None:
+        return []
+    goals = []
+    if "files" in ways:
+        goals.append(
+            goal(
+                "RRO faster than files (PyCOMPSs-style objects as files; files time / RRO time)",
+                ways["files"]["seconds"] / rro["seconds"],
+                1.0,
+                peers={"RRO": rro["seconds"], "files": ways["files"]["seconds"]},
+            )
+        )
+    others = [r for r in rows if r is not rro]
+    if others:
+        fastest = min(others, key=lambda r: r["seconds"])
+        goals.append(
+            goal(
+                "RRO fastest of the shared-memory peers (the next fastest way's time / RRO time)",
+                fastest["seconds"] / rro["seconds"],
+                1.0,
+                peers={_peer(r["way"]): r["seconds"] for r in rows},
+            )
+        )
+    goals.append(
+        goal(
+            "RRO's peak extra memory about one copy of the array per node (extra bytes / array bytes)",
+            rro["copies_per_node"],
+            ONE_COPY_AT_MOST,
+            better="lower",
+            peers={_peer(r["way"]): r["copies_per_node"] for r in rows},
+            peer_unit="copies",
+        )
+    )
+    return goals
+
+
+def table1_point(session: Session, size: str, repeats: int, progress: Progress) -> dict[str, Any]:
+    """k-means at Table I's point with the most dimensions of ``size`` (128 at lab and full: the
+    largest fragments, where the paper's gain is largest), ``rro`` against ``files``."""
+    from workbench.lab.reproduce import hook_grid
+    from workbench.lab.runner import run_experiment
+
+    grid = hook_grid(size)
+    with progress.phase("Table I", 1) as phase:
+        experiment = run_experiment(
+            session, "kmeans", ["files", "rro"], size=size, grid=grid, repeats=repeats, progress=False, baseline="files"
+        )
+        phase.step(f"k-means at {grid['dims'][0]} dims, files and rro")
+    samples = {v: [float(t) for t in experiment.runs(v)["seconds"]] for v in ("files", "rro")}
+    return {"point": {k: v[0] for k, v in grid.items()}, "samples_s": samples}
+
+
+def table1_goal(point: dict[str, Any]) -> dict[str, Any]:
+    """RRO against files at Table I's point (the paper: 40 % faster at 128 dims on 16 workers)."""
+    files, rro = point["samples_s"]["files"], point["samples_s"]["rro"]
+    return goal(
+        f"Table I at {point['point']['dims']} dims: k-means with RRO faster than files (files time / RRO time)",
+        statistics.median(files) / statistics.median(rro),
+        1.0,
+        peers={"RRO": statistics.median(rro), "files": statistics.median(files)},
+        noise=ratio_noise(files, rro),
+    )
+
+
+def run(
+    size: str = "lab",
+    size_mb: int | None = None,
+    tasks: int = 10,
+    workers: int | None = None,
+    only: list[str] | None = None,
+    table1: bool = True,
+    session: Session | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run every available way; returns a JSON-ready report with ratios to the workbench and the goals.
+
+    The array has the MB of ``size`` (:data:`SIZES_MB`) unless ``size_mb`` is given. Uses ``session``
+    when given (a notebook's), else starts its own cluster of ``workers``. ``table1``: also k-means
+    at Table I's point with the most dimensions, RRO against files (3 runs each).
+    """
+    size_mb = _size_mb(size, size_mb)
+    progress = progress or Progress.quiet()
+    if only:
+        unknown = sorted(set(only) - set(PEERS))
+        if unknown:
+            raise ValueError(f"unknown peers {unknown}; choose from {list(PEERS)}")
+    array = np.random.default_rng(0).random(size_mb * 125_000)  # size_mb * 1e6 bytes of float64
+    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=120) as session:
+        _with_runtime("dask")(session, np.ones(10), 1, Measure())  # warm the cluster and imports
+        rows, skipped = _measure_ways(session, array, tasks, only, progress)
+        point = table1_point(session, size, 3, progress) if table1 else None
         n_workers = len(session.workers())
     base = next((r for r in rows if r["way"] == "workbench-rro"), None)
     for r in rows:
@@ -298,14 +415,20 @@ def run(
             r["extra_memory_bytes"] / base["extra_memory_bytes"] if base and base["extra_memory_bytes"] else None
         )
         r["copies_per_node"] = r["extra_memory_bytes"] / array.nbytes
+    with progress.phase("attach", 1) as phase:
+        attach = attach_times()
+        phase.step("16, 64, 256 MB")
     return {
         "benchmark": "shm",
+        "size": size,
         "array_bytes": array.nbytes,
         "workers": n_workers,
         "tasks_per_worker": tasks,
         "ways": rows,
         "skipped": skipped,
-        "attach_seconds_by_size": attach_times(),
+        "attach_seconds_by_size": attach,
+        "table1": point,
+        "goals": shm_goals(rows) + ([table1_goal(point)] if point else []),
         "machine": machine.describe(),
     }
 
@@ -334,4 +457,10 @@ def format_report(report: dict[str, Any]) -> str:
         "attach (map, no pre-fault): "
         + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in report["attach_seconds_by_size"].items())
     )
-    return "\n".join(lines)
+    if report.get("table1"):
+        point = report["table1"]
+        lines.append(
+            f"Table I, k-means at {point['point']}: "
+            + ", ".join(f"{v} {statistics.median(t):.3f} s" for v, t in point["samples_s"].items())
+        )
+    return "\n".join([*lines, "", *goal_lines(report["goals"])])

@@ -2,18 +2,23 @@
 
 The histogram (5-D) and k-means (10 iterations) on numba kernels, so the scheduling cost is what
 shows. Each variant's mean time is divided by ``split``'s (ratios above 1: slower than split).
-One worker process per core, one thread each, so blocks per worker = blocks per core.
+One worker process per core, one thread each, so blocks per worker = blocks per core. Each
+(application, blocks per core) point is one experiment of the runner: one step of the progress bar.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from workbench import machine
+from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.progress import Progress
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session, start
 
+SIZES = ("ci", "lab", "full")
 VARIANTS = ("blocks", "rechunk", "split", "split-materialized")
 # (app, blocks per core, other variant, minimum of other / split): printed next to the figures, never asserted
 GOALS = (
@@ -25,6 +30,72 @@ GOALS = (
     ("kmeans", 200, "rechunk", 1.0),
 )
 AT_ONE_BLOCK = ("histogram", "kmeans")  # split within 5 % of blocks at 1 block per core
+AT_MOST_SLOWER = 1.05
+
+
+def _point_rows(session: Session, app: str, bpc: int, size: str, repeats: int) -> list[dict[str, Any]]:
+    """Every variant of ``app`` at ``bpc`` blocks per core: mean seconds, each run's, tasks, ratio to split."""
+    experiment = run_experiment(
+        session,
+        app,
+        variants=list(VARIANTS),
+        size=size,
+        grid={"blocks_per_worker": [bpc]},
+        repeats=repeats,
+        trace=True,
+        progress=False,
+        baseline="split",
+    )
+    means = experiment.summary(phases=True).set_index("variant")
+    split_seconds = means.loc["split", "mean_s"]
+    rows = []
+    for variant, row in means.iterrows():
+        building = row.get("phase_split_s")
+        rows.append(
+            {
+                "app": app,
+                "blocks_per_core": int(bpc),
+                "variant": variant,
+                "seconds": float(row["mean_s"]),
+                "runs_s": [float(s) for s in experiment.runs(variant)["seconds"]],
+                "tasks": float(row["tasks"]),
+                "ratio_to_split": float(row["mean_s"] / split_seconds),
+                "partition_building_s": None if building is None or building != building else float(building),
+            }
+        )
+    return rows
+
+
+def splitter_goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The goals (:data:`GOALS`, :data:`AT_ONE_BLOCK`) of the points in ``rows``; those not run are left out."""
+    by_key = {(r["app"], r["blocks_per_core"], r["variant"]): r for r in rows}
+    goals = []
+    for app, bpc, variant, minimum in GOALS:
+        other, split = by_key.get((app, bpc, variant)), by_key.get((app, bpc, "split"))
+        if other and split:
+            goals.append(
+                goal(
+                    f"{app} at {bpc} blocks/core: {variant} / split",
+                    other["seconds"] / split["seconds"],
+                    minimum,
+                    peers={variant: other["seconds"], "split": split["seconds"]},
+                    noise=ratio_noise(other["runs_s"], split["runs_s"]),
+                )
+            )
+    for app in AT_ONE_BLOCK:
+        blocks, split = by_key.get((app, 1, "blocks")), by_key.get((app, 1, "split"))
+        if blocks and split:
+            goals.append(
+                goal(
+                    f"{app} at 1 block/core: split at most 5 % slower than blocks (split / blocks)",
+                    split["seconds"] / blocks["seconds"],
+                    AT_MOST_SLOWER,
+                    better="lower",
+                    peers={"split": split["seconds"], "blocks": blocks["seconds"]},
+                    noise=ratio_noise(split["runs_s"], blocks["runs_s"]),
+                )
+            )
+    return goals
 
 
 def run(
@@ -34,78 +105,30 @@ def run(
     apps: Sequence[str] = ("histogram", "kmeans"),
     session: Session | None = None,
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Measure every variant of ``apps`` at each block count; ratios to ``split``.
+    """Measure every variant of ``apps`` at each block count; ratios to ``split``, and the goals.
 
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
     """
-    import contextlib
-
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
+    progress = progress or Progress.quiet()
     rows = []
     with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session:
-        for app in apps:
-            experiment = run_experiment(
-                session,
-                app,
-                variants=list(VARIANTS),
-                size=size,
-                grid={"blocks_per_worker": list(blocks_per_core)},
-                repeats=repeats,
-                trace=True,
-                progress=False,
-                baseline="split",
-            )
-            means = experiment.summary(phases=True).set_index(["blocks_per_worker", "variant"])
-            for (bpc, variant), row in means.iterrows():
-                split_seconds = means.loc[(bpc, "split"), "mean_s"]
-                building = row.get("phase_split_s")
-                rows.append(
-                    {
-                        "app": app,
-                        "blocks_per_core": int(bpc),
-                        "variant": variant,
-                        "seconds": float(row["mean_s"]),
-                        "tasks": float(row["tasks"]),
-                        "ratio_to_split": float(row["mean_s"] / split_seconds),
-                        "partition_building_s": None if building is None or building != building else float(building),
-                    }
-                )
+        with progress.phase("applications", len(apps) * len(blocks_per_core)) as phase:
+            for app in apps:
+                for bpc in blocks_per_core:
+                    rows += _point_rows(session, app, bpc, size, repeats)
+                    phase.step(f"{app} at {bpc} blocks/core")
         workers = len(session.workers())
-    goals = []
-    for app, bpc, variant, minimum in GOALS:
-        match = [r for r in rows if (r["app"], r["blocks_per_core"], r["variant"]) == (app, bpc, variant)]
-        if match:
-            goals.append(
-                {
-                    "app": app,
-                    "blocks_per_core": bpc,
-                    "variant": variant,
-                    "goal": f"{variant} / split >= {minimum}",
-                    "measured": match[0]["ratio_to_split"],
-                    "met": match[0]["ratio_to_split"] >= minimum,
-                }
-            )
-    one = {(r["app"], r["variant"]): r for r in rows if r["blocks_per_core"] == 1}
-    for app in AT_ONE_BLOCK:
-        if (app, "split") in one and (app, "blocks") in one:
-            slower = one[(app, "split")]["seconds"] / one[(app, "blocks")]["seconds"] - 1
-            goals.append(
-                {
-                    "app": app,
-                    "blocks_per_core": 1,
-                    "variant": "split",
-                    "goal": "split at most 5 % slower than blocks",
-                    "measured": slower,
-                    "met": slower <= 0.05,
-                }
-            )
     return {
         "benchmark": "splitter",
         "size": size,
         "repeats": repeats,
         "workers": workers,
         "rows": rows,
-        "goals": goals,
+        "goals": splitter_goals(rows),
         "machine": machine.describe(),
     }
 
@@ -124,9 +147,4 @@ def format_report(report: dict[str, Any]) -> str:
             f"{r['app']:<10} {r['blocks_per_core']:>11} {r['variant']:<19} {r['seconds']:>8.4f} {r['tasks']:>7.0f} "
             f"{r['ratio_to_split']:>8.2f} {building:>15}"
         )
-    for g in report["goals"]:
-        lines.append(
-            f"goal {g['app']} at {g['blocks_per_core']} blocks/core: {g['goal']}: measured {g['measured']:.2f} "
-            f"({'met' if g['met'] else 'NOT met'})"
-        )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *goal_lines(report["goals"])])

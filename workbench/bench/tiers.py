@@ -5,20 +5,25 @@ Four parts, every figure a ratio within this run:
 1. **Bandwidth** of each tier (``dram``, ``mapped``, ``disk``, ``cached``), read (numba sum) and
    write (fill, then made durable), hot and cold (pages evicted for real, or the reason why not),
    with the medium the files sit on.
-2. **Applications** (1-D histogram, k-means, matrix addition, matmul) in every tier configuration
-   and the peers (Dask's spill buffer, with and without lz4; ``np.memmap``), through the
-   experiment runner (same answers checked), small objects (about the last-level cache, smaller at
-   the ``ci`` size) and big ones (10x), a dataset that fits the DRAM budget and one 2.5x over it.
-   Each configuration's whole time and method (compute) time as ratios to ``dram``.
-3. **Result modes** on the store directly: matrix addition with a volatile result (returned),
-   kept in the store on ``mapped``, or non-active (both objects fetched to the caller); matmul
-   ``C += A @ B`` written in place into ``C`` on ``mapped`` against ``C`` in DRAM.
+2. **Applications** (1-D histogram, k-means, matrix addition, matmul) in tier configurations and
+   the peers (Dask's spill buffer, with and without lz4; ``np.memmap``), through the experiment
+   runner (same answers checked), with small objects (about the last-level cache, smaller at the
+   ``ci`` size) or big ones (10x), on a dataset that fits the DRAM budget or one 2.5x over it.
+   Each configuration's whole time and method (compute) time as ratios to ``dram``. The default
+   size (``lab``, 5 minutes on 2 cores) runs small objects on the dataset over the budget, nine
+   configurations, without matmul; ``full`` runs every combination, configuration and application.
+3. **Result modes** on the store directly: matrix addition at several object sizes with its result
+   volatile (held in the memory of the backend that computed it), returned to the caller, kept in
+   the store on ``mapped``, or non-active (both objects fetched to the caller), with the fetch and
+   add rates that predict non-active / volatile; matmul ``C += A @ B`` written in place into ``C``
+   on ``mapped`` against ``C`` in DRAM.
 4. **A mixed workload** under a DRAM budget: a few small objects written every round and big
    ones read once per round, 2.5x the budget in all, under static ``dram`` (the store's
    ``memory_limit`` is the budget: the rest goes to its disk tier), static ``mapped``, static
    ``cached`` and ``dynamic`` placement.
 
-Goals (issue 13) are printed beside the figures, never asserted.
+Goals (issues 13 and 29) are printed beside the figures, never asserted; a goal not met says what
+bounds it on this machine, from figures measured in the same run.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import numpy as np
 
 import kernels
 from workbench import machine
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.progress import Progress
 from workbench.lab.tier_experiments import APPS, budget_for, small_object_bytes, tier_variants
 from workbench.memory import tiers
 from workbench.runtime.session import Session, start
@@ -46,18 +52,49 @@ STATIC = ("dram", "mapped", "cached", "disk")
 VARIANTS = tier_strategies.TIER_VARIANTS
 MiB = 2**20
 ALL_COMBOS = [("small", "small"), ("small", "big"), ("big", "small"), ("big", "big")]
-# per size: bandwidth array bytes, repeats, the (objects, dataset) combinations the applications
-# run at (the DRAM budget and object sizes: workbench.lab.tier_experiments)
+# the configurations the default size runs: each static tier, the peers the goals name, dynamic
+LAB_VARIANTS = ["dram", "mapped", "mapped-cold", "cached", "disk", "non-active", "dynamic", "dask-spill", "memmap"]
+# per size: the bandwidth array's bytes, repeats, the (objects, dataset) combinations the
+# applications run at, which applications and configurations, the DRAM budget per worker (None:
+# workbench.lab.tier_experiments.budget_for), and the object sizes of the result modes' matrix
+# addition. The default (lab) is what fits 5 minutes on 2 cores: small objects on a dataset 2.5x a
+# 64 MiB budget, without matmul (its n^3 work dwarfs the tiers on a 2.5x dataset); full runs all.
 SIZES: dict[str, dict[str, Any]] = {
-    "ci": dict(stream=32 * MiB, repeats=3, combos=[("big", "big")]),
-    "lab": dict(stream=512 * MiB, repeats=3, combos=ALL_COMBOS),
-    "full": dict(stream=4096 * MiB, repeats=5, combos=ALL_COMBOS),
+    "ci": dict(
+        stream=32 * MiB,
+        repeats=3,
+        combos=[("big", "big")],
+        apps=APPS,
+        variants=VARIANTS,
+        budget=None,
+        matadd=[MiB, 8 * MiB],
+    ),
+    "lab": dict(
+        stream=256 * MiB,
+        repeats=3,
+        combos=[("small", "big")],
+        apps=("histogram1d", "kmeans", "matadd"),
+        variants=LAB_VARIANTS,
+        budget=64 * MiB,
+        matadd=[8 * MiB, 32 * MiB, 128 * MiB],
+    ),
+    "full": dict(
+        stream=4096 * MiB,
+        repeats=5,
+        combos=ALL_COMBOS,
+        apps=APPS,
+        variants=VARIANTS,
+        budget=None,
+        matadd=[8 * MiB, 32 * MiB, 128 * MiB, 512 * MiB],
+    ),
 }
 MATMUL_SIDE_MAX = 2048  # in-place FMA objects: 32 MiB (the product's n^3 work grows much faster than its bytes)
 MIXED_BUDGET_MIN = 64 * MiB  # the mixed workload needs objects big enough that placement, not task overhead, decides
+GOAL = {"spill": 3.0, "volatile": 10.0, "fma": 1.15, "histogram": 1.10, "dynamic": 1.10}
 
 
-def _median_seconds(run: Callable[[], Any], repeats: int, before: Callable[[], Any] | None = None) -> float:
+def _samples(run: Callable[[], Any], repeats: int, before: Callable[[], Any] | None = None) -> list[float]:
+    """``repeats`` wall times of ``run`` in seconds (``before`` runs ahead of each, untimed)."""
     times = []
     for _ in range(repeats):
         if before is not None:
@@ -65,7 +102,11 @@ def _median_seconds(run: Callable[[], Any], repeats: int, before: Callable[[], A
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def _median_seconds(run: Callable[[], Any], repeats: int, before: Callable[[], Any] | None = None) -> float:
+    return statistics.median(_samples(run, repeats, before))
 
 
 # -- 1. bandwidth -------------------------------------------------------------------------------
@@ -143,90 +184,158 @@ def _method_seconds(experiment: Any, variant: str, workers: int) -> float:
     return float((compute["stop"] - compute["start"]).sum()) / max(1, workers)
 
 
-def applications(
-    session: Session, size: str, apps: Sequence[str], variants: Sequence[str], budget: int, repeats: int
-) -> list[dict[str, Any]]:
-    """Each application in each configuration at each (objects, dataset) combination of ``size``."""
+def applications(session: Session, size: str, setting: dict[str, Any], progress: Progress) -> list[dict[str, Any]]:
+    """Each application in each configuration at each (objects, dataset) combination of ``setting``."""
     workers = len(session.workers())
+    variants = setting["variants"]
     rows = []
-    for objects, dataset in SIZES[size]["combos"]:
-        for app in apps:
-            experiment = tier_variants(
-                session, app, size, list(variants), objects=objects, dataset=dataset, repeats=repeats, budget=budget
-            )
-            setting = experiment.tier_setting  # type: ignore[attr-defined]
-            times = {v: statistics.median(experiment.runs(v)["seconds"]) for v in variants}
-            methods = {v: _method_seconds(experiment, v, workers) for v in variants}
-            for variant in variants:
-                rows.append(
-                    {
-                        "app": app,
-                        "objects": objects,
-                        "dataset": dataset,
-                        "object_bytes": setting["object_bytes"],
-                        "data_bytes": setting["data_bytes"],
-                        "grid": {k: v for k, v in experiment.points()[0].items()},
-                        "variant": variant,
-                        "whole_s": times[variant],
-                        "method_s": methods[variant],
-                        "whole_vs_dram": times[variant] / times["dram"],
-                        "method_vs_dram": methods[variant] / methods["dram"] if methods["dram"] else float("nan"),
-                    }
+    with progress.phase("applications", len(setting["combos"]) * len(setting["apps"])) as phase:
+        for objects, dataset in setting["combos"]:
+            for app in setting["apps"]:
+                experiment = tier_variants(
+                    session,
+                    app,
+                    size,
+                    variants,
+                    objects=objects,
+                    dataset=dataset,
+                    repeats=setting["repeats"],
+                    budget=setting["budget"],
                 )
+                rows += _application_rows(experiment, app, variants, workers)
+                phase.step(f"{app}, {objects} objects, {dataset} dataset, {len(variants)} configurations")
     return rows
 
 
+def _application_rows(experiment: Any, app: str, variants: Sequence[str], workers: int) -> list[dict[str, Any]]:
+    """One row per configuration of one application's experiment: times, and ratios to ``dram``."""
+    setting = experiment.tier_setting
+    samples = {v: list(experiment.runs(v)["seconds"]) for v in variants}
+    times = {v: statistics.median(samples[v]) for v in variants}
+    methods = {v: _method_seconds(experiment, v, workers) for v in variants}
+    return [
+        {
+            "app": app,
+            "objects": setting["objects"],
+            "dataset": setting["dataset"],
+            "object_bytes": setting["object_bytes"],
+            "data_bytes": setting["data_bytes"],
+            "grid": dict(experiment.points()[0]),
+            "variant": variant,
+            "whole_s": times[variant],
+            "samples_s": samples[variant],
+            "method_s": methods[variant],
+            "whole_vs_dram": times[variant] / times["dram"],
+            "method_vs_dram": methods[variant] / methods["dram"] if methods["dram"] else float("nan"),
+        }
+        for variant in variants
+    ]
+
+
 # -- 3. result modes ---------------------------------------------------------------------------
-def result_modes(store: Store, object_bytes: int, repeats: int) -> dict[str, Any]:
-    """Matrix addition's result volatile / in the store / non-active, and matmul's in-place FMA on
-    ``mapped`` against DRAM, on objects of about ``object_bytes`` held by one backend."""
+def _volatile(session: Session, a: Any, b: Any) -> None:
+    """``a + b`` with a volatile result: computed where the objects are and held there, in the
+    backend's memory (a Dask future), never sent to the caller; then let go."""
+    future = a.plus(b)
+    session.wait(future, timeout=600)
+    if future.status != "finished":
+        future.result()  # raises the task's error
+    future.release()
+
+
+def matadd_modes(store: Store, object_bytes: int, repeats: int) -> dict[str, Any]:
+    """Matrix addition of two objects of about ``object_bytes`` on ``mapped`` (one backend), the
+    result volatile (held in the backend's memory), returned to the caller, kept in the store on
+    ``mapped``, or non-active (both objects fetched to the caller, added there). Also the two rates
+    that bound non-active/volatile: fetching an object to the caller, and adding in this process."""
     cols = 512
     rows = max(8, object_bytes // (8 * cols))
     rng = np.random.default_rng(1)
     a = store.make_persistent(ArrayBlock(rng.random((rows, cols))))
-    where = a.locations()[0]
-    b = store.make_persistent(ArrayBlock(rng.random((rows, cols))), backend=where)
-    side = max(64, min(MATMUL_SIDE_MAX, int(np.sqrt(object_bytes // 8))))
-    ma = store.make_persistent(ArrayBlock(rng.random((side, side))), backend=where)
-    mb = store.make_persistent(ArrayBlock(rng.random((side, side))), backend=where)
-    c = store.make_persistent(ArrayBlock(np.zeros((side, side))), backend=where)
+    b = store.make_persistent(ArrayBlock(rng.random((rows, cols))), backend=a.locations()[0])
     made: list[Any] = []
     try:
         expected = a.plus.local(b)
         a.place("mapped")
         b.place("mapped")
-        if not np.array_equal(a.plus.value(b), expected):
-            raise AssertionError("matrix addition on mapped objects gave another answer")
+        if not np.array_equal(a.plus(b).result(timeout=600), expected):
+            raise AssertionError("matrix addition with a volatile result on mapped objects gave another answer")
 
         def stored() -> None:
             made.append(a.plus.to_store("mapped")(b).result(timeout=600))
 
-        times = {
-            "volatile": _median_seconds(lambda: a.plus.value(b), repeats),
-            "store": _median_seconds(stored, repeats),
-            "non-active": _median_seconds(lambda: a.plus.local(b), repeats),
+        samples = {
+            "volatile": _samples(lambda: _volatile(store.session, a, b), repeats),
+            "returned": _samples(lambda: a.plus.value(b), repeats),
+            "store": _samples(stored, repeats),
+            "non-active": _samples(lambda: a.plus.local(b), repeats),
         }
         if not np.array_equal(made[-1].fetch().data, expected):
             raise AssertionError("the result kept in the store differs")
-        fma: dict[str, float] = {}
+        x, y = a.fetch().data, b.fetch().data
+        kernels.matrix_add(x[:8], y[:8])  # compiled apart from what is timed
+        fetch_s = statistics.median(_samples(a.fetch, repeats))
+        add_s = statistics.median(_samples(lambda: kernels.matrix_add(x, y), repeats))
+    finally:
+        store.delete([a, b, *made])
+    seconds = {mode: statistics.median(times) for mode, times in samples.items()}
+    nbytes = int(rows * cols * 8)
+    return {
+        "object_bytes": nbytes,
+        "seconds": seconds,
+        "samples": samples,
+        "non_active_vs_volatile": seconds["non-active"] / seconds["volatile"],
+        "fetch_GBs": nbytes / fetch_s / 1e9,
+        "add_GBs": nbytes / add_s / 1e9,
+        # non-active = fetch both + add; volatile = add (+ a task): the ratio these two rates predict
+        "expected_ratio": (2 * fetch_s + add_s) / add_s,
+    }
+
+
+def fma_in_place(store: Store, side: int, repeats: int) -> dict[str, Any]:
+    """Matmul ``C += A @ B`` (``side`` x ``side``) written in place into ``C`` on ``mapped`` (each
+    call made durable: ``msync``) against ``C`` in DRAM, on one backend; the answer checked."""
+    rng = np.random.default_rng(1)
+    ma = store.make_persistent(ArrayBlock(rng.random((side, side))))
+    where = ma.locations()[0]
+    mb = store.make_persistent(ArrayBlock(rng.random((side, side))), backend=where)
+    c = store.make_persistent(ArrayBlock(np.zeros((side, side))), backend=where)
+    try:
+        samples: dict[str, list[float]] = {}
         for tier in ("dram", "mapped"):
             c.place(tier)
             c.fma.value(ma, mb)  # warm
-            fma[tier] = _median_seconds(lambda: c.fma.value(ma, mb), repeats)
+            samples[tier] = _samples(lambda: c.fma.value(ma, mb), repeats)
         product = ma.fetch().data @ mb.fetch().data
         if not np.allclose(c.fetch().data, 2 * (repeats + 1) * product, rtol=1e-9):
             raise AssertionError("C += A @ B in place gave another answer on mapped than in DRAM")
-        return {
-            "matadd_object_bytes": int(rows * cols * 8),
-            "matadd_s": times,
-            "matadd_non_active_vs_volatile": times["non-active"] / times["volatile"],
-            "matadd_store_vs_volatile": times["store"] / times["volatile"],
-            "matmul_side": side,
-            "fma_s": fma,
-            "fma_mapped_vs_dram": fma["mapped"] / fma["dram"],
-        }
     finally:
-        store.delete([a, b, ma, mb, c, *made])
+        store.delete([ma, mb, c])
+    seconds = {tier: statistics.median(times) for tier, times in samples.items()}
+    return {
+        "side": side,
+        "c_bytes": side * side * 8,
+        "seconds": seconds,
+        "samples": samples,
+        "mapped_vs_dram": seconds["mapped"] / seconds["dram"],
+    }
+
+
+def result_modes(
+    store: Store, object_sizes: Sequence[int], repeats: int, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Matrix addition's result modes at each of ``object_sizes`` (bytes), and the in-place FMA
+    with ``C`` as big as the largest (side at most ``MATMUL_SIDE_MAX``)."""
+    progress = progress or Progress.quiet()
+    side = max(64, min(MATMUL_SIDE_MAX, int(np.sqrt(max(object_sizes) // 8))))
+    with progress.phase("result modes", len(object_sizes) + 1) as phase:
+        matadd = []
+        for nbytes in object_sizes:
+            matadd.append(matadd_modes(store, nbytes, repeats))
+            phase.step(f"matrix addition, {nbytes / MiB:g} MiB objects")
+        fma = fma_in_place(store, side, repeats)
+        phase.step(f"in-place FMA, {side}^2")
+    return {"matadd": matadd, "fma": fma}
 
 
 # -- 4. mixed workload --------------------------------------------------------------------------
@@ -291,38 +400,51 @@ def _mixed_rounds(
 
 
 # -- the whole benchmark -------------------------------------------------------------------------
+def _setting(size: str, apps: Sequence[str] | None, variants: Sequence[str] | None) -> dict[str, Any]:
+    """The size's setting with the applications and configurations asked for (checked)."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    setting = dict(SIZES[size])
+    for app in apps or ():
+        if app not in APPS:
+            raise ValueError(f"no tier application {app!r}; they are {', '.join(APPS)}")
+    setting["apps"] = list(apps or setting["apps"])
+    setting["variants"] = list(variants or setting["variants"])
+    if "dram" not in setting["variants"]:
+        setting["variants"].insert(0, "dram")
+    setting["budget"] = setting["budget"] or budget_for(size)
+    return setting
+
+
 def run(
     size: str = "lab",
-    apps: Sequence[str] = APPS,
+    apps: Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
     session: Session | None = None,
     workers: int | None = None,
     mixed_budget: int | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report` (``mixed_budget``: the
-    mixed workload's DRAM budget per worker, default the larger of the size's and 64 MiB)."""
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
-    for app in apps:
-        if app not in APPS:
-            raise ValueError(f"no tier application {app!r}; they are {', '.join(APPS)}")
-    variants = list(variants or VARIANTS)
-    if "dram" not in variants:
-        variants.insert(0, "dram")
-    setting = SIZES[size]
-    llc = machine.last_level_cache_bytes() or 32 * MiB
-    small = small_object_bytes(size)
-    budget = budget_for(size)
+    """The whole benchmark; a dict for ``--json`` and :func:`format_report` (``apps`` / ``variants``:
+    default the size's; ``mixed_budget``: the mixed workload's DRAM budget per worker, default the
+    larger of the size's and 64 MiB)."""
+    setting = _setting(size, apps, variants)
+    progress = progress or Progress.quiet()
+    budget = setting["budget"]
     with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=600) as session:
         n_workers = len(session.workers())
         with tempfile.TemporaryDirectory(prefix="workbench-bench-tiers-") as directory:
             # a throwaway store of this benchmark's, unless the cluster has one (then joined, and left as found)
             store = Store(session, directory if registered_directory(session) is None else None)
             try:
-                band = bandwidth(setting["stream"], repeats=setting["repeats"])
-                app_rows = applications(session, size, apps, variants, budget, setting["repeats"])
-                modes = result_modes(store, 10 * small, setting["repeats"])
-                mixed = mixed_workload(store, mixed_budget or max(budget, MIXED_BUDGET_MIN))
+                with progress.phase("bandwidth", 1) as phase:
+                    band = bandwidth(setting["stream"], repeats=setting["repeats"])
+                    phase.step(f"{setting['stream'] / MiB:g} MiB on 4 tiers")
+                app_rows = applications(session, size, setting, progress)
+                modes = result_modes(store, setting["matadd"], setting["repeats"], progress)
+                with progress.phase("mixed workload", 1) as phase:
+                    mixed = mixed_workload(store, mixed_budget or max(budget, MIXED_BUDGET_MIN))
+                    phase.step("dram, mapped, cached, dynamic")
             finally:
                 store.close()
     report = {
@@ -330,8 +452,8 @@ def run(
         "size": size,
         "workers": n_workers,
         "dram_budget_per_worker": budget,
-        "small_object_bytes": small,
-        "last_level_cache_bytes": llc,
+        "small_object_bytes": small_object_bytes(size),
+        "last_level_cache_bytes": machine.last_level_cache_bytes() or 32 * MiB,
         "medium": tiers.medium(tiers.default_directory("mapped")).describe(),
         "bandwidth": band,
         "applications": app_rows,
@@ -348,56 +470,134 @@ def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None
     return max(found, key=lambda r: r["object_bytes"]) if found else None
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 13's goals against this run's figures."""
+def _tier_rate(report: dict[str, Any], tier: str, key: str) -> float:
+    return next(r[key] for r in report["bandwidth"]["rows"] if r["tier"] == tier)
+
+
+def histogram_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The 1-D histogram on mapped (hot) against DRAM; bounded by the page cache's read rate."""
     rows = report["applications"]
-    out = []
-    mapped = _row(rows, "histogram1d", "mapped")
-    if mapped:
-        out.append(
-            goal(
-                "histogram in place on mapped (hot) within 10 % of dram",
-                mapped["whole_vs_dram"],
-                mapped["whole_vs_dram"] <= 1.10,
-            )
-        )
-    km_mapped, km_spill = _row(rows, "kmeans", "mapped", "big"), _row(rows, "kmeans", "dask-spill", "big")
-    if km_mapped and km_spill:
-        ratio = km_spill["whole_s"] / km_mapped["whole_s"]
-        out.append(
-            goal(
-                "k-means on the big dataset: mapped in place >= 3x faster than Dask spill-to-disk", ratio, ratio >= 3.0
-            )
-        )
-    ma_dram, ma_na = _row(rows, "matadd", "dram"), _row(rows, "matadd", "non-active")
-    if ma_dram and ma_na:
-        ratio = ma_na["whole_s"] / ma_dram["whole_s"]
-        out.append(
-            goal("matrix addition, volatile result, >= 10x faster than non-active (runner)", ratio, ratio >= 10.0)
-        )
-    modes = report["results"]
-    out.append(
-        goal(
-            "matrix addition, volatile result, >= 10x faster than non-active (store objects)",
-            modes["matadd_non_active_vs_volatile"],
-            modes["matadd_non_active_vs_volatile"] >= 10.0,
-        )
+    mapped, dram = _row(rows, "histogram1d", "mapped"), _row(rows, "histogram1d", "dram")
+    if not (mapped and dram):
+        return None
+    hot = _tier_rate(report, "mapped", "read_hot_vs_dram")
+    return goal(
+        "histogram in place on mapped (hot) within 10 % of dram",
+        mapped["whole_vs_dram"],
+        GOAL["histogram"],
+        better="lower",
+        peers={"mapped": mapped["whole_s"], "dram": dram["whole_s"]},
+        noise=ratio_noise(mapped["samples_s"], dram["samples_s"]),
+        bound=f"reading through the page cache: mapped reads hot at {hot:.2f}x DRAM's rate here (bandwidth part)",
     )
-    out.append(
-        goal(
-            "matmul with in-place FMA into mapped within 15 % of a DRAM result (big objects)",
-            modes["fma_mapped_vs_dram"],
-            modes["fma_mapped_vs_dram"] <= 1.15,
+
+
+def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+    """k-means on the dataset 2.5x the budget, mapped in place vs Dask's spill buffer. Not met when
+    Dask's spilled files never leave this machine's page cache: then its spill costs only pickling
+    and copying, and spill / dram (no tier at all) is the most any placement could gain."""
+    rows = report["applications"]
+    mapped, spill, dram = (_row(rows, "kmeans", v, "big") for v in ("mapped", "dask-spill", "dram"))
+    if not (mapped and spill and dram):
+        return None
+    spilled = max(0, spill["data_bytes"] - report["dram_budget_per_worker"] * report["workers"])
+    passes = spill["grid"].get("iterations", 1)
+    cold = _tier_rate(report, "disk", "read_cold_GBs")
+    from_disk = spilled * passes / (cold * 1e9)  # seconds, had Dask read every spilled byte from the device
+    ceiling = spill["whole_s"] / dram["whole_s"]  # no placement is faster than no tier at all
+    if ceiling < GOAL["spill"]:
+        bound = (
+            f"the page cache: Dask spills {spilled / 1e6:.0f} MB, {passes} passes a run, into files that stay in "
+            f"this machine's {report['machine']['memory_total'] / 2**30:.0f} GiB of memory, so spilling adds only "
+            f"{spill['whole_s'] - dram['whole_s']:.2f} s to DRAM's {dram['whole_s']:.2f} s and no placement can beat "
+            f"it by more than {ceiling:.2f}x (read cold from this disk at {cold:.2f} GB/s, the spilled bytes alone "
+            f"would take {from_disk:.1f} s)"
         )
+    else:
+        bound = f"mapped's own cost: {mapped['whole_vs_dram']:.2f}x DRAM's time here (spill is {ceiling:.2f}x)"
+    return goal(
+        "k-means on the big dataset (2.5x the DRAM budget): mapped in place >= 3x faster than Dask spill-to-disk",
+        spill["whole_s"] / mapped["whole_s"],
+        GOAL["spill"],
+        peers={"mapped": mapped["whole_s"], "dask-spill": spill["whole_s"], "dram": dram["whole_s"]},
+        noise=ratio_noise(spill["samples_s"], mapped["samples_s"]),
+        bound=bound,
     )
+
+
+def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
+    """Matrix addition at the largest object size measured: a volatile result vs non-active."""
+    top = report["results"]["matadd"][-1]
+    return goal(
+        f"matrix addition of {top['object_bytes'] / MiB:.0f} MiB objects: volatile result >= 10x faster than "
+        "non-active",
+        top["non_active_vs_volatile"],
+        GOAL["volatile"],
+        peers=top["seconds"],
+        noise=ratio_noise(top["samples"]["non-active"], top["samples"]["volatile"]),
+        bound=(
+            f"moving data to the caller: it fetches at {top['fetch_GBs']:.2f} GB/s and adds at {top['add_GBs']:.2f} "
+            f"GB/s here, so fetching both objects and adding should cost about {top['expected_ratio']:.1f}x adding "
+            "where they are"
+        ),
+    )
+
+
+def fma_goal(report: dict[str, Any]) -> dict[str, Any]:
+    """``C += A @ B`` into ``C`` on mapped against DRAM; bounded by making ``C`` durable each call."""
+    fma = report["results"]["fma"]
+    write = _tier_rate(report, "mapped", "write_GBs")
+    sync_ms = fma["c_bytes"] / (write * 1e9) * 1e3
+    return goal(
+        f"matmul with in-place FMA into mapped ({fma['side']}^2) within 15 % of a DRAM result",
+        fma["mapped_vs_dram"],
+        GOAL["fma"],
+        better="lower",
+        peers={"C on mapped": fma["seconds"]["mapped"], "C in dram": fma["seconds"]["dram"]},
+        noise=ratio_noise(fma["samples"]["mapped"], fma["samples"]["dram"]),
+        bound=(
+            f"the write-back: each call makes C's {fma['c_bytes'] / MiB:.0f} MiB durable at the mapped tier's "
+            f"{write:.2f} GB/s (about {sync_ms:.0f} ms) against {fma['seconds']['dram'] * 1e3:.0f} ms of product; "
+            "the product grows as n^3 and the write-back as n^2, so bigger matrices amortise it"
+        ),
+    )
+
+
+def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each application placed dynamically against its best static tier."""
+    rows, out = report["applications"], []
     for app in sorted({r["app"] for r in rows}):
         dynamic = _row(rows, app, "dynamic")
         statics = [r for r in (_row(rows, app, v) for v in STATIC) if r]
         if dynamic and statics:
-            ratio = dynamic["whole_s"] / min(r["whole_s"] for r in statics)
-            out.append(goal(f"{app}: dynamic within 10 % of the best static placement", ratio, ratio <= 1.10))
-    mixed = report["mixed"]["dynamic_vs_best_static"]
-    out.append(goal("mixed workload: dynamic faster than every static placement", mixed, mixed < 1.0))
+            best = min(statics, key=lambda r: r["whole_s"])
+            out.append(
+                goal(
+                    f"{app}: dynamic within 10 % of the best static placement",
+                    dynamic["whole_s"] / best["whole_s"],
+                    GOAL["dynamic"],
+                    better="lower",
+                    peers={"dynamic": dynamic["whole_s"], **{r["variant"]: r["whole_s"] for r in statics}},
+                    noise=ratio_noise(dynamic["samples_s"], best["samples_s"]),
+                )
+            )
+    return out
+
+
+def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issues 13 and 29's goals against this run's figures, with what bounds each one not met."""
+    mixed = report["mixed"]
+    out = [g for g in (histogram_goal(report), spill_goal(report)) if g]
+    out += [volatile_goal(report), fma_goal(report), *dynamic_goals(report)]
+    out.append(
+        goal(
+            "mixed workload: dynamic faster than every static placement",
+            mixed["dynamic_vs_best_static"],
+            1.0,
+            better="lower",
+            peers={name: c["round_s"] for name, c in mixed["configurations"].items()},
+        )
+    )
     return out
 
 
@@ -432,12 +632,20 @@ def format_report(report: dict[str, Any]) -> str:
     p = report["results"]
     lines += [
         "",
-        f"result modes (matrix addition of {p['matadd_object_bytes'] / MiB:.1f} MiB objects on mapped): "
-        + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in p["matadd_s"].items())
-        + f"; non-active/volatile {p['matadd_non_active_vs_volatile']:.2f}x, store/volatile "
-        f"{p['matadd_store_vs_volatile']:.2f}x",
-        f"in-place FMA C += A @ B ({p['matmul_side']}^2): C in dram {p['fma_s']['dram'] * 1e3:.2f} ms, "
-        f"C on mapped {p['fma_s']['mapped'] * 1e3:.2f} ms ({p['fma_mapped_vs_dram']:.2f}x)",
+        "result modes of matrix addition on mapped objects (ms; volatile: held where computed; returned: "
+        "sent to the caller; store: kept on mapped; non-active: both objects fetched, added here)",
+    ]
+    for m in p["matadd"]:
+        lines.append(
+            f"  {m['object_bytes'] / MiB:>6.0f} MiB: "
+            + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in m["seconds"].items())
+            + f"; non-active/volatile {m['non_active_vs_volatile']:.2f}x (expected {m['expected_ratio']:.1f}x: "
+            f"fetch {m['fetch_GBs']:.2f} GB/s, add {m['add_GBs']:.2f} GB/s)"
+        )
+    f = p["fma"]
+    lines += [
+        f"in-place FMA C += A @ B ({f['side']}^2): C in dram {f['seconds']['dram'] * 1e3:.2f} ms, "
+        f"C on mapped {f['seconds']['mapped'] * 1e3:.2f} ms ({f['mapped_vs_dram']:.2f}x)",
         "",
         "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round",
     ]

@@ -82,8 +82,9 @@ def meminfo_kib(field: str) -> int:
 
 
 def minor_faults() -> int:
-    """Minor page faults of this process so far (``getrusage``)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    """Minor page faults of the calling thread so far (``getrusage``): the thread that touches the
+    pages, not the process, whose other threads (a cluster's, in a notebook) fault at the same time."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
 def transparent_huge_pages() -> str:

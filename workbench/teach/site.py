@@ -1,7 +1,9 @@
 """``make site``: the course as a static web site, built offline with Jupyter Book 1.x (Sphinx).
 
-The site holds the syllabus, the instructor guide, the learner setup page (``docs/course/``) and
-every lesson executed at the "ci" size with its solutions, outputs and bokeh figures included.
+The site holds the syllabus, the instructor guide, the learner setup page (``docs/course/``),
+every lesson executed at the "ci" size with its solutions, outputs and bokeh figures included, and
+the latest ``workbench bench all`` results of the machine that builds it (``bench-results``: the
+goals as tables, and the run's page of figures copied to ``bench/results.html``).
 Each lesson page is made from its executed copy by ``workbench.teach.site_pages``: intended errors
 shown as intended, parameters cells hidden, live panels drawn as their Run left them, and BokehJS
 loaded from one file in the site's ``_static/`` (once per site, no network). Lessons already
@@ -45,6 +47,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "setup",
     "learner-profiles",
     "instructor-guide",
+    "bench-results",
     "deploy",
     "cluster",
     "wrap-up",
@@ -53,6 +56,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "code-of-conduct",
     "LICENSE",
 )
+BENCH = ROOT / "build" / "bench"  # where 'workbench bench all' writes its runs (HOST-TIME/results.json)
 BUILD_SECONDS = 900
 MAX_BYTES = 10 * 2**20  # the whole site, BokehJS included once
 SCREENSHOTS = ROOT / "docs" / "course" / "site-screenshots"
@@ -138,6 +142,7 @@ def _index(notebooks: Sequence[Path]) -> str:
         "capstone in which you find and fix the locality problems of a pipeline.\n\n"
         "- [Syllabus and schedule](syllabus.md)\n- [Learner setup](setup.md)\n"
         "- [Who the course is for](learner-profiles.md)\n- [Instructor guide](instructor-guide.md)\n"
+        "- [This machine's benchmarks](bench-results.md): every goal, as the machine that built the site measured it\n"
         "- [Deploying for a class](deploy.md): one JupyterHub server, an HPC centre with Slurm, Binder\n"
         "- [Going to a cluster](cluster.md) and the [wrap-up](wrap-up.md)\n"
         "- [Glossary](glossary.md), [bibliography](bibliography.md), [code of conduct](code-of-conduct.md)\n"
@@ -147,14 +152,50 @@ def _index(notebooks: Sequence[Path]) -> str:
     )
 
 
-def assemble(source: Path = SOURCE, executed: Path = EXECUTED) -> Path:
-    """The Jupyter Book source tree: config, table of contents, the course pages and the executed lessons."""
+def latest_bench_results(root: Path = BENCH, hostname: str | None = None) -> Path | None:
+    """The newest ``results.json`` of ``workbench bench all`` under ``root/*/`` made on this machine
+    (its hostname, or ``hostname``), or None."""
+    import json
+    import socket
+
+    hostname = socket.gethostname() if hostname is None else hostname
+    found = []
+    for path in root.glob("*/results.json"):
+        try:
+            results = json.loads(path.read_text())
+            made_here = results["machine"]["hostname"] == hostname
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a results file (or one being written): not this page's business
+        if made_here:
+            found.append((path.stat().st_mtime, path))
+    return max(found)[1] if found else None
+
+
+def _bench_results_page(source: Path, results_path: Path | None) -> None:
+    """Fill the course page ``bench-results`` with ``results_path``'s run and copy its page of
+    figures into the site (BokehJS from the site's one file); without results, say what to run."""
+    from workbench.bench import suite
+    from workbench.viz.bench_page import write_page
+
+    results = None if results_path is None else suite.load(results_path)
+    page = source / "bench-results.md"
+    section = site_pages.bench_results_markdown(results, "bench/results.html")
+    page.write_text(site_pages.with_bench_results(page.read_text(), section))
+    if results is not None:
+        (source / "_extra" / "bench").mkdir(parents=True, exist_ok=True)
+        write_page(results, source / "_extra" / "bench" / "results.html", f"../_static/{site_pages.bokeh_js_name()}")
+
+
+def assemble(source: Path = SOURCE, executed: Path = EXECUTED, bench_results: Path | None = None) -> Path:
+    """The Jupyter Book source tree: config, table of contents, the course pages (the benchmark page
+    filled from ``bench_results``, default the newest results of this machine) and the executed lessons."""
     notebooks = executed_lessons(executed)
     if source.exists():
         shutil.rmtree(source)
     (source / "lessons").mkdir(parents=True)
     for page in PAGES:
         shutil.copy(COURSE / f"{page}.md", source / f"{page}.md")
+    _bench_results_page(source, bench_results if bench_results is not None else latest_bench_results())
     bokeh_src = f"../_static/{site_pages.bokeh_js_name()}"  # from lessons/<page>.html
     pages = [site_pages.for_site(nbformat.read(notebook, as_version=4), bokeh_src) for notebook in notebooks]
     # Into _static/ through html_extra_path: Jupyter Book puts every .js of the source's own _static/
@@ -168,9 +209,10 @@ def assemble(source: Path = SOURCE, executed: Path = EXECUTED) -> Path:
     return source
 
 
-def build(out: Path = OUT, source: Path = SOURCE, executed: Path = EXECUTED) -> Path:
-    """Build the site into ``out`` and return ``out / "index.html"``."""
-    assemble(source, executed)
+def build(out: Path = OUT, source: Path = SOURCE, executed: Path = EXECUTED, bench_results: Path | None = None) -> Path:
+    """Build the site into ``out`` and return ``out / "index.html"`` (``bench_results``: a results.json
+    of ``workbench bench all`` for the benchmark page; default the newest of this machine)."""
+    assemble(source, executed, bench_results)
     work = source.parent / "site-build"
     cli = "import sys; from jupyter_book.cli.main import main; sys.exit(main())"
     command = [sys.executable, "-c", cli, "build", str(source), "--path-output", str(work)]
@@ -272,8 +314,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help=f"also save screenshots of lesson 02 and of a live panel there (the committed ones: {SCREENSHOTS})",
     )
+    parser.add_argument(
+        "--bench-results",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help=f"the 'workbench bench all' run the benchmark page shows (default: this machine's newest in {BENCH})",
+    )
     args = parser.parse_args(argv)
-    index = build(args.out)
+    if args.bench_results is not None and not args.bench_results.is_file():
+        parser.error(f"--bench-results {args.bench_results}: no such file (a results.json of 'workbench bench all')")
+    index = build(args.out, bench_results=args.bench_results)
     total = size_bytes(args.out)
     print(f"course site: {index} ({total / 2**20:.1f} MiB in all, the limit is {MAX_BYTES / 2**20:.0f} MiB)")
     if args.screenshots is not None:

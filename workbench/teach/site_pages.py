@@ -16,6 +16,9 @@ into the second, on a copy, without looking at cell indices (lessons change):
   that in JupyterLab it is live; a progress bar (transient) is left out;
 - BokehJS, which each lesson inlines (~4 MB), is loaded from one file of the site's ``_static/``
   (:func:`write_bokeh_js`), so the site holds it once and still needs no network.
+
+It also writes the section of the ``bench-results`` page: the latest ``workbench bench all`` run
+of the machine that builds the site (:func:`bench_results_markdown`), or what to run when there is none.
 """
 
 from __future__ import annotations
@@ -362,3 +365,67 @@ def for_site(notebook: nbformat.NotebookNode, bokeh_src: str) -> nbformat.Notebo
     static_widgets(page)  # before BokehJS: a panel's figures are embedded scripts that need it
     bokeh_from_static(page, bokeh_src)
     return page
+
+
+# -- the page of this machine's benchmark results ---------------------------------------------------
+BENCH_BEGIN = "<!-- bench results: begin (the site puts the latest results of its machine here) -->"
+BENCH_END = "<!-- bench results: end -->"
+NO_BENCH_RESULTS = (
+    "No results of `workbench bench all` were on the machine that built this site. Run `make bench` "
+    "(or `workbench bench all`) there, then `make site`: this page then shows them."
+)
+
+
+def _cell(text: Any) -> str:
+    """Text for a markdown table cell: no pipe, no HTML, no line break."""
+    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+def _goal_row(name: str, g: dict[str, Any]) -> str:
+    sign = "≥" if g["better"] == "higher" else "≤"
+    unit = g.get("unit") or ""
+    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") else ""
+    figure = f"{g['measured']:.3g}{unit}{noise}"
+    verdict = "met" if g["met"] else "**not met**"
+    cells = (name, g["goal"], figure, f"{sign} {g['threshold']:g}{unit}")
+    return "| " + " | ".join(map(_cell, cells)) + f" | {verdict} | {_cell(g.get('bound') or '')} |"
+
+
+def bench_results_markdown(results: dict[str, Any] | None, page_href: str = "bench/results.html") -> str:
+    """The course page's section on a ``workbench bench all`` run: where it ran, a row per benchmark,
+    every goal per mechanism, and a link to its page of figures (``page_href``); with no results,
+    :data:`NO_BENCH_RESULTS`."""
+    if results is None:
+        return NO_BENCH_RESULTS + "\n"
+    m, revision = results["machine"], results["versions"].get("git") or "not a git checkout"
+    lines = [
+        f"Measured on **{_cell(m['hostname'])}** ({_cell(m['cpu'])}, {m['logical_cores']} cores, "
+        f"{m['memory_total'] / 2**30:.1f} GiB memory), started {results['started']}, size "
+        f"{results['size'] or 'each its own'}, workers {results['workers'] or 'each its own'}, workbench "
+        f"revision `{revision}`; {results['wall_s']:.0f} s in all. "
+        f'<a href="{html.escape(page_href)}">The figures</a>: each goal against its threshold, with its peers.',
+        "",
+        "| benchmark | mechanism | size | wall time | goals met | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    groups: dict[str, list[str]] = {}
+    for b in results["benchmarks"]:
+        met = f"{sum(g['met'] for g in b['goals'])}/{len(b['goals'])}" if b["status"] == "ok" else "-"
+        cells = (b["name"], b["mechanism"], b["size"], f"{b['wall_s']:.0f} s", met, b["status"])
+        lines.append("| " + " | ".join(map(_cell, cells)) + " |")
+        rows = groups.setdefault(b["mechanism"], [])
+        rows += [_goal_row(b["name"], g) for g in b["goals"]]
+        if b["status"] != "ok":
+            rows.append(f"| {_cell(b['name'])} | {_cell(b['status'])}: {_cell(b['error'])} | | | | |")
+    for mechanism, rows in groups.items():
+        lines += ["", f"### {_cell(mechanism)}", "", "| benchmark | goal | measured | goal | | bounded here by |"]
+        lines += ["|---|---|---|---|---|---|", *rows]
+    return "\n".join(lines) + "\n"
+
+
+def with_bench_results(page: str, section: str) -> str:
+    """``page`` (the course page's markdown) with the text between its bench markers replaced by ``section``."""
+    if page.count(BENCH_BEGIN) != 1 or page.count(BENCH_END) != 1:
+        raise ValueError(f"the benchmark results page needs one {BENCH_BEGIN!r} and one {BENCH_END!r}")
+    head, rest = page.split(BENCH_BEGIN)
+    return f"{head}{BENCH_BEGIN}\n{section}{BENCH_END}{rest.split(BENCH_END, 1)[1]}"
