@@ -76,9 +76,11 @@ class Progress:
         """Seconds since the benchmark started."""
         return self.clock() - self.started
 
-    def expect(self, size: str, seconds: float, cores: int = 2) -> None:
-        """Say the expected time up front (``seconds``: measured at ``size`` on ``cores`` cores)."""
-        self.say(f"size {size}, expected about {duration(seconds)} on {cores} cores")
+    def expect(self, size: str, seconds: float, cores: int = 2, estimated: bool = False) -> None:
+        """Say the expected time up front (``seconds``: measured at ``size`` on ``cores`` cores, or
+        ``estimated`` where that size was not timed)."""
+        how = " (an estimate: this size was not timed)" if estimated else ""
+        self.say(f"size {size}, expected about {duration(seconds)} on {cores} cores{how}")
 
     def phase(self, name: str, total: int) -> Phase:
         """A phase of ``total`` steps, used as ``with progress.phase(...) as p: ... p.step()``."""

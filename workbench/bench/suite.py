@@ -289,6 +289,7 @@ def run_all(
         say(f"{number}/{len(planned)} {one.name} at size {one.size} (expected about {_duration(one.expected_s)})")
         record = run_one(one, workers, limit(one), stderr)
         results["benchmarks"].append(record)
+        _write_json(results, out)  # what finished is kept, even if the run is stopped before the end
         say(f"{one.name}: {record['status']} in {_duration(record['wall_s'])}" + _goal_count(record))
     results["wall_s"] = round(time.perf_counter() - started, 3)
     write(results, out)
@@ -297,10 +298,14 @@ def run_all(
 
 def write(results: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
     """Write ``results.json`` and ``results.html`` into ``out``; return their paths."""
+    return _write_json(results, out), write_page(results, out / "results.html")
+
+
+def _write_json(results: Mapping[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = out / "results.json"
     data.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return data, write_page(results, out / "results.html")
+    return data
 
 
 def _duration(seconds: float) -> str:

@@ -76,7 +76,7 @@ SIZES: dict[str, dict[str, Any]] = {
         apps=("histogram1d", "kmeans", "matadd"),
         variants=LAB_VARIANTS,
         budget=64 * MiB,
-        matadd=[8 * MiB, 32 * MiB, 128 * MiB],
+        matadd=[8 * MiB, 32 * MiB, 128 * MiB, 256 * MiB],
     ),
     "full": dict(
         stream=4096 * MiB,
@@ -526,8 +526,24 @@ def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
-    """Matrix addition at the largest object size measured: a volatile result vs non-active."""
+    """Matrix addition at the largest object size measured: a volatile result vs non-active. Two
+    things bound it: moving data to the caller (the fetch rate against the addition's predicts the
+    ratio at large sizes) and, below that prediction, the volatile call's own round trip."""
     top = report["results"]["matadd"][-1]
+    predicted, volatile = top["expected_ratio"], top["seconds"]["volatile"]
+    add_s = top["object_bytes"] / (top["add_GBs"] * 1e9)
+    if predicted < GOAL["volatile"]:
+        bound = (
+            f"moving data to the caller: it fetches at {top['fetch_GBs']:.2f} GB/s and adds at {top['add_GBs']:.2f} "
+            f"GB/s here, so fetching both objects and adding costs about {predicted:.1f}x adding where they are"
+        )
+    else:
+        bound = (
+            f"the volatile call's round trip: it took {volatile * 1e3:.0f} ms where the addition alone takes "
+            f"{add_s * 1e3:.0f} ms ({(volatile - add_s) * 1e3:.0f} ms to resolve the object and run the task); the "
+            f"rates measured (fetch {top['fetch_GBs']:.2f} GB/s, add {top['add_GBs']:.2f} GB/s) predict "
+            f"{predicted:.1f}x once objects are big enough for the addition to dwarf it"
+        )
     return goal(
         f"matrix addition of {top['object_bytes'] / MiB:.0f} MiB objects: volatile result >= 10x faster than "
         "non-active",
@@ -535,11 +551,7 @@ def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
         GOAL["volatile"],
         peers=top["seconds"],
         noise=ratio_noise(top["samples"]["non-active"], top["samples"]["volatile"]),
-        bound=(
-            f"moving data to the caller: it fetches at {top['fetch_GBs']:.2f} GB/s and adds at {top['add_GBs']:.2f} "
-            f"GB/s here, so fetching both objects and adding should cost about {top['expected_ratio']:.1f}x adding "
-            "where they are"
-        ),
+        bound=bound,
     )
 
 

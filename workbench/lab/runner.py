@@ -241,6 +241,90 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, disable=not enabled, desc="runs", unit="run", leave=False)
 
 
+def _chosen_variants(
+    application: registry.Application, variants: Sequence[str] | None, baseline: str | None
+) -> tuple[list[str], str]:
+    """The variants to run (each checked, before anything runs) and the baseline, first if not named."""
+    variants = list(dict.fromkeys(variants or application.variants))
+    for name in variants:
+        application.variant(name)  # a clear error for a misspelt variant
+    if baseline is None:
+        baseline = application.baseline if application.baseline in variants else variants[0]
+    application.variant(baseline)
+    if baseline not in variants:
+        variants.insert(0, baseline)
+    return variants, baseline
+
+
+def _checked_grid(
+    application: registry.Application, grid: Mapping[str, Sequence[Any]] | None, size: str
+) -> dict[str, Any]:
+    """``grid`` (the application's for ``size`` when None), checked: known parameters, non-empty lists."""
+    grid = dict(grid if grid is not None else application.grids[size])
+    application.check_parameters(list(grid))
+    clash = sorted(set(grid) & RESULT_COLUMNS)
+    if clash:
+        raise ValueError(f"parameters {clash} would overwrite the runner's own result columns {sorted(RESULT_COLUMNS)}")
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
+    return grid
+
+
+@dataclass
+class _Runs:
+    """One experiment's runs: what they share (the cluster, the application, the variants, the
+    baseline) and what they collect (timed rows, warm-up rows, traces, each point's locality)."""
+
+    session: Session
+    application: registry.Application
+    variants: list[str]
+    baseline: str
+    repeats: int
+    trace: bool
+    nodes: dict[str, str]
+    bar: Any
+    results: list[dict[str, Any]] = field(default_factory=list)
+    warmups: list[dict[str, Any]] = field(default_factory=list)
+    traces: dict[str, pd.DataFrame] = field(default_factory=dict)
+    locality: dict[str, Any] = field(default_factory=dict)
+
+    def point(self, prepared: Any, params: dict[str, Any], index: int) -> None:
+        """Grid point ``index``: a warm-up of each variant (answers checked against the baseline's),
+        then ``repeats`` timed rounds of every variant, each run starting from the same holders."""
+        self.locality[point_key(params)] = prepared.locality()
+        holders = prepared.holders()  # copies a run left (steals, fetches) are dropped after each
+        answers = {}
+        for name in self.variants:
+            row, answers[name], _ = _run_once(self.session, self.application, name, prepared, params, trace=False)
+            prepared.restore(holders)
+            self.warmups.append({**row, "run_id": f"warmup-p{index}-{name}"})
+            self.bar.update()
+        self.check(answers, prepared, params)
+        for repeat in range(self.repeats):
+            for name in self.variants:
+                run_id = f"run-{len(self.results):04d}"
+                row, _, frame = _run_once(
+                    self.session, self.application, name, prepared, params, trace=self.trace, nodes=self.nodes
+                )
+                prepared.restore(holders)
+                self.results.append({"run_id": run_id, **row, "repeat": repeat})
+                if frame is not None:
+                    self.traces[run_id] = frame
+                self.bar.update()
+
+    def check(self, answers: dict[str, Any], prepared: Any, params: dict[str, Any]) -> None:
+        """The baseline's answer is right (where the application can tell) and every variant's equals it."""
+        if self.application.check is not None:
+            self.application.check(answers[self.baseline], prepared)
+        for name in self.variants:
+            if not self.application.same_answer(answers[name], answers[self.baseline]):
+                raise AssertionError(
+                    f"{self.application.name}: variant {name!r} gives a different answer from the baseline "
+                    f"{self.baseline!r} at {params}"
+                )
+
+
 def run_experiment(
     session: Session,
     app: str,
@@ -259,64 +343,23 @@ def run_experiment(
     the variants asked for (or no variants were named), else the first variant named.
     """
     application = registry.get(app)
-    variants = list(dict.fromkeys(variants or application.variants))
-    for name in variants:
-        application.variant(name)  # a clear error for a misspelt variant, before anything runs
-    if baseline is None:
-        baseline = application.baseline if application.baseline in variants else variants[0]
-    application.variant(baseline)
-    if baseline not in variants:
-        variants.insert(0, baseline)
+    variants, baseline = _chosen_variants(application, variants, baseline)
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     dataset = datasets.get(application.dataset, size, seed)
-    grid = dict(grid if grid is not None else application.grids[size])
-    application.check_parameters(list(grid))
-    clash = sorted(set(grid) & RESULT_COLUMNS)
-    if clash:
-        raise ValueError(f"parameters {clash} would overwrite the runner's own result columns {sorted(RESULT_COLUMNS)}")
-    for name, values in grid.items():
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
+    grid = _checked_grid(application, grid, size)
     points = grid_points(grid)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     nodes = {**session.worker_nodes(), tracing.CLIENT: node_id()}
     session.client.get_task_stream()  # switches the scheduler's task-stream plugin on before any run
 
-    results, warmups, traces, locality = [], [], {}, {}
     bar = _progress(len(points) * len(variants) * (repeats + 1), progress)
+    runs = _Runs(session, application, variants, baseline, repeats, trace, nodes, bar)
     try:
-        for point_index, params in enumerate(points):
+        for index, params in enumerate(points):
             prepared = application.prepare(session, dataset, params)
             try:
-                locality[point_key(params)] = prepared.locality()
-                # every run starts from these holders: copies a run left (steals, fetches) are dropped
-                holders = prepared.holders()
-                answers = {}
-                for name in variants:
-                    row, answers[name], _ = _run_once(session, application, name, prepared, params, trace=False)
-                    prepared.restore(holders)
-                    warmups.append({**row, "run_id": f"warmup-p{point_index}-{name}"})
-                    bar.update()
-                if application.check is not None:
-                    application.check(answers[baseline], prepared)  # the baseline's answer is right
-                for name in variants:
-                    if not application.same_answer(answers[name], answers[baseline]):
-                        raise AssertionError(
-                            f"{app}: variant {name!r} gives a different answer from the baseline {baseline!r} at "
-                            f"{params}"
-                        )
-                for repeat in range(repeats):
-                    for name in variants:
-                        run_id = f"run-{len(results):04d}"
-                        row, _, frame = _run_once(
-                            session, application, name, prepared, params, trace=trace, nodes=nodes
-                        )
-                        prepared.restore(holders)
-                        results.append({"run_id": run_id, **row, "repeat": repeat})
-                        if frame is not None:
-                            traces[run_id] = frame
-                        bar.update()
+                runs.point(prepared, params, index)
             finally:
                 prepared.release()
     finally:
@@ -342,10 +385,10 @@ def run_experiment(
         app=app,
         baseline=baseline,
         parameters=list(grid),
-        results=pd.DataFrame(results),
-        warmups=pd.DataFrame(warmups),
-        traces=traces,
-        locality=locality,
+        results=pd.DataFrame(runs.results),
+        warmups=pd.DataFrame(runs.warmups),
+        traces=runs.traces,
+        locality=runs.locality,
         metadata=metadata,
     )
 
