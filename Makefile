@@ -45,7 +45,7 @@ site: $(STAMP)
 	$(BIN)/python -m workbench.teach.site
 
 # Every benchmark, each in its own process: build/bench/HOST-TIME/results.json and results.html
-# (about 20 min on 2 cores; BENCH_FLAGS="--size ci" for a smoke run, about 9 min).
+# (about 12 min on 2 cores; BENCH_FLAGS="--size ci" for a smoke run, about 7 min).
 bench: $(STAMP)
 	$(BIN)/workbench bench all $(BENCH_FLAGS)
 

@@ -9,29 +9,21 @@ from __future__ import annotations
 
 import copy
 import io
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from browser_helpers import ARTIFACTS, needs_chromium
 
 from workbench.bench import suite
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS
 from workbench.viz import bench_page
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "build" / "artifacts" / "browser"
 
-pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason="no Chromium at /usr/bin/chromium: 'apt-get install chromium' (.ci/run does it) enables the browser "
-        "test",
-    ),
-    pytest.mark.timeout(300),
-]
+pytestmark = [needs_chromium, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

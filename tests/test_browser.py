@@ -11,28 +11,20 @@ detaches while it animates: clicking one is a race), only menus and modal dialog
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
 from pathlib import Path
 
 import pytest
+from browser_helpers import ARTIFACTS, needs_chromium
 
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS  # Debian's Chromium, flags for a closed network
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01-locality-tour.ipynb"
-ARTIFACTS = ROOT / "build" / "artifacts" / "browser"
 
-pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason="no Chromium at /usr/bin/chromium: 'apt-get install chromium' (.ci/run does it) enables the browser "
-        "test",
-    ),
-    pytest.mark.timeout(600),
-]
+pytestmark = [needs_chromium, pytest.mark.timeout(600)]
 
 
 def _free_port() -> int:

@@ -274,7 +274,8 @@ def run_all(
     out.mkdir(parents=True, exist_ok=True)
     expected = sum(p.expected_s for p in planned)
     say = lambda line: print(f"bench all: {line}", file=stderr, flush=True)  # noqa: E731
-    say(f"{len(planned)} benchmarks, expected about {_duration(expected)} on 2 cores; results in {out}")
+    count = f"{len(planned)} benchmark{'s' if len(planned) != 1 else ''}"
+    say(f"{count}, expected about {_duration(expected)} on 2 cores; results in {out}")
     results: dict[str, Any] = {
         "size": size,
         "workers": workers,
