@@ -147,11 +147,69 @@ def test_bench_compare_command_and_its_errors(kernels_run, tmp_path, capsys):
 
 
 def test_a_goal_of_another_shape_is_an_error_naming_the_benchmark(results, tmp_path):
-    del results["benchmarks"][0]["goals"][0]["threshold"]
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(results))
-    with pytest.raises(ValueError, match=r"benchmark kernels in .*results.json: goal .* lacks threshold"):
-        suite.load(path)
+    for edit, says in (
+        (lambda g: g.pop("threshold"), "lacks threshold"),
+        (lambda g: g.update(measured="fast"), "measured of the wrong type"),
+        (lambda g: g.update(goal=["a", "list"]), "goal of the wrong type"),
+        (lambda g: g.update(better="sideways"), "better of the wrong type"),
+        (lambda g: g.update(peers={"numba": "quick"}), "peers of the wrong type"),
+    ):
+        edited = copy.deepcopy(results)
+        edit(edited["benchmarks"][0]["goals"][0])
+        path.write_text(json.dumps(edited))
+        with pytest.raises(ValueError, match=rf"benchmark kernels in .*results.json: goal .* {says}"):
+            suite.load(path)
+
+
+def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_said(results, tmp_path):
+    path = tmp_path / "results.json"
+    lying = copy.deepcopy(results)
+    for g in lying["benchmarks"][0]["goals"]:
+        g["met"] = not g["met"]  # hand-edited: the figures say otherwise
+    lying["benchmarks"][0]["goals"][0]["noise"] = float("nan")
+    path.write_text(json.dumps(lying))
+    loaded = suite.load(path)
+    assert [g["met"] for g in loaded["benchmarks"][0]["goals"]] == [g["met"] for g in results["benchmarks"][0]["goals"]]
+    assert loaded["benchmarks"][0]["goals"][0]["noise"] is None  # unknown, not a whisker across the axis
+    for edit, says in (
+        (lambda r: r.pop("machine"), "no machine"),
+        (lambda r: r["benchmarks"][0].pop("goals"), "list of goals"),
+        (lambda r: r["benchmarks"][0].update(status="fine"), "no status"),
+        (lambda r: r.update(wall_s="long"), "wall_s is not a number"),
+    ):
+        edited = copy.deepcopy(results)
+        edit(edited)
+        path.write_text(json.dumps(edited))
+        with pytest.raises(ValueError, match=says):
+            suite.load(path)
+    stopped = copy.deepcopy(results)
+    stopped["wall_s"] = None  # what a run stopped before its end leaves
+    path.write_text(json.dumps(stopped))
+    assert not suite.finished(suite.load(path))
+    assert "stopped before the end" in site_pages.bench_results_markdown(suite.load(path))
+
+
+def test_a_figure_from_nothing_is_a_change_and_one_run_says_nothing_of_the_noise(results):
+    before, after = copy.deepcopy(results), copy.deepcopy(results)
+    a, b = before["benchmarks"][0]["goals"][0], after["benchmarks"][0]["goals"][0]
+    a.update(measured=0.0, better="lower", noise=None)
+    b.update(measured=5.0, better="lower", noise=None)
+    row = suite.compare(before, after)["rows"][0]
+    assert row["verdict"] == "worse, noise unknown" and row["change_pct"] == float("inf")
+    assert "inf (from 0)" in suite.compare_lines({"rows": [row], "only_a": [], "only_b": []})[3]
+    from workbench.bench.goals import goal, ratio_noise
+
+    assert goal("one run each", 2.0, 1.0, noise=ratio_noise([1.0], [2.0]))["noise"] is None
+
+
+def test_the_site_page_escapes_what_a_results_file_holds(results):
+    hostile = copy.deepcopy(results)
+    hostile["size"] = "<script>alert(1)</script>"
+    hostile["benchmarks"][0]["goals"][0]["goal"] = "[click](javascript:alert(1)) *loud* `code`"
+    text = site_pages.bench_results_markdown(hostile)
+    assert "<script>" not in text and "](javascript:" not in text and "`code`" not in text
+    assert "\\[click\\]" in text and "&lt;script&gt;" in text
 
 
 def _recording_popen(monkeypatch) -> list[int]:
@@ -219,6 +277,8 @@ def test_the_site_page_shows_the_latest_results_of_this_machine(kernels_run, res
         os.utime(runs / name / "results.json", (time.time() - age_s,) * 2)
     (runs / "broken").mkdir()
     (runs / "broken" / "results.json").write_text("{")
+    (runs / "stopped").mkdir()  # the newest, but stopped before its end (or still running)
+    (runs / "stopped" / "results.json").write_text(json.dumps({**json.loads(source.read_text()), "wall_s": None}))
     host = results["machine"]["hostname"]
     assert site.latest_bench_results(runs, host) == runs / "new" / "results.json"
     assert site.latest_bench_results(tmp_path / "nothing", host) is None
@@ -229,7 +289,7 @@ def test_the_site_page_shows_the_latest_results_of_this_machine(kernels_run, res
     site._bench_results_page(page, source)
     text = (page / "bench-results.md").read_text()
     assert site_pages.NO_BENCH_RESULTS.split(".")[0] not in text
-    assert '<a href="bench/results.html">' in text and f"**{host}**" in text
+    assert '<a href="bench/results.html">' in text and f"**{site_pages._cell(host)}**" in text
     for goal in results["benchmarks"][0]["goals"]:
         assert site_pages._cell(goal["goal"]) in text
     figures = (page / "_extra" / "bench" / "results.html").read_text()

@@ -181,6 +181,10 @@ def _bench_all(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else suite.default_out()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: name a directory for results.json and results.html")
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # a place that cannot hold the results fails now, not at the end
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot make the directory ({error.strerror}): name another") from None
     # a benchmark runs in a session of its own, out of reach of the terminal's Ctrl-C and of a kill
     # of this process: both become an exception here, and the running benchmark is stopped with it
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
@@ -197,7 +201,7 @@ def _bench_compare(args: argparse.Namespace) -> int:
     """Each goal of two results files: A, B, the change and the noise, better / worse / within noise."""
     from workbench.bench import suite
 
-    with _from_user_input(FileNotFoundError, ValueError):  # a missing file, or not a results file
+    with _from_user_input(OSError, ValueError):  # a missing or unreadable file, or not a results file
         a, b = suite.load(args.a), suite.load(args.b)
     comparison = suite.compare(a, b)
     print(json.dumps(comparison, indent=2) if args.json else "\n".join(suite.compare_lines(comparison, args.a, args.b)))

@@ -41,9 +41,7 @@ def goal(
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
     measured = float(measured)
-    met = bool(measured >= threshold if better == "higher" else measured <= threshold)
-    if math.isnan(measured):
-        met = False
+    met = goal_met(measured, threshold, better)
     return {
         "goal": text,
         "measured": measured,
@@ -58,11 +56,19 @@ def goal(
     }
 
 
+def goal_met(measured: float, threshold: float, better: Better) -> bool:
+    """Whether ``measured`` meets ``threshold`` (at least it, or at most it); a NaN never does."""
+    if math.isnan(measured):
+        return False
+    return bool(measured >= threshold if better == "higher" else measured <= threshold)
+
+
 def spread(samples: Iterable[float]) -> float:
-    """The relative spread of repeated figures: half their range over their median (0 for one figure)."""
+    """The relative spread of repeated figures: half their range over their median (NaN, unknown, for
+    fewer than two: one run says nothing of the noise)."""
     values = [float(v) for v in samples]
     if len(values) < 2:
-        return 0.0
+        return float("nan")
     middle = statistics.median(values)
     return (max(values) - min(values)) / 2 / abs(middle) if middle else float("nan")
 
@@ -76,7 +82,7 @@ def describe(g: Mapping[str, Any]) -> str:
     """One goal as a line: its words, the figure, the threshold, met or not, and what bounds it."""
     sign = ">=" if g["better"] == "higher" else "<="
     unit = g.get("unit", "")
-    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") else ""
+    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") and math.isfinite(g["noise"]) else ""
     verdict = "met" if g["met"] else "NOT met"
     figure = f"{g['measured']:.3g}{unit}{noise}"
     line = f"goal: {g['goal']}: measured {figure} (goal {sign} {g['threshold']:g}{unit}, {verdict})"

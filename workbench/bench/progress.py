@@ -3,7 +3,7 @@
 Every ``workbench bench NAME`` prints here, also with ``--json`` (the report goes to stdout, this to
 stderr), so a person sees at once how long to wait and, at each step, how far it got::
 
-    bench tiers: size lab, expected about 3 min on 2 cores (about 1 min with more cores)
+    bench tiers: size lab, expected about 2 min on 2 cores
     bench tiers: applications [######..............] 3/10 kmeans big/big (41 s)
 
 On a terminal a phase's bar is redrawn in place; elsewhere (a pipe, a log, ``bench all``) each
@@ -21,12 +21,11 @@ BAR_WIDTH = 20
 
 
 def duration(seconds: float) -> str:
-    """Seconds as people say them: ``41 s``, ``3 min``, ``1 h 5 min``."""
+    """Seconds as people say them: ``41 s``, ``3 min``, ``1 h 5 min`` (to the nearest minute, half up)."""
     if seconds < 90:
         return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {seconds % 3600 / 60:.0f} min"
+    hours, minutes = divmod(int(seconds / 60 + 0.5), 60)
+    return f"{minutes} min" if not hours else f"{hours} h {minutes} min"
 
 
 class Phase:

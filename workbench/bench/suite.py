@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 import psutil
 
+from workbench.bench.goals import goal_met
 from workbench.viz.bench_page import check_goals, write_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,8 +306,20 @@ def write(results: Mapping[str, Any], out: Path) -> tuple[Path, Path]:
 def _write_json(results: Mapping[str, Any], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = out / "results.json"
-    data.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    data.write_text(json.dumps(strict_json(results), indent=2, default=str, allow_nan=False) + "\n")
     return data
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN or infinity (a figure that could not be had) as None: strict JSON,
+    which other tools than Python's can read."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def _duration(seconds: float) -> str:
@@ -350,7 +363,9 @@ def table_lines(results: Mapping[str, Any]) -> list[str]:
 
 # -- results files ---------------------------------------------------------------------------------
 def load(path: str | Path) -> dict[str, Any]:
-    """A results file written by ``bench all``; ``FileNotFoundError`` / ``ValueError`` say what is wrong."""
+    """A results file written by ``bench all``, checked field by field (it may have been edited or
+    cut short: it is untrusted), each goal's ``met`` worked out again from its figure and threshold;
+    ``FileNotFoundError`` / ``PermissionError`` / ``ValueError`` say what is wrong."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (a results.json written by 'workbench bench all')")
@@ -360,12 +375,50 @@ def load(path: str | Path) -> dict[str, Any]:
         raise ValueError(
             f"{path} is not JSON ({error}): give a results.json written by 'workbench bench all'"
         ) from None
-    benchmarks = results.get("benchmarks") if isinstance(results, dict) else None
-    if not isinstance(benchmarks, list) or any(not isinstance(b, dict) or "name" not in b for b in benchmarks):
-        raise ValueError(f"{path} is not a results file of 'workbench bench all' (no list of benchmarks)")
-    for b in benchmarks:
-        check_goals(b["name"], b.get("goals", []), where=str(path))
+    problem = _results_problem(results)
+    if problem:
+        raise ValueError(f"{path} is not a results file of 'workbench bench all': {problem}")
+    for b in results["benchmarks"]:
+        check_goals(b["name"], b["goals"], where=str(path))
+        for g in b["goals"]:
+            g["met"] = goal_met(g["measured"], g["threshold"], g["better"])
+            if g.get("noise") is not None and not math.isfinite(g["noise"]):
+                g["noise"] = None
     return results
+
+
+def _results_problem(results: Any) -> str | None:
+    """What is wrong with a results file's fields other than its goals (None: nothing)."""
+    if not isinstance(results, dict):
+        return "not a JSON object"
+    machine, versions = results.get("machine"), results.get("versions")
+    if not isinstance(machine, dict) or not all(isinstance(machine.get(k), str) for k in ("hostname", "cpu")):
+        return "no machine with a hostname and a cpu"
+    if not all(_is_number(machine.get(k)) for k in ("logical_cores", "memory_total")):
+        return "the machine's logical_cores or memory_total is not a number"
+    if not isinstance(versions, dict) or not isinstance(results.get("started"), str):
+        return "no versions, or no start time"
+    if results.get("wall_s") is not None and not _is_number(results["wall_s"]):
+        return "its wall_s is not a number"
+    benchmarks = results.get("benchmarks")
+    if not isinstance(benchmarks, list):
+        return "no list of benchmarks"
+    for b in benchmarks:
+        fields = ("name", "mechanism", "size", "status")
+        if not isinstance(b, dict) or not all(isinstance(b.get(k), str) for k in fields):
+            return f"a benchmark without {', '.join(fields)}"
+        if b["status"] not in STATUSES or not _is_number(b.get("wall_s")) or not isinstance(b.get("goals"), list):
+            return f"benchmark {b['name'][:40]!r} has no status of {STATUSES}, wall_s or list of goals"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finished(results: Mapping[str, Any]) -> bool:
+    """Whether the run went to its end (a run stopped before it keeps what finished, without ``wall_s``)."""
+    return results.get("wall_s") is not None
 
 
 def _goals_by_key(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -391,8 +444,11 @@ def _compared(key: tuple[str, str], ga: Mapping[str, Any], gb: Mapping[str, Any]
     known = [n for n in (ga.get("noise"), gb.get("noise")) if n is not None]
     noise = max(known) if known else None
     change = None
-    if math.isfinite(measured_a) and math.isfinite(measured_b) and measured_a != 0:
-        change = (measured_b - measured_a) / abs(measured_a)
+    if math.isfinite(measured_a) and math.isfinite(measured_b):
+        if measured_a != 0:
+            change = (measured_b - measured_a) / abs(measured_a)
+        else:  # from nothing (no growth, no CPU): any figure is all change, and none is no change
+            change = 0.0 if measured_b == 0 else math.copysign(math.inf, measured_b)
     if change is None:
         verdict = "no figure"
     elif noise is not None and abs(change) <= noise:
@@ -423,7 +479,7 @@ def compare_lines(comparison: Mapping[str, Any], a_name: str = "A", b_name: str 
     """The comparison for people: a line per goal, then the goals of one file only."""
     lines = [f"A = {a_name}", f"B = {b_name}", ""]
     for r in comparison["rows"]:
-        change = "n/a" if r["change_pct"] is None else f"{r['change_pct']:+.1f} %"
+        change = "n/a" if r["change_pct"] is None else f"{r['change_pct']:+.1f} %".replace("inf %", "inf (from 0)")
         noise = "unknown" if r["noise_pct"] is None else f"±{r['noise_pct']:.1f} %"
         flip = f"; {r['flip']}" if r["flip"] else ""
         lines.append(

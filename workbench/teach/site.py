@@ -155,18 +155,18 @@ def _index(notebooks: Sequence[Path]) -> str:
 def latest_bench_results(root: Path = BENCH, hostname: str | None = None) -> Path | None:
     """The newest ``results.json`` of ``workbench bench all`` under ``root/*/`` made on this machine
     (its hostname, or ``hostname``), or None."""
-    import json
     import socket
+
+    from workbench.bench import suite
 
     hostname = socket.gethostname() if hostname is None else hostname
     found = []
     for path in root.glob("*/results.json"):
         try:
-            results = json.loads(path.read_text())
-            made_here = results["machine"]["hostname"] == hostname
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not a results file (or one being written): not this page's business
-        if made_here:
+            results = suite.load(path)
+        except (OSError, ValueError):
+            continue  # not a results file of bench all: not this page's business
+        if results["machine"]["hostname"] == hostname and suite.finished(results):  # not one stopped or running
             found.append((path.stat().st_mtime, path))
     return max(found)[1] if found else None
 
@@ -323,6 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.bench_results is not None and not args.bench_results.is_file():
         parser.error(f"--bench-results {args.bench_results}: no such file (a results.json of 'workbench bench all')")
+    if args.bench_results is not None:
+        from workbench.bench import suite
+
+        try:
+            suite.load(args.bench_results)
+        except (OSError, ValueError) as error:
+            parser.error(f"--bench-results: {error}")
     index = build(args.out, bench_results=args.bench_results)
     total = size_bytes(args.out)
     print(f"course site: {index} ({total / 2**20:.1f} MiB in all, the limit is {MAX_BYTES / 2**20:.0f} MiB)")

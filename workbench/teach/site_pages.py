@@ -376,9 +376,13 @@ NO_BENCH_RESULTS = (
 )
 
 
+MARKDOWN_MARKS = re.compile(r"([\\`*_\[\]()<>#!|~])")
+
+
 def _cell(text: Any) -> str:
-    """Text for a markdown table cell: no pipe, no HTML, no line break."""
-    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+    """Untrusted text (a results file's) for markdown: no HTML, no markdown (links, emphasis, code: each
+    mark escaped), no pipe, no line break."""
+    return MARKDOWN_MARKS.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
 
 
 def _goal_row(name: str, g: dict[str, Any]) -> str:
@@ -398,11 +402,12 @@ def bench_results_markdown(results: dict[str, Any] | None, page_href: str = "ben
     if results is None:
         return NO_BENCH_RESULTS + "\n"
     m, revision = results["machine"], results["versions"].get("git") or "not a git checkout"
+    wall = f"{results['wall_s']:.0f} s in all" if results.get("wall_s") is not None else "stopped before the end"
     lines = [
-        f"Measured on **{_cell(m['hostname'])}** ({_cell(m['cpu'])}, {m['logical_cores']} cores, "
-        f"{m['memory_total'] / 2**30:.1f} GiB memory), started {results['started']}, size "
-        f"{results['size'] or 'each its own'}, workers {results['workers'] or 'each its own'}, workbench "
-        f"revision `{revision}`; {results['wall_s']:.0f} s in all. "
+        f"Measured on **{_cell(m['hostname'])}** ({_cell(m['cpu'])}, {_cell(m['logical_cores'])} cores, "
+        f"{m['memory_total'] / 2**30:.1f} GiB memory), started {_cell(results['started'])}, size "
+        f"{_cell(results['size'] or 'each its own')}, workers {_cell(results['workers'] or 'each its own')}, "
+        f"workbench revision {_cell(revision)}; {wall}. "
         f'<a href="{html.escape(page_href)}">The figures</a>: each goal against its threshold, with its peers.',
         "",
         "| benchmark | mechanism | size | wall time | goals met | status |",
