@@ -78,14 +78,22 @@ def ratio_noise(*sample_lists: Sequence[float]) -> float:
     return math.sqrt(sum(spread(samples) ** 2 for samples in sample_lists))
 
 
+def figure_text(g: Mapping[str, Any]) -> str:
+    """A goal's figure with its unit and noise: ``29.5x ±2 %``."""
+    unit = g.get("unit") or ""
+    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") and math.isfinite(g["noise"]) else ""
+    return f"{g['measured']:.3g}{unit}{noise}"
+
+
+def threshold_text(g: Mapping[str, Any], signs: tuple[str, str] = (">=", "<=")) -> str:
+    """A goal's threshold with its direction: ``>= 20x`` (``signs``: for higher, for lower is better)."""
+    return f"{signs[0] if g['better'] == 'higher' else signs[1]} {g['threshold']:g}{g.get('unit') or ''}"
+
+
 def describe(g: Mapping[str, Any]) -> str:
     """One goal as a line: its words, the figure, the threshold, met or not, and what bounds it."""
-    sign = ">=" if g["better"] == "higher" else "<="
-    unit = g.get("unit", "")
-    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") and math.isfinite(g["noise"]) else ""
     verdict = "met" if g["met"] else "NOT met"
-    figure = f"{g['measured']:.3g}{unit}{noise}"
-    line = f"goal: {g['goal']}: measured {figure} (goal {sign} {g['threshold']:g}{unit}, {verdict})"
+    line = f"goal: {g['goal']}: measured {figure_text(g)} (goal {threshold_text(g)}, {verdict})"
     if g.get("bound"):
         line += f"; bounded here by {g['bound']}"
     return line
@@ -94,3 +102,51 @@ def describe(g: Mapping[str, Any]) -> str:
 def goal_lines(goals: Iterable[Mapping[str, Any]]) -> list[str]:
     """The goals as the text lines the benchmarks print last."""
     return [describe(g) for g in goals]
+
+
+# -- goals read back from a file (untrusted: hand-edited, cut short) ---------------------------------
+REQUIRED = ("goal", "measured", "threshold", "better", "met")  # the fields every goal carries
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number (an int or a float, not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def problem(g: Any) -> str | None:
+    """What is wrong with one goal read back from a file (None: it has the one shape, with its types)."""
+    if not isinstance(g, Mapping):
+        return "is not a mapping"
+    missing = [k for k in REQUIRED if k not in g]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    peers = g.get("peers", {})
+    checks = {
+        "goal": isinstance(g["goal"], str),
+        "measured": is_number(g["measured"]),
+        "threshold": is_number(g["threshold"]),
+        "better": g["better"] in ("higher", "lower"),
+        "met": isinstance(g["met"], bool),
+        "unit": isinstance(g.get("unit", ""), str),
+        "peers": isinstance(peers, Mapping) and all(isinstance(k, str) and is_number(v) for k, v in peers.items()),
+        "noise": g.get("noise") is None or is_number(g["noise"]),
+        "bound": g.get("bound") is None or isinstance(g["bound"], str),
+    }
+    wrong = [k for k, ok in checks.items() if not ok]
+    return f"has a {', '.join(wrong)} of the wrong type" if wrong else None
+
+
+def check_goals(benchmark: str, goals: Any, where: str = "") -> None:
+    """Raise ValueError naming ``benchmark`` when ``goals`` is not a list of goals of the one shape
+    (:func:`goal`'s: words, measured, threshold, better, met, ..., each of its type)."""
+    place = f" in {where}" if where else ""
+    if not isinstance(goals, list):
+        raise ValueError(f"benchmark {benchmark}{place}: 'goals' is not a list of goals")
+    for g in goals:
+        wrong = problem(g)
+        if wrong:
+            text = g.get("goal", g) if isinstance(g, Mapping) else g
+            raise ValueError(
+                f"benchmark {benchmark}{place}: goal {str(text)[:80]!r} {wrong} "
+                "(every goal is made by workbench.bench.goals.goal)"
+            )

@@ -28,6 +28,11 @@ def duration(seconds: float) -> str:
     return f"{minutes} min" if not hours else f"{hours} h {minutes} min"
 
 
+def run_time(seconds: float | None) -> str:
+    """How long a whole run took (``665 s in all``), or that it stopped before its end (it has none)."""
+    return "stopped before the end" if seconds is None else f"{seconds:.0f} s in all"
+
+
 class Phase:
     """One phase of a benchmark: ``total`` steps, a bar redrawn (or a line printed) at each :meth:`step`."""
 

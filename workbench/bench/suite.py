@@ -36,8 +36,9 @@ from typing import Any, TextIO
 
 import psutil
 
-from workbench.bench.goals import goal_met
-from workbench.viz.bench_page import check_goals, write_page
+from workbench.bench.goals import check_goals, goal_met, is_number
+from workbench.bench.progress import duration
+from workbench.viz.bench_page import write_page
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench"  # where runs go unless told: OUT/<hostname>-<YYYYmmdd-HHMMSS>/
@@ -276,7 +277,7 @@ def run_all(
     expected = sum(p.expected_s for p in planned)
     say = lambda line: print(f"bench all: {line}", file=stderr, flush=True)  # noqa: E731
     count = f"{len(planned)} benchmark{'s' if len(planned) != 1 else ''}"
-    say(f"{count}, expected about {_duration(expected)} on 2 cores; results in {out}")
+    say(f"{count}, expected about {duration(expected)} on 2 cores; results in {out}")
     results: dict[str, Any] = {
         "size": size,
         "workers": workers,
@@ -288,11 +289,11 @@ def run_all(
     }
     started = time.perf_counter()
     for number, one in enumerate(planned, 1):
-        say(f"{number}/{len(planned)} {one.name} at size {one.size} (expected about {_duration(one.expected_s)})")
+        say(f"{number}/{len(planned)} {one.name} at size {one.size} (expected about {duration(one.expected_s)})")
         record = run_one(one, workers, limit(one), stderr)
         results["benchmarks"].append(record)
         _write_json(results, out)  # what finished is kept, even if the run is stopped before the end
-        say(f"{one.name}: {record['status']} in {_duration(record['wall_s'])}" + _goal_count(record))
+        say(f"{one.name}: {record['status']} in {duration(record['wall_s'])}" + _goal_count(record))
     results["wall_s"] = round(time.perf_counter() - started, 3)
     write(results, out)
     return results
@@ -322,12 +323,6 @@ def strict_json(value: Any) -> Any:
     return value
 
 
-def _duration(seconds: float) -> str:
-    from workbench.bench.progress import duration
-
-    return duration(seconds)
-
-
 def _goal_count(record: Mapping[str, Any]) -> str:
     if record["status"] != "ok":
         return f" ({record['error']})"
@@ -346,7 +341,7 @@ def table_lines(results: Mapping[str, Any]) -> list[str]:
     lines = [
         f"bench all on {results['machine']['hostname']} ({results['machine']['cpu']}, "
         f"{results['machine']['logical_cores']} cores), size {results['size'] or 'each its own'}, "
-        f"workers {results['workers'] or 'each its own'}, {_duration(results['wall_s'])} in all",
+        f"workers {results['workers'] or 'each its own'}, {duration(results['wall_s'])} in all",
         "",
         f"{'benchmark':<18} {'mechanism':<26} {'size':<5} {'wall':>7}  {'goals met':<10} status",
     ]
@@ -413,7 +408,7 @@ def _results_problem(results: Any) -> str | None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 def finished(results: Mapping[str, Any]) -> bool:

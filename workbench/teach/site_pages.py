@@ -32,6 +32,9 @@ from typing import Any
 
 import nbformat
 
+from workbench.bench.goals import figure_text, threshold_text
+from workbench.bench.progress import run_time
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 BOKEH_LOAD = "application/vnd.bokehjs_load.v0+json"
@@ -386,12 +389,8 @@ def _cell(text: Any) -> str:
 
 
 def _goal_row(name: str, g: dict[str, Any]) -> str:
-    sign = "≥" if g["better"] == "higher" else "≤"
-    unit = g.get("unit") or ""
-    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") else ""
-    figure = f"{g['measured']:.3g}{unit}{noise}"
     verdict = "met" if g["met"] else "**not met**"
-    cells = (name, g["goal"], figure, f"{sign} {g['threshold']:g}{unit}")
+    cells = (name, g["goal"], figure_text(g), threshold_text(g, ("≥", "≤")))
     return "| " + " | ".join(map(_cell, cells)) + f" | {verdict} | {_cell(g.get('bound') or '')} |"
 
 
@@ -402,12 +401,11 @@ def bench_results_markdown(results: dict[str, Any] | None, page_href: str = "ben
     if results is None:
         return NO_BENCH_RESULTS + "\n"
     m, revision = results["machine"], results["versions"].get("git") or "not a git checkout"
-    wall = f"{results['wall_s']:.0f} s in all" if results.get("wall_s") is not None else "stopped before the end"
     lines = [
         f"Measured on **{_cell(m['hostname'])}** ({_cell(m['cpu'])}, {_cell(m['logical_cores'])} cores, "
         f"{m['memory_total'] / 2**30:.1f} GiB memory), started {_cell(results['started'])}, size "
         f"{_cell(results['size'] or 'each its own')}, workers {_cell(results['workers'] or 'each its own')}, "
-        f"workbench revision {_cell(revision)}; {wall}. "
+        f"workbench revision {_cell(revision)}; {run_time(results.get('wall_s'))}. "
         f'<a href="{html.escape(page_href)}">The figures</a>: each goal against its threshold, with its peers.',
         "",
         "| benchmark | mechanism | size | wall time | goals met | status |",

@@ -24,56 +24,15 @@ from bokeh.models import ColumnDataSource, Div, HoverTool, Span, Whisker
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
-GOAL_KEYS = ("goal", "measured", "threshold", "better", "met")  # the fields every goal must carry
+from workbench.bench.goals import figure_text, threshold_text
+from workbench.bench.progress import run_time
+
 MET, NOT_MET = "#2ca02c", "#d62728"
 CLIP = 30.0  # bars end at 1/30 and 30 times the threshold; the table gives the figure itself
 ROW_PX = 26
 LABEL_CHARS = 70
 WIDTH = 1000
 TABLE = "style='border-spacing: 14px 2px; text-align: left'"
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _goal_problem(g: Any) -> str | None:
-    """What is wrong with one goal of a results file (None: it has the one shape, with its types)."""
-    if not isinstance(g, Mapping):
-        return "is not a mapping"
-    missing = [k for k in GOAL_KEYS if k not in g]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    checks = {
-        "goal": isinstance(g["goal"], str),
-        "measured": _number(g["measured"]),
-        "threshold": _number(g["threshold"]),
-        "better": g["better"] in ("higher", "lower"),
-        "met": isinstance(g["met"], bool),
-        "unit": isinstance(g.get("unit", ""), str),
-        "peers": isinstance(g.get("peers", {}), Mapping)
-        and all(isinstance(k, str) and _number(v) for k, v in g.get("peers", {}).items()),
-        "noise": g.get("noise") is None or _number(g["noise"]),
-        "bound": g.get("bound") is None or isinstance(g["bound"], str),
-    }
-    wrong = [k for k, ok in checks.items() if not ok]
-    return f"has a {', '.join(wrong)} of the wrong type" if wrong else None
-
-
-def check_goals(benchmark: str, goals: Any, where: str = "") -> None:
-    """Raise ValueError naming ``benchmark`` when ``goals`` is not a list of goals of the one shape
-    (``workbench.bench.goals.goal``'s: words, measured, threshold, better, met, ..., each of its type)."""
-    place = f" in {where}" if where else ""
-    if not isinstance(goals, list):
-        raise ValueError(f"benchmark {benchmark}{place}: 'goals' is not a list of goals")
-    for g in goals:
-        problem = _goal_problem(g)
-        if problem:
-            text = g.get("goal", g) if isinstance(g, Mapping) else g
-            raise ValueError(
-                f"benchmark {benchmark}{place}: goal {str(text)[:80]!r} {problem} "
-                "(every goal is made by workbench.bench.goals.goal)"
-            )
 
 
 def score(g: Mapping[str, Any]) -> float:
@@ -87,16 +46,12 @@ def score(g: Mapping[str, Any]) -> float:
 
 
 def _figure_text(g: Mapping[str, Any]) -> str:
-    sign = ">=" if g["better"] == "higher" else "<="
-    unit = g.get("unit") or ""
-    noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") else ""
-    return f"{g['measured']:.3g}{unit}{noise} (goal {sign} {g['threshold']:g}{unit})"
+    return f"{figure_text(g)} (goal {threshold_text(g)})"
 
 
 def _by_mechanism(results: Mapping[str, Any]) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
     groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for b in results["benchmarks"]:
-        check_goals(b["name"], b.get("goals", []))
         groups.setdefault(b["mechanism"], [])
         groups[b["mechanism"]] += [(b["name"], g) for g in b.get("goals", [])]
     return groups
@@ -179,7 +134,7 @@ def _header(results: Mapping[str, Any]) -> Div:
     e = lambda value: html.escape(str(value))  # noqa: E731 (a results file is untrusted: every field escaped)
     rows = "".join(
         f"<tr><td>{e(b['name'])}</td><td>{e(b['mechanism'])}</td><td>{e(b['size'])}</td>"
-        f"<td>{e(_seconds(b['wall_s']))}</td><td>{_met_count(b)}</td><td>{e(b['status'])}</td></tr>"
+        f"<td>{b['wall_s']:.0f} s</td><td>{_met_count(b)}</td><td>{e(b['status'])}</td></tr>"
         for b in results["benchmarks"]
     )
     software = ", ".join(f"{k} {val}" for k, val in v.items() if val)
@@ -189,18 +144,13 @@ def _header(results: Mapping[str, Any]) -> Div:
             f"<p>{e(m['cpu'])}, {e(m['logical_cores'])} cores, caches {e(cache_text)}, "
             f"{m['memory_total'] / 2**30:.1f} GiB memory; tier directory {e(m.get('tier_directory'))}"
             f"</p><p>size {e(results['size'] or 'each its own')}, workers {e(results['workers'] or 'each its own')}, "
-            f"started {e(results['started'])}, {e(_seconds(results['wall_s']))} in all</p>"
+            f"started {e(results['started'])}, {run_time(results['wall_s'])}</p>"
             f"<p><small>{html.escape(software)}</small></p>"
             f"<table {TABLE}><tr><th>benchmark</th><th>mechanism</th><th>size</th><th>wall</th><th>goals met</th>"
             f"<th>status</th></tr>{rows}</table>"
         ),
         width=WIDTH,
     )
-
-
-def _seconds(value: Any) -> str:
-    """A wall time, or what a run stopped before its end has instead."""
-    return f"{value:.0f} s" if _number(value) else "stopped before the end"
 
 
 def _bytes(count: int) -> str:
