@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -170,6 +171,12 @@ def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_
     lying["benchmarks"][0]["goals"][0]["noise"] = float("nan")
     path.write_text(json.dumps(lying))
     loaded = suite.load(path)
+    no_figure = copy.deepcopy(results)
+    no_figure["benchmarks"][0]["goals"][1]["measured"] = float("nan")  # a figure that could not be had
+    suite._write_json(no_figure, tmp_path / "nan")  # strict JSON: null
+    assert '"measured": null' in (tmp_path / "nan" / "results.json").read_text()
+    read_back = suite.load(tmp_path / "nan" / "results.json")["benchmarks"][0]["goals"][1]
+    assert math.isnan(read_back["measured"]) and read_back["met"] is False
     assert [g["met"] for g in loaded["benchmarks"][0]["goals"]] == [g["met"] for g in results["benchmarks"][0]["goals"]]
     assert loaded["benchmarks"][0]["goals"][0]["noise"] is None  # unknown, not a whisker across the axis
     for edit, says in (

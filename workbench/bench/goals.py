@@ -123,7 +123,7 @@ def problem(g: Any) -> str | None:
     peers = g.get("peers", {})
     checks = {
         "goal": isinstance(g["goal"], str),
-        "measured": is_number(g["measured"]),
+        "measured": g["measured"] is None or is_number(g["measured"]),  # None: no figure (NaN, in strict JSON)
         "threshold": is_number(g["threshold"]),
         "better": g["better"] in ("higher", "lower"),
         "met": isinstance(g["met"], bool),

@@ -376,6 +376,8 @@ def load(path: str | Path) -> dict[str, Any]:
     for b in results["benchmarks"]:
         check_goals(b["name"], b["goals"], where=str(path))
         for g in b["goals"]:
+            if g["measured"] is None:  # a figure that could not be had: NaN, which strict JSON writes as null
+                g["measured"] = math.nan
             g["met"] = goal_met(g["measured"], g["threshold"], g["better"])
             if g.get("noise") is not None and not math.isfinite(g["noise"]):
                 g["noise"] = None
