@@ -160,18 +160,14 @@ def _planned(args: argparse.Namespace) -> list[Any]:
     """The benchmarks ``bench all`` runs, in BENCHMARKS' order: ``--only``'s, at ``--size`` or each its own default."""
     from workbench.bench.suite import Planned
 
-    chosen = args.only or list(BENCHMARKS)
-    return [
-        Planned(
-            name,
-            BENCHMARKS[name].mechanism,
-            args.size or BENCHMARKS[name].default_size,
-            BENCHMARKS[name].expected_s[args.size or BENCHMARKS[name].default_size],
-            any(a.flags == ("--workers",) for a in BENCHMARKS[name].arguments),
-        )
-        for name in BENCHMARKS
-        if name in chosen
-    ]
+    planned = []
+    for name, benchmark in BENCHMARKS.items():
+        if args.only and name not in args.only:
+            continue
+        size = args.size or benchmark.default_size
+        takes_workers = any(a.flags == ("--workers",) for a in benchmark.arguments)
+        planned.append(Planned(name, benchmark.mechanism, size, benchmark.expected_s[size], takes_workers))
+    return planned
 
 
 def _bench_all(args: argparse.Namespace) -> int:

@@ -30,10 +30,6 @@ from workbench.bench.progress import Progress
 from workbench.lab.timing import time_once
 
 GB = 1e9
-# How big the inputs are, against lab's: ci divides every dimension by 64 (a smoke run, not a
-# measurement: the inputs fit in cache); full has 4x lab's bytes (1-D counts and matrix rows x4,
-# square matrices' sides x2). The streaming read stays 1 GiB at lab and full (it must exceed any cache).
-SIZES = ("ci", "lab", "full")
 # Goals from the foundation issue (kernel, figure, threshold); printed next to the figures, never asserted in tests.
 GOALS = (
     ("histogramdd", "ratio_numpy", 20.0),
@@ -58,6 +54,9 @@ class Scale:
         return count * math.isqrt(self.bytes_factor) // self.divide
 
 
+# How big the inputs are, against lab's: ci divides every dimension by 64 (a smoke run, not a
+# measurement: the inputs fit in cache); full has 4x lab's bytes (1-D counts and matrix rows x4,
+# square matrices' sides x2). The streaming read stays 1 GiB at lab and full (it must exceed any cache).
 SCALES = {"ci": Scale(divide=64), "lab": Scale(), "full": Scale(bytes_factor=4)}
 
 
@@ -353,7 +352,7 @@ def kernel_goals(rows: list[dict[str, Any]], stream: dict[str, Any]) -> list[dic
 def run(
     size: str = "lab", repeats: int = 5, only: list[str] | None = None, progress: Progress | None = None
 ) -> dict[str, Any]:
-    """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SIZES`); a JSON-ready report."""
+    """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SCALES`); a JSON-ready report."""
     if size not in SCALES:
         raise ValueError(f"size must be one of {list(SCALES)}, got {size!r}")
     progress = progress or Progress.quiet()

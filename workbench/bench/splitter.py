@@ -12,13 +12,13 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from datasets import SIZES
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.progress import Progress
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session, start
 
-SIZES = ("ci", "lab", "full")
 VARIANTS = ("blocks", "rechunk", "split", "split-materialized")
 # (app, blocks per core, other variant, minimum of other / split): printed next to the figures, never asserted
 GOALS = (

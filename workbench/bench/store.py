@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from datasets import SIZES
 from workbench import machine
 from workbench.apps import registry
 from workbench.bench.goals import goal, goal_lines, ratio_noise
@@ -31,8 +32,6 @@ from workbench.lab.runner import grid_points, run_experiment
 from workbench.runtime.session import Session, start
 from workbench.runtime.store import PersistentObject, Store, active
 from workbench.runtime.store.handles import submit_active
-
-SIZES = ("ci", "lab", "full")
 
 
 class Null(PersistentObject):
