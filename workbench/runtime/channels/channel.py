@@ -564,12 +564,16 @@ class Inbox:
         self.group, self.rank = group, rank
         self._queues: dict[tuple[int, int, int], queue.SimpleQueue[tuple[int, np.ndarray]]] = {}
         self._lock = threading.Lock()
+        self._closed = False
         self._state = worker_state()  # made as an actor: a task on the rank's worker
         self._state.inboxes[(group, rank)] = self
 
     def messages(self, channel: int, src: int, slot: int) -> queue.SimpleQueue[tuple[int, np.ndarray]]:
-        """The messages from rank ``src`` for ``slot`` of channel ``channel``, in the order they were sent."""
+        """The messages from rank ``src`` for ``slot`` of channel ``channel``, in the order they were sent.
+        Raises :class:`InboxClosed` once the rank has returned: nobody would take a message filed now."""
         with self._lock:
+            if self._closed:
+                raise InboxClosed(f"rank {self.rank} returned from its rank function (its inbox is closed)")
             return self._queues.setdefault((channel, src, slot), queue.SimpleQueue())
 
     async def deliver(self, channel: int, src: int, slot: int, tag: int, array: np.ndarray) -> None:
@@ -578,10 +582,15 @@ class Inbox:
         self.messages(channel, src, slot).put((tag, array))
 
     def close(self) -> None:
-        """The rank ended (or its worker closes): forget its messages."""
+        """The rank ended (or its worker closes): refuse new messages and forget those filed."""
         self._state.inboxes.pop((self.group, self.rank), None)
         with self._lock:
+            self._closed = True
             self._queues.clear()
+
+
+class InboxClosed(RuntimeError):
+    """A message reached an inbox whose rank had returned (the sender says it as :class:`RankGone`)."""
 
 
 def inbox_of(group: str, rank: int, worker: Any = None) -> Inbox:

@@ -31,7 +31,14 @@ from distributed import Variable, get_client, get_worker, secede
 from distributed.actor import Actor
 
 from workbench.memory import shm
-from workbench.runtime.channels.channel import EAGER_POLL_SECONDS, ArrayChannel, EagerChannel, Inbox, inbox_of
+from workbench.runtime.channels.channel import (
+    EAGER_POLL_SECONDS,
+    ArrayChannel,
+    EagerChannel,
+    Inbox,
+    InboxClosed,
+    inbox_of,
+)
 from workbench.runtime.channels.transport import (
     CONSEQUENCES,
     FINISHED,
@@ -134,7 +141,10 @@ class Rank:
         """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
         barrier's exchange then stops at once); the mark holds how many channels this rank described,
         so that ``run_group`` knows which variables to delete. Best effort: a scheduler that is gone
-        has no rank to tell."""
+        has no rank to tell. An eager rank's inbox closes first, so that a message sent once the mark
+        is set fails as :class:`RankGone` rather than being filed where nobody takes it."""
+        if self.inbox is not None:
+            self.inbox.close()
         try:
             self._variable("finished", self.rank).set(self.channels_described, timeout=min(self.timeout, 5.0))
         except Exception:  # noqa: BLE001 - the group is ending either way
@@ -219,7 +229,7 @@ class Rank:
             raise
         except Exception as error:  # noqa: BLE001 - a gone inbox or worker: said as a channel error
             problem = self.aborted_check()
-            if problem is None and self.has_finished(dest):
+            if problem is None and (isinstance(error, InboxClosed) or self.has_finished(dest)):
                 problem = RankGone(f"rank {dest} returned from its rank function")
             if problem is None:
                 problem = RankGone(f"{type(error).__name__}: {error}")
