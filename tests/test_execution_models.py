@@ -51,6 +51,44 @@ def test_spawn_costs_time_every_model_and_stop_their_children(leaves_nothing):
     assert rows[0]["model"] == "thread" and rows[0]["vs_thread"] == 1.0
 
 
+FORKSERVER_SCRIPT = """
+import multiprocessing, os
+from multiprocessing import util
+from workbench.lab import execution_models as em
+tmp = os.environ["TMPDIR"]
+em.spawn_costs(repeats=1, dask=False)
+assert os.listdir(tmp) == [], f"spawn_costs left {os.listdir(tmp)}"
+assert multiprocessing.current_process()._config.get("tempdir") is None
+try:
+    with em._forkserver_scope():
+        em._time_multiprocessing("forkserver")
+        raise KeyError("a measurement failed")
+except KeyError:
+    pass
+assert os.listdir(tmp) == [], f"a failed measurement left {os.listdir(tmp)}"
+assert multiprocessing.active_children() == []
+with em._forkserver_scope():  # multiprocessing's own directory is the one the scope named
+    assert util.get_temp_dir() == multiprocessing.current_process()._config["tempdir"]
+    assert os.path.dirname(util.get_temp_dir()) == tmp, util.get_temp_dir()
+print("clean")
+"""
+
+
+def test_the_forkserver_measurement_leaves_no_directory_and_no_server(tmp_path):
+    """A Jupyter kernel is killed before multiprocessing's exit handlers run, so the fork server's
+    ``pymp-*`` socket directory must go with the measurement (a fresh interpreter: its multiprocessing
+    has no directory yet, as a lesson's kernel)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKSERVER_SCRIPT],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "clean", done.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == [], f"the interpreter left {sorted(p.name for p in tmp_path.iterdir())}"
+
+
 def test_a_dask_worker_is_timed_to_its_first_task_and_stopped(leaves_nothing):
     (seconds,) = em._time_dask_workers(nanny=False, repeats=1)
     assert seconds > 0

@@ -9,11 +9,13 @@
 The executed copies are kept in build/executed/<mode>/ for debugging and for the course site (with
 outputs; never committed). Cells tagged ``raises-exception`` demonstrate an error on purpose: they
 must raise, and nothing else may. (papermill reports any error output, tagged or not, so the check is
-done here.)
+done here.) The kernel runs with a temporary directory of its own, which must hold nothing of the
+lesson's once its last cell ran.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -26,15 +28,22 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"
 MODES = {"solutions": PASSED, "learner": NOT_YET}
+KEPT_BY_DASK = {"dask-scratch-space"}  # Dask's shared scratch directory: kept and reused by every cluster
 
 
 @pytest.mark.notebook
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_at_ci_size(notebook: Path, mode: str):
+def test_notebook_runs_at_ci_size(notebook: Path, mode: str, monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("papermill")
-    output = execute(notebook, EXECUTED / mode, mode)
+    # the kernel's (and its workers') temporary directory, to see what the lesson leaves there; a short
+    # path, as /tmp's: a fork server's socket path in it must fit in 107 bytes
+    with tempfile.TemporaryDirectory(prefix="lwb-nb-", ignore_cleanup_errors=True) as directory:
+        scratch = Path(directory)
+        monkeypatch.setenv("TMPDIR", directory)
+        output = execute(notebook, EXECUTED / mode, mode)
+        left = sorted(p.name for p in scratch.iterdir() if p.name not in KEPT_BY_DASK)
     executed = nbformat.read(output, as_version=4)
     unexpected, missing = [], []
     for index, cell in enumerate(executed.cells):
@@ -50,6 +59,7 @@ def test_notebook_runs_at_ci_size(notebook: Path, mode: str):
     assert not missing, "\n\n".join(missing)
     last = [c for c in executed.cells if c.cell_type == "code"][-1]
     assert last.execution_count is not None, f"the notebook stopped before its last cell ({output})"
+    assert not left, f"the lesson left {left} in its temporary directory (a learner's /tmp fills run after run)"
 
     verdicts = check_verdicts(executed)
     lesson = notebook.name[:2]

@@ -18,8 +18,9 @@ hand, from Python, and the application-level question the workbench's own choice
   the RRO shared-memory argument) and on one process of threads, time and peak memory (PSS: a
   shared page counted once per node) side by side.
 
-Every child process and shared segment made here is removed before the function returns, also
-when it fails. ``workbench bench execution-models`` and lesson 07 call these functions.
+Every child process, shared segment and fork server made here is removed before the function
+returns, also when it fails, with the directory of the fork server's socket. ``workbench bench
+execution-models`` and lesson 07 call these functions.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ import mmap
 import multiprocessing
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +126,11 @@ def _time_multiprocessing(method: str) -> float:
         receiver.recv_bytes()
         return time.perf_counter() - start
     finally:
-        process.join(CHILD_TIMEOUT)
-        if process.is_alive():
-            process.kill()
+        if process.pid is not None:  # started (else start's own error is the one to see)
             process.join(CHILD_TIMEOUT)
+            if process.is_alive():
+                process.kill()
+                process.join(CHILD_TIMEOUT)
         receiver.close()
         sender.close()
 
@@ -150,6 +154,34 @@ def _time_posix_spawn(argv: list[str], wait_exit: bool) -> float:
         os.close(read_end)
         if pid:
             os.waitpid(pid, 0)
+
+
+@contextlib.contextmanager
+def _forkserver_scope() -> Iterator[None]:
+    """Stop multiprocessing's fork server on the way out, and keep its socket in a directory of ours,
+    removed with it.
+
+    multiprocessing puts the socket in a ``pymp-*`` directory that it removes only at interpreter
+    exit, and a Jupyter kernel rarely exits cleanly: while multiprocessing's resource tracker (which
+    a Dask nanny's spawn starts) holds the kernel's captured stderr, the kernel's shutdown waits for
+    it and Jupyter kills the kernel first, so every run of lesson 07 left such a directory in /tmp.
+    ``current_process()._config["tempdir"]`` is multiprocessing's private name for it, used here
+    alone (``test_execution_models`` fails if Python changes it). A directory set before is left to
+    whoever made it."""
+    config = multiprocessing.current_process()._config
+    ours = None
+    if config.get("tempdir") is None:
+        # multiprocessing's prefix: a name as short as its own (a socket's path is at most 107 bytes)
+        ours = tempfile.mkdtemp(prefix="pymp-")
+        config["tempdir"] = ours
+    try:
+        yield
+    finally:
+        _stop_forkserver()
+        if ours is not None:
+            if config.get("tempdir") == ours:
+                config["tempdir"] = None
+            shutil.rmtree(ours, ignore_errors=True)
 
 
 def _stop_forkserver() -> None:
@@ -225,12 +257,12 @@ def spawn_costs(repeats: int = 5, dask_repeats: int = 1, dask: bool = True) -> l
     if _null_binary() is None:
         models = [m for m in models if m[0] != "posix_spawn (null binary)"]
     rows = []
-    for model, how, measure in models:
-        measure()  # a warm-up (the forkserver starts its server, the page cache holds the binary)
-        times = [measure() for _ in range(repeats)]
-        rows.append({"model": model, "how": how, "seconds": statistics.median(times), "fastest_s": min(times),
-                     "runs": repeats})  # fmt: skip
-    _stop_forkserver()
+    with _forkserver_scope():
+        for model, how, measure in models:
+            measure()  # a warm-up (the forkserver starts its server, the page cache holds the binary)
+            times = [measure() for _ in range(repeats)]
+            rows.append({"model": model, "how": how, "seconds": statistics.median(times), "fastest_s": min(times),
+                         "runs": repeats})  # fmt: skip
     if dask:
         for nanny in (False, True):
             times = _time_dask_workers(nanny, _positive(dask_repeats, "dask_repeats"))
