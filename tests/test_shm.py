@@ -198,7 +198,7 @@ def test_small_dev_shm_gives_a_clear_error(name, monkeypatch):
     with pytest.raises(shm.SharedMemoryError) as info:
         shm.create(name, (100, 2**20), np.float64)  # 800 MiB
     text = str(info.value)
-    assert "800.0 MiB does not fit" in text and "64.0 MiB free" in text and "--shm-size" in text
+    assert "800 MiB does not fit" in text and "64 MiB free" in text and "--shm-size" in text
     assert not shm.exists(name)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import machine
+from workbench.units import size_text
 
 GIB = 1024**3
 MIN_CORES = 2
@@ -281,7 +282,7 @@ def check_own_segments() -> Check:
     return Check(
         "your segments",
         True,
-        f"{len(own)} in {shm.SHM_DIR} under {shm.PREFIX}* ({shm.size_text(size)}); other users' are not yours to "
+        f"{len(own)} in {shm.SHM_DIR} under {shm.PREFIX}* ({size_text(size)}); other users' are not yours to "
         "list or clean ('workbench shm clean --all' removes yours that no process uses)",
     )
 

@@ -43,6 +43,7 @@ from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
 from workbench.bench.progress import Progress
 from workbench.runtime.channels import Rank, run_group
 from workbench.runtime.session import Session, start
+from workbench.units import size_text
 
 KiB, MiB = 2**10, 2**20
 PAYLOADS = {
@@ -64,14 +65,6 @@ COPY_BOUND_SHARE = 0.7  # channels at this share of the copy cap or more: the co
 def iterations_for(nbytes: int) -> int:
     """Round trips for a payload: many for small ones, enough bytes (about 1 GiB) for large ones."""
     return int(min(5_000, max(5, (1 << 30) // max(1, nbytes))))
-
-
-def size_label(nbytes: int) -> str:
-    """A payload as people say it: ``8 B``, ``64 KiB``, ``256 MiB``."""
-    for unit, scale in (("MiB", MiB), ("KiB", KiB)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
 
 
 def copy_bandwidth(nbytes: int, repeats: int | None = None) -> float:
@@ -164,7 +157,7 @@ def loaded_pingpong(
     with cpu_load():
         for n in payloads:
             rows.append(median_row([pingpong(session, n, eager=False) for _ in range(repeats)]))
-            step(f"channels {size_label(n)}")
+            step(f"channels {size_text(n)}")
         if not mpi:
             return rows, {"skipped": "not asked for (--no-mpi)"}
         runs = []
@@ -365,7 +358,7 @@ def pingpongs(
     rows = []
     for n in payloads:
         rows.append(pingpong(session, n, eager=eager))
-        step(size_label(n))
+        step(size_text(n))
     return rows
 
 
@@ -558,7 +551,7 @@ def format_report(report: dict[str, Any]) -> str:
     waiting = report["wait_cpu_share"]
     mpi_share = waiting["mpi"]
     if report.get("copy"):
-        rates = ", ".join(f"{size_label(r['nbytes'])} {r['MBps']:.0f}" for r in report["copy"])
+        rates = ", ".join(f"{size_text(r['nbytes'])} {r['MBps']:.0f}" for r in report["copy"])
         lines.append(f"memory copy, MB/s: {rates} (a round trip moves at most half of it)")
     lines.append(
         f"a rank waiting {waiting['seconds']:g} s for its peer uses {waiting['channels']:.1%} of a core (channels)"

@@ -56,6 +56,8 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 from numpy.lib import format as npy
 
+from workbench.units import size_text
+
 T = TypeVar("T")
 
 FAMILY_PREFIX = "lwb-"  # every workbench file in a segment directory starts with this
@@ -152,14 +154,6 @@ def free_bytes(directory: str | Path | None = None) -> int:
     """Bytes an unprivileged process can still write in ``directory`` (default /dev/shm)."""
     stats = os.statvfs(_directory(directory))
     return stats.f_bavail * stats.f_frsize
-
-
-def size_text(nbytes: int) -> str:
-    """Bytes for a message: ``512 B``, ``3.0 KiB``, ``1.5 MiB``, ``2.0 GiB``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
 
 
 def _require_space(nbytes: int, directory: str | Path | None) -> None:

@@ -26,6 +26,7 @@ from bokeh.resources import INLINE
 
 from workbench.bench.goals import figure_text, threshold_text
 from workbench.bench.progress import run_time
+from workbench.units import size_text
 
 MET, NOT_MET = "#2ca02c", "#d62728"
 CLIP = 30.0  # bars end at 1/30 and 30 times the threshold; the table gives the figure itself
@@ -127,7 +128,7 @@ def _header(results: Mapping[str, Any]) -> Div:
     m, v = results["machine"], results["versions"]
     caches = m.get("caches")
     cache_text = (
-        ", ".join(f"L{c['level']} {c['type'].lower()} {_bytes(c['size'])}" for c in caches)
+        ", ".join(f"L{c['level']} {c['type'].lower()} {size_text(c['size'])}" for c in caches)
         if isinstance(caches, list)
         else str(caches)
     )
@@ -151,10 +152,6 @@ def _header(results: Mapping[str, Any]) -> Div:
         ),
         width=WIDTH,
     )
-
-
-def _bytes(count: int) -> str:
-    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count / 2**10:g} KiB"
 
 
 def _met_count(b: Mapping[str, Any]) -> str:
