@@ -78,11 +78,11 @@ def test_a_state_travels_empty():
 
 class _Inbox:
     def __init__(self, state: WorkerState, key: tuple[str, int]):
-        self.state, self.key, self.closed = state, key, False
+        self.state, self.key, self.closed = state, key, None
         state.inboxes[key] = self
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self, why: str) -> None:  # Inbox.close's signature: why it closed, for later messages' errors
+        self.closed = why
         self.state.inboxes.pop(self.key, None)
 
 
@@ -98,7 +98,7 @@ def test_teardown_drops_views_closes_inboxes_and_removes_spill_files(tmp_path):
     assert os.listdir(path)
     state.teardown(None)
     assert (state.views, state.spills, state.aborted_groups, state.inboxes) == ({}, {}, set(), {})
-    assert all(inbox.closed for inbox in inboxes)
+    assert all(inbox.closed == "is on a worker that is closing" for inbox in inboxes)
     assert not os.path.exists(path)
 
 

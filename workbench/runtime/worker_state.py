@@ -69,7 +69,7 @@ class WorkerState(WorkerPlugin):
         self.views.clear()
         self.aborted_groups.clear()
         for inbox in list(self.inboxes.values()):
-            inbox.close()
+            inbox.close("is on a worker that is closing")
         self.inboxes.clear()
         with self.spill_lock:
             spaces = list(self.spills.values())

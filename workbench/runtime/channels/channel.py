@@ -478,7 +478,11 @@ class ArrayChannel(Collectives):
             else:
                 link.send(self.index, slot, self.tag, array, deadline, what)
         else:
-            box = self._peers.get(dest) or self._peer_mailbox(dest)
+            what = f"rank {rank.rank} put to rank {dest} on channel {self.name!r}"
+            try:
+                box = self._peers.get(dest) or self._peer_mailbox(dest)
+            except FileNotFoundError:  # every mailbox exists before use: its rank closed it
+                raise RankGone(f"{what}: rank {dest} returned from its rank function (its mailbox is gone)") from None
             control, ready = box.control, box.word(rank.rank, slot)
             done = ready + DONE
             if control[ready] != control[done] + 1:  # the receiver is not ready yet: wait (rendezvous)
@@ -488,12 +492,14 @@ class ArrayChannel(Collectives):
                     lambda: control[ready] == control[done] + 1,
                     rank.deadline(),
                     self._watch(dest, slot),
-                    f"rank {rank.rank} put to rank {dest} on channel {self.name!r}",
+                    what,
                     box.sleeper(ready, ready + SENDER_SLEEPS),
                     spin,
                 )
                 self._waiting(-1, 0, 0)
                 self._learn_spin(spin, waited)
+            elif control[box.state] == FINISHED:  # ready once, then returned (its take failed): nobody takes it
+                raise RankGone(f"{what}: rank {dest} returned from its rank function")
             if array is self.slots[0]:  # the buffer itself: bytes to bytes, no numpy call
                 box.raw[slot][:] = self.mailbox.raw[0]
             else:
@@ -564,16 +570,16 @@ class Inbox:
         self.group, self.rank = group, rank
         self._queues: dict[tuple[int, int, int], queue.SimpleQueue[tuple[int, np.ndarray]]] = {}
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed: str | None = None  # why, once closed
         self._state = worker_state()  # made as an actor: a task on the rank's worker
         self._state.inboxes[(group, rank)] = self
 
     def messages(self, channel: int, src: int, slot: int) -> queue.SimpleQueue[tuple[int, np.ndarray]]:
         """The messages from rank ``src`` for ``slot`` of channel ``channel``, in the order they were sent.
-        Raises :class:`InboxClosed` once the rank has returned: nobody would take a message filed now."""
+        Raises :class:`InboxClosed` once the inbox closed: nobody would take a message filed now."""
         with self._lock:
-            if self._closed:
-                raise InboxClosed(f"rank {self.rank} returned from its rank function (its inbox is closed)")
+            if self._closed is not None:
+                raise InboxClosed(f"rank {self.rank} {self._closed} (its inbox is closed)")
             return self._queues.setdefault((channel, src, slot), queue.SimpleQueue())
 
     async def deliver(self, channel: int, src: int, slot: int, tag: int, array: np.ndarray) -> None:
@@ -581,16 +587,18 @@ class Inbox:
         without a hop to the actor thread); files the message for the rank to take."""
         self.messages(channel, src, slot).put((tag, array))
 
-    def close(self) -> None:
-        """The rank ended (or its worker closes): refuse new messages and forget those filed."""
+    def close(self, why: str = "returned from its rank function") -> None:
+        """The rank ended (or its worker closes: ``why`` says which, for the errors of later messages):
+        refuse new messages and forget those filed."""
         self._state.inboxes.pop((self.group, self.rank), None)
         with self._lock:
-            self._closed = True
+            self._closed = why
             self._queues.clear()
 
 
 class InboxClosed(RuntimeError):
-    """A message reached an inbox whose rank had returned (the sender says it as :class:`RankGone`)."""
+    """A message reached a closed inbox: its rank returned, or its worker is closing (the sender says
+    it as :class:`RankGone`)."""
 
 
 def inbox_of(group: str, rank: int, worker: Any = None) -> Inbox:
@@ -623,8 +631,11 @@ class EagerChannel(Collectives):
 
     def _wait(self, src: int, slot: int) -> None:
         start = time.time()
-        messages = self.rank.inbox.messages(self.index, src, slot)
         what = f"rank {self.rank.rank} took from rank {src} on channel {self.name!r} in {describe(self.tag)}"
+        try:
+            messages = self.rank.inbox.messages(self.index, src, slot)
+        except InboxClosed as error:  # this rank's own inbox: its worker is closing
+            raise ChannelError(f"{what}: {error}") from None
         deadline = self.rank.deadline()
         while True:  # in slices, so that a peer that returned or an aborted group ends the wait early
             try:

@@ -141,8 +141,11 @@ class Rank:
         """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
         barrier's exchange then stops at once); the mark holds how many channels this rank described,
         so that ``run_group`` knows which variables to delete. Best effort: a scheduler that is gone
-        has no rank to tell. An eager rank's inbox closes first, so that a message sent once the mark
-        is set fails as :class:`RankGone` rather than being filed where nobody takes it."""
+        has no rank to tell. This rank's mailboxes say FINISHED and an eager rank's inbox closes
+        first, so that a message sent once the mark is set fails as :class:`RankGone` rather than
+        being filed where nobody takes it."""
+        for box in self._mailboxes:
+            box.control[box.state] = FINISHED
         if self.inbox is not None:
             self.inbox.close()
         try:
@@ -206,9 +209,10 @@ class Rank:
         """Send ``array`` to rank ``dest``'s inbox (an actor call, worker to worker) and wait until it is
         filed there: one message in flight per pair, so they arrive in the order they were sent.
 
-        The wait is in slices, checking between them that the group was not aborted and that ``dest``
-        has not returned: a call into an inbox its rank already closed never answers (Dask logs the
-        worker's ``KeyError`` and leaves the call's future unset)."""
+        A closed inbox (its rank returned) answers with :class:`InboxClosed`, said here as
+        :class:`RankGone`. The wait is in slices, checking between them that the group was not aborted
+        and that ``dest`` has not returned: a call made once the inbox actor is gone (its rank's task
+        released) never answers (Dask logs the worker's ``KeyError`` and leaves the call's future unset)."""
         what = f"rank {self.rank} sent to rank {dest} on channel {channel}"
         deadline = self.deadline()
         try:
@@ -229,7 +233,9 @@ class Rank:
             raise
         except Exception as error:  # noqa: BLE001 - a gone inbox or worker: said as a channel error
             problem = self.aborted_check()
-            if problem is None and (isinstance(error, InboxClosed) or self.has_finished(dest)):
+            if problem is None and isinstance(error, InboxClosed):
+                problem = RankGone(str(error))
+            if problem is None and self.has_finished(dest):
                 problem = RankGone(f"rank {dest} returned from its rank function")
             if problem is None:
                 problem = RankGone(f"{type(error).__name__}: {error}")
