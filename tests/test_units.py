@@ -1,4 +1,4 @@
-"""Bytes as people read them: one writing for messages, progress steps, goal names and pages."""
+"""Bytes as people read them: one writing for messages, progress steps, reports and pages."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from workbench.units import size_text
         (2**30 - 1, "1024 MiB"),  # rounds up within its unit, never to "1e+03"
         (3 * 2**30, "3 GiB"),
         (4 * 2**40, "4096 GiB"),
+        (12345 * 2**30 + 2**29 + 2**28, "12345.75 GiB"),  # two decimals at any magnitude
     ],
 )
 def test_size_text_writes_whole_units_plainly_and_others_to_two_decimals(nbytes, text):

@@ -1,4 +1,5 @@
-"""Quantities as people read them: one way to write a number of bytes, for messages, labels and pages."""
+"""Quantities as people read them: one way to write a number of bytes, for messages, progress steps,
+reports and pages."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 def size_text(nbytes: int) -> str:
     """Bytes in binary units, to two decimals where they are not whole: ``8 B``, ``64 KiB``, ``1.25
-    MiB``, ``800 MiB``, ``2 GiB``. A power of two reads the same everywhere (goal names hold it)."""
+    MiB``, ``800 MiB``, ``2 GiB``, ``12345.68 GiB``."""
     for unit, scale in UNITS:
         if nbytes >= scale:
-            return f"{round(nbytes / scale, 2):g} {unit}"
+            return f"{nbytes / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{int(nbytes)} B"

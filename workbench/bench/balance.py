@@ -139,8 +139,8 @@ def goals(
         fewer = moved["rechunk"] / max(moved["split-balanced"], 1e-9)
         layout = (
             "the layout: each worker holds a contiguous run of blocks, so rechunk merges blocks that sit "
-            f"together and moved {moved['rechunk']:.3f} MB between workers (balancing nothing), while "
-            f"split-balanced's steals and replicas moved {moved['split-balanced']:.3f} MB"
+            f"together; it moved {moved['rechunk']:.3f} MB between workers, split-balanced's steals and "
+            f"replicas {moved['split-balanced']:.3f} MB"
         )
         found.append(goal(f"{name}: rechunk moves more bytes than split-balanced (ratio)", fewer, 1.0, peers=moved,
                           peer_unit="MB", bound=layout))  # fmt: skip

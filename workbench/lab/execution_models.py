@@ -51,6 +51,7 @@ PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 * 2**20
 MiB = 2**20
 CHILD_TIMEOUT = 120.0  # the longest a child process may take to start, touch its pages or finish
+_FORKSERVER_LOCK = threading.Lock()  # one fork-server measurement at a time: see _forkserver_scope
 PAGE_TABLE_SECONDS = 60.0  # one page-table point, all its children together: well inside a notebook cell's timeout
 SIZES: dict[str, dict[str, Any]] = {
     "ci": {"spawn_repeats": 5, "dask_repeats": 1, "touch_bytes": 64 * MiB, "pte_bytes": 64 * MiB,
@@ -158,35 +159,48 @@ def _time_posix_spawn(argv: list[str], wait_exit: bool) -> float:
 
 @contextlib.contextmanager
 def _forkserver_scope() -> Iterator[None]:
-    """Stop multiprocessing's fork server on the way out, and keep its socket in a directory of ours,
-    removed with it.
+    """Measure with multiprocessing's fork server, then stop it (when this scope started it) and
+    remove the directory of its socket, which the scope made.
 
     multiprocessing puts the socket in a ``pymp-*`` directory that it removes only at interpreter
     exit, and a Jupyter kernel rarely exits cleanly: while multiprocessing's resource tracker (which
     a Dask nanny's spawn starts) holds the kernel's captured stderr, the kernel's shutdown waits for
     it and Jupyter kills the kernel first, so every run of lesson 07 left such a directory in /tmp.
-    ``current_process()._config["tempdir"]`` is multiprocessing's private name for it, used here
-    alone (``test_execution_models`` fails if Python changes it). A directory set before is left to
-    whoever made it."""
-    config = multiprocessing.current_process()._config
-    ours = None
-    if config.get("tempdir") is None:
-        # multiprocessing's prefix: a name as short as its own (a socket's path is at most 107 bytes)
-        ours = tempfile.mkdtemp(prefix="pymp-")
-        config["tempdir"] = ours
-    try:
-        yield
-    finally:
-        _stop_forkserver()
-        if ours is not None:
-            if config.get("tempdir") == ours:
-                config["tempdir"] = None
-            shutil.rmtree(ours, ignore_errors=True)
+    ``current_process()._config["tempdir"]`` and the fork server's ``_forkserver_pid`` are
+    multiprocessing's private names, used here alone (``test_execution_models`` fails if Python
+    changes them). A directory or a server that was there before is left to whoever made it; one
+    scope at a time (the directory is the process's)."""
+    from multiprocessing import forkserver
+
+    with _FORKSERVER_LOCK:
+        config = multiprocessing.current_process()._config
+        started_here = getattr(forkserver._forkserver, "_forkserver_pid", None) is None
+        ours = None
+        if config.get("tempdir") is None:
+            ours = tempfile.mkdtemp(prefix="pymp-", dir=_socket_base())
+            config["tempdir"] = ours
+        try:
+            yield
+        finally:
+            if started_here:
+                _stop_forkserver()
+            if ours is not None:
+                if config.get("tempdir") == ours:
+                    config["tempdir"] = None
+                shutil.rmtree(ours, ignore_errors=True)
+
+
+def _socket_base() -> str:
+    """Where the socket's directory goes: the temporary directory, or /tmp when a socket's path there
+    would pass the 107 bytes AF_UNIX allows (``/pymp-XXXXXXXX/listener-XXXXXXXX`` is 32 more)."""
+    base = tempfile.gettempdir()
+    if len(base.encode()) + 32 > 107 and os.access("/tmp", os.W_OK):
+        return "/tmp"
+    return base
 
 
 def _stop_forkserver() -> None:
-    """Stop multiprocessing's fork server if measuring started it (it would live as long as this
-    process otherwise)."""
+    """Stop multiprocessing's fork server (it would live as long as this process otherwise)."""
     from multiprocessing import forkserver
 
     server = getattr(forkserver, "_forkserver", None)
