@@ -153,6 +153,17 @@ class Collectives:
         self.state = make_tag(operation, root, self.calls)
         self._publish(self.state)
 
+    def _attach_to_put(self, dest: int) -> Mailbox:
+        """``dest``'s mailbox, attached for a first put to it; every mailbox exists before use, so one
+        that is gone was removed by its rank, which returned."""
+        try:
+            return self._peer_mailbox(dest)
+        except FileNotFoundError:
+            raise RankGone(
+                f"rank {self.rank.rank} put to rank {dest} on channel {self.name!r}: rank {dest} returned from its "
+                "rank function (its mailbox is gone)"
+            ) from None
+
     def _publish(self, state: int) -> None:
         """Show ``state`` to the peers (a channel with a state word)."""
 
@@ -478,11 +489,7 @@ class ArrayChannel(Collectives):
             else:
                 link.send(self.index, slot, self.tag, array, deadline, what)
         else:
-            what = f"rank {rank.rank} put to rank {dest} on channel {self.name!r}"
-            try:
-                box = self._peers.get(dest) or self._peer_mailbox(dest)
-            except FileNotFoundError:  # every mailbox exists before use: its rank closed it
-                raise RankGone(f"{what}: rank {dest} returned from its rank function (its mailbox is gone)") from None
+            box = self._peers.get(dest) or self._attach_to_put(dest)
             control, ready = box.control, box.word(rank.rank, slot)
             done = ready + DONE
             if control[ready] != control[done] + 1:  # the receiver is not ready yet: wait (rendezvous)
@@ -492,14 +499,15 @@ class ArrayChannel(Collectives):
                     lambda: control[ready] == control[done] + 1,
                     rank.deadline(),
                     self._watch(dest, slot),
-                    what,
+                    f"rank {rank.rank} put to rank {dest} on channel {self.name!r}",
                     box.sleeper(ready, ready + SENDER_SLEEPS),
                     spin,
                 )
                 self._waiting(-1, 0, 0)
                 self._learn_spin(spin, waited)
             elif control[box.state] == FINISHED:  # ready once, then returned (its take failed): nobody takes it
-                raise RankGone(f"{what}: rank {dest} returned from its rank function")
+                raise RankGone(f"rank {rank.rank} put to rank {dest} on channel {self.name!r}: rank {dest} returned "
+                               "from its rank function")  # fmt: skip
             if array is self.slots[0]:  # the buffer itself: bytes to bytes, no numpy call
                 box.raw[slot][:] = self.mailbox.raw[0]
             else:

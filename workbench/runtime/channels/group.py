@@ -141,11 +141,9 @@ class Rank:
         """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
         barrier's exchange then stops at once); the mark holds how many channels this rank described,
         so that ``run_group`` knows which variables to delete. Best effort: a scheduler that is gone
-        has no rank to tell. This rank's mailboxes say FINISHED and an eager rank's inbox closes
-        first, so that a message sent once the mark is set fails as :class:`RankGone` rather than
-        being filed where nobody takes it."""
-        for box in self._mailboxes:
-            box.control[box.state] = FINISHED
+        has no rank to tell. An eager rank's inbox closes first, so that a message sent once the mark
+        is set fails as :class:`RankGone` rather than being filed where nobody takes it (a put on
+        shared memory waits until :meth:`close` marks the mailboxes FINISHED or removes them)."""
         if self.inbox is not None:
             self.inbox.close()
         try:
