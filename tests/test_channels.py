@@ -761,9 +761,9 @@ def puts_to_a_rank_that_returned(rank):
 @pytest.mark.parametrize("eager", [False, True], ids=["shm", "eager"])
 def test_a_put_to_a_rank_that_returned_fails_at_once(session, eager):
     """A put once rank 0 has returned must fail as RankGone at once: not be filed where nobody takes it
-    (rank 0's mailboxes say FINISHED and its inbox closes before its finished mark is set), not fail
-    as a bare FileNotFoundError (its mailbox is gone), and not wait for the timeout (an eager call
-    made once the inbox actor is gone never answers: Dask logs the worker's KeyError)."""
+    (an eager rank's inbox closes before its finished mark is set), not fail as a bare
+    FileNotFoundError (its mailbox is gone), and not wait for the timeout (an eager call made once the
+    inbox actor is gone never answers: Dask logs the worker's KeyError)."""
     begin = time.monotonic()
     with pytest.raises(RankGone, match="rank 0 returned from its rank function"):
         run_group(session, puts_to_a_rank_that_returned, ranks=2, eager=eager, timeout=300)
