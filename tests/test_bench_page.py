@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from browser_helpers import ARTIFACTS, needs_chromium
 
+from workbench.bench import page as bench_page
 from workbench.bench import suite
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS
-from workbench.viz import bench_page
 
 ROOT = Path(__file__).resolve().parents[1]
 

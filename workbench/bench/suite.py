@@ -9,7 +9,7 @@ passed through as they come; its report (stdout) is kept whole. The run writes o
     {"size", "workers", "started", "wall_s", "machine", "versions",
      "benchmarks": [{"name", "mechanism", "size", "wall_s", "status", "error", "goals", "report"}]}
 
-and the page ``results.html`` (:mod:`workbench.viz.bench_page`). Goals are never assertions: a run
+and the page ``results.html`` (:mod:`workbench.bench.page`). Goals are never assertions: a run
 whose goals are not met still succeeds; only a benchmark that failed or ran out of time fails it.
 :func:`compare` matches two files' goals by (benchmark, goal text) and tells a change from the
 noise each run saw between its repeats.
@@ -37,8 +37,8 @@ from typing import Any, TextIO
 import psutil
 
 from workbench.bench.goals import check_goals, goal_met, is_number
+from workbench.bench.page import write_page
 from workbench.bench.progress import duration
-from workbench.viz.bench_page import write_page
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench"  # where runs go unless told: OUT/<hostname>-<YYYYmmdd-HHMMSS>/

@@ -175,7 +175,7 @@ def _bench_results_page(source: Path, results_path: Path | None) -> None:
     """Fill the course page ``bench-results`` with ``results_path``'s run and copy its page of
     figures into the site (BokehJS from the site's one file); without results, say what to run."""
     from workbench.bench import suite
-    from workbench.viz.bench_page import write_page
+    from workbench.bench.page import write_page
 
     results = None if results_path is None else suite.load(results_path)
     page = source / "bench-results.md"
