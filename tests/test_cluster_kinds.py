@@ -3,7 +3,11 @@ starts), and the per-learner memory cap ``$WORKBENCH_MAX_MEMORY`` on a local clu
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+import stat
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +154,88 @@ def test_tls_can_be_turned_off_and_a_wrong_setting_is_refused(monkeypatch):
     assert local_security({}) is not None
     with pytest.raises(ValueError, match="WORKBENCH_TLS is 1 .* or 0"):
         local_security({TLS_ENV: "maybe"})
+
+
+@pytest.mark.parametrize("setting", ["account", "partition", "log_directory", "directives"])
+@pytest.mark.parametrize("line_break", ["\n", "\r", "\x00"], ids=["LF", "CR", "NUL"])
+def test_a_line_break_in_a_slurm_setting_is_refused(setting, line_break):
+    """Issue 35, item 8: a line break ends the #SBATCH line in the job script; what follows becomes a
+    command, and sbatch reads no #SBATCH line after it."""
+    value = f"short{line_break}touch /tmp/owned"
+    with pytest.raises(ValueError) as info:
+        SlurmOptions(**{setting: (value,) if setting == "directives" else value})
+    assert f"{setting} {value!r} has a control character" in str(info.value)
+    assert "give it on one line" in str(info.value)
+    key = f"WORKBENCH_SLURM_{setting.upper()}"
+    quoted = shlex.quote(value) if setting == "directives" else value  # one directive holding the break
+    with pytest.raises(ValueError, match=rf"\${key} .* has a control character"):
+        SlurmOptions.from_env({key: quoted})
+
+
+def test_a_walltime_with_a_trailing_line_break_is_refused():
+    with pytest.raises(ValueError, match="walltime must be HH:MM:SS"):
+        SlurmOptions(walltime="01:00:00\n")
+
+
+def test_an_amount_of_memory_no_integer_holds_names_its_setting():
+    """Issue 35, item 10: "1e400" made dask's parse_bytes raise a bare OverflowError."""
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_MAX_MEMORY='1e400' is not an amount of memory"):
+        clusters.max_memory({clusters.MAX_MEMORY_ENV: "1e400"})
+    with pytest.raises(ValueError, match="memory must be an amount per job such as '2GiB', got '1e400GiB'"):
+        SlurmOptions(memory="1e400GiB")
+    with pytest.raises(ValueError, match="memory must be an amount per job"):
+        SlurmOptions.from_env({"WORKBENCH_SLURM_MEMORY": "1e400GiB"})
+    with pytest.raises(ValueError, match="memory_limit must be 'auto' or an amount such as '2GiB', got '1e400GiB'"):
+        LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1GiB"}, memory_limit="1e400GiB"))
+
+
+def _slurm_request(tmp_path, environ) -> ClusterRequest:
+    options = SlurmOptions(jobs=1, interface="lo", log_directory=str(tmp_path / "logs"))
+    return _request(n_workers=None, slurm=options, environ=environ)
+
+
+def test_a_slurm_cluster_has_tls_credentials_of_its_own_that_only_the_user_reads(tmp_path):
+    """Issue 35, item 1 (no Slurm needed: no job is submitted): the scheduler talks TLS, the job script
+    names private credential files (never the key itself), a client without them is refused, and
+    the files are gone once the cluster closes. The real-Slurm test checks the jobs use them."""
+    from distributed import Client
+    from distributed.security import Security
+
+    cluster = clusters.SlurmKind().cluster(_slurm_request(tmp_path, environ={}))
+    try:
+        directory = Path(cluster.credentials_directory)
+        script = cluster.job_script()
+        assert cluster.scheduler_address.startswith("tls://")
+        assert "--protocol tls://" in script and f"--tls-key {directory / 'key.pem'}" in script
+        assert "PRIVATE KEY" not in script and "CERTIFICATE" not in script
+        assert directory.parent == tmp_path / "logs" and stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()} == {
+            "cert.pem": 0o600,
+            "key.pem": 0o600,
+        }
+        with pytest.raises(Exception, match="TLS|ssl|SSL"):
+            Client(cluster.scheduler_address, timeout=5)  # no credentials
+        with pytest.raises(OSError):  # a stranger's own credentials: the scheduler does not trust them
+            Client(cluster.scheduler_address, security=Security.temporary(), timeout=3)
+        with Client(cluster, timeout=30) as client:  # the cluster's own credentials
+            assert client.scheduler_info()["address"] == cluster.scheduler_address
+    finally:
+        cluster.close(timeout=30)
+    assert not directory.exists(), "the credentials outlived the cluster"
+
+
+def test_a_slurm_cluster_without_tls_when_the_environment_says_so(tmp_path):
+    cluster = clusters.SlurmKind().cluster(_slurm_request(tmp_path, environ={clusters.TLS_ENV: "0"}))
+    try:
+        assert cluster.scheduler_address.startswith("tcp://") and cluster.credentials_directory is None
+        assert "--tls-" not in cluster.job_script()
+    finally:
+        cluster.close(timeout=30)
+    assert not list((tmp_path / "logs").iterdir())
+
+
+def test_slurm_credentials_need_a_log_directory_the_worker_command_can_name(tmp_path):
+    request = _slurm_request(tmp_path, environ={})
+    request = dataclasses.replace(request, slurm=SlurmOptions(jobs=1, log_directory=str(tmp_path / "my logs")))
+    with pytest.raises(ValueError, match="choose a log directory whose path has no spaces"):
+        clusters.SlurmKind().cluster(request)

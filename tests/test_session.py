@@ -179,6 +179,28 @@ def test_scale_refuses_clusters_it_cannot_shape(session, monkeypatch):
         session.scale(0)
 
 
+def test_scaling_keeps_the_per_learner_memory_cap(monkeypatch):
+    """Issue 35, item 6: with a 2 GiB cap, 1 worker scaled to 4 had 8 GiB; scaling shares the cap as
+    start() does, and refuses an explicit limit that the new count would take above it."""
+    from workbench.runtime.clusters import MAX_MEMORY_ENV
+
+    monkeypatch.setenv(MAX_MEMORY_ENV, "1GiB")
+    with workbench.start(n_workers=1, timeout=60) as session:
+        assert [w["memory_limit"] for w in session.describe()["workers"]] == [2**30]
+        held = session.client.scatter([1, 2, 3])
+        session.scale(3)
+        assert [w["memory_limit"] for w in session.describe()["workers"]] == [2**30 // 3] * 3
+        assert session.gather(held) == [1, 2, 3]  # the replaced worker's data moved to the new ones
+        assert session.gather(session.client.submit(sum, [1, 2], pure=False)) == 3  # the new workers work
+        session.scale(1)
+        assert sum(w["memory_limit"] for w in session.describe()["workers"]) <= 2**30
+    with workbench.start(n_workers=1, memory_limit="512MiB", timeout=60) as session:
+        with pytest.raises(ValueError, match="3 x 512.00 MiB of memory, above the per-learner cap"):
+            session.scale(3)
+        session.scale(2)  # exactly the cap
+        assert [w["memory_limit"] for w in session.describe()["workers"]] == [2**29] * 2
+
+
 def test_size_resolution_order(monkeypatch):
     monkeypatch.delenv(workbench.SIZE_ENV, raising=False)
     assert workbench.resolve_size(None) == "lab"

@@ -1,14 +1,18 @@
 """The ``slurm`` cluster kind on a real single-node Slurm (Debian's slurm-wlm, started by
 ``tests/slurm_helpers.py`` as root): workers submitted as jobs through dask-jobqueue, an application
-run on them, the jobs gone from ``squeue`` when the session closes; a job that never starts fails the
-start within its timeout and is cancelled; ``$WORKBENCH_CLUSTER=slurm`` reaches ``workbench run``.
+run on them, the jobs gone from ``squeue`` when the session closes; the cluster talks TLS with credentials
+of its own and refuses a client without them; a job that never starts fails the start within its timeout
+and is cancelled; ``$WORKBENCH_CLUSTER=slurm`` reaches ``workbench run``.
 Where the daemons cannot run, every test here skips saying why (with the daemons' logs)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import time
@@ -100,6 +104,61 @@ def test_workers_as_slurm_jobs_run_an_application_and_leave_no_job(slurm_env, tm
     assert not set(jobs.values()) & {line.split()[0] for line in slurm_env.queue()}, "close waits for its jobs"
     _wait_for_empty_queue(slurm_env)
     assert sorted(p.name for p in (tmp_path / "logs").iterdir())  # the jobs' logs went where asked
+
+
+def _connects(address: str, connection_args: dict) -> bool:
+    """Whether a Dask connection to ``address`` (with ``connection_args``: the TLS context) gets an answer
+    to an ``identity`` request: what any client does before it asks a worker to run code."""
+    from distributed.comm import connect
+
+    async def identity() -> None:
+        comm = await connect(address, timeout=3, **connection_args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            await asyncio.wait_for(comm.read(), 10)
+        finally:
+            await comm.close()
+
+    try:
+        asyncio.run(identity())
+    except OSError:  # refused, closed during the handshake, or timed out
+        return False
+    return True
+
+
+def test_a_slurm_cluster_talks_tls_and_refuses_an_outside_client(slurm_env, tmp_path):
+    """Issue 35, item 1: a Slurm cluster talked plain TCP, and any user who could reach its scheduler ran
+    code as the learner. Its scheduler and workers (the jobs) now take only its own credentials, which
+    the jobs read from files only the user can read, gone after the session."""
+    from distributed import Client
+    from distributed.security import Security
+
+    logs = tmp_path / "logs"
+    options = SlurmOptions(jobs=1, cores=1, memory="1GiB", interface="lo", log_directory=str(logs))
+    with workbench.start(cluster="slurm", slurm=options, timeout=120) as session:
+        address, (worker,) = session.client.scheduler.address, session.workers()
+        assert address.startswith("tls://") and worker.startswith("tls://"), (address, worker)
+        assert session.gather(session.client.submit(sum, [1, 2], pure=False)) == 3
+        (credentials,) = [p for p in logs.iterdir() if p.is_dir()]
+        assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
+        assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in credentials.iterdir()} == {
+            "cert.pem": 0o600,
+            "key.pem": 0o600,
+        }
+        with pytest.raises(Exception, match="TLS|ssl|SSL"):
+            Client(address, timeout=5)  # Dask's own client, with no credentials
+        anonymous = ssl.create_default_context()  # TLS without a certificate, trusting any server
+        anonymous.check_hostname, anonymous.verify_mode = False, ssl.CERT_NONE
+        stranger = Security.temporary().get_connection_args("client")  # credentials of another cluster
+        for target in (address, worker):
+            assert _connects(target, session.cluster.security.get_connection_args("client")), target
+            assert not _connects(target, {"ssl_context": anonymous}), (
+                f"{target} answered a client without a certificate"
+            )
+            assert not _connects(target, stranger), f"{target} answered another cluster's credentials"
+            assert not _connects("tcp://" + target.removeprefix("tls://"), {}), f"{target} answered plain TCP"
+    assert not [p for p in logs.iterdir() if p.is_dir()], "the credentials outlived the session"
+    _wait_for_empty_queue(slurm_env)
 
 
 def test_a_job_that_never_starts_fails_the_start_in_time_and_is_cancelled(slurm_env, tmp_path):

@@ -12,10 +12,16 @@ the :class:`ClusterRequest` before anything starts and opens a connected client 
 so that a class sharing one server cannot take each other's memory: ``memory_limit="auto"`` shares the
 cap, an explicit request above it is refused.
 
-A local cluster talks TLS with credentials made for it alone (``Security.temporary()``), so another
-user of the machine cannot connect to a learner's scheduler or workers (a client there runs code as
-that learner); ``$WORKBENCH_TLS=0`` turns it off. A task's round trip costs the same (10.7 ms with
-TLS, 10.6 ms without, on the 2-core machine of the decision log).
+Every kind that starts its own scheduler (``local``, ``slurm``) talks TLS with credentials made for that
+cluster alone (``Security.temporary()``), so another user of the machine cannot connect to a learner's
+scheduler or workers (a client there runs code as that learner); ``$WORKBENCH_TLS=0`` turns it off. A
+local cluster keeps them in memory; Slurm's worker jobs read them from files only the user can read, in
+a directory of the log directory (which the nodes share), removed when the cluster closes
+(:func:`shared_security`). A task's round trip costs the same (10.7 ms with TLS, 10.6 ms without, on
+the 2-core machine of the decision log).
+
+Every text setting of the ``slurm`` kind ends up in a job script: a line break in one would end its
+``#SBATCH`` line and make the rest a command, so :class:`SlurmOptions` refuses control characters.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -43,10 +51,13 @@ from distributed.system import MEMORY_LIMIT
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 CLUSTER_ENV = "WORKBENCH_CLUSTER"  # the kind start() uses when its caller names none
 MAX_MEMORY_ENV = "WORKBENCH_MAX_MEMORY"  # the per-learner cap: workers x memory limit of a local cluster
-TLS_ENV = "WORKBENCH_TLS"  # "0": a local cluster without TLS (default: TLS with credentials of its own)
+TLS_ENV = "WORKBENCH_TLS"  # "0": clusters the workbench starts talk plain TCP (default: TLS, credentials of their own)
 SLURM_ENV_PREFIX = "WORKBENCH_SLURM_"  # WORKBENCH_SLURM_JOBS, _CORES, ...: SlurmOptions.from_env
 # Slurm's --time: [D-]HH:MM:SS (MM:SS or a bare minute count also parse in Slurm, but read as different things).
-WALLTIME = re.compile(r"^(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d$")
+WALLTIME = re.compile(r"(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d")  # matched whole: fullmatch, so no trailing newline
+# A line break (or any control character) in a job script's setting ends its #SBATCH line: the rest
+# becomes a shell command, and sbatch reads no #SBATCH line after it.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def worker_env(threads_per_worker: int) -> dict[str, str]:
@@ -56,21 +67,93 @@ def worker_env(threads_per_worker: int) -> dict[str, str]:
     return {"NUMBA_NUM_THREADS": str(threads_per_worker), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
 
 
-def local_security(environ: Mapping[str, str] = os.environ) -> Security | None:
-    """TLS credentials made for one local cluster (None when ``$WORKBENCH_TLS`` is 0, false, off or no):
-    without them no other process, another user's included, can connect to its scheduler or workers."""
+def tls_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a cluster the workbench starts talks TLS: yes unless ``$WORKBENCH_TLS`` is 0, false, off or no."""
     value = environ.get(TLS_ENV, "").strip().lower()
     if value in ("0", "false", "off", "no"):
-        return None
+        return False
     if value not in ("", "1", "true", "on", "yes"):
         raise ValueError(f"${TLS_ENV} is 1 (TLS, the default) or 0 (plain TCP), got {environ[TLS_ENV]!r}")
+    return True
+
+
+def _temporary_security() -> Security:
+    """A new self-signed key and certificate, in memory, for every role of one cluster."""
     try:
         return Security.temporary()
     except ImportError as error:  # Security.temporary needs the cryptography package
         raise RuntimeError(
-            f"a local cluster's TLS credentials need the cryptography package ({error}): pip install cryptography, "
+            f"a cluster's TLS credentials need the cryptography package ({error}): pip install cryptography, "
             f"or set {TLS_ENV}=0 on a machine no other user shares"
         ) from error
+
+
+def local_security(environ: Mapping[str, str] = os.environ) -> Security | None:
+    """TLS credentials made for one local cluster (None when ``$WORKBENCH_TLS`` is 0, false, off or no):
+    without them no other process, another user's included, can connect to its scheduler or workers."""
+    return _temporary_security() if tls_wanted(environ) else None
+
+
+def _write_private(directory_fd: int, name: str, text: str) -> None:
+    """Write ``name`` in the directory open as ``directory_fd``, created new and readable by the user alone."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=directory_fd)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        file.write(text)
+
+
+def shared_security(parent: str) -> tuple[Security, str]:
+    """TLS credentials made for one cluster whose workers run elsewhere (Slurm jobs), and the directory
+    holding them: a new directory in ``parent`` (a directory the nodes share) that only this user can
+    enter, with the certificate and key readable by the user alone. The caller removes the directory
+    when the cluster closes.
+
+    The workers read the files by path (their command line names them), so the key itself is never
+    in a job script or on a command line. The files are created through the directory's descriptor,
+    checked first as the user's own and private, so a directory renamed or replaced meanwhile cannot
+    receive them.
+    """
+    if shlex.quote(parent) != parent:  # dask-jobqueue writes the paths into the worker command unquoted
+        raise ValueError(
+            f"the log directory {parent!r} holds the workers' TLS credentials, and the worker command names "
+            "them unquoted: choose a log directory whose path has no spaces or shell characters (letters, "
+            f"digits and @%+=:,./- only), or set {TLS_ENV}=0 on a cluster no other user shares"
+        )
+    credentials = _temporary_security()
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="tls-", dir=parent)  # mode 0700, a name no one can guess
+    try:
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            info = os.fstat(directory_fd)
+            if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+                raise RuntimeError(f"{directory} is not this user's private directory: another user replaced it")
+            _write_private(directory_fd, "cert.pem", credentials.tls_worker_cert)
+            _write_private(directory_fd, "key.pem", credentials.tls_worker_key)
+        finally:
+            os.close(directory_fd)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    roles = {
+        f"tls_{role}_{part}": path
+        for role in ("client", "scheduler", "worker")
+        for part, path in (("cert", cert), ("key", key))
+    }
+    return Security(require_encryption=True, tls_ca_file=cert, **roles), directory  # self-signed: its own CA
+
+
+def amount_of_memory(value: object) -> int:
+    """The bytes of an amount of memory (``"4GiB"``, ``2**30``), or 0 when ``value`` is not one.
+
+    Dask's ``parse_bytes`` raises OverflowError for an amount no integer holds ("1e400"), ValueError
+    for words and TypeError for other types: every caller names its setting in its own error.
+    """
+    try:
+        return parse_bytes(value)
+    except (ValueError, TypeError, OverflowError):
+        return 0
 
 
 def max_memory(environ: Mapping[str, str] = os.environ) -> int | None:
@@ -78,13 +161,20 @@ def max_memory(environ: Mapping[str, str] = os.environ) -> int | None:
     text = environ.get(MAX_MEMORY_ENV, "").strip()
     if not text:
         return None
-    try:
-        cap = parse_bytes(text)
-    except ValueError:
-        cap = 0
+    cap = amount_of_memory(text)
     if cap <= 0:
         raise ValueError(f"${MAX_MEMORY_ENV}={text!r} is not an amount of memory: give bytes or e.g. '4GiB'")
     return cap
+
+
+def one_line(setting: str, value: object) -> None:
+    """Refuse a Slurm setting with a line break or another control character in it: the job script
+    holds it on an ``#SBATCH`` line, which the break would end, making the rest a shell command."""
+    if isinstance(value, str) and (found := CONTROL_CHARACTERS.search(value)):
+        raise ValueError(
+            f"{setting} {value!r} has a control character ({found.group()!r}, e.g. a line break): in the job "
+            "script it would end the #SBATCH line and run the rest as a command; give it on one line"
+        )
 
 
 @dataclass(frozen=True)
@@ -95,8 +185,10 @@ class SlurmOptions:
     cluster does), and its node id is the job's hostname. ``account`` and ``partition`` go to ``sbatch``
     as they are; ``interface`` is the network interface of the scheduler and the workers (e.g. "ib0");
     ``directives`` are more ``#SBATCH`` options (e.g. ``("--qos=debug",)``); the jobs' logs go to
-    ``log_directory`` (default ``~/.cache/locality-workbench/slurm``, which compute nodes usually see).
-    ``jobs=None`` takes one job, or as many as ``start(n_workers=...)`` needs.
+    ``log_directory`` (default ``~/.cache/locality-workbench/slurm``, which compute nodes usually see),
+    and so do the workers' TLS credentials, in a private directory removed at close. ``jobs=None`` takes
+    one job, or as many as ``start(n_workers=...)`` needs. Account, partition, directives and log
+    directory go into the job script as they are: a control character (a line break) is refused.
     """
 
     jobs: int | None = None
@@ -114,13 +206,9 @@ class SlurmOptions:
             raise ValueError(f"jobs must be a positive number of Slurm jobs, got {self.jobs!r}")
         if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
             raise ValueError(f"cores must be a positive number of cores per job, got {self.cores!r}")
-        try:
-            memory = parse_bytes(self.memory)
-        except (ValueError, TypeError):
-            memory = 0
-        if memory <= 0:
+        if amount_of_memory(self.memory) <= 0:
             raise ValueError(f"memory must be an amount per job such as '2GiB', got {self.memory!r}")
-        if not isinstance(self.walltime, str) or not WALLTIME.match(self.walltime):
+        if not isinstance(self.walltime, str) or not WALLTIME.fullmatch(self.walltime):
             raise ValueError(f"walltime must be HH:MM:SS (or D-HH:MM:SS), e.g. '01:00:00', got {self.walltime!r}")
         if self.interface is not None and self.interface not in psutil.net_if_addrs():
             raise ValueError(
@@ -130,6 +218,10 @@ class SlurmOptions:
         if isinstance(self.directives, str):
             raise ValueError(f"directives must be a list of sbatch options, got the string {self.directives!r}")
         object.__setattr__(self, "directives", tuple(self.directives))
+        for name in ("account", "partition", "log_directory"):
+            one_line(name, getattr(self, name))
+        for directive in self.directives:
+            one_line("directives", directive)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> SlurmOptions:
@@ -151,6 +243,7 @@ class SlurmOptions:
                 except ValueError:
                     raise ValueError(f"${key} must be a whole number, got {value!r}") from None
             else:
+                one_line(f"${key}", value.strip())  # named as it was set (shlex.split would hide a line break)
                 given[name] = tuple(shlex.split(value)) if name == "directives" else value.strip()
         return cls(**given)
 
@@ -246,11 +339,10 @@ class LocalKind(ClusterKind):
             return min(MEMORY_LIMIT, cap or MEMORY_LIMIT) // n_workers
         if cap is None:
             return request.memory_limit
-        try:
-            per_worker = parse_bytes(request.memory_limit)
-        except (ValueError, TypeError):
+        per_worker = amount_of_memory(request.memory_limit)
+        if per_worker <= 0 and request.memory_limit not in (0, "0", None):  # Dask's 0 and None: no limit at all
             asked = request.memory_limit
-            raise ValueError(f"memory_limit must be 'auto' or an amount such as '2GiB', got {asked!r}") from None
+            raise ValueError(f"memory_limit must be 'auto' or an amount such as '2GiB', got {asked!r}")
         if per_worker <= 0 or n_workers * per_worker > cap:
             asked = "no limit" if per_worker <= 0 else f"{n_workers} x {format_bytes(per_worker)}"
             raise ValueError(
@@ -388,10 +480,12 @@ def _slurm_cluster_class() -> type:
         ) from None
 
     class WorkbenchSLURMCluster(SLURMCluster):
-        """A SLURMCluster whose close leaves none of its jobs in Slurm's queue, and that keeps the error
-        of a submission that failed (Dask's ``scale`` submits in the background and only logs it)."""
+        """A SLURMCluster whose close leaves none of its jobs in Slurm's queue nor its TLS credentials
+        (``credentials_directory``) on disk, and that keeps the error of a submission that failed
+        (Dask's ``scale`` submits in the background and only logs it)."""
 
         submit_error: Exception | None = None
+        credentials_directory: str | None = None  # removed at close: see shared_security
 
         async def _correct_state_internal(self) -> None:
             try:
@@ -408,14 +502,19 @@ def _slurm_cluster_class() -> type:
             try:
                 return super().close(timeout)
             finally:
-                _cancel(job_ids, timeout or 60)
+                try:
+                    _cancel(job_ids, timeout or 60)
+                finally:
+                    if self.credentials_directory is not None:
+                        shutil.rmtree(self.credentials_directory, ignore_errors=True)
 
     return WorkbenchSLURMCluster
 
 
 @register
 class SlurmKind(ClusterKind):
-    """Workers as Slurm jobs (dask-jobqueue's SLURMCluster); the scheduler runs in this process."""
+    """Workers as Slurm jobs (dask-jobqueue's SLURMCluster); the scheduler runs in this process, and all of
+    them talk TLS with credentials of their own (see :meth:`cluster`)."""
 
     name = "slurm"
 
@@ -457,30 +556,55 @@ class SlurmKind(ClusterKind):
         _slurm_cluster_class()
         self.shape(request)
 
+    def log_directory(self, request: ClusterRequest) -> str:
+        """Where the jobs' logs (and the workers' TLS credentials) go, as an absolute path (the job script
+        and the worker command name it): the options' ``log_directory``, else
+        ``~/.cache/locality-workbench/slurm`` (``$XDG_CACHE_HOME`` when set)."""
+        cache = request.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        chosen = self.options(request).log_directory or os.path.join(cache, "locality-workbench", "slurm")
+        return os.path.abspath(os.path.expanduser(chosen))
+
+    def cluster(self, request: ClusterRequest) -> Cluster:
+        """The SLURMCluster of ``request``, its scheduler running here and no job submitted yet.
+
+        It talks TLS with credentials of its own unless ``$WORKBENCH_TLS`` is 0: the workers read them
+        from a private directory of the log directory (:func:`shared_security`), removed at close."""
+        options, (_, per_job) = self.options(request), self.shape(request)
+        env = worker_env(request.threads_per_worker)
+        log_directory = self.log_directory(request)
+        security, credentials_directory = (
+            shared_security(log_directory) if tls_wanted(request.environ) else (None, None)
+        )
+        try:
+            cluster = _slurm_cluster_class()(
+                cores=options.cores,
+                processes=per_job,
+                memory=options.memory,
+                walltime=options.walltime,
+                account=options.account,
+                queue=options.partition,
+                interface=options.interface,
+                job_extra_directives=list(options.directives),
+                # The node id of a worker is its job's hostname: a WORKBENCH_NODE_ID that sbatch copies from
+                # this process's environment would name every job's node the same.
+                job_script_prologue=[f"unset {NODE_ID_ENV}", *(f"export {k}={shlex.quote(v)}" for k, v in env.items())],
+                log_directory=log_directory,
+                scheduler_options=request.scheduler_options,
+                silence_logs=logging.WARNING,
+                security=security,
+            )
+        except BaseException:
+            if credentials_directory is not None:
+                shutil.rmtree(credentials_directory, ignore_errors=True)
+            raise
+        cluster.credentials_directory = credentials_directory
+        return cluster
+
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """Submit the jobs and wait until every worker is up; past the timeout, say what ``squeue``
         says of each job, and cancel them."""
-        options, (jobs, per_job) = self.options(request), self.shape(request)
-        env = worker_env(request.threads_per_worker)
-        log_directory = options.log_directory or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "locality-workbench", "slurm"
-        )
-        cluster = _slurm_cluster_class()(
-            cores=options.cores,
-            processes=per_job,
-            memory=options.memory,
-            walltime=options.walltime,
-            account=options.account,
-            queue=options.partition,
-            interface=options.interface,
-            job_extra_directives=list(options.directives),
-            # The node id of a worker is its job's hostname: a WORKBENCH_NODE_ID that sbatch copies from
-            # this process's environment would name every job's node the same.
-            job_script_prologue=[f"unset {NODE_ID_ENV}", *(f"export {k}={shlex.quote(v)}" for k, v in env.items())],
-            log_directory=log_directory,
-            scheduler_options=request.scheduler_options,
-            silence_logs=logging.WARNING,
-        )
+        (jobs, per_job), log_directory = self.shape(request), self.log_directory(request)
+        cluster = self.cluster(request)
         n_workers = jobs * per_job
 
         def wait(client: Client) -> None:

@@ -15,10 +15,11 @@ machine for tests and lessons.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import AbstractContextManager
@@ -28,7 +29,16 @@ from typing import Any, TypeVar
 import dask
 from distributed import Client, Future, LocalCluster, SpecCluster, wait
 
-from workbench.runtime.clusters import CLUSTER_ENV, NODE_ID_ENV, ClusterRequest, SlurmOptions, kind_named
+from workbench.memory import shm
+from workbench.runtime.clusters import (
+    CLUSTER_ENV,
+    NODE_ID_ENV,
+    ClusterRequest,
+    SlurmOptions,
+    amount_of_memory,
+    kind_named,
+    max_memory,
+)
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
@@ -81,6 +91,7 @@ class Session:
     cluster: LocalCluster | SpecCluster | None = None
     timeout: float = DEFAULT_TIMEOUT
     dashboard: bool = False
+    request: ClusterRequest | None = field(default=None, repr=False)  # what start() was asked for
     _closed: bool = field(default=False, repr=False)
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
     _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
@@ -204,18 +215,57 @@ class Session:
         return grouped
 
     def scale(self, n_workers: int) -> None:
-        """Run ``n_workers`` local worker processes (only for a cluster this session started)."""
+        """Run ``n_workers`` local worker processes (only for a cluster this session started).
+
+        New workers get the memory limit of the rule ``start()`` used (the local kind's
+        :meth:`~workbench.runtime.clusters.LocalKind.memory_limit`), now for ``n_workers``: under the
+        per-learner cap ``$WORKBENCH_MAX_MEMORY``, "auto" shares the cap among them and an explicit limit
+        that ``n_workers`` times would pass it is refused. When the cap's new share is below what a
+        running worker holds (more workers under the same cap), every worker is replaced by one with the
+        new limit (:meth:`_hand_over`: what they hold moves to the new ones).
+        """
         if self.cluster is None:
             raise ValueError("this session joined an existing scheduler: scale that cluster where it was started")
         if not isinstance(self.cluster, LocalCluster):
             raise ValueError("a cluster of simulated nodes has a fixed shape: start a new session with other nodes=")
-        if n_workers < 1:
-            raise ValueError(f"n_workers must be at least 1, got {n_workers}")
+        if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+            raise ValueError(f"n_workers must be at least 1, got {n_workers!r}")
+        if self.request is not None:
+            request = dataclasses.replace(self.request, n_workers=n_workers, nodes=None)
+            memory_limit = kind_named("local").memory_limit(request)  # refuses a total above the cap
+            options = {**self.cluster.new_spec["options"], "memory_limit": memory_limit}
+            self.cluster.new_spec = {**self.cluster.new_spec, "options": options}
+            if max_memory(request.environ) is not None:  # the share shrank: no worker keeps a larger one
+                share = amount_of_memory(memory_limit)
+                running = cluster_identity(self.client)["workers"]
+                if any(not w["memory_limit"] or w["memory_limit"] > share for w in running.values()):
+                    self._hand_over(n_workers, running)
+                    return
         self.cluster.scale(n_workers)
+        # scaling down is not awaited by scale() itself
+        self._until(lambda: len(self.workers()) == n_workers, f"reach {n_workers} workers")
+
+    def _hand_over(self, n_workers: int, running: Mapping[str, Any]) -> None:
+        """Replace every worker of the cluster by ``n_workers`` new ones (with the cluster's new worker
+        spec): the new ones start first, then the old ones retire, so what they hold moves to the new
+        ones (Dask's retirement) instead of being lost; the limits sum above the cap only meanwhile."""
+        old_names = list(self.cluster.worker_spec)
+        self.cluster.scale(len(old_names) + n_workers)
+        self._until(lambda: len(self.workers()) == len(old_names) + n_workers, f"start {n_workers} new workers")
+        # SpecCluster retires the workers it closes by name, which the scheduler does not know them by: what
+        # they held would be lost. Retired by address first, their data moves to the new workers.
+        self.bounded(self.client.retire_workers, workers=list(running), close_workers=False)
+        for name in old_names:
+            del self.cluster.worker_spec[name]
+        self.cluster.scale(n_workers)  # closes the workers no longer in the spec
+        self._until(lambda: not set(running) & set(self.workers()), "retire the workers it replaced")
+
+    def _until(self, condition: Callable[[], bool], what: str) -> None:
+        """Wait until ``condition()`` holds, at most the session's timeout; past it, TimeoutError saying ``what``."""
         deadline = time.monotonic() + self.timeout
-        while len(self.workers()) != n_workers:  # scaling down is not awaited by scale() itself
+        while not condition():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the cluster did not reach {n_workers} workers within {self.timeout} s")
+                raise TimeoutError(f"the cluster did not {what} within {self.timeout} s")
             time.sleep(0.05)
 
     def submit_pinned(self, calls: Sequence[PinnedCall], loose: bool = False) -> list[Future]:
@@ -327,6 +377,10 @@ def start(
         slurm=slurm,
     )
     kind.check(request)
+    # What this user's dead sessions left in /dev/shm (a kernel killed with SIGKILL cannot delete its
+    # RRO copies): freed before this session makes its own. Only copies whose owner and maker are both
+    # dead and that no live process maps (workbench.memory.shm.reclaim); never another user's.
+    shm.reclaim()
     # The workbench decides where blocks live (strategies make replicas on purpose and drop them; the
     # runner restores the blocks to their holders after every run): Dask's active memory manager would drop those
     # replicas every 2 s, and could keep a thief's copy of a block and drop its original, so that the
@@ -334,7 +388,7 @@ def start(
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         client, owned = kind.open(request)
     try:
-        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else True)
+        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else True, request=request)
     except BaseException:
         if owned is not None:
             owned.close(timeout=timeout)
@@ -364,7 +418,13 @@ def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | N
     return named or ("scheduler" if scheduler else "local")
 
 
-def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout: float, dashboard: bool) -> Session:
+def _session(
+    client: Client,
+    cluster: LocalCluster | SpecCluster | None,
+    timeout: float,
+    dashboard: bool,
+    request: ClusterRequest | None = None,
+) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
     and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster; and
     every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`."""
@@ -375,4 +435,4 @@ def _session(client: Client, cluster: LocalCluster | SpecCluster | None, timeout
     except BaseException:
         client.close(timeout=timeout)
         raise
-    return Session(client, cluster, timeout, dashboard=dashboard)
+    return Session(client, cluster, timeout, dashboard=dashboard, request=request)
