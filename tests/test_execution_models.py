@@ -114,21 +114,39 @@ def test_a_dask_worker_is_timed_to_its_first_task_and_stopped(leaves_nothing):
 
 @pytest.mark.parametrize("mode", em.TOUCH_MODES)
 def test_a_first_touch_faults_about_once_per_page(mode):
-    # em.minor_faults counts the touching thread's faults alone: the test session's cluster threads
-    # fault pages of their own meanwhile (once 400 during one first touch of 4 huge pages).
-    row = em.first_touch(8 * MiB, mode)
-    assert row["pages"] == 8 * MiB // em.PAGE
+    # Judged against what the kernel gave the region (its AnonHugePages), in every mode: one fault
+    # per huge page it gave, one per other 4 KiB page, whether it gave huge pages, some or none.
+    # em.minor_faults counts the touching thread's faults alone (the test session's cluster threads
+    # fault pages of their own meanwhile), but that thread's count also takes faults that are not
+    # the region's (66 for 4 huge pages once, in a full suite run): the cleanest of 3 regions is judged.
+    row = em.first_touch(8 * MiB, mode, repeats=3)
+    assert row["pages"] == 8 * MiB // em.PAGE and len(row["fault_counts"]) == 3
     assert row["first_touch_s"] > 0 and row["ns_per_page"] > 0
     assert row["second_pass_faults"] <= row["pages"] // 50  # mapped already: (almost) no faults
-    if mode != "huge pages":
-        assert 0.9 <= row["faults_per_page"] <= 1.2
-        return
-    given = row["huge_pages_kib"] * 1024  # what the kernel gave the region (its AnonHugePages)
-    if not given:
-        pytest.skip(f"the kernel gave the region no huge pages this time (AnonHugePages 0 KiB, mode {row['thp']})")
-    # a fault per 2 MiB huge page, a fault per 4 KiB page for the rest, a few of Python's own
+    given = row["huge_pages_kib"] * 1024
     expected = given // em.HUGE_PAGE + (row["bytes"] - given) // em.PAGE
-    assert row["faults"] <= expected + row["pages"] // 50, f"{row['faults']} faults; {given >> 20} MiB in huge pages"
+    assert row["expected_faults"] == expected
+    said = f"{row['fault_counts']} faults for {row['pages']} pages; the kernel gave {given >> 20} MiB in huge pages"
+    said += f" (transparent huge pages: {row['thp']})"
+    assert 0.9 * expected <= row["faults"] <= 1.2 * expected + row["pages"] // 50, said
+
+
+def test_first_touch_judges_the_cleanest_region_by_what_the_kernel_gave_it(monkeypatch):
+    # The thread's count takes faults that are not the region's at random moments: 62 of them in the
+    # first region's touch (as in the full suite run that failed) must not be reported as the region's.
+    real, calls = em.minor_faults, []
+
+    def noisy() -> int:
+        calls.append(1)
+        return real() + (62 if len(calls) >= 2 else 0)  # from the first region's touch on: 62 more
+
+    monkeypatch.setattr(em, "minor_faults", noisy)
+    row = em.first_touch(8 * MiB, "huge pages", repeats=3)
+    assert row["fault_counts"][0] >= row["fault_counts"][1] + 50  # the first region took the stray faults
+    assert row["faults"] == min(row["fault_counts"]) <= row["expected_faults"] + row["pages"] // 50
+    plain = em.first_touch(8 * MiB, "4k pages")  # what the kernel gave is measured in every mode
+    given = plain["huge_pages_kib"] * 1024
+    assert plain["expected_faults"] == given // em.HUGE_PAGE + (plain["bytes"] - given) // em.PAGE
 
 
 def test_page_tables_grow_with_processes_and_not_with_threads(leaves_nothing):

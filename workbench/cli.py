@@ -316,9 +316,12 @@ def _shm(args: argparse.Namespace) -> int:
         print(f"no workbench segments in {args.dir or shm.SHM_DIR}")
     for info in infos:
         users = ",".join(map(str, info.mapped_by)) or "-"
+        lives = ""  # a segment made for an owner process: whether 'shm clean' (and the next start) frees it
+        if info.lifetime == "owner":
+            lives = "  owner dead: clean removes it" if info.reclaimable else f"  owner {info.owner_pid or 'elsewhere'}"
         print(
             f"{info.name:<48} {info.state:<9} {info.nbytes / 2**20:>9.2f} MiB  {str(info.shape or ''):<16} "
-            f"{info.dtype or '':<10} age {info.age_s:>7.0f} s  used by {users}"
+            f"{info.dtype or '':<10} age {info.age_s:>7.0f} s  used by {users}{lives}"
         )
     return 0
 

@@ -211,7 +211,10 @@ def check_shm(space: dict[str, int] | None, system: str | None = None) -> Check:
         space["free"] >= MIN_SHM,
         f"{space['free'] / GIB:.2f} GiB free of {space['total'] / GIB:.2f} GiB",
         "in Docker: docker run --shm-size=2g ...; on Linux: sudo mount -o remount,size=2g /dev/shm; "
-        "then 'workbench shm clean' removes segments left by crashed runs",
+        "then 'workbench shm clean' removes what dead processes of yours left and no live process maps: the "
+        "shared copies of sessions whose kernel died (killed, out of memory; the next workbench.start() removes "
+        "those too), partial files and locks of killed writers, channel mailboxes; segments shared by name "
+        "(shm.share) are kept until 'workbench shm clean --all'",
     )
 
 
@@ -279,11 +282,14 @@ def check_own_segments() -> Check:
     except shm.SharedMemoryError as error:
         return Check("your segments", True, f"none to list ({error})")
     size = sum(info.nbytes for info in own)
+    left = sum(info.nbytes for info in own if info.reclaimable and not info.mapped_by)
     return Check(
         "your segments",
         True,
-        f"{len(own)} in {shm.SHM_DIR} under {shm.PREFIX}* ({size_text(size)}); other users' are not yours to "
-        "list or clean ('workbench shm clean --all' removes yours that no process uses)",
+        f"{len(own)} in {shm.SHM_DIR} under {shm.PREFIX}* ({size_text(size)}"
+        + (f", {size_text(left)} of them left by dead sessions" if left else "")
+        + "); other users' are not yours to list or clean ('workbench shm clean' removes what dead sessions "
+        "left, '--all' also yours shared by name that no process uses)",
     )
 
 

@@ -9,6 +9,17 @@ pointers (object, numpy's variable-width strings) are refused.
 Lifetimes belong to the project, not to a resource tracker: nothing is unlinked behind the owner's
 back, ``delete`` removes a segment, ``list_segments`` shows all of them with owner and age, and
 ``clean`` removes what dead processes left (``workbench shm list|clean`` on the command line).
+A segment made with ``owner=`` (:func:`this_process`: the session's process, a notebook's kernel)
+lives as long as that process: after the ``.npy`` data it carries an owner record naming the owner
+and the process that made it (a worker, for a copy made on a worker) so that the name survives
+them: the host's boot id, the pid namespace, the pid and the process's start time
+(``/proc/<pid>/stat`` field 22, so a later process given the same pid is not taken for it). When
+every process the record names is dead (a kernel killed with SIGKILL, an OOM kill), ``reclaim``
+(run by every ``workbench.start()``) and ``clean`` remove the segment, unless a live process still
+maps or holds it open. A process the record names on another host or in another pid namespace is
+never judged: an owner elsewhere (a session on a login node, its worker's copy on a compute node)
+leaves it to the maker, here. Segments made without ``owner=`` (``share("lesson02-readings", ...)``)
+are data kept by name until deleted (or ``clean --all``).
 File names carry the prefix ``lwb-<uid>-`` (:data:`PREFIX`: the workbench's mark, then the user's id):
 every user on a machine has a namespace of their own in the one shared ``/dev/shm``, so two
 learners running the same lesson (``share("lesson02-readings", ...)``) never meet on a name, and
@@ -32,13 +43,17 @@ version 2.0, data on a page boundary, a fixed-size dtype without pointers, a san
 bytes fit in the file (mapping past the end would be SIGBUS on read), and only if no other user
 may write it (they could truncate it under the mapping). The directory itself is the caller's
 choice and is trusted. Space is reserved with ``posix_fallocate`` before mapping: a full
-``/dev/shm`` then fails with a clear error instead of killing the process with SIGBUS.
+``/dev/shm`` then fails with a clear error instead of killing the process with SIGBUS. An owner
+record is untrusted like the rest: it is used only if its size, magic, checksum and every field are
+valid, and one that is not (or names a live process, or a process this host cannot see) keeps the
+segment; it never makes anything of another user's, or anything a live process maps, removable.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import io
 import math
 import mmap
@@ -46,8 +61,10 @@ import operator
 import os
 import re
 import stat
+import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +129,8 @@ class SegmentInfo:
     mapped_by: tuple[int, ...]
     age_s: float
     state: str  # "complete", "partial" (being written, or left by a dead writer), "lock", "unreadable", "foreign"
+    lifetime: str = "kept"  # "kept" (until deleted) or "owner" (made with owner=: lives as long as its owner)
+    reclaimable: bool = False  # lifetime "owner" and every process its record names is dead (see reclaim)
 
 
 # -- names and places --------------------------------------------------------------------------
@@ -455,6 +474,170 @@ def _create_partial(partial: Path) -> int:
     return _open_own(partial, flags)
 
 
+# -- owners: the process a segment lives for --------------------------------------------------
+class Process(NamedTuple):
+    """A process, named so that the name outlives it (picklable: a session hands its own to workers).
+
+    ``boot`` (the kernel's 16-byte boot id) and ``pidns`` (the inode of the pid namespace) say where
+    it ran: a pid means something only there. ``start`` is its start time in clock ticks after boot
+    (``/proc/<pid>/stat`` field 22): a later process given the same pid has another start time, so
+    it is never taken for this one.
+    """
+
+    boot: bytes
+    pidns: int
+    pid: int
+    start: int
+
+
+_PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
+_RECORD_MAGIC = b"LWBOWN\x00\x01"  # an owner record, version 1
+_IDENTITY = struct.Struct("<16sQQQ")  # boot, pidns, pid, start
+_RECORD = struct.Struct(f"<8s{_IDENTITY.size}s{_IDENTITY.size}sQ8s")  # magic, owner, maker, flags, checksum
+RECORD_SIZE = _RECORD.size  # bytes an owner record adds after a segment's data (104)
+_SELF: dict[int, Process | None] = {}  # os.getpid() -> this process's name (a fork gets its own)
+
+
+def _stat_fields(raw: bytes) -> tuple[int, bytes, int]:
+    """(pid, state, start time) from the text of ``/proc/<pid>/stat``; ValueError if it is not that.
+
+    The command name (field 2) is in parentheses and may itself hold spaces and parentheses: the
+    fields after it are counted from the last ``)``.
+    """
+    head, paren, tail = raw.rpartition(b")")
+    fields = tail.split()
+    if not paren or len(fields) < 20 or b" (" not in head:
+        raise ValueError("not a /proc/<pid>/stat line")
+    return int(head.split(b" (", 1)[0]), fields[0], int(fields[19])
+
+
+def _name_self() -> Process | None:
+    """This process's :class:`Process`, or None where it cannot be named (no /proc, no boot id, or
+    a /proc of another pid namespace: its pids would not be ours)."""
+    try:
+        boot = uuid.UUID(Path("/proc/sys/kernel/random/boot_id").read_text().strip()).bytes
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+        pid, _, start = _stat_fields(Path("/proc/self/stat").read_bytes())
+    except (OSError, ValueError):
+        return None
+    if pid != os.getpid() or pidns <= 0:
+        return None
+    return Process(boot, pidns, pid, start)
+
+
+def this_process() -> Process | None:
+    """This process, as an owner record names it (see :class:`Process`); None where Linux's /proc
+    cannot name it (a segment made with ``owner=None`` is then kept, never reclaimed). Read once
+    per process (a forked child names itself again)."""
+    pid = os.getpid()
+    if pid not in _SELF:
+        _SELF.clear()
+        _SELF[pid] = _name_self()
+    return _SELF[pid]
+
+
+def _valid_process(process: object) -> bool:
+    """Whether ``process`` is a :class:`Process` whose every field is possible."""
+    return (
+        isinstance(process, Process)
+        and isinstance(process.boot, bytes)
+        and len(process.boot) == 16
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in process[1:])
+        and 0 < process.pidns < 1 << 64
+        and 0 < process.pid <= _PID_MAX
+        and 0 <= process.start < 1 << 63
+    )
+
+
+def _check_owner(owner: object) -> Process | None:
+    """``owner`` if it is None or a valid :class:`Process`; TypeError saying what to pass otherwise."""
+    if owner is None or _valid_process(owner):
+        return owner  # type: ignore[return-value]
+    raise TypeError(f"owner must be a shm.Process (shm.this_process() of the owning process) or None, got {owner!r}")
+
+
+def _checksum(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=8, person=b"lwb-owner").digest()
+
+
+def _owner_record(owner: Process | None) -> bytes:
+    """The record a segment made for ``owner`` ends with (owner, then this process as its maker);
+    no bytes for a segment kept by name (``owner`` None)."""
+    if owner is None:
+        return b""
+    maker = this_process()
+    made = _IDENTITY.pack(*maker) if maker is not None else bytes(_IDENTITY.size)
+    body = _RECORD.pack(_RECORD_MAGIC, _IDENTITY.pack(*owner), made, 0, bytes(8))[:-8]
+    return body + _checksum(body)
+
+
+def _parse_record(raw: bytes) -> tuple[Process, Process | None] | None:
+    """(owner, maker) from an owner record, checked as untrusted input; None unless every byte is
+    one this module writes (magic, checksum, no flags, possible pids, boot ids and start times)."""
+    if len(raw) != _RECORD.size:
+        return None
+    magic, owner_raw, maker_raw, flags, check = _RECORD.unpack(raw)
+    if magic != _RECORD_MAGIC or flags != 0 or check != _checksum(raw[:-8]):
+        return None
+    owner = Process(*_IDENTITY.unpack(owner_raw))
+    maker = None if maker_raw == bytes(_IDENTITY.size) else Process(*_IDENTITY.unpack(maker_raw))
+    if not _valid_process(owner) or (maker is not None and not _valid_process(maker)):
+        return None
+    return owner, maker
+
+
+def _read_record(fd: int, path: Path) -> tuple[Process, Process | None] | None:
+    """The owner record of the open segment (or partial file) ``fd``, or None: no record (a segment
+    kept by name), or anything not exactly a valid header, data and a valid record after it."""
+    try:
+        shape, dtype, _, offset = _read_header(fd, path)
+    except SharedMemoryError:
+        return None
+    end = offset + math.prod(shape) * dtype.itemsize
+    if os.fstat(fd).st_size != end + _RECORD.size:
+        return None
+    return _parse_record(os.pread(fd, _RECORD.size, end))
+
+
+def _judge(process: Process) -> str:
+    """How ``process`` is: "alive", "dead", or "elsewhere" (another host or pid namespace, or this one cannot be
+    named: its pids are not ours to look up). A process whose /proc entry cannot be read for
+    another reason counts as alive: only a sure death frees a segment."""
+    here = this_process()
+    if here is None or process.boot != here.boot or process.pidns != here.pidns:
+        return "elsewhere"
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as stat_file:
+            raw = stat_file.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return "dead"
+    except OSError:
+        return "alive"
+    try:
+        pid, state, start = _stat_fields(raw)
+    except ValueError:
+        return "alive"
+    if pid != process.pid:
+        return "alive"
+    if start != process.start or state in (b"Z", b"X", b"x"):  # another process of that pid, or a zombie
+        return "dead"
+    return "alive"
+
+
+def _left_by_dead(record: tuple[Process, Process | None] | None, verdicts: dict[Process, str] | None = None) -> bool:
+    """Whether a segment with this owner record was left by the dead: no process it names is alive,
+    and at least one of them is surely dead (an owner on another host is judged by the maker).
+    ``verdicts`` remembers each process judged (many segments have one owner)."""
+    if record is None:
+        return False
+    verdicts = {} if verdicts is None else verdicts
+    for process in record:
+        if process is not None and process not in verdicts:
+            verdicts[process] = _judge(process)
+    found = {verdicts[process] for process in record if process is not None}
+    return "alive" not in found and "dead" in found
+
+
 # -- the mapped array --------------------------------------------------------------------------
 MAP_SHARED_VALIDATE = 0x03  # Linux; Python's mmap module does not name these two
 MAP_SYNC = 0x80000  # writes reach persistent memory without msync (DAX mounts only)
@@ -554,19 +737,23 @@ def _write_new(
     layout: _Layout,
     fill: Callable[[np.ndarray], None] | np.ndarray | None,
     directory: str | Path | None,
+    owner: Process | None = None,
 ) -> None:
     """Write a complete segment at ``path`` through a partial file and an atomic rename.
 
     ``fill`` is a function that fills a writable view, or an array whose bytes are copied with
     ``pwrite``: no mapping and so no page fault per 4 KiB (measured 3x faster for 1 GB). On any
-    failure the partial file is removed.
+    failure the partial file is removed. With ``owner``, the owner record goes after the data,
+    written before the data: a partial file a killed writer left says whose it was too.
     """
-    header, nbytes = layout.header, layout.nbytes
-    _require_space(len(header) + nbytes, directory)
+    header, nbytes, record = layout.header, layout.nbytes, _owner_record(owner)
+    _require_space(len(header) + nbytes + len(record), directory)
     partial = path.with_name(f"{path.name}{PARTIAL_SUFFIX}{os.getpid()}")
     fd = _create_partial(partial)
     try:
         os.write(fd, header)
+        if record:
+            os.pwrite(fd, record, len(header) + nbytes)
         if nbytes and isinstance(fill, np.ndarray):
             _pwrite_all(fd, fill, len(header), directory)
         elif nbytes:
@@ -664,18 +851,21 @@ def create(
     order: str = "C",
     directory: str | Path | None = None,
     populate: bool = False,
+    owner: Process | None = None,
 ) -> np.ndarray:
     """Create a zeroed shared array and return a writable view of it.
 
     Fails if ``name`` exists (``delete`` it first, or ``attach`` to it). A failed create leaves
-    nothing behind: no segment, lock or partial file.
+    nothing behind: no segment, lock or partial file. ``owner``: the process it lives for (see the
+    module's text; None: kept until deleted).
     """
     layout = _layout(shape, dtype, order)
+    owner = _check_owner(owner)
     path = segment_path(name, directory)
     with _writer_lock(path, DEFAULT_TIMEOUT):
         if _present(path):
             raise FileExistsError(f"shared array {name!r} exists at {path}: attach() to it, or delete() it first")
-        _write_new(path, layout, None, directory)
+        _write_new(path, layout, None, directory, owner)
         return _map_new(path, writable=True, populate=populate)
 
 
@@ -687,13 +877,17 @@ def share(
     writable: bool = False,
     populate: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    owner: Process | None = None,
 ) -> np.ndarray:
     """Copy ``array`` into shared array ``name`` (once per node) and return a view of the shared copy.
 
     The paper's copy constructor. If ``name`` already exists (another process shared it first,
-    with the same bytes by construction), the existing copy is attached instead.
+    with the same bytes by construction), the existing copy is attached instead. ``owner``: the
+    process a new copy lives for (None: kept until deleted).
     """
-    view, _ = copy_in(name, array, directory=directory, writable=writable, populate=populate, timeout=timeout)
+    view, _ = copy_in(
+        name, array, directory=directory, writable=writable, populate=populate, timeout=timeout, owner=owner
+    )
     return view
 
 
@@ -705,6 +899,7 @@ def copy_in(
     writable: bool = False,
     populate: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    owner: Process | None = None,
 ) -> tuple[np.ndarray, bool]:
     """``share``, also saying whether this call made the segment: ``(view, created)``.
 
@@ -724,6 +919,7 @@ def copy_in(
         writable=writable,
         populate=populate,
         timeout=timeout,
+        owner=owner,
     )
 
 
@@ -802,11 +998,13 @@ def attach_or_create(
     writable: bool = False,
     populate: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    owner: Process | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Attach ``name``, creating it if nobody has: ``(view, created)``.
 
     ``fill`` fills a writable view of the new segment, or is an array (of this shape and dtype, in
-    the given ``order``) whose bytes are copied in; None leaves zeros.
+    the given ``order``) whose bytes are copied in; None leaves zeros. ``owner``: the process a new
+    segment lives for (see the module's text; None: kept until deleted).
 
     Any number of processes may call this at once: exactly one writes, the others wait (at most
     ``timeout`` seconds) until the segment is complete and attach it. If the writer dies, the next
@@ -816,11 +1014,12 @@ def attach_or_create(
     layout = _layout(shape, dtype, order)
     _check_fill(fill, layout)
     timeout = _check_timeout(timeout)
+    owner = _check_owner(owner)
     path = segment_path(name, directory)
     if not _present(path):
         with _writer_lock(path, timeout):
             if not _present(path):  # nobody finished it while we waited for the lock
-                _write_new(path, layout, fill, directory)
+                _write_new(path, layout, fill, directory, owner)
                 return _map_new(path, writable=writable, populate=populate), True
     view = _map(path, writable=writable, populate=populate)
     if view.shape != layout.shape or view.dtype != layout.dtype:
@@ -1043,18 +1242,24 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
         except FileNotFoundError:  # removed while we looked
             continue
         state, owner = _classify(name, info)
-        shape = dtype = None
-        if state == "complete":
+        shape = dtype = record = None
+        if state in ("complete", "partial"):
             try:
                 fd = _open_own(path, os.O_RDONLY)
                 try:
-                    shape, np_dtype, _, _ = _read_header(fd, path)
-                    dtype = str(np_dtype)
+                    record = _read_record(fd, path)
+                    if state == "complete":
+                        shape, np_dtype, _, _ = _read_header(fd, path)
+                        dtype = str(np_dtype)
                 finally:
                     os.close(fd)
             except (OSError, SharedMemoryError):
-                state = "unreadable"
+                state = "unreadable" if state == "complete" else state
         holders = tuple(sorted(users[path]))
+        alive = _pid_alive(owner) if owner else bool(holders)
+        if record is not None and state == "complete":  # a partial file's owner stays its writer (by name)
+            verdict = _judge(record[0])
+            owner, alive = (None, bool(holders)) if verdict == "elsewhere" else (record[0].pid, verdict == "alive")
         infos.append(
             SegmentInfo(
                 name=_printable(name),
@@ -1063,20 +1268,82 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
                 dtype=dtype,
                 nbytes=info.st_size,
                 owner_pid=owner,
-                owner_alive=_pid_alive(owner) if owner else bool(holders),
+                owner_alive=alive,
                 mapped_by=holders,
                 age_s=now - info.st_mtime,
                 state=state,
+                lifetime="kept" if record is None else "owner",
+                reclaimable=_left_by_dead(record),
             )
         )
     return infos
 
 
-def _remove_own(path: Path) -> bool:
-    """Unlink ``path`` if it is still a regular file of this user (checked again just before:
-    it may have been replaced since it was listed). Never follows a link; True if removed."""
+def reclaim(directory: str | Path | None = None) -> list[str]:
+    """Remove what dead owners left, and nothing else: every segment and partial file of this user
+    whose owner record (see :class:`Process`) names only dead processes (a kernel killed with
+    SIGKILL, and its workers), with its lock if no writer holds it. A file a live process maps or
+    holds open is kept, and so is one whose record is missing, invalid, or names a live process or
+    one this host cannot judge. Returns removed names.
+
+    Every ``workbench.start()`` runs it, so a learner's next session frees what a killed kernel
+    left; it costs a directory scan, an open and a 104-byte read per file of this user (the header
+    is parsed only for a record of the dead), and a walk of /proc only when something is to be
+    removed. No segment directory (not Linux): nothing to do.
+    """
     try:
-        if _not_ours(os.lstat(path)) is not None:
+        base = _directory(directory)
+        entries = _scan(base)
+    except SharedMemoryError:
+        return []
+    judged: list[tuple[str, Path, tuple[int, int]]] = []
+    verdicts: dict[Process, str] = {}
+    for entry in entries:
+        name = entry.name[len(PREFIX) :]
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if _classify(name, info)[0] not in ("complete", "partial") or info.st_size < _HEADER_ALIGN + _RECORD.size:
+            continue  # not a file a record can be in
+        path = base / entry.name
+        try:
+            fd = _open_own(path, os.O_RDONLY)
+        except (OSError, SharedMemoryError):
+            continue
+        try:  # the record first (one read at the end), the header only for a record of the dead
+            held = os.fstat(fd)
+            if (held.st_dev, held.st_ino) != (info.st_dev, info.st_ino) or held.st_size < _RECORD.size:
+                continue
+            record = _parse_record(os.pread(fd, _RECORD.size, held.st_size - _RECORD.size))
+            if _left_by_dead(record, verdicts) and _read_record(fd, path) == record:
+                judged.append((name, path, (info.st_dev, info.st_ino)))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    if not judged:
+        return []
+    users = _mappers([path for _, path, _ in judged])
+    removed = []
+    for name, path, inode in judged:
+        if users[path] or not _remove_own(path, inode):
+            continue
+        removed.append(name)
+        if _NAME.fullmatch(name):
+            lock = path.with_name(path.name + LOCK_SUFFIX)
+            if _remove_free_lock(lock):
+                removed.append(name + LOCK_SUFFIX)
+    return removed
+
+
+def _remove_own(path: Path, inode: tuple[int, int] | None = None) -> bool:
+    """Unlink ``path`` if it is still a regular file of this user (checked again just before:
+    it may have been replaced since it was listed) and, given ``inode`` (device, inode), still the
+    file that was judged. Never follows a link; True if removed."""
+    try:
+        info = os.lstat(path)
+        if _not_ours(info) is not None or (inode is not None and (info.st_dev, info.st_ino) != inode):
             return False
         os.unlink(path)
     except (FileNotFoundError, PermissionError):
@@ -1093,9 +1360,11 @@ def clean(directory: str | Path | None = None, *, everything: bool = False, pref
     channel group's mailboxes, left when its workers were killed) and, with ``everything=True``,
     every complete (or unreadable) segment no live process maps. Returns removed names.
 
-    Without ``everything``, other complete segments are kept: an unused segment may be data someone
-    will attach later (``delete`` it by name, or ``clean --all``). ``prefix`` limits the sweep.
-    Foreign files (symlinks, other users' files, names the workbench never makes) are never removed.
+    Segments (and partial files) made for an owner whose processes are all dead (``reclaimable``:
+    a killed kernel's shared copies, see :func:`reclaim`) go too. Without ``everything``, other
+    complete segments are kept: an unused segment may be data someone will attach later (``delete``
+    it by name, or ``clean --all``). ``prefix`` limits the sweep. Foreign files (symlinks, other
+    users' files, names the workbench never makes) are never removed.
     """
     removed = []
     for info in list_segments(directory):
@@ -1104,9 +1373,10 @@ def clean(directory: str | Path | None = None, *, everything: bool = False, pref
         if info.state == "lock":
             gone = _remove_free_lock(info.path)  # never a lock a writer holds, even one /proc does not show
         elif info.state == "partial":
-            gone = not _pid_alive(info.owner_pid) and _remove_own(info.path)
+            gone = (info.reclaimable or not _pid_alive(info.owner_pid)) and _remove_own(info.path)
         else:
-            gone = (everything or info.name.startswith(TRANSIENT_PREFIXES)) and _remove_own(info.path)
+            transient = info.name.startswith(TRANSIENT_PREFIXES)
+            gone = (everything or transient or info.reclaimable) and _remove_own(info.path)
         if gone:
             removed.append(info.name)
     return removed

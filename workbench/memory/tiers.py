@@ -104,44 +104,126 @@ def medium(directory: str | Path) -> Medium:
 
 def default_directory(tier: str) -> Path:
     """Where ``tier``'s files go unless told: ``$WORKBENCH_PMEM_DIR`` for ``mapped`` and ``cached``
-    when set, else ``$WORKBENCH_TIER_DIR/<tier>``, else a per-user directory in the temporary
-    directory (a local disk on most machines; :func:`medium` says what it is). Made 0700."""
+    when set, else ``$WORKBENCH_TIER_DIR/<tier>``, else ``<temporary directory>/workbench-tiers-<uid>/<tier>``
+    (a local disk on most machines; :func:`medium` says what it is).
+
+    The per-user directory has a name anyone can predict, in a directory everyone may write: it is
+    used only if it is this user's own real directory (made 0700 here, whatever the umask), as is
+    every directory made on the way (:func:`private_directory`); one another user made first, or a
+    symlink, is refused with what to do. ``$WORKBENCH_PMEM_DIR`` is refused like a ``directory=``
+    others could replace files in."""
     if tier in ("mapped", "cached") and os.environ.get(PMEM_ENV):
         path = Path(os.environ[PMEM_ENV])
         if not path.is_dir():
             raise TierError(f"${PMEM_ENV} names {path}, which is not a directory: create it or unset the variable")
+        _refuse_shared(path, f"${PMEM_ENV}={path}", "unset it or point it at a directory of your own")
         return path
-    base = Path(os.environ.get(TIER_DIR_ENV) or Path(tempfile.gettempdir()) / f"workbench-tiers-{os.getuid()}")
-    return private_directory(base / ("mapped" if tier == "cached" else tier))
+    leaf = "mapped" if tier == "cached" else tier
+    if os.environ.get(TIER_DIR_ENV):
+        return private_directory(Path(os.environ[TIER_DIR_ENV]) / leaf)
+    base = Path(tempfile.gettempdir()) / f"workbench-tiers-{os.geteuid()}"
+    return private_directory(base / leaf, private_from=base)
 
 
-def private_directory(path: Path) -> Path:
-    """``path`` as a directory of this user's only, made (0700, parents too) if missing. One of this
-    user's that others may read or write is made 0700; anything else under that name (a file, a
-    symlink, a directory of another user) is a ``TierError``: others could plant or swap files there."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except FileExistsError:
-        pass  # not a directory: said below
-    except OSError as error:
-        raise TierError(f"cannot make the tier directory {path}: {error.strerror}") from None
-    try:
-        info = os.lstat(path)
-    except OSError as error:
-        raise TierError(f"cannot use the tier directory {path}: {error.strerror}") from None
-    if not stat.S_ISDIR(info.st_mode):
+def _refuse_shared(path: Path, what: str, instead: str) -> None:
+    """A ``TierError`` if other users could replace this user's files in directory ``path``: it is
+    writable by others, or another user's, and has no sticky bit (``/tmp`` and ``/dev/shm`` have it)."""
+    info = path.stat()
+    shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_uid != os.geteuid()
+    if shared and not info.st_mode & stat.S_ISVTX:
         raise TierError(
-            f"the tier directory {path} exists and is not a directory ({stat.filemode(info.st_mode)}): "
-            "remove or rename it, or set $WORKBENCH_TIER_DIR to another place"
+            f"tier directory {what} ({stat.filemode(info.st_mode)}, owner {info.st_uid}) lets other users "
+            f"replace your tier files: chmod go-w {str(path)!r}, or {instead}"
         )
-    if info.st_uid != os.getuid():
+
+
+def _safe_holder(path: Path) -> str | None:
+    """Why another user could rename or replace entries of directory ``path`` (or of a directory
+    above it), or None: every directory on the way, lexical and real, must be root's or this user's,
+    and writable by nobody else unless sticky (as ``/tmp``); a symlink on the way must be root's or
+    this user's (only they can change it)."""
+    me = os.geteuid()
+    seen = set()
+    lexical, real = Path(os.path.abspath(path)), Path(os.path.realpath(path))
+    for walk in (lexical,) if real == lexical else (lexical, real):
+        for step in (walk, *walk.parents):
+            if step in seen:
+                continue
+            seen.add(step)
+            try:
+                info = os.lstat(step)
+            except OSError as error:
+                return f"{step} cannot be examined ({error.strerror})"
+            if info.st_uid not in (0, me):
+                return f"{step} belongs to user {info.st_uid}, who can move or replace what is in it"
+            if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+                return f"{step} ({stat.filemode(info.st_mode)}) lets other users move or replace what is in it"
+    return None
+
+
+def private_directory(path: Path, private_from: Path | None = None) -> Path:
+    """``path`` as a directory of this user's only: made if missing, with every missing directory
+    on the way, each ``os.mkdir(..., 0o700)`` (so the umask cannot open it up), and checked.
+
+    Every directory from ``private_from`` (default ``path`` itself: an ancestor of it, such as a
+    per-user directory with a predictable name) down to ``path``, and every directory made here,
+    must be a real directory (not a symlink: checked through ``O_NOFOLLOW``) of this user; one of
+    this user's that others may read or write is made 0700. The directory that holds the first of
+    them, and every one above it, must be root's or this user's, and writable by nobody else unless
+    sticky. Anything else is a ``TierError`` saying what and what to do: others could plant, swap or
+    move away files there."""
+    path = Path(path)
+    top = path if private_from is None else Path(private_from)
+    if top != path and top not in path.parents:
+        raise ValueError(f"private_from={top} is not {path} or a directory above it")
+    while not os.path.lexists(top.parent) and top.parent != top:
+        top = top.parent  # missing directories above are made here too, and so checked
+    between = [p for p in reversed(path.parents) if top in p.parents]
+    chain = [top, *between, path] if path != top else [top]
+    if problem := _safe_holder(top.parent):
         raise TierError(
-            f"the tier directory {path} belongs to user {info.st_uid}, not to you ({os.getuid()}): they could "
-            "replace your files there; remove it, or set $WORKBENCH_TIER_DIR to a directory of your own"
+            f"cannot keep tier files under {top.parent}: {problem}. Set $WORKBENCH_TIER_DIR (or TMPDIR) "
+            "to a directory of your own that only you can write"
         )
-    if info.st_mode & 0o077:
-        os.chmod(path, 0o700)
+    for step in chain:
+        try:
+            os.mkdir(step, 0o700)
+        except FileExistsError:
+            pass  # made already (by this user, or by someone else: checked below)
+        except OSError as error:
+            raise TierError(f"cannot make the tier directory {step}: {error.strerror}") from None
+        _check_private(step)
     return path
+
+
+def _check_private(path: Path) -> None:
+    """Make sure ``path`` is a real directory of this user, mode 0700 (set on the very directory
+    checked: opened without following a symlink); ``TierError`` saying what it is otherwise."""
+    me = os.geteuid()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            raise TierError(f"cannot use the tier directory {path}: {error.strerror}") from None
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else stat.filemode(info.st_mode)
+        raise TierError(
+            f"the tier directory {path} exists and is not a directory ({kind}, owner {info.st_uid}): "
+            "remove or rename it if it is yours, or set $WORKBENCH_TIER_DIR to a directory of your own"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != me:
+            raise TierError(
+                f"the tier directory {path} belongs to user {info.st_uid}, not to you ({me}): they could move "
+                "or replace your files there; ask them (or an administrator) to remove it, or set "
+                "$WORKBENCH_TIER_DIR to a directory of your own"
+            )
+        if stat.S_IMODE(info.st_mode) & 0o777 != 0o700:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def check_tier(tier: object, policies: tuple[str, ...] = ()) -> str:
@@ -639,14 +721,7 @@ def _directory(tier: str, directory: str | Path | None) -> Path:
             raise TierError(f"tier directory {path} is not a directory: give a directory, or leave directory= out")
         raise TierError(f"tier directory {path} does not exist: create it, or leave directory= out for the default")
     if directory is not None:
-        info = path.stat()
-        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_uid != os.getuid()
-        if shared and not info.st_mode & stat.S_ISVTX:
-            raise TierError(
-                f"tier directory {path} ({stat.filemode(info.st_mode)}, owner {info.st_uid}) lets other users "
-                f"replace your tier files: chmod go-w {str(path)!r}, use a directory of your own, or leave "
-                "directory= out"
-            )
+        _refuse_shared(path, str(path), "use a directory of your own, or leave directory= out")
     return path
 
 

@@ -157,6 +157,7 @@ class TaskRuntime:
         self.mode = mode
         self.recorder = recorder  # client-side events (a segment made by the client) go here
         self.token = uuid.uuid4().hex[:8]
+        self.owner = shm.this_process()  # what the RRO copies live for: this session's process
         base = files_dir or os.environ.get(FILES_DIR_ENV)
         self._files_dir = (
             Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
@@ -235,12 +236,14 @@ class TaskRuntime:
                 segments[node] = segment = rro.segment_name(self.token, key, 0, node)
                 if node == here and isinstance(value, np.ndarray):
                     started = time.time()
-                    rro.publish_here(value, segment)  # the client's node: copy it in directly
+                    rro.publish_here(value, segment, self.owner)  # the client's node: copy it in directly
                     if self.recorder is not None:
                         self.recorder.event("shm-create", started, time.time(), task="rro-publish", nbytes=value.nbytes)
                 else:
                     calls.append(
-                        PinnedCall(rro.publish_on_node, (value, segment), workers, f"rro-publish-{key}-{node}")
+                        PinnedCall(
+                            rro.publish_on_node, (value, segment, self.owner), workers, f"rro-publish-{key}-{node}"
+                        )
                     )
             self._published[key] = _Published(segments, self.session.submit_pinned(calls))
         return self._published[key]
