@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from channel_intrusion import check_refused, other_user, run_intrusion
 from cluster_helpers import (
     BIN,
     MARKER_ENV,
@@ -142,6 +143,10 @@ def namespaced_cluster(tmp_path_factory):
     for name in ("WORKBENCH_NODE_ID", "WORKBENCH_SCHEDULER", "WORKBENCH_PMEM_DIR"):
         env.pop(name, None)  # a node's id comes from its hostname; its tier files go to its own directory
     env["WORKBENCH_FILES_DIR"] = str(here / "shared-files")  # the file system every node and the client share
+    # this checkout (whatever the environment installed), and the tests' modules: task functions a test
+    # defines are pickled by reference
+    here_paths = (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (*here_paths, os.environ.get("PYTHONPATH"))))
     (here / "shared-files").mkdir()
 
     def node_env(node: str) -> dict[str, str]:
@@ -268,3 +273,17 @@ def test_a_channels_trace_says_which_path_each_message_took():
                 assert via == ("dask" if eager else "shm" if same_node else "socket"), event
             if not eager:
                 assert {e["task"].rpartition(" via ")[2] for e in events} == {"shm", "socket"}
+
+
+# -- another user on the nodes' network (issue 35, item 2) ------------------------------------------
+def test_another_user_cannot_take_a_ranks_link_between_namespaced_nodes(namespaced_cluster):
+    """A user other than the cluster's connects first to the link port of a rank on nodeB and plays
+    rank 0 (on nodeA) of the old protocol: it is refused and reads nothing, and the genuine rank 0
+    links (tests/channel_intrusion.py)."""
+    with other_user() as intruder, workbench.start(namespaced_cluster["address"], timeout=60) as session:
+        nodes = session.worker_nodes()
+        first = next(w for w in session.workers() if nodes[w] == "nodeA")
+        second = next(w for w in session.workers() if nodes[w] == "nodeB")
+        check_refused(run_intrusion(session, intruder.command, (first, second)))
+    left = {where: info["segments"] for where, info in _what_is_on_each_process(namespaced_cluster["client"]).items()}
+    assert not any(left.values()), f"the group left segments on the nodes: {left}"

@@ -9,13 +9,21 @@ between nodes, one copy, no allocation per message); ``reduce``, ``allreduce``, 
 
 A failure is a ``ChannelError`` whose class says what happened: ``ChannelMismatch`` (the ranks
 disagree on a channel or an operation), ``ChannelTimeout``, ``RankGone`` (another rank died, closed
-its connection or returned) and ``GroupAborted`` (another rank failed); the last two are
+its connection or returned), ``GroupAborted`` (another rank failed) and ``LinkRefused`` (a link
+between two nodes did not prove it belongs to the group); ``RankGone`` and ``GroupAborted`` are
 consequences, so ``run_group`` reports the error that caused them first.
 """
 
 from workbench.runtime.channels.channel import ArrayChannel, EagerChannel
 from workbench.runtime.channels.group import GroupResult, Rank, run_group
-from workbench.runtime.channels.transport import ChannelError, ChannelMismatch, ChannelTimeout, GroupAborted, RankGone
+from workbench.runtime.channels.transport import (
+    ChannelError,
+    ChannelMismatch,
+    ChannelTimeout,
+    GroupAborted,
+    LinkRefused,
+    RankGone,
+)
 
 __all__ = [
     "ArrayChannel",
@@ -25,6 +33,7 @@ __all__ = [
     "EagerChannel",
     "GroupAborted",
     "GroupResult",
+    "LinkRefused",
     "Rank",
     "RankGone",
     "run_group",

@@ -11,11 +11,13 @@ shipped). ``EagerChannel`` has the same API and sends every message worker to wo
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,7 @@ OPERATIONS = {PUT: "put/take", EXCHANGE: "exchange", REDUCE: "reduce", BROADCAST
               GATHER: "gather"}  # fmt: skip
 COLLECTIVE = {REDUCE, BROADCAST, SCATTER, GATHER}
 EAGER_POLL_SECONDS = 0.1  # an eager wait's slices: between them it checks the group and the peer (a scheduler query)
+EAGER_ASK_SECONDS = 1.0  # how long an eager wait's check waits for a peer's inbox to say what its rank waits for
 
 
 def make_tag(operation: int, root: int = 0, call: int = 0) -> int:
@@ -346,6 +349,18 @@ def _finished() -> None:
     """A send that finished when it was started."""
 
 
+def waiting_for_each_other(
+    me: int, peer: int, tag: int, channel: str, their_tag: int, their_channel: str
+) -> ChannelMismatch:
+    """The error of two ranks that wait for each other in different operations (or channels, or
+    slots): neither can go on (shared memory and eager channels say it alike)."""
+    return ChannelMismatch(
+        f"rank {me} waits for rank {peer} in {describe(tag)} on channel {channel!r}, while rank {peer} "
+        f"waits for rank {me} in {describe(their_tag)} on channel {their_channel!r}: neither can go on. Every rank "
+        "must call the same operations, with the same root, in the same order"
+    )
+
+
 class ArrayChannel(Collectives):
     """A channel whose buffers persist on every rank; same node: shared memory, else a socket."""
 
@@ -420,11 +435,7 @@ class ArrayChannel(Collectives):
             satisfied = mine.control[at_word + READY] == mine.control[at_word + DONE] + 1
         if satisfied:
             return None
-        return ChannelMismatch(
-            f"rank {me} waits for rank {peer} in {describe(self.tag)} on channel {self.name!r}, while rank {peer} "
-            f"waits for rank {me} in {describe(tag)} on channel {other.name!r}: neither can go on. Every rank must "
-            "call the same operations, with the same root, in the same order"
-        )
+        return waiting_for_each_other(me, peer, self.tag, self.name, tag, other.name)
 
     def _watch(self, peer: int, slot: int) -> WaitCheck:
         """What a wait for ``peer`` (on this node) checks besides its own condition: the peer is alive
@@ -560,6 +571,22 @@ class ArrayChannel(Collectives):
             rank.event("take", start, self.slots[slot].nbytes, src, waited, self.name)
 
 
+@dataclass(frozen=True)
+class EagerWait:
+    """What an eager rank waits for (its :class:`Inbox` answers a peer that asks, ``Inbox.waiting_for``):
+    a message from rank ``src`` into ``slot`` of channel ``channel`` in operation ``tag``, the next
+    after the ``taken`` ones it took from there before; and, in an answer, whether that message was
+    filed already (the wait ends, or has just ended: a count, so a message taken a moment ago counts
+    too, not only one still in the queue)."""
+
+    src: int
+    channel: int
+    slot: int
+    tag: int
+    taken: int
+    satisfied: bool = False
+
+
 class Inbox:
     """One rank's eager messages: a Dask actor on the rank's own worker (``client.submit(Inbox, ...,
     actor=True)``). A peer sends with an actor call, ``inbox.deliver(...)``, which Dask sends straight
@@ -579,6 +606,9 @@ class Inbox:
         self._queues: dict[tuple[int, int, int], queue.SimpleQueue[tuple[int, np.ndarray]]] = {}
         self._lock = threading.Lock()
         self._closed: str | None = None  # why, once closed
+        self.waiting: EagerWait | None = None  # what the rank waits for now (set by its thread)
+        self.filed: dict[tuple[int, int, int], int] = {}  # messages filed per queue, ever (the event loop counts)
+        self.taken: dict[tuple[int, int, int], int] = {}  # messages the rank took per queue, ever (its thread counts)
         self._state = worker_state()  # made as an actor: a task on the rank's worker
         self._state.inboxes[(group, rank)] = self
 
@@ -593,7 +623,19 @@ class Inbox:
     async def deliver(self, channel: int, src: int, slot: int, tag: int, array: np.ndarray) -> None:
         """Called by rank ``src`` through the actor (a coroutine: it runs on the worker's event loop,
         without a hop to the actor thread); files the message for the rank to take."""
-        self.messages(channel, src, slot).put((tag, array))
+        messages = self.messages(channel, src, slot)
+        key = (channel, src, slot)
+        self.filed[key] = self.filed.get(key, 0) + 1  # first: a peer asking meanwhile sees the wait satisfied
+        messages.put((tag, array))
+
+    async def waiting_for(self, rank: int) -> EagerWait | None:
+        """Called by rank ``rank`` through the actor: what this inbox's rank waits for from ``rank``
+        now (None: nothing from it), with whether the message is filed already."""
+        wait = self.waiting
+        if wait is None or wait.src != rank:
+            return None
+        filed = self.filed.get((wait.channel, wait.src, wait.slot), 0)
+        return dataclasses.replace(wait, satisfied=filed > wait.taken)
 
     def close(self, why: str = "returned from its rank function") -> None:
         """The rank ended (or its worker closes: ``why`` says which, for the errors of later messages):
@@ -645,26 +687,56 @@ class EagerChannel(Collectives):
         except InboxClosed as error:  # this rank's own inbox: its worker is closing
             raise ChannelError(f"{what}: {error}") from None
         deadline = self.rank.deadline()
-        while True:  # in slices, so that a peer that returned or an aborted group ends the wait early
-            try:
-                tag, value = messages.get(timeout=EAGER_POLL_SECONDS)
-                break
-            except queue.Empty:
-                pass
-            problem = self.rank.aborted_check()
-            if problem is None and self.rank.has_finished(src):
-                try:  # what it sent before it returned is here already (a send returns once delivered)
-                    tag, value = messages.get_nowait()
+        inbox = self.rank.inbox
+        key = (self.index, src, slot)
+        inbox.waiting = EagerWait(src, self.index, slot, self.tag, inbox.taken.get(key, 0))  # for a peer that asks
+        try:
+            while True:  # in slices, so that a peer that returned, an aborted group or a deadlock ends it early
+                try:
+                    tag, value = messages.get(timeout=EAGER_POLL_SECONDS)
                     break
                 except queue.Empty:
-                    problem = RankGone(f"rank {src} returned from its rank function")
-            if problem is not None:
-                raise problem.within(what)
-            if time.monotonic() > deadline:
-                raise ChannelTimeout(f"{what}: nothing within the timeout")
+                    pass
+                problem = self.rank.aborted_check()
+                if problem is None and self.rank.has_finished(src):
+                    try:  # what it sent before it returned is here already (a send returns once delivered)
+                        tag, value = messages.get_nowait()
+                        break
+                    except queue.Empty:
+                        problem = RankGone(f"rank {src} returned from its rank function")
+                if problem is None:
+                    problem = self._deadlock(src, slot, messages)
+                if problem is not None:
+                    raise problem.within(what)
+                if time.monotonic() > deadline:
+                    raise ChannelTimeout(f"{what}: nothing within the timeout")
+            inbox.taken[key] = inbox.taken.get(key, 0) + 1
+        finally:
+            inbox.waiting = None
         self._check_tag(src, tag)
         np.copyto(self.slots[slot], value)
         self.rank.event("take", start, value.nbytes, src, time.time() - start, self.name)
+
+    def _deadlock(
+        self, src: int, slot: int, messages: queue.SimpleQueue[tuple[int, np.ndarray]]
+    ) -> ChannelMismatch | None:
+        """Why this rank and ``src`` can never go on, or None: ``src`` waits for a message from this
+        rank in another operation (or channel, or slot) than this rank waits for from it, neither
+        message is filed, and neither rank can send while it waits (an eager send returns once its
+        message is filed, so nothing of either is on its way). What shared memory sees in its status
+        words (``ArrayChannel._deadlock``), asked here of ``src``'s inbox (an actor call per check)."""
+        theirs = self.rank.peer_wait(src, EAGER_ASK_SECONDS)
+        if (
+            theirs is None
+            or theirs.satisfied
+            or (theirs.channel, theirs.slot, theirs.tag) == (self.index, slot, self.tag)
+        ):
+            return None
+        if not messages.empty():  # it came meanwhile (sent before the peer began its wait)
+            return None
+        channels = self.rank.channels
+        other = channels[theirs.channel].name if 0 <= theirs.channel < len(channels) else f"#{theirs.channel}"
+        return waiting_for_each_other(self.rank.rank, src, self.tag, self.name, theirs.tag, other)
 
 
 __all__ = ["ArrayChannel", "ChannelError", "EagerChannel", "Inbox", "inbox_of", "pid_alive"]

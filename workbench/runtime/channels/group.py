@@ -5,11 +5,13 @@ leaves the worker's thread pool (``secede``) so that several ranks can share a w
 endpoints (a listening socket; shared-memory mailboxes as channels are made), publishes its
 address with a Dask ``Variable`` and reads everyone else's (Dask starts the ranks and exchanges
 their addresses; the messages themselves never go through Dask), connects to the ranks on other
-nodes, then runs ``fn(rank, *args)``. Every wait is bounded; the first rank that fails fails the
-group with its rank number and error, the others are cancelled, and every segment and socket of
-the group is removed on every worker, whatever happened. A traced group's message events (put,
-take, wait) name the channel and the path the bytes took: ``put halo via shm`` (a mailbox, one
-node), ``via socket`` (a link, two nodes) or ``via dask`` (an eager group).
+nodes (each link proves it belongs to the group with a secret ``run_group`` made for it and handed
+to the ranks as a task argument; a stranger's connection is refused), then runs ``fn(rank,
+*args)``. Every wait is bounded; the first rank that fails fails the group with its rank number
+and error, the others are cancelled, and every segment and socket of the group is removed on
+every worker, whatever happened. A traced group's message events (put, take, wait) name the
+channel and the path the bytes took: ``put halo via shm`` (a mailbox, one node), ``via socket``
+(a link, two nodes) or ``via dask`` (an eager group).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from workbench.runtime.channels.channel import (
     EAGER_POLL_SECONDS,
     ArrayChannel,
     EagerChannel,
+    EagerWait,
     Inbox,
     InboxClosed,
     inbox_of,
@@ -47,11 +50,15 @@ from workbench.runtime.channels.transport import (
     ChannelMismatch,
     ChannelTimeout,
     GroupAborted,
+    GroupSecret,
     Link,
+    LinkRefused,
     Mailbox,
     RankGone,
     WaitCheck,
     abort,
+    accept_links,
+    connect_link,
     forget_abort,
     is_aborted,
     pid_alive,
@@ -65,7 +72,7 @@ from workbench.runtime.trace import record
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer waits are a mistake (and overflow socket timeouts)
 MAX_CHANNEL_BYTES = 1 << 40  # a channel's buffer: three of them per rank live in shared memory
-KINDS = (ChannelMismatch, ChannelTimeout, RankGone, GroupAborted)  # what a group's error can say it was
+KINDS = (ChannelMismatch, ChannelTimeout, RankGone, GroupAborted, LinkRefused)  # what a group's error can say it was
 GRACE_SECONDS = 2.0  # after the first failure, how long the other ranks' errors are collected
 ENDING_SECONDS = 10.0  # after a failure, how long run_group lets the other ranks end before it cleans up
 
@@ -73,8 +80,18 @@ ENDING_SECONDS = 10.0  # after a failure, how long run_group lets the other rank
 class Rank:
     """What a rank function gets: its number, the group's size, and collective channel creation."""
 
-    def __init__(self, group: str, rank: int, size: int, timeout: float, eager: bool, trace: bool):
+    def __init__(
+        self,
+        group: str,
+        rank: int,
+        size: int,
+        timeout: float,
+        eager: bool,
+        trace: bool,
+        secret: GroupSecret | None = None,
+    ):
         self.group, self.rank, self.size = group, rank, size
+        self.secret = secret if secret is not None else GroupSecret()  # its links prove they hold it
         self.timeout, self.eager, self.trace = timeout, eager, trace
         self.node = node_id()
         self.pid = os.getpid()
@@ -112,21 +129,20 @@ class Rank:
     def _published(self, key: str, r: int, what: str, deadline: float) -> dict[str, Any]:
         variable = self._variable(key, r)
         while True:
-            try:
-                return variable.get(timeout=POLL_SECONDS)
-            except TimeoutError:
-                pass
+            value = variable_value(variable, POLL_SECONDS)
+            if value is not UNSET:
+                return value
             problem = self.aborted_check()
             if problem is not None:
                 raise problem.within(f"rank {self.rank} was waiting for rank {r} in {what}")
             if r != self.rank and self.has_finished(r):
-                try:  # it may have published just before it returned
-                    return variable.get(timeout=0)
-                except TimeoutError:
-                    raise RankGone(
-                        f"rank {r} returned from its rank function while rank {self.rank} waits for it in {what}: "
-                        "every rank must make the same channels in the same order and reach the same barriers"
-                    ) from None
+                value = variable_value(variable, 0)  # it may have published just before it returned
+                if value is not UNSET:
+                    return value
+                raise RankGone(
+                    f"rank {r} returned from its rank function while rank {self.rank} waits for it in {what}: "
+                    "every rank must make the same channels in the same order and reach the same barriers"
+                )
             if time.monotonic() > deadline:
                 raise ChannelTimeout(
                     f"rank {self.rank}: rank {r} did not reach {what} within {self.timeout} s (is it stuck in its "
@@ -172,19 +188,20 @@ class Rank:
             return
         remote = [r for r in range(self.size) if r != self.rank and self.peers[r]["node"] != self.node]
         deadline = self.deadline()
-        for r in (r for r in remote if r > self.rank):  # connect up, accept from below
-            sock = socket.create_connection((self.peers[r]["host"], self.peers[r]["port"]), timeout=self.timeout)
-            sock.sendall(self.rank.to_bytes(4, "little"))
+        for r in (r for r in remote if r > self.rank):  # connect up, accept from below; each link proves itself
+            address = (self.peers[r]["host"], self.peers[r]["port"])
+            sock = connect_link(address, self.rank, r, self.group, self.secret, deadline, self.aborted_check)
             self.links[r] = Link(sock, r, self.aborted_check)
-        for _ in (r for r in remote if r < self.rank):
-            self._listener.settimeout(max(0.001, deadline - time.monotonic()))
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                raise ChannelTimeout(f"rank {self.rank}: a rank on another node did not connect in time") from None
-            sock.settimeout(self.timeout)
-            peer = int.from_bytes(_recv_exactly(sock, 4), "little")
-            self.links[peer] = Link(sock, peer, self.aborted_check)
+        below = {r for r in remote if r < self.rank}
+        if below:
+            accepted = accept_links(
+                self._listener, self.rank, below, self.group, self.secret, deadline, self.aborted_check
+            )
+            for peer, sock in accepted.items():
+                self.links[peer] = Link(sock, peer, self.aborted_check)
+        if self._listener is not None:  # every link is made: nobody else may connect
+            self._listener.close()
+            self._listener = None
 
     def _make_inbox(self) -> None:
         """Start this rank's inbox, a Dask actor pinned to this rank's worker (a task: its key is unique
@@ -238,6 +255,16 @@ class Rank:
             if problem is None:
                 problem = RankGone(f"{type(error).__name__}: {error}")
             raise problem.within(what) from None
+
+    def peer_wait(self, peer: int, seconds: float) -> EagerWait | None:
+        """What eager rank ``peer`` waits for from this rank now, asked of its inbox (an actor call, at
+        most ``seconds``); None when it waits for nothing from this rank, or did not answer in time (a
+        peer that is gone is what the other checks of a wait see)."""
+        try:
+            return self._peer_inboxes[peer].waiting_for(self.rank).result(timeout=seconds)
+        except Exception as error:  # noqa: BLE001 - no answer: nothing to conclude from it
+            error.__traceback__ = None  # Dask's may sit in a reference cycle with this stack (see variable_value)
+            return None
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
         """A channel with a persistent buffer of ``shape`` and ``dtype`` on every rank. Collective: every
@@ -420,16 +447,6 @@ def channel_layout(name: Any, shape: Any, dtype: Any) -> tuple[tuple[int, ...], 
     return out_shape, dtype
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise RankGone("a peer closed its connection while the group was starting")
-        data += chunk
-    return data
-
-
 def _host_of(address: str) -> str:
     """The host part of a worker address (``tcp://10.0.0.5:4321`` -> ``10.0.0.5``), else localhost."""
     if "://" in address:
@@ -442,7 +459,7 @@ def rank_main(
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Task body of one rank: leave the thread pool, connect, run ``fn(rank, *args)``, clean up."""
     secede()  # a long-running rank must not hold a worker thread that another rank needs to start
-    context = Rank(group, rank, size, options["timeout"], options["eager"], options["trace"])
+    context = Rank(group, rank, size, options["timeout"], options["eager"], options["trace"], options["secret"])
     try:
         context.connect()
         result = sendable(fn, context, *args)
@@ -467,13 +484,32 @@ def _clear_frames(error: BaseException) -> None:
         error = error.__cause__ or error.__context__  # type: ignore[assignment]
 
 
+UNSET = object()  # what variable_value returns for a variable that holds no value (yet)
+
+
+def variable_value(variable: Variable, timeout: float) -> Any:
+    """``variable``'s value, waited for at most ``timeout`` seconds; :data:`UNSET` if it has none by then.
+
+    Why not simply ``variable.get(timeout)``, catching its ``TimeoutError``: Dask raises that error
+    from ``distributed.utils.sync``, which keeps it in a closure cell of the very frame that raises
+    it, so the error's traceback and that frame make a reference cycle. The traceback also holds
+    the caller's frame, and through the frames' ``f_back`` links every frame of the rank thread's
+    stack as each returns: the rank function's locals with them, such as a reduce's result, a view
+    of the group's mailbox. A finished group's segment then stayed mapped in its worker until the
+    garbage collector's next full collection, which an idle worker may not run for minutes (issue
+    35, item 11: ``gc.get_referrers`` led from the mapped view's frame to the ``TimeoutError`` of a
+    ``_published`` poll). Dropping the traceback breaks the cycle, so reference counting frees it
+    at once."""
+    try:
+        return variable.get(timeout=timeout)
+    except TimeoutError as error:
+        error.__traceback__ = None
+        return UNSET
+
+
 def _is_set(variable: Variable) -> bool:
     """Whether a Dask variable holds a value now (asked without waiting)."""
-    try:
-        variable.get(timeout=0)
-    except TimeoutError:
-        return False
-    return True
+    return variable_value(variable, 0) is not UNSET
 
 
 def _check_sendable(result: Any, rank: int) -> None:
@@ -563,7 +599,8 @@ def run_group(
     # a rank's channel failure is raised here, in full: its workers do not also log it (see worker_logs)
     session.own(QUIET_RANK_FAILURES, lambda: QuietRankFailures(session))
     group = f"g{uuid.uuid4().hex[:10]}"
-    options = {"timeout": float(timeout), "eager": bool(eager), "trace": bool(trace)}
+    # the links' secret reaches the ranks as a task argument, through the scheduler (see transport)
+    options = {"timeout": float(timeout), "eager": bool(eager), "trace": bool(trace), "secret": GroupSecret()}
     client = session.client
     start = time.perf_counter()
     futures = [

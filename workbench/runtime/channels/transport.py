@@ -23,7 +23,16 @@ on its core, a round trip of microseconds, no wake-up to pay), down to ``MIN_SPI
 they fail (the peer is not running: the cores are taken, or both ranks share one, where spinning
 only delays the peer).
 
-**Link** (two nodes). One TCP connection per pair of ranks. The receiver sends a small "ready"
+**Link** (two nodes). One TCP connection per pair of ranks, which proves it belongs to the group
+before it is used (:func:`connect_link`, :func:`accept_links`): a rank's listening port is open to
+every user of the machine and the network, so the rank that accepts sends a fresh random nonce
+(:class:`Challenge`), the rank that connects answers with the rank it is and an HMAC-SHA256 of both
+nonces under the group's secret (:class:`Answer`; the secret is made by ``run_group`` and reaches
+the ranks as a task argument, through the scheduler), and the acceptor proves the same back
+(:class:`Proof`). The secret never goes over the wire, a recorded answer does not fit another
+nonce, and a connection that does not prove itself within :data:`HANDSHAKE_SECONDS` is closed
+without taking the place of the rank it named: the acceptor keeps waiting for the real one (the
+handshakes run side by side, so a stranger that stalls delays no one). The receiver sends a small "ready"
 message (channel, slot, tag); the sender answers with the bytes, which the receiver reads
 straight into its slot with ``recv_into`` (no intermediate buffer). A send that must overlap a
 receive (an exchange: both ranks send at once, and a message bigger than the sockets' buffers
@@ -37,16 +46,22 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import hmac
+import logging
 import math
 import os
 import platform
+import secrets
+import selectors
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -299,6 +314,286 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# -- a link proves it belongs to the group -----------------------------------------------------------
+HANDSHAKE_SECONDS = 10.0  # how long an accepted connection has to prove itself before it is closed
+NONCE_BYTES = 32
+_MAC_BYTES = 32  # HMAC-SHA256
+_LINK_MAGIC = b"LWBLINK1"  # the protocol and its version, first on every connection
+log = logging.getLogger("workbench.channels")
+
+
+class LinkRefused(ChannelError):
+    """A connection between two ranks did not prove that it belongs to the group (what listens at a
+    rank's published address, or what connected to it, does not hold the group's secret)."""
+
+
+class GroupSecret:
+    """A group's link secret: 32 random bytes, made by ``run_group`` for one group and handed to its
+    ranks as an argument of their tasks (through the scheduler, as protected as the cluster's own
+    connections are). Its repr hides the bytes, so a dashboard, a log or a traceback that shows a
+    task's arguments does not show it."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes | None = None):
+        self._key = secrets.token_bytes(32) if key is None else bytes(key)
+
+    def __repr__(self) -> str:
+        return "GroupSecret(<hidden>)"
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (GroupSecret, (self._key,))
+
+    def mac(self, role: bytes, group: str, first: bytes, second: bytes, sender: int, receiver: int) -> bytes:
+        """HMAC-SHA256 over what one side of a handshake proves: its ``role`` (so that one side's
+        proof never passes for the other's), the group, both nonces (``first`` the acceptor's: fresh
+        per connection, so a recorded answer fails), and who proves it to whom."""
+        name = group.encode()
+        layout = f"<8sH{len(name)}s{NONCE_BYTES}s{NONCE_BYTES}sII"  # every field fixed or length-led: unambiguous
+        message = struct.pack(layout, role, len(name), name, first, second, sender, receiver)
+        return hmac.new(self._key, message, hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """Acceptor to connector, the first bytes on a link: the protocol, and a fresh random nonce."""
+
+    nonce: bytes
+    FORMAT: ClassVar[struct.Struct] = struct.Struct(f"<8s{NONCE_BYTES}s")
+
+    def pack(self) -> bytes:
+        """The bytes sent."""
+        return self.FORMAT.pack(_LINK_MAGIC, self.nonce)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Challenge | None:
+        """The challenge in ``data``, or None when it is not one (not a rank of this protocol)."""
+        magic, nonce = cls.FORMAT.unpack(data)
+        return cls(nonce) if magic == _LINK_MAGIC else None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Connector to acceptor: the rank it is, a nonce of its own, and its MAC over both nonces."""
+
+    rank: int
+    nonce: bytes
+    mac: bytes
+    FORMAT: ClassVar[struct.Struct] = struct.Struct(f"<I{NONCE_BYTES}s{_MAC_BYTES}s")
+
+    def pack(self) -> bytes:
+        """The bytes sent."""
+        return self.FORMAT.pack(self.rank, self.nonce, self.mac)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Answer:
+        """The answer in ``data`` (exactly ``FORMAT.size`` bytes; whether it proves anything is checked apart)."""
+        return cls(*cls.FORMAT.unpack(data))
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Acceptor to connector, once the answer checked out: the acceptor's MAC over both nonces (the
+    connector then knows it reached the rank it meant to, not a program that took its port)."""
+
+    mac: bytes
+    FORMAT: ClassVar[struct.Struct] = struct.Struct(f"<{_MAC_BYTES}s")
+
+    def pack(self) -> bytes:
+        """The bytes sent."""
+        return self.FORMAT.pack(self.mac)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Proof:
+        """The proof in ``data`` (exactly ``FORMAT.size`` bytes)."""
+        return cls(*cls.FORMAT.unpack(data))
+
+
+_CONNECT, _ACCEPT = b"connect", b"accept"  # the two roles a MAC is made for
+
+
+def _recv_until(sock: socket.socket, n: int, deadline: float, alive: WaitCheck, what: str) -> bytes:
+    """Exactly ``n`` bytes from ``sock``, in :data:`POLL_SECONDS` slices (checking ``alive`` between
+    them) until ``deadline``."""
+    data = bytearray()
+    while len(data) < n:
+        sock.settimeout(max(0.001, min(POLL_SECONDS, deadline - time.monotonic())))
+        try:
+            chunk = sock.recv(n - len(data))
+        except TimeoutError:
+            problem = alive()
+            if problem is not None:
+                raise problem.within(what) from None
+            if time.monotonic() >= deadline:
+                raise ChannelTimeout(f"{what}: no answer within the timeout") from None
+            continue
+        except OSError as error:
+            raise RankGone(f"{what}: the connection broke ({error})") from None
+        if not chunk:
+            raise LinkRefused(f"{what}: the other end closed the connection during the handshake")
+        data += chunk
+    return bytes(data)
+
+
+def connect_link(
+    address: tuple[str, int],
+    me: int,
+    peer: int,
+    group: str,
+    secret: GroupSecret,
+    deadline: float,
+    alive: WaitCheck = lambda: None,
+) -> socket.socket:
+    """A connection from rank ``me`` to rank ``peer`` at ``address`` (its published listening
+    socket), after both proved they hold ``secret``: read the acceptor's :class:`Challenge`, send an
+    :class:`Answer`, check its :class:`Proof`. Raises :class:`LinkRefused` when what listens there
+    cannot prove it is ``peer`` (another program took the port), ``ChannelTimeout`` at ``deadline``."""
+    what = f"rank {me} connecting to rank {peer} at {address[0]}:{address[1]}"
+    try:
+        sock = socket.create_connection(address, timeout=max(0.001, deadline - time.monotonic()))
+    except TimeoutError:
+        raise ChannelTimeout(f"{what}: no connection within the timeout") from None
+    except OSError as error:
+        raise RankGone(f"{what}: {error} (did rank {peer} fail?)") from None
+    try:
+        challenge = Challenge.unpack(_recv_until(sock, Challenge.FORMAT.size, deadline, alive, what))
+        if challenge is None:
+            raise LinkRefused(f"{what}: what listens there is not a rank (another program took its port?)")
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        mac = secret.mac(_CONNECT, group, challenge.nonce, nonce, me, peer)
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.sendall(Answer(me, nonce, mac).pack())
+        proof = Proof.unpack(_recv_until(sock, Proof.FORMAT.size, deadline, alive, what))
+        if not hmac.compare_digest(proof.mac, secret.mac(_ACCEPT, group, challenge.nonce, nonce, peer, me)):
+            raise LinkRefused(f"{what}: what listens there did not prove it belongs to the group")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@dataclass
+class _Pending:
+    """An accepted connection that has not proved itself yet: the nonce it was sent, what it answered
+    so far, and when it must have answered."""
+
+    sock: socket.socket
+    peer: str
+    nonce: bytes
+    until: float
+    got: bytearray
+
+
+def accept_links(
+    listener: socket.socket,
+    me: int,
+    expected: set[int],
+    group: str,
+    secret: GroupSecret,
+    deadline: float,
+    alive: WaitCheck = lambda: None,
+) -> dict[int, socket.socket]:
+    """The connections of the ranks in ``expected`` to rank ``me``'s ``listener``, each proved: an
+    accepted connection gets a :class:`Challenge`, must answer as one of ``expected`` with the MAC
+    under ``secret`` (an :class:`Answer`) and then gets this rank's :class:`Proof`. A connection that
+    answers wrong, names a rank not expected (or one already linked), closes, or does not answer
+    within :data:`HANDSHAKE_SECONDS` is closed and logged, and this rank goes on waiting for the
+    rank it did not become. Handshakes run side by side (a selector), so one that stalls delays no
+    other. Raises what ``alive`` says (an aborted group), ``ChannelTimeout`` at ``deadline``."""
+    linked: dict[int, socket.socket] = {}
+    pending: dict[socket.socket, _Pending] = {}
+    selector = selectors.DefaultSelector()
+    listener.setblocking(False)
+    selector.register(listener, selectors.EVENT_READ)
+
+    def drop(entry: _Pending, why: str) -> None:
+        selector.unregister(entry.sock)
+        del pending[entry.sock]
+        entry.sock.close()
+        log.warning("rank %d of group %s refused a connection from %s: %s", me, group, entry.peer, why)
+
+    try:
+        while len(linked) < len(expected):
+            now = time.monotonic()
+            for entry in [e for e in pending.values() if e.until <= now]:
+                drop(entry, f"no answer within {HANDSHAKE_SECONDS} s")
+            problem = alive()
+            if problem is not None:
+                raise problem.within(f"rank {me} waiting for ranks {sorted(expected - set(linked))} to connect")
+            if now >= deadline:
+                raise ChannelTimeout(
+                    f"rank {me}: ranks {sorted(expected - set(linked))} on other nodes did not connect in time"
+                )
+            for key, _ in selector.select(max(0.001, min(POLL_SECONDS, deadline - now))):
+                if key.fileobj is listener:
+                    _challenge_new(listener, selector, pending)
+                    continue
+                entry = pending[key.fileobj]  # type: ignore[index]
+                try:
+                    chunk = entry.sock.recv(Answer.FORMAT.size - len(entry.got))
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as error:
+                    drop(entry, f"the connection broke ({error})")
+                    continue
+                if not chunk:
+                    drop(entry, "it closed the connection without proving it belongs to the group")
+                    continue
+                entry.got += chunk
+                if len(entry.got) < Answer.FORMAT.size:
+                    continue
+                answer = Answer.unpack(bytes(entry.got))
+                right = secret.mac(_CONNECT, group, entry.nonce, answer.nonce, answer.rank, me)
+                if not hmac.compare_digest(answer.mac, right):
+                    drop(entry, f"its answer (naming rank {answer.rank}) does not prove it holds the group's secret")
+                    continue
+                if answer.rank not in expected or answer.rank in linked:
+                    drop(entry, f"rank {answer.rank} is not a rank that connects to rank {me} now")
+                    continue
+                selector.unregister(entry.sock)
+                del pending[entry.sock]
+                entry.sock.setblocking(True)
+                entry.sock.settimeout(max(0.001, deadline - time.monotonic()))
+                try:
+                    entry.sock.sendall(
+                        Proof(secret.mac(_ACCEPT, group, entry.nonce, answer.nonce, me, answer.rank)).pack()
+                    )
+                except OSError as error:
+                    entry.sock.close()
+                    raise RankGone(f"rank {me}: rank {answer.rank}'s connection broke ({error})") from None
+                linked[answer.rank] = entry.sock
+    except BaseException:
+        for sock in linked.values():
+            sock.close()
+        raise
+    finally:
+        for entry in pending.values():
+            entry.sock.close()
+        selector.close()
+    return linked
+
+
+def _challenge_new(
+    listener: socket.socket, selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending]
+) -> None:
+    """Accept what connected to ``listener``, send it a fresh :class:`Challenge`, and watch it for its answer."""
+    try:
+        sock, address = listener.accept()
+    except (BlockingIOError, InterruptedError):
+        return
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    try:
+        sock.settimeout(POLL_SECONDS)  # a few dozen bytes into a new connection's empty send buffer
+        sock.sendall(Challenge(nonce).pack())
+    except OSError:
+        sock.close()
+        return
+    sock.setblocking(False)
+    peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+    pending[sock] = _Pending(sock, peer, nonce, time.monotonic() + HANDSHAKE_SECONDS, bytearray())
+    selector.register(sock, selectors.EVENT_READ)
 
 
 class Link:
