@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -148,6 +149,68 @@ class Bag(PersistentObject):
     @active(writes=True)
     def bind_view(self, name: str, other: str, stop: int) -> None:
         setattr(self, name, getattr(self, other)[:stop])
+
+    @active(writes=True)
+    def fill_gated(self, name: str, value: float, gate: str, timeout: float = 60.0) -> bool:
+        """Write ``value`` into array ``name``: its first half, then ``gate + '.started'``, then (once
+        ``gate`` exists) its second half. A copy made meanwhile is torn unless taken under the lock."""
+        array = getattr(self, name)
+        half = len(array) // 2
+        array[:half] = value
+        open(gate + ".started", "w").close()
+        wait_for_file(gate, timeout)
+        array[half:] = value
+        return True
+
+    @active
+    def everything(self) -> dict:
+        """Every attribute (arrays copied)."""
+        return {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
+
+
+def wait_for_file(path: str, timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until ``path`` exists: how a test opens a method's gate."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.001)  # a poll interval of a bounded wait on a state, not a timing assumption
+
+
+class Halves(PersistentObject):
+    """An array and a label written by one writing method, half at a time, that can stop between the
+    halves at a gate (a file the test creates): a copy made while it waits there is torn unless the
+    store copies under the object's lock (issue 35). ``label`` is written last."""
+
+    def __init__(self, size: int, value: float = 0.0):
+        self.data = np.full(size, value)
+        self.label = value
+
+    @active(writes=True)
+    def fill(self, value: float, gate: str = "", timeout: float = 60.0) -> bool:
+        """Write ``value`` everywhere: the first half; with a ``gate``, create ``gate + '.started'``
+        and wait for ``gate``; the second half; the label."""
+        half = len(self.data) // 2
+        self.data[:half] = value
+        if gate:
+            open(gate + ".started", "w").close()
+            wait_for_file(gate, timeout)
+        self.data[half:] = value
+        self.label = value
+        return True
+
+    @active
+    def hold(self, gate: str, timeout: float = 60.0) -> bool:
+        """A read-only call that stays inside the object (its shared lock held) until ``gate`` exists,
+        after creating ``gate + '.started'``."""
+        open(gate + ".started", "w").close()
+        wait_for_file(gate, timeout)
+        return True
+
+    @active
+    def state(self) -> tuple[float, float, float]:
+        """The smallest and largest element and the label: one version has all three equal."""
+        return float(self.data.min()), float(self.data.max()), float(self.label)
 
 
 def tier_files(store) -> list[str]:

@@ -25,7 +25,15 @@ def test_store_benchmark_reports_every_path_and_ratios(session):
     text = bench_store.format_report(report)
     assert "dataClay: skipped" in text and "goal: store null call latency: measured" in text
     assert all(len(r["active_runs_s"]) == len(r["non_active_runs_s"]) == 2 for r in report["applications"])
-    assert [g["goal"] for g in report["goals"]] == ["store null call latency"]  # no k-means asked for, no dataClay
+    goals = [g["goal"] for g in report["goals"]]  # no k-means asked for, no dataClay
+    assert goals[0] == "store null call latency" and len(goals) == 4
+    assert goals[1].startswith("store fetch of 1 MiB under the object's lock")
+    paths = ("store: fetch (backend -> client)", "store: move (backend -> backend)", "dask: gather (worker -> client)")
+    sizes = bench_store.TRANSFER_SIZES["ci"]
+    assert {(r["path"], r["nbytes"]) for r in report["copies"]} == {(p, n) for p in paths for n in sizes}
+    assert all(r["MBps"] > 0 and r["best_MBps"] >= r["MBps"] for r in report["copies"])
+    assert set(report["readers"]) == {"read_s", "two_reads_ratio", "fetch_alone_ms", "fetch_beside_read_ms"}
+    assert "copies of an object" in text and "read-only calls together" in text
     with pytest.raises(ValueError, match="size must be one of"):
         bench_store.run(size="big", session=session)
 

@@ -101,6 +101,23 @@ def test_two_attributes_that_are_one_array_stay_one_array(store, tier):
     assert not any(proxy.oid in f for f in tier_files(store))
 
 
+@pytest.mark.parametrize("tier", FILE_TIERS)
+def test_an_attribute_bound_to_a_new_attribute_s_array_stays_its_alias(store, tier):
+    """A new attribute (no file yet) and a filed one bound to its array are one array after the call
+    (the store's state machine found them split: the filed one became a file of its own)."""
+    proxy = store.make_persistent(Bag(b=np.zeros(500)))
+    try:
+        proxy.place(tier)
+        proxy.bind.value("c", np.full(3, 7.0))  # new: stays in DRAM until the next placement
+        proxy.bind_to.value("b", "c")
+        assert proxy.same.value("b", "c")
+        proxy.add.value(1.0, "c")
+        assert proxy.read.value("b").tolist() == [8.0] * 3 and proxy.same.value("b", "c")
+    finally:
+        proxy.delete()
+    assert not any(proxy.oid in f for f in tier_files(store))
+
+
 def test_an_attribute_that_is_part_of_another_is_refused_before_any_file(store):
     proxy = store.make_persistent(Bag(whole=np.zeros(100)))
     try:

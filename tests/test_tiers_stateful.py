@@ -1,13 +1,18 @@
 """Model-based tests of the tiers and of the store's placements (issue 25, 19): random sequences of
 make, place on any tier, write in place, rebind, alias, read, move, free and evict under tiny DRAM
 and cache budgets, against a plain in-memory model. Every read equals the model; no file outlives
-its object. ``WORKBENCH_STATEFUL_EXAMPLES`` sets how many sequences run (50 by default: seconds)."""
+its object. The store's machine also copies its object (move, replica, fetch, non-active call, new
+version) while a writing call is half-way (issue 35): every copy is all before or all after the
+write. ``WORKBENCH_STATEFUL_EXAMPLES`` sets how many sequences run (50 by default: seconds)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from store_helpers import Bag
+from store_helpers import Bag, wait_for_file
 
 from workbench.memory import shm, tiers
 from workbench.runtime.store import store_for
+from workbench.runtime.store.protocol import PLUGIN_NAME
 
 EXAMPLES = int(os.environ.get("WORKBENCH_STATEFUL_EXAMPLES", "50"))
 SETTINGS = settings(
@@ -30,6 +36,7 @@ SETTINGS = settings(
 )
 NAMES = st.sampled_from(["a", "b", "c"])
 SIZES = st.sampled_from([1, 3, 500, 1000])  # 8 B .. 8 kB: a cache of 10 kB holds one of the large
+BOUND = 60.0  # the longest wait of a rule (a bound, never a pause)
 
 
 class TierMachine(RuleBasedStateMachine):
@@ -166,6 +173,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.model: dict[str, object] = {"a": np.zeros(500)}
         self.model["b"] = self.model["a"]  # aliased from the start
         self.proxy = self.store.make_persistent(Bag(**self.model))
+        self.gates = Path(tempfile.mkdtemp(prefix="lwb-stateful-gates-"))
 
     @rule(tier=st.sampled_from(["dram", "mapped", "cached", "disk"]))
     def place(self, tier):
@@ -215,6 +223,96 @@ class StoreMachine(RuleBasedStateMachine):
     def cool(self):
         self.proxy.cool()
 
+    @precondition(lambda self: any(isinstance(v, np.ndarray) for v in self.model.values()))
+    @rule(
+        data=st.data(),
+        value=st.integers(10, 20),
+        transfer=st.sampled_from(["move", "replicate", "fetch", "non_active", "new_version"]),
+    )
+    def write_while_copying(self, data, value, transfer):
+        """A writing call stops half-way (at a gate) while the object is copied; the gate opens once
+        the copy ended or waits for the object's lock. Every copy is of one version; none loses the
+        write, which returned True."""
+        name = data.draw(st.sampled_from(sorted(k for k, v in self.model.items() if isinstance(v, np.ndarray))))
+        before = copy.deepcopy(self.model)
+        self.model[name][...] = value  # its aliases are the same array in the model
+        after = self.model
+        gate = self.gates / f"gate-{len(list(self.gates.iterdir()))}"
+        (holder, *_) = self.proxy.locations() or self.proxy._resolved(refresh=True)[1]
+        other = next(w for w in self.store.backends() if w != holder)
+        copies = {
+            "move": lambda: self.proxy.move(other) and None,
+            "replicate": lambda: self.proxy.replicate(other) and None,
+            "fetch": lambda: dict(vars(self.proxy.fetch())),
+            "non_active": lambda: self.store.session.gather(self.proxy.everything.non_active()),
+            "new_version": self.proxy.new_version,
+        }
+        with ThreadPoolExecutor(2) as pool:
+            writer = pool.submit(self.proxy.fill_gated.value, name, float(value), str(gate), BOUND)
+            try:
+                wait_for_file(str(gate) + ".started", BOUND)
+                copying = pool.submit(copies[transfer])
+                deadline = time.monotonic() + BOUND
+                while not (copying.done() or self._lock_waiters() > 0):
+                    assert time.monotonic() < deadline, "the copy neither ended nor waited for the object's lock"
+                    time.sleep(0.002)  # a poll interval of a bounded wait on a state
+            finally:
+                gate.touch()
+            copied, wrote = copying.result(timeout=BOUND), writer.result(timeout=BOUND)
+        assert wrote is True
+        if transfer == "new_version":
+            state = copied.everything.value()
+            assert self._matches(state, before) or self._matches(state, after), f"torn new version: {state}"
+            self.proxy = copied.consolidate()  # the object is now that copy: the model follows it
+            self.model = after if self._matches(state, after) else before
+        elif copied is not None:
+            assert self._matches(copied, before) or self._matches(copied, after), f"torn {transfer} copy: {copied}"
+        held = self._held_states()
+        assert held and all(self._matches(state, self.model) for state in held), f"copies held: {held}"
+        if transfer == "replicate":
+            assert len(held) == 2
+            self.proxy.drop_replicas()  # writing rules need one copy
+        if transfer == "move":
+            assert self.proxy.locations() in ([other], [])  # [] : evicted to disk since (a memory limit)
+
+    def _matches(self, state: dict, model: dict) -> bool:
+        """Whether an object's attributes equal the model's (arrays by value)."""
+        if set(state) != set(model):
+            return False
+        for key, value in model.items():
+            got = state[key]
+            if isinstance(value, np.ndarray):
+                if not isinstance(got, np.ndarray) or not np.array_equal(got, value):
+                    return False
+            elif got != value:
+                return False
+        return True
+
+    def _lock_waiters(self) -> int:
+        """Calls and copies waiting for the object's lock on any backend."""
+        oid = self.proxy.oid
+
+        def probe(dask_worker) -> int:
+            backend = dask_worker.plugins[PLUGIN_NAME]
+            with backend.table_lock:
+                return sum(getattr(e.lock, "waiting", 0) for (o, _), e in backend.table.items() if o == oid)
+
+        return sum(self.store.session.client.run(probe).values())
+
+    def _held_states(self) -> list[dict]:
+        """The attributes of every copy of the object's current version held in memory, read in place."""
+        oid, version = self.proxy.oid, self.proxy._resolved(refresh=True)[0].version
+
+        def probe(dask_worker) -> list[dict]:
+            backend = dask_worker.plugins[PLUGIN_NAME]
+            with backend.table_lock:
+                entry = backend.table.get((oid, version))
+            if entry is None:
+                return []
+            return [{k: np.array(v, copy=True) if isinstance(v, np.ndarray) else v for k, v in vars(entry.obj).items()}]
+
+        return [state for states in self.store.session.client.run(probe).values() for state in states]
+
     @invariant()
     def reads_equal_the_model(self):
         for name, value in self.model.items():
@@ -230,6 +328,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def teardown(self):
         self.proxy.delete()
+        shutil.rmtree(self.gates, ignore_errors=True)
         directory = self.store.directory / "tiers" / "mapped"
         left = [p.name for p in directory.iterdir() if self.proxy.oid in p.name] if directory.is_dir() else []
         assert left == [], f"tier files outlived their object: {left}"

@@ -11,17 +11,25 @@
 2. histogram and k-means, ``active`` vs ``non-active``, through the experiment runner (same
    answers checked), one experiment per parameter point; the ratio is non-active time / active
    time. At lab k-means runs at 16, 64 and 128 dimensions (the RRO paper's Table I's largest).
+3. Copies of an object (issue 35): the bandwidth of a fetch to the client and of a move between
+   backends, 1 KiB and 64 MiB (1 MiB at ``ci``), beside Dask's own gather of the same bytes; every
+   copy is taken under the object's shared lock (a fetch copies the arrays under it), so a copy
+   must not wait for a read-only call, nor two read-only calls for each other: both are measured.
 Goals from the issue are printed next to the figures, never asserted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from datasets import SIZES
 from workbench import machine
@@ -41,6 +49,23 @@ class Null(PersistentObject):
     def nothing(self) -> None:
         """Nothing: what is left is the cost of the call."""
         return None
+
+
+class Payload(PersistentObject):
+    """Bytes to copy (random: nothing compresses them), and a read-only call that stays inside the object."""
+
+    def __init__(self, nbytes: int):
+        self.data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+
+    @active
+    def inside(self, seconds: float) -> float:
+        """Stay inside the object (its shared lock held) for ``seconds``: a long read-only call."""
+        time.sleep(seconds)
+        return seconds
+
+
+TRANSFER_SIZES = {"ci": (1024, 2**20), "lab": (1024, 64 * 2**20), "full": (1024, 64 * 2**20)}
+READ_SECONDS = 0.3  # how long the read-only call of the concurrency figures stays inside the object
 
 
 def null_function() -> None:
@@ -140,6 +165,93 @@ def null_calls(
     return rows
 
 
+def _timings(repeats: int, run: Callable[[], Any]) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``run``, after one warm-up call."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _median_seconds(repeats: int, run: Callable[[], Any]) -> float:
+    """Median seconds of ``run`` over ``repeats`` calls, after one warm-up call."""
+    return statistics.median(_timings(repeats, run))
+
+
+def copy_rates(session: Session, store: Store, sizes: Sequence[int], repeats: int = 5) -> list[dict[str, Any]]:
+    """Bandwidth of the store's copies of an object of each size: a fetch to the client (``GET``: a
+    snapshot under the object's shared lock) and a move between two backends (``PUSH``, the lock
+    held until the copy is there), beside Dask's gather of the same array from the same worker (no
+    store, no lock): one row per path and size, the median of ``repeats`` (``MBps``) and the fastest
+    (``best_MBps``: what a busy machine disturbs least)."""
+    return [row for nbytes in sizes for row in _copy_rates_of(session, store, nbytes, repeats)]
+
+
+def _copy_rates_of(session: Session, store: Store, nbytes: int, repeats: int) -> list[dict[str, Any]]:
+    """:func:`copy_rates`' rows of one size."""
+    workers = store.backends()
+    times: dict[str, list[float]] = {}
+    proxy = store.make_persistent(Payload(nbytes), backend=workers[0])
+    try:
+        times["store: fetch (backend -> client)"] = _timings(repeats, proxy.fetch)
+        if len(workers) > 1:
+            targets = itertools.cycle(workers[1:] + workers[:1])
+            times["store: move (backend -> backend)"] = _timings(repeats, lambda: proxy.move(next(targets)))
+    finally:
+        proxy.delete()
+    future = session.client.scatter(Payload(nbytes).data, workers=[workers[0]])
+    try:
+        times["dask: gather (worker -> client)"] = _timings(repeats, future.result)
+    finally:
+        future.release()
+    return [
+        {
+            "path": path,
+            "nbytes": nbytes,
+            "seconds": statistics.median(t),
+            "MBps": nbytes / statistics.median(t) / 1e6,
+            "best_MBps": nbytes / min(t) / 1e6,
+        }
+        for path, t in times.items()
+    ]
+
+
+def reader_concurrency(store: Store, repeats: int = 20) -> dict[str, float]:
+    """Whether copies and reads of one object wait for each other (they must not: all take its lock
+    shared): ``two_reads_ratio``, the wall time of two concurrent read-only calls of
+    :data:`READ_SECONDS` over one's (1: they overlap, 2: serialised); ``fetch_beside_read_ms``, the
+    longest of the 1 KiB fetches made while such a call is inside the object (about
+    ``fetch_alone_ms`` if they overlap, up to :data:`READ_SECONDS` if serialised)."""
+    proxy = store.make_persistent(Payload(1024))
+    try:
+        alone = _median_seconds(1, lambda: proxy.inside.value(READ_SECONDS))
+        fetch_alone = _median_seconds(repeats, proxy.fetch)
+        with ThreadPoolExecutor(2) as pool:
+            start = time.perf_counter()
+            both = [pool.submit(proxy.inside.value, READ_SECONDS) for _ in range(2)]
+            for f in both:
+                f.result()
+            two = time.perf_counter() - start
+            reading = pool.submit(proxy.inside.value, READ_SECONDS)
+            longest = 0.0
+            while not reading.done():
+                start = time.perf_counter()
+                proxy.fetch()
+                longest = max(longest, time.perf_counter() - start)
+            reading.result()
+    finally:
+        proxy.delete()
+    return {
+        "read_s": alone,
+        "two_reads_ratio": two / alone,
+        "fetch_alone_ms": 1e3 * fetch_alone,
+        "fetch_beside_read_ms": 1e3 * longest,
+    }
+
+
 def active_vs_non_active(
     session: Session, apps: Sequence[str], size: str, repeats: int, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
@@ -179,9 +291,16 @@ def active_vs_non_active(
     return rows
 
 
-def store_goals(calls_rows: list[dict[str, Any]], app_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's goals: the store's null-call latency (alone, and against dataClay's when it ran) and
-    k-means active >= 2x non-active at every point; one latency figure per path, so only k-means has noise."""
+def store_goals(
+    calls_rows: list[dict[str, Any]],
+    app_rows: list[dict[str, Any]],
+    copy_rows: Sequence[dict[str, Any]] = (),
+    readers: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """The issues' goals: the store's null-call latency (alone, and against dataClay's when it ran),
+    k-means active >= 2x non-active at every point; a fetch of the largest object copied at least at
+    half Dask's gather bandwidth, and copies and reads of one object not waiting for each other
+    (issue 35). One latency figure per path, so only k-means has noise."""
     latency = {r["path"]: r["latency_ms"] for r in calls_rows}
     value = calls_rows[0]["latency_ms"]
     goals = [goal("store null call latency", value, 1.0, better="lower", unit="ms", peers=latency, peer_unit="ms")]
@@ -208,6 +327,40 @@ def store_goals(calls_rows: list[dict[str, Any]], app_rows: list[dict[str, Any]]
                     noise=ratio_noise(row["active_runs_s"], row["non_active_runs_s"]),
                 )
             )
+    if copy_rows:
+        largest = max(r["nbytes"] for r in copy_rows)
+        rates = {r["path"]: r["MBps"] for r in copy_rows if r["nbytes"] == largest}
+        fetch, dask = rates.get("store: fetch (backend -> client)"), rates.get("dask: gather (worker -> client)")
+        if fetch is not None and dask is not None:
+            goals.append(
+                goal(
+                    f"store fetch of {largest / 2**20:g} MiB under the object's lock (store / Dask gather bandwidth)",
+                    fetch / dask,
+                    0.5,
+                    peers=rates,
+                    peer_unit="MB/s",
+                )
+            )
+    if readers is not None:
+        goals.append(
+            goal(
+                "two read-only calls on one object overlap (wall time / one call's)",
+                readers["two_reads_ratio"],
+                1.5,
+                better="lower",
+            )
+        )
+        goals.append(
+            goal(
+                "a fetch does not wait for a read-only call (longest fetch beside one, ms)",
+                readers["fetch_beside_read_ms"],
+                1e3 * READ_SECONDS / 3,
+                better="lower",
+                unit="ms",
+                peers={"fetch alone": readers["fetch_alone_ms"], "beside a read": readers["fetch_beside_read_ms"]},
+                peer_unit="ms",
+            )
+        )
     return goals
 
 
@@ -236,6 +389,11 @@ def run(
         with Store(session, directory if owned else None) as store:  # a given session keeps its own store
             with progress.phase("null calls", 4) as phase:
                 calls_rows = null_calls(session, store, calls, phase.step)
+            with progress.phase("copies", 2) as phase:
+                copy_rows = copy_rates(session, store, TRANSFER_SIZES[size], repeats=max(repeats, 3))
+                phase.step("bandwidth")
+                readers = reader_concurrency(store)
+                phase.step("concurrent readers")
             app_rows = active_vs_non_active(session, apps, size, repeats, progress)
         workers = len(session.workers())
     peer: dict[str, Any] = {"available": False, "reason": "not asked for (--no-dataclay)"}
@@ -261,8 +419,10 @@ def run(
         "workers": workers,
         "null_calls": calls_rows,
         "applications": app_rows,
+        "copies": copy_rows,
+        "readers": readers,
         "dataclay": peer,
-        "goals": store_goals(calls_rows, app_rows),
+        "goals": store_goals(calls_rows, app_rows, copy_rows, readers),
         "machine": machine.describe(),
     }
 
@@ -290,6 +450,22 @@ def format_report(report: dict[str, Any]) -> str:
             f"{r['app']:<10} {str(r['parameters']):<32} {r['active_s']:>9.4f} {r['non_active_s']:>13.4f} "
             f"{r['ratio']:>11.2f} "
             f"{r['active_bytes_moved'] / 1e6:>16.2f} {r['non_active_bytes_moved'] / 1e6:>11.2f}"
+        )
+    lines += [
+        "",
+        "copies of an object (median, and fastest)",
+        f"{'path':<40} {'bytes':>10} {'ms':>9} {'MB/s':>9} {'best MB/s':>10}",
+    ]
+    for r in report.get("copies", []):
+        lines.append(
+            f"{r['path']:<40} {r['nbytes']:>10} {1e3 * r['seconds']:>9.3f} {r['MBps']:>9.1f} {r['best_MBps']:>10.1f}"
+        )
+    readers = report.get("readers")
+    if readers:
+        lines.append(
+            f"two {readers['read_s']:.2f} s read-only calls together: {readers['two_reads_ratio']:.2f}x one's time; "
+            f"a fetch beside one: {readers['fetch_beside_read_ms']:.1f} ms at most ({readers['fetch_alone_ms']:.1f} "
+            "ms alone)"
         )
     lines.append("")
     lines += goal_lines(report["goals"])

@@ -26,13 +26,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import cloudpickle
 from distributed import get_worker
+from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
 from distributed.utils import sync
@@ -41,7 +42,7 @@ import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy, Usage
 from workbench.runtime import failures
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, object_lost
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, check_writable, object_lost
 from workbench.runtime.store.model import (
     ObjectRef,
     ReadWriteLock,
@@ -88,6 +89,22 @@ class Entry:
     reads: int = 0  # calls that read it here (what dynamic placement weighs)
     writes: int = 0  # calls that changed it here
     managed: bool = False  # placed by the backend's dynamic policy (``place("dynamic")``)
+    replicated: bool = False  # a replica of it was pushed to another backend: a write asks the catalogue first
+
+
+@dataclass(frozen=True)
+class SendLocked:
+    """An operation's reply that is an object held under its shared lock (``entry``'s): the handler
+    sends it, then releases the lock (:meth:`StoreBackend.send_locked`)."""
+
+    obj: Any
+    entry: Entry
+
+
+def release_unsent(done: Future[Any]) -> None:
+    """A finished operation's :class:`SendLocked` result that will not be sent: its lock released."""
+    if not done.cancelled() and done.exception() is None and isinstance(done.result(), SendLocked):
+        done.result().entry.lock.release(False)
 
 
 def disk_path(directory: str, oid: str, version: int) -> Path:
@@ -210,18 +227,45 @@ class StoreBackend(WorkerPlugin):
             tiering.release(entry.placement)
 
     # -- messages --------------------------------------------------------------------------------
-    async def handle(self, action: str, **kwargs: Any) -> Any:
+    async def handle(self, comm: Any, action: str, serializers: Any = None, **kwargs: Any) -> Any:
         """The ``workbench_store`` handler: runs the operation ``action`` (a :class:`BackendOp`, by
-        :data:`BACKEND_HANDLERS`) on a thread (calls and I/O apart)."""
+        :data:`BACKEND_HANDLERS`) on a thread (calls and I/O apart). A :class:`SendLocked` result is
+        written to ``comm`` here, its object's lock held until it is sent (``serializers``: the
+        caller's, as Dask would write the reply)."""
         handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
         pool = self.calls if action == BackendOp.CALL else self.io
+        running = pool.submit(handler, self, **kwargs)
         try:
-            result = await asyncio.get_running_loop().run_in_executor(pool, lambda: handler(self, **kwargs))
+            result = await asyncio.wrap_future(running)
+        except asyncio.CancelledError:  # the worker is closing: a lock the thread still takes is given back
+            running.add_done_callback(release_unsent)
+            raise
         except Exception as error:  # the caller raises it (Dask would log every one as a server crash)
             return error_reply(error)
-        if action in (BackendOp.CALL, BackendOp.GET) and not isinstance(result, PLAIN):
+        if isinstance(result, SendLocked):
+            return await self.send_locked(comm, serializers, result)
+        if action == BackendOp.CALL and not isinstance(result, PLAIN):
             result = to_serialize(result)  # numpy buffers travel as frames, the rest pickled
         return result_reply(result)
+
+    async def send_locked(self, comm: Any, serializers: Any, held: SendLocked) -> Any:
+        """Write ``held``'s object as the reply on ``comm``, then release its shared lock.
+
+        Dask pickles a reply (numpy arrays as frames that point into the arrays) only when it writes
+        it, after the handler returned: with the lock released then, a writing method could change
+        the object between frames, and the caller would get half of its write. The write here returns
+        once every byte has left this process, so no copy of the arrays is made. Returns
+        ``Status.dont_reply`` (sent already), or the error reply of an object that cannot be
+        serialised (nothing was sent)."""
+        try:
+            await comm.write(result_reply(to_serialize(held.obj)), serializers=serializers)
+        except OSError:  # the connection failed: Dask's handler loop ends it
+            raise
+        except Exception as error:  # serialising failed before anything was written
+            return error_reply(error)
+        finally:
+            held.entry.lock.release(False)
+        return Status.dont_reply
 
     def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
         """A catalogue operation from a worker thread (the scheduler answers over the worker's link)."""
@@ -490,6 +534,17 @@ class StoreBackend(WorkerPlugin):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {task!r} waited")
 
+    def check_single_copy(self, ref: ObjectRef, entry: Entry, task: str) -> None:
+        """Before a write to ``entry``, its exclusive lock held: refused (``StoreError``) if this backend
+        pushed a replica of it that the catalogue still names. The caller checked for replicas before
+        sending the call, but a replica made while the call waited for the lock would differ from the
+        object once written. Costs a catalogue message only after a replica was made here."""
+        if not entry.replicated or entry.copy:
+            return
+        record = found(self.record(ObjectRef(ref.oid, ref.version, ref.alias, ref.class_label, pinned=True)), ref)
+        check_writable(ref, record.workers, task, True)
+        entry.replicated = False  # its replicas were dropped: writes go on without asking
+
     def wrote(self, ref: ObjectRef, entry: Entry) -> None:
         """After a write to ``entry``'s object, its exclusive lock still held: its arrays read-only
         again, its size updated, its disk copy (now stale) deleted."""
@@ -508,13 +563,15 @@ class StoreBackend(WorkerPlugin):
         """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
         args, kwargs = self.resolve_arguments(args, kwargs, method)
         ref, entry = self.locked(ref, method, writes)
+        was_hot = self.dynamic.hot(entry.reads, entry.writes)
         try:
+            if writes:
+                self.check_single_copy(ref, entry, method)
             bound = getattr(entry.obj, method, None)
             if bound is None:
                 raise AttributeError(f"{ref.label()} ({type(entry.obj).__name__}) has no method {method!r}")
             if writes:
                 set_arrays_writeable(entry.obj, True)
-            was_hot = self.dynamic.hot(entry.reads, entry.writes)
             if not writes:
                 entry.reads += 1
             try:
@@ -573,25 +630,52 @@ class StoreBackend(WorkerPlugin):
         """Forget a batch of objects here (a batch that failed elsewhere); how many were held."""
         return sum(bool(self.op_drop(str(k[0]), int(k[1]))) for k in keys)
 
-    def op_get(self, oid: str, version: int) -> Any:
-        """The object itself (another backend or a client copies it)."""
-        entry = self.here(oid, version)
-        return entry.obj
+    def held(self, ref: ObjectRef) -> tuple[ObjectRef, Entry]:
+        """``ref`` and this backend's entry of exactly that version, or ``NotHere`` (a ``find`` of
+        :meth:`locked` for operations on a version held here)."""
+        return ref, self.here(ref.oid, ref.version)  # type: ignore[arg-type]
 
-    def op_push(self, oid: str, version: int, target: str) -> int:
-        """Send a copy of the object to backend ``target`` (a move or a replica), which records itself
-        in the catalogue as a holder."""
-        entry = self.here(oid, version)
-        start = time.time()
-        self.backend(target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
-        self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
-        return entry.nbytes
+    def op_get(self, oid: str, version: int) -> SendLocked:
+        """The object, for another backend or a client to copy: under its shared lock, which
+        :meth:`send_locked` releases once the reply is sent. So the copy is all before or all after
+        any write, and other readers and copies are not held up."""
+        _, entry = self.locked(ObjectRef(oid, int(version)), "get", False, find=self.held)
+        return SendLocked(entry.obj, entry)
+
+    def op_push(self, oid: str, version: int, target: str, move: bool = False) -> int:
+        """Send a copy of the object to backend ``target``, which records itself in the catalogue as a
+        holder: a replica, or with ``move`` the object itself (dropped here once the copy is there).
+
+        Under the object's shared lock until ``target`` has the copy (the send waits for its answer,
+        so Dask has serialised the object by then: no copy of the arrays is needed). A writing method
+        that waited meanwhile then finds a move's object gone (and is sent to the new holder) or a
+        replica's object replicated (and is refused), instead of changing one copy only.
+        """
+        ref, entry = self.locked(ObjectRef(oid, int(version)), "push", False, find=self.held)
+        try:
+            start = time.time()
+            self.backend(target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
+            self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
+            if move:  # the catalogue first, the table after, as an eviction does
+                self.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=int(version), worker=self.worker.address)
+                with self.table_lock:
+                    if self.table.get((oid, int(version))) is entry:
+                        del self.table[(oid, int(version))]
+                tiering.release(entry.placement)
+            else:
+                entry.replicated = True
+            return entry.nbytes
+        finally:
+            entry.lock.release(False)
 
     def op_copy_version(self, oid: str, version: int, new_version: int) -> int:
-        """Copy a version into a new one here (``new_version``)."""
-        entry = self.here(oid, version)
-        copy = pickle.loads(cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL))
-        return self.add(oid, new_version, copy)
+        """Copy a version into a new one here (``new_version``), pickled under the object's shared lock."""
+        ref, entry = self.locked(ObjectRef(oid, int(version)), "new_version", False, find=self.held)
+        try:
+            data = cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL)  # arrays in band: a copy
+        finally:
+            entry.lock.release(False)
+        return self.add(oid, new_version, pickle.loads(data))
 
     def op_drop(self, oid: str, version: int) -> bool:
         """Forget a version here (and free its tier files); whether it was held."""

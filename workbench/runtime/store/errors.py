@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.runtime.store.model import ObjectRef
+
 
 class StoreError(RuntimeError):
     """Something the store cannot do for this object (the message says why and what to do)."""
@@ -29,6 +34,18 @@ def object_lost(label: str, class_label: str, lost_from: list[str]) -> ObjectLos
         "copy. "
         "Replicate objects you cannot recompute (proxy.replicate()) or write them to disk (proxy.flush())"
     )
+
+
+def check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
+    """A ``StoreError`` when a writing ``method`` would run on an object with several replicas (the
+    caller checks before sending the call; the backend again when a replica was made while the call
+    waited for the object's lock)."""
+    if writes and len(workers) > 1:
+        raise StoreError(
+            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); "
+            f"the writing method {method!r} would make them differ. "
+            "Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
+        )
 
 
 class UnknownAlias(KeyError):

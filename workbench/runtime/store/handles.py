@@ -22,7 +22,7 @@ import kernels
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.store.backend import local_backend, retry_while_moving, run_active, run_non_active
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, check_writable
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
@@ -298,12 +298,15 @@ class Proxy(StoredHandle):
         self._check_backend(backend)
         if workers == [backend]:
             return self
-        # The target records itself in the catalogue as a holder.
-        self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
-        for w in workers:
-            if w != backend:
-                self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
-                self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+        others = [w for w in workers if w != backend]
+        if backend not in workers:  # else it holds a replica already: only the others go
+            # The target records itself in the catalogue as a holder; the source drops the object
+            # once it is there, before a writing call waiting for it can change the dropped copy.
+            self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend, move=True)
+            others = others[1:]  # the source dropped itself
+        for w in others:  # the replicas
+            self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
+            self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
         self._locations = [backend]
         return self
 
@@ -533,16 +536,6 @@ def check_persistable(obj: Any) -> None:
     if not type(obj).active_methods():
         raise TypeError(
             f"{type(obj).__name__} has no @active method: mark the methods that should run in the store with @active"
-        )
-
-
-def check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
-    """A ``StoreError`` when a writing ``method`` would run on an object with several replicas."""
-    if writes and len(workers) > 1:
-        raise StoreError(
-            f"{ref.label()} has {len(workers)} replicas ({', '.join(workers)}); "
-            f"the writing method {method!r} would make them differ. "
-            "Call proxy.drop_replicas() first, or change a new_version() and consolidate() it"
         )
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from distributed import get_worker
 
 from workbench.runtime.store.backend import StoreBackend, local_backend
-from workbench.runtime.store.errors import NotHere, StoreError
-from workbench.runtime.store.handles import Proxy, check_writable, current_store, persist_here
+from workbench.runtime.store.errors import NotHere, StoreError, check_writable
+from workbench.runtime.store.handles import Proxy, current_store, persist_here
 from workbench.runtime.store.model import ObjectRef, StoredHandle, set_arrays_writeable
 from workbench.runtime.store.protocol import PLUGIN_NAME, found
 
@@ -103,6 +103,12 @@ class LocalWrite:
         check_writable(ref, record.workers, "local_object(for_write=True)", True)
         ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
         self._ref, self._entry = backend.locked(ref, "local_object", True, find=lambda r: _held_here(backend, r))
+        try:
+            backend.check_single_copy(self._ref, self._entry, "local_object(for_write=True)")
+        except BaseException:
+            entry, self._entry = self._entry, None
+            entry.lock.release(True)
+            raise
         set_arrays_writeable(self._entry.obj, True)
         return self._entry.obj
 

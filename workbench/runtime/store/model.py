@@ -311,13 +311,23 @@ def ship_by_value(cls: type) -> list[str]:
 
 
 class ReadWriteLock:
-    """Many readers or one writer (writers are not starved: a waiting writer blocks new readers)."""
+    """Many readers or one writer (writers are not starved: a waiting writer blocks new readers).
+
+    Readers are the read-only methods and every copy the store makes of the object (a fetch, a move,
+    a replica, a new version): they run together, and never while a writing method is half-way.
+    """
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._readers_waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """How many threads wait to take the lock now (what a test waits for to order a call after another)."""
+        return self._readers_waiting + self._writers_waiting
 
     def acquire(self, write: bool, timeout: float | None = None) -> bool:
         """Take the lock for writing (exclusive) or reading (shared); False on timeout."""
@@ -331,7 +341,11 @@ class ReadWriteLock:
                 if ok:
                     self._writer = True
                 return ok
-            ok = self._condition.wait_for(lambda: not self._writer and self._writers_waiting == 0, timeout)
+            self._readers_waiting += 1
+            try:
+                ok = self._condition.wait_for(lambda: not self._writer and self._writers_waiting == 0, timeout)
+            finally:
+                self._readers_waiting -= 1
             if ok:
                 self._readers += 1
             return ok

@@ -279,6 +279,7 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
     owner = {id(array): placement.arrays[attr] for attr, array in given.items()}  # given array -> its file
     kept: dict[str, tiers.TierArray] = {}
     rebound: dict[str, np.ndarray] = {}
+    fresh: dict[int, list[str]] = {}  # new attributes (no file), by the array they hold
     for attr, value in state.items():
         if attr in placement.arrays or (isinstance(value, np.ndarray) and id(value) in owner):
             if not _storable(value):
@@ -288,6 +289,8 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
                 kept[attr] = handle  # still (or now) the array of one of the object's files
             elif attr in placement.arrays:
                 rebound[attr] = value
+        elif isinstance(value, np.ndarray):
+            fresh.setdefault(id(value), []).append(attr)
     for handle in {id(h): h for h in kept.values()}.values():
         handle.sync()  # msync a mapping; write a cached copy through (then out of the cache)
     taken = {h.name for h in kept.values()}
@@ -301,6 +304,8 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
             groups[id(value)] = _handle(placement.tier, name, previous.directory, cache)  # type: ignore[arg-type]
             taken.add(name)
         kept[attr] = groups[id(value)]
+        for alias in fresh.pop(id(value), ()):  # a new attribute bound to the same array stays its alias
+            kept[alias] = groups[id(value)]
     placement.arrays.clear()
     placement.arrays.update(kept)
     _free_unused(old, kept)
@@ -310,9 +315,10 @@ def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     """Make the object's files cold: out of the DRAM cache and the page cache. Each attribute is
     swapped for a fresh mapping of its file (mapping reads nothing: no page comes back until a call
     touches it) *before* the pages are evicted, so the old mapping goes with its last view and the
-    attribute always holds its array: a copy of the object that Dask serialises meanwhile, without
-    the object's lock, sees the old mapping or the new one, never a missing array. A mapping still
-    held elsewhere (such a transfer) keeps its pages: the eviction then says so."""
+    attribute always holds its array (copies of the object hold its shared lock and cannot overlap
+    this, which holds it exclusive; a view taken without the lock, ``local_object``, sees the old
+    mapping or the new one, never a missing array). A mapping still held elsewhere keeps its pages:
+    the eviction then says so."""
     evictions = []
     for handle in placement.handles:
         if isinstance(handle, tiers.CachedArray):

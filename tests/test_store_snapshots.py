@@ -1,0 +1,231 @@
+"""Every copy the store makes of an object is of one version (issue 35, item 3).
+
+A move, a replica, a fetch (``proxy.fetch()``, ``.local()``, ``.non_active()``) and ``new_version``
+copy an object; a writing method may be half-way through it at that moment. Each test stops a
+writer between its two halves at a gate (a file), starts a copy, and opens the gate once the copy
+either finished (a torn copy: the store copied without the object's lock) or waits for the lock.
+The copy must be all before or all after the write, and a write that returned True is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import Halves, wait_for_file
+
+from workbench.runtime.store import NotHere, StoreError, store_for
+from workbench.runtime.store.backend import StoreBackend
+from workbench.runtime.store.model import ObjectRef
+from workbench.runtime.store.protocol import PLUGIN_NAME, BackendOp, CatalogueOp, Record
+
+BOUND = 60.0  # the longest any wait of these tests lasts (a bound, never a pause)
+SIZE = 1 << 16  # 512 KiB of float64
+
+
+@pytest.fixture
+def store(session):
+    return store_for(session)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = BOUND) -> None:
+    """Poll ``condition`` until it holds, at most ``timeout`` s (a bounded wait on a state)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        time.sleep(0.002)
+
+
+def lock_waiters(session, oid: str) -> int:
+    """Calls and copies waiting for the lock of any version of ``oid``, on every backend (0 where the
+    lock does not count its waiters)."""
+
+    def probe(dask_worker: Any) -> int:
+        backend = dask_worker.plugins[PLUGIN_NAME]
+        with backend.table_lock:
+            locks = [e.lock for (o, _), e in backend.table.items() if o == oid]
+        return sum(getattr(lock, "waiting", 0) for lock in locks)
+
+    return sum(session.client.run(probe).values())
+
+
+def held_copies(session, oid: str) -> list[tuple[int, float, float, float]]:
+    """``(version, min, max, label)`` of every copy of ``oid`` the backends hold, read in place."""
+
+    def probe(dask_worker: Any) -> list[tuple[int, float, float, float]]:
+        backend = dask_worker.plugins[PLUGIN_NAME]
+        with backend.table_lock:
+            entries = [(v, e.obj) for (o, v), e in backend.table.items() if o == oid]
+        return [(v, float(obj.data.min()), float(obj.data.max()), float(obj.label)) for v, obj in entries]
+
+    return [copy for copies in session.client.run(probe).values() for copy in copies]
+
+
+def one_version(state: tuple[float, float, float]) -> bool:
+    """Whether a copy's (min, max, label) is of one version: all three equal."""
+    return state[0] == state[1] == state[2]
+
+
+def copy_during_write(session, proxy, transfer: Callable[[], Any], gate: Path) -> tuple[Any, bool]:
+    """Run ``transfer`` while ``proxy.fill(2.0)`` waits between its halves; open the gate once the
+    transfer finished or waits for the object's lock. Returns the transfer's result and the write's."""
+    with ThreadPoolExecutor(2) as pool:
+        writer = pool.submit(proxy.fill.value, 2.0, str(gate), BOUND)
+        try:
+            wait_for_file(str(gate) + ".started", BOUND)
+            copying = pool.submit(transfer)
+            wait_until(
+                lambda: copying.done() or lock_waiters(session, proxy.oid) > 0, "the copy to end or wait for the lock"
+            )
+        finally:
+            gate.touch()
+        return copying.result(timeout=BOUND), writer.result(timeout=BOUND)
+
+
+TRANSFERS = ["move", "replicate", "fetch", "local", "non_active", "new_version"]
+
+
+@pytest.mark.parametrize("kind", TRANSFERS)
+def test_a_copy_made_during_a_write_is_all_before_or_all_after_it(session, store, tmp_path, kind):
+    proxy = store.make_persistent(Halves(SIZE, 1.0))
+    (holder,) = proxy.locations()
+    other = next(w for w in store.backends() if w != holder)
+    transfers: dict[str, Callable[[], Any]] = {
+        "move": lambda: proxy.move(other),
+        "replicate": lambda: proxy.replicate(other),
+        "fetch": lambda: (lambda obj: (float(obj.data.min()), float(obj.data.max()), float(obj.label)))(proxy.fetch()),
+        "local": proxy.state.local,
+        "non_active": lambda: session.gather(proxy.state.non_active()),
+        "new_version": lambda: proxy.new_version().state.value(),
+    }
+    try:
+        copied, wrote = copy_during_write(session, proxy, transfers[kind], tmp_path / "gate")
+        assert wrote is True
+        if kind in ("fetch", "local", "non_active", "new_version"):
+            assert one_version(copied), f"the {kind} copy is torn: (min, max, label) = {copied}"
+        copies = held_copies(session, proxy.oid)
+        torn = [c for c in copies if not one_version(c[1:])]
+        assert not torn, f"torn copies held after a {kind}: (version, min, max, label) = {torn}"
+        current = [c for c in copies if c[0] == 0]
+        assert current and all(c[1] == 2.0 for c in current), f"the write that returned True is lost: {copies}"
+        if kind == "move":
+            assert proxy.locations() == [other] and len(current) == 1
+        if kind == "replicate":
+            assert sorted(proxy.locations()) == sorted([holder, other]) and len(current) == 2
+    finally:
+        proxy.delete()
+
+
+def test_copies_are_not_serialised_behind_a_reader(session, store, tmp_path):
+    """A read-only call holding the object's shared lock does not hold up a fetch, a non-active call,
+    a replica or a new version: the copies take the lock shared too."""
+    proxy = store.make_persistent(Halves(SIZE, 3.0))
+    other = next(w for w in store.backends() if w not in proxy.locations())
+    gate = tmp_path / "gate"
+    with ThreadPoolExecutor(2) as pool:
+        reader = pool.submit(proxy.hold.value, str(gate), BOUND)
+        try:
+            wait_for_file(str(gate) + ".started", BOUND)
+            copies = pool.submit(
+                lambda: [
+                    float(proxy.fetch().label),
+                    session.gather(proxy.state.non_active())[2],
+                    proxy.new_version().state.value()[2],
+                    proxy.replicate(other) and proxy.state.value()[2],
+                ]
+            )
+            assert copies.result(timeout=BOUND) == [3.0] * 4
+            assert not reader.done()  # every copy went while the reader was inside the object
+        finally:
+            gate.touch()
+            assert reader.result(timeout=BOUND) is True
+            proxy.delete()
+
+
+# -- a writer that waits for the lock while a copy holds it (one backend, its messages stubbed) -----
+def stub_backend(
+    tmp_path: Path, address: str, workers: list[str]
+) -> tuple[StoreBackend, list[tuple[str, dict[str, Any]]]]:
+    """A backend at ``address`` on a stub worker, whose catalogue names ``workers`` as the holders
+    (after a copy) and whose sends to other backends wait until a call waits for the object's lock
+    (bounded); what it said to either."""
+    worker = types.SimpleNamespace(
+        address=address,
+        handlers={},
+        state=types.SimpleNamespace(nthreads=1),
+        memory_manager=types.SimpleNamespace(memory_limit=None),
+        log_event=lambda *args, **kwargs: None,
+    )
+    backend = StoreBackend(str(tmp_path))
+    backend.setup(worker)
+    said: list[tuple[str, dict[str, Any]]] = []
+
+    def catalogue(op: CatalogueOp, **kwargs: Any) -> Any:
+        said.append((str(op), kwargs))
+        if op == CatalogueOp.RECORDS:
+            (oid, version), *_ = kwargs["refs"]
+            record = Record(oid, 0, list(workers), True, [], [], "Halves", "object", 0, {}, {}, None, 0.0)
+            return [record.to_wire()]
+        return None
+
+    def send(address: str, op: BackendOp, **kwargs: Any) -> Any:
+        said.append((str(op), {"address": address}))
+        entry = next(iter(backend.table.values()), None)
+        wait_until(lambda: entry is None or getattr(entry.lock, "waiting", 0) > 0, "a writer to wait")
+        return 0
+
+    backend.catalogue = catalogue  # type: ignore[method-assign]
+    backend.backend = send  # type: ignore[method-assign]
+    return backend, said
+
+
+@pytest.mark.parametrize("move", [False, True])
+def test_a_writer_that_waited_for_a_copy_does_not_write_a_dropped_or_replicated_object(tmp_path, move):
+    """A push holds the object's shared lock until its copy has left; a writer queued meanwhile is
+    refused after a replica (the replicas would differ) and sent to the new holder after a move (its
+    write would be lost with the dropped source)."""
+    here, there = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+    backend, said = stub_backend(tmp_path, here, [there] if move else [here, there])
+    backend.add("o" * 32, 0, Halves(16, 1.0))
+    entry = backend.table[("o" * 32, 0)]
+    errors: list[BaseException] = []
+    sending = threading.Event()
+
+    def write() -> None:
+        sending.wait(BOUND)
+        try:
+            backend.invoke(ObjectRef("o" * 32, 0), "fill", True, (2.0,), {})
+        except BaseException as error:  # noqa: BLE001 - the test looks at what it was
+            errors.append(error)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    original_send = backend.backend
+
+    def send_and_say(*args: Any, **kwargs: Any) -> Any:
+        sending.set()
+        return original_send(*args, **kwargs)
+
+    backend.backend = send_and_say  # type: ignore[method-assign]
+    kwargs = {"move": True} if move else {}
+    try:
+        backend.op_push("o" * 32, 0, there, **kwargs)
+    finally:
+        sending.set()
+        writer.join(BOUND)
+    assert not writer.is_alive()
+    assert float(entry.obj.data.max()) == 1.0, "the writer wrote into the object after it was copied"
+    if move:
+        assert [type(e) for e in errors] == [NotHere]  # the caller asks the catalogue again: the new holder
+        assert ("o" * 32, 0) not in backend.table
+        assert (str(CatalogueOp.REMOVE_LOCATION), {"oid": "o" * 32, "version": 0, "worker": here}) in said
+    else:
+        assert [type(e) for e in errors] == [StoreError] and "replicas" in str(errors[0])
+    backend.teardown(backend.worker)
