@@ -10,18 +10,26 @@ the real run's figures.
 from __future__ import annotations
 
 import copy
+import functools
+import html.parser
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from workbench import cli
+from workbench.bench import goals as bench_goals
+from workbench.bench import page as bench_page
 from workbench.bench import suite
 from workbench.bench.goals import describe
 from workbench.bench.progress import duration
@@ -159,7 +167,7 @@ def test_a_goal_of_another_shape_is_an_error_naming_the_benchmark(results, tmp_p
         edited = copy.deepcopy(results)
         edit(edited["benchmarks"][0]["goals"][0])
         path.write_text(json.dumps(edited))
-        with pytest.raises(ValueError, match=rf"benchmark kernels in .*results.json: goal .* {says}"):
+        with pytest.raises(suite.ResultsError, match=rf"results.json is .*: benchmarks\[0\]\.goals\[0\] .* {says}"):
             suite.load(path)
 
 
@@ -168,7 +176,7 @@ def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_
     lying = copy.deepcopy(results)
     for g in lying["benchmarks"][0]["goals"]:
         g["met"] = not g["met"]  # hand-edited: the figures say otherwise
-    lying["benchmarks"][0]["goals"][0]["noise"] = float("nan")
+    lying["benchmarks"][0]["goals"][0]["noise"] = None  # unknown (a NaN there is refused: bench all writes null)
     path.write_text(json.dumps(lying))
     loaded = suite.load(path)
     no_figure = copy.deepcopy(results)
@@ -180,10 +188,10 @@ def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_
     assert [g["met"] for g in loaded["benchmarks"][0]["goals"]] == [g["met"] for g in results["benchmarks"][0]["goals"]]
     assert loaded["benchmarks"][0]["goals"][0]["noise"] is None  # unknown, not a whisker across the axis
     for edit, says in (
-        (lambda r: r.pop("machine"), "no machine"),
-        (lambda r: r["benchmarks"][0].pop("goals"), "list of goals"),
-        (lambda r: r["benchmarks"][0].update(status="fine"), "no status"),
-        (lambda r: r.update(wall_s="long"), "wall_s is not a number"),
+        (lambda r: r.pop("machine"), "machine is missing"),
+        (lambda r: r["benchmarks"][0].pop("goals"), r"benchmarks\[0\]\.goals is missing"),
+        (lambda r: r["benchmarks"][0].update(status="fine"), r"benchmarks\[0\]\.status is .fine., not one of"),
+        (lambda r: r.update(wall_s="long"), "wall_s is .long., not a number"),
     ):
         edited = copy.deepcopy(results)
         edit(edited)
@@ -216,7 +224,8 @@ def test_the_site_page_escapes_what_a_results_file_holds(results):
     hostile["benchmarks"][0]["goals"][0]["goal"] = "[click](javascript:alert(1)) *loud* `code`"
     text = site_pages.bench_results_markdown(hostile)
     assert "<script>" not in text and "](javascript:" not in text and "`code`" not in text
-    assert "\\[click\\]" in text and "&lt;script&gt;" in text
+    assert "\\[click\\]" in text and "\\<script\\>" in text  # each mark escaped: MyST reads text
+    assert_site_shows_as_text(hostile)
 
 
 def _recording_popen(monkeypatch) -> list[int]:
@@ -301,3 +310,441 @@ def test_the_site_page_shows_the_latest_results_of_this_machine(kernels_run, res
         assert site_pages._cell(goal["goal"]) in text
     figures = (page / "_extra" / "bench" / "results.html").read_text()
     assert f'src="../_static/{site_pages.bokeh_js_name()}"' in figures and len(figures) < 500_000  # not inlined
+
+
+# -- crafted results files (issue 35, item 9) --------------------------------------------------------
+# A results file is untrusted: load() refuses one that is not as bench all writes it, in one line naming
+# the file and the field, and what it returns is shown by the page and the site only as text.
+# What no text may hold, as the issue lists it: C0/C1 controls (line breaks for markdown-it and
+# str.splitlines among them), the Unicode line and paragraph separators, lone surrogates.
+CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+SEPARATORS = ("\r", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+MYST = (  # each takes effect at a line's start, or anywhere in a line (roles, substitutions, HTML, links)
+    ":::{include} /etc/passwd",
+    "```{include} /etc/passwd",
+    "~~~",
+    "(secret-label)=",
+    "% a comment",
+    "<div>html block</div>",
+    "<!-- html comment -->",
+    "$$ x^2 $$",
+    "[x]: https://example.org",
+    "[^1]: a footnote",
+    "+++",
+    "# a heading",
+    "- a list item",
+    "> a quote",
+    "    indented code",
+    "| a | table |",
+    "{{ cycler.__init__.__globals__.os.getpid() }}",
+    "{eval-rst}`x`",
+    "{ref}`label`",
+    "[link](javascript:alert(1))",
+    "<https://example.org>",
+    "<script>alert(1)</script>",
+    "**bold** _em_ ~~struck~~ `code`",
+    "&amp; &#123; \\",
+)
+
+
+def synthetic_results(text: str = "fast", *, status: str = "ok") -> dict:
+    """A results dict of the shape bench all writes (no benchmark run): ``text`` in the first goal's
+    words; ``status``: the second benchmark's."""
+    from workbench.bench.goals import goal
+
+    goals = [
+        goal(text, 12.5, 20.0, peers={"numba": 0.5, "numpy": 6.25}, noise=0.2, bound="memory bandwidth"),
+        goal("a time at most", 0.25, 1.0, better="lower", unit=" s"),
+    ]
+    failed = {"status": status, "error": None if status == "ok" else "exit status 1: ValueError: no", "goals": []}
+    return suite.strict_json(
+        {
+            "size": "ci",
+            "workers": 2,
+            "started": "2026-11-27T08:44:17+00:00",
+            "wall_s": 14.9,
+            "machine": {
+                "hostname": "vm",
+                "cpu": "Intel(R) Xeon(R) Processor",
+                "logical_cores": 2,
+                "memory_total": 25276063744,
+                "tier_directory": "/tmp/tiers on ext4 (/dev/vda)",
+                "caches": [{"level": 1, "type": "Data", "size": 49152}, {"level": 3, "type": "Unified", "size": 2**29}],
+            },
+            "versions": {"numpy": "2.4.6", "bokeh": "3.9.2", "git": "33674cf4+dirty", "locality-workbench": None},
+            "benchmarks": [
+                {"name": "kernels", "mechanism": "numba kernels", "size": "ci", "wall_s": 14.9, "status": "ok",
+                 "error": None, "goals": goals, "report": {"goals": goals}},
+                {"name": "shm", "mechanism": "node-shared memory (RRO)", "size": "ci", "wall_s": 6.0,
+                 "report": None, **failed},
+            ],
+        }
+    )  # fmt: skip
+
+
+def _write(tmp_path: Path, results: dict | str, name: str = "results.json") -> Path:
+    path = tmp_path / name
+    path.write_text(results if isinstance(results, str) else json.dumps(results))
+    return path
+
+
+@functools.cache
+def _myst():
+    """A MyST parser as the course site's Jupyter Book parses its pages (the site's own extensions)."""
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    extensions = set(site._config()["parse"]["myst_enable_extensions"])
+    return create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
+
+
+BLOCKS = {"paragraph", "inline", "heading", "table", "thead", "tbody", "tr", "th", "td"}
+OWN_HTML = ('<a href="bench/results.html">', "</a>")  # the one link the section makes itself
+
+
+def site_texts(markdown: str) -> list[str]:
+    """The texts MyST reads in ``markdown``, one per paragraph, heading or table cell, after checking
+    that it reads nothing else: no directive, role, substitution, target, comment, math, HTML (but the
+    section's own link), link, code or list; only text, in the section's own bold."""
+    texts = []
+    for token in _myst().parse(markdown):
+        assert token.type.removesuffix("_open").removesuffix("_close") in BLOCKS, (token.type, token.content)
+        if token.type != "inline":
+            continue
+        for child in token.children or []:
+            assert child.type in {"text", "strong_open", "strong_close", "softbreak", "html_inline"}, child.type
+            assert child.type != "html_inline" or child.content in OWN_HTML, child.content
+        texts.append("".join(c.content for c in token.children or [] if c.type == "text"))
+    return texts
+
+
+def _words(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def assert_site_shows_as_text(results: dict) -> None:
+    """The site's section on ``results`` is text only, and every text field is in it, word for word."""
+    shown = "\n".join(_words(t) for t in site_texts(site_pages.bench_results_markdown(results)))
+    for text in _text_fields(results, page=False):
+        assert _words(text) in shown, (text, shown)
+
+
+def _text_fields(results: dict, page: bool) -> list[str]:
+    """The text fields of ``results`` that the site (``page``: the page of figures) shows."""
+    m = results["machine"]
+    texts = [m["hostname"], m["cpu"], results["started"], results["size"] or ""]
+    texts += [m.get("tier_directory") or "", *(f"{k} {v}" for k, v in results["versions"].items() if v)] if page else []
+    texts += [results["versions"].get("git") or ""] if not page else []
+    for b in results["benchmarks"]:
+        texts += [b["name"], b["mechanism"], b["size"], b["status"]] + ([b["error"]] if b["status"] != "ok" else [])
+        for g in b["goals"]:
+            texts += [g["goal"], g.get("unit") or ""] + ([g["bound"]] if g.get("bound") and not g["met"] else [])
+    return texts
+
+
+class _HTMLText(html.parser.HTMLParser):
+    """The tags and the text of an HTML fragment (character references read as the text they stand for)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.texts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.add(tag)
+        assert {name for name, _ in attrs} <= {"style"}, attrs
+
+    def handle_data(self, data: str) -> None:
+        self.texts.append(data)
+
+    def unknown_decl(self, data: str) -> None:
+        raise AssertionError(f"markup in a div: {data!r}")
+
+    handle_comment = handle_pi = handle_decl = unknown_decl
+
+
+def assert_page_shows_as_text(results: dict) -> None:
+    """The page of figures renders (its layout made and serialised, as page_html does), its HTML blocks
+    hold only the page's own tags, and every text field is in their text."""
+    from bokeh.embed import components
+    from bokeh.models import Div
+
+    layout = bench_page.build(results)
+    assert "<script" in components(layout)[0]
+    read = _HTMLText()
+    for div in layout.select({"type": Div}):
+        read.feed(div.text)
+        read.close()
+    assert read.tags <= {"h1", "h2", "p", "small", "table", "tr", "td", "th"}, read.tags
+    shown = "\n".join(read.texts)
+    for text in _text_fields(results, page=True):
+        assert text in shown, (text, shown)
+
+
+def assert_refused_in_one_line(path: Path, error: BaseException, field: str = "") -> None:
+    message = str(error)
+    assert isinstance(error, getattr(suite, "ResultsError", ())), repr(error)  # the one error type
+    assert message.startswith(str(path)) and field in message, message
+    assert not CONTROLS.search(message), message  # one line, nothing for a terminal to act on
+
+
+@pytest.mark.parametrize("separator", SEPARATORS, ids=repr)
+def test_a_line_break_in_a_text_field_is_refused_and_the_site_shows_it_as_text(separator, tmp_path):
+    """A carriage return got past the site's escaping (only \\n was): the line after it began a MyST
+    directive, ``{include}`` of a local file. load() now refuses every line break, and the site's
+    escaping makes any of them a space, so the text never begins a line."""
+    crafted = separator.join(["fast", ":::{include} /etc/passwd", ":::", "```{include} /etc/passwd", "```"])
+    results = synthetic_results(crafted)
+    results["machine"]["cpu"] = crafted
+    with pytest.raises(ValueError, match=r"machine\.cpu holds the control character") as refused:
+        suite.load(_write(tmp_path, results))
+    assert_refused_in_one_line(tmp_path / "results.json", refused.value, "machine.cpu")
+    text = site_pages.bench_results_markdown(results)  # had it got past load: text still
+    assert "include" in "".join(site_texts(text))
+
+
+@pytest.mark.parametrize("payload", MYST)
+def test_myst_syntax_in_a_text_field_is_shown_as_text_in_the_site_and_the_page(payload, tmp_path):
+    """Every MyST construct, in every text field the site shows, at a line's start or not: text. A
+    substitution ``{{ ... }}`` was markup (MyST evaluates it as a Jinja expression at the site's build:
+    any Python); HTML, links and roles were escaped already."""
+    results = synthetic_results(payload)
+    for b in results["benchmarks"]:
+        b["mechanism"] = payload  # a heading: "### <mechanism>"
+    results["machine"]["hostname"] = payload  # in bold
+    results["benchmarks"][1]["error"] = payload
+    loaded = suite.load(_write(tmp_path, results))
+    assert_site_shows_as_text(loaded)
+    assert_page_shows_as_text(loaded)
+
+
+@pytest.mark.parametrize(
+    ("literal", "field"),
+    [
+        ("1" + "0" * 400, "benchmarks[0].goals[0].measured"),  # was an OverflowError
+        ("-" + "9" * 5000, "benchmarks[0].goals[0].measured"),  # past Python's 4300 digits
+        ("1e400", "benchmarks[0].goals[0].measured"),  # read as infinity
+        ("NaN", "benchmarks[0].goals[0].measured"),  # Python's JSON reads it; bench all writes null
+        ("-Infinity", "benchmarks[0].goals[0].measured"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),  # was a RecursionError
+    ],
+    ids=["1e400 as an integer", "5000 digits", "1e400", "NaN", "-Infinity", "100000 deep"],
+)
+def test_a_huge_number_or_deep_nesting_is_a_one_line_error_of_bench_compare(literal, field, tmp_path, capsys):
+    good = _write(tmp_path, synthetic_results(), "good.json")
+    text = json.dumps(synthetic_results()).replace('"measured": 12.5', f'"measured": {literal}', 1)
+    bad = _write(tmp_path, text, "bad.json")
+    assert cli.main(["bench", "compare", str(good), str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and str(bad) in error and field in error, error
+    with pytest.raises(ValueError) as refused:
+        suite.load(bad)
+    assert_refused_in_one_line(bad, refused.value, field)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda r: r["machine"].update(caches=[1]), "machine.caches[0] is a number"),  # the page: TypeError
+        (lambda r: r["machine"].update(caches=[{}]), "machine.caches[0].level is missing"),  # KeyError
+        (lambda r: r["machine"]["caches"][0].update(type=2), "machine.caches[0].type is not text"),
+        (lambda r: r["machine"]["caches"][0].update(size="big"), "machine.caches[0].size is 'big'"),
+        (lambda r: r["benchmarks"][0]["goals"][0].update(threshold=10**300 * 10**100), ".goals[0].threshold is 1"),
+        (lambda r: r["benchmarks"][0]["goals"][0]["peers"].update(numba=10**400), ".goals[0].peers.numba is 1"),
+        (lambda r: r["machine"].update(memory_total=10**400), "machine.memory_total is 1"),  # OverflowError
+        (lambda r: r["benchmarks"][0]["goals"][0].update(noise=-0.5), "noise of the wrong type"),
+        (lambda r: r["benchmarks"][1].update(error=None), "benchmarks[1].error is missing"),
+        (lambda r: r["versions"].update(numpy=["2", "4"]), "versions.numpy is not text"),
+        (lambda r: r.update(workers="two"), "workers is 'two'"),
+        (lambda r: r["benchmarks"][0].update(name="kernels\x1b[2J"), "benchmarks[0].name holds the control"),
+        (lambda r: r["machine"].update(hostname="vm\ud800"), "machine.hostname holds the control"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_fields_the_page_or_site_cannot_show_are_refused_by_load(edit, field, tmp_path):
+    """Each was accepted by load() and then crashed the page or the site (TypeError, KeyError,
+    AttributeError, OverflowError), printed a terminal code, or could not be written as UTF-8."""
+    results = synthetic_results(status="failed")
+    edit(results)
+    path = _write(tmp_path, results)
+    with pytest.raises(ValueError) as refused:
+        suite.load(path)
+    assert_refused_in_one_line(path, refused.value, field)
+
+
+def test_what_load_returns_is_shown_and_compared(tmp_path):
+    """The synthetic file (a failed benchmark, a peer that could not be had) loads, every goal's
+    figures as floats, and the page, the site and compare show it."""
+    results = synthetic_results(status="failed")
+    results["benchmarks"][0]["goals"][0]["peers"]["numba"] = None  # NaN, in strict JSON
+    results["benchmarks"][0]["goals"][0]["threshold"] = 20  # an integer, as another tool may write it
+    loaded = suite.load(_write(tmp_path, results))
+    g = loaded["benchmarks"][0]["goals"][0]
+    assert math.isnan(g["peers"]["numba"]) and g["threshold"] == 20.0 and isinstance(g["threshold"], float)
+    assert_site_shows_as_text(loaded)
+    assert_page_shows_as_text(loaded)
+    assert "within noise" in "\n".join(suite.compare_lines(suite.compare(loaded, loaded)))
+
+
+def test_bench_all_writes_an_error_line_load_reads_back():
+    """A benchmark's last stderr line may hold colour codes or tabs: the record holds it as one line
+    of text (what load() reads back), cut to MAX_TEXT."""
+    planned = suite.Planned("kernels", "numba kernels", "ci", 1, False)
+    line = "\x1b[31mValueError:\tno\x1b[0m\r" + "x" * 5000
+    error = suite._outcome(planned, "failed", 1, "", [line], 10)["error"]
+    assert not CONTROLS.search(error) and error.startswith("exit status 1: ValueError: no")
+    assert len(error) <= bench_goals.MAX_TEXT
+
+
+# A crafted file: a results file of bench all's shape with a few fields replaced or removed, or cut short.
+class _Raw:
+    """A JSON token written as is (numbers Python writes otherwise, or not at all, and deep nesting)."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+
+RAW_NUMBERS = ("1e400", "-1e400", "NaN", "Infinity", "-Infinity", "1" + "0" * 400, "-" + "9" * 5000, "1e-400", "1e30")
+clean_text = st.one_of(
+    st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=12),
+    st.lists(st.sampled_from(MYST), min_size=1, max_size=3).map(" ".join),
+)
+any_text = st.one_of(
+    clean_text,
+    st.text(max_size=12),
+    st.lists(st.one_of(st.sampled_from(MYST), st.sampled_from((*SEPARATORS, "\x00", "\x1b[31m", "\t", "\ud800"))),
+             max_size=5).map("".join),
+)  # fmt: skip
+figure = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.integers(-(10**9), 10**9), st.just(math.nan))
+wrong_value = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    any_text,
+    st.sampled_from(RAW_NUMBERS),  # as strings: "1e400", "NaN"
+    st.sampled_from(RAW_NUMBERS).map(_Raw),
+    st.sampled_from((65, 1000, 100_000)).map(lambda n: _Raw("[" * n + "]" * n)),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(any_text, st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(any_text)
+def test_the_sites_escaping_shows_any_text_as_text_in_a_cell_a_heading_and_a_paragraph(text):
+    """Without load()'s check too: any text, line breaks and controls included, is text to MyST (its
+    controls as spaces) wherever the section puts one."""
+    cell = site_pages._cell(text)
+    markdown = f"| {cell} | x |\n|---|---|\n| {cell} | y |\n\n### {cell}\n\nsaid {cell}\n"
+    shown = [_words(t) for t in site_texts(markdown)]
+    expected = _words(CONTROLS.sub(" ", text))
+    assert shown == [expected, "x", expected, "y", expected, _words(f"said {expected}")], (text, shown)
+
+
+@st.composite
+def crafted_file(draw) -> bytes:
+    """A results file of bench all's shape, its texts and figures drawn, then 0 to 3 fields replaced
+    (by a value of another type, a text with controls and MyST, a huge or non-finite number, deep
+    nesting) or removed, or the file cut short."""
+    from workbench.bench.goals import goal
+
+    def a_goal() -> dict:
+        return goal(
+            draw(clean_text),
+            draw(figure),
+            draw(st.floats(1e-3, 1e3)),
+            better=draw(st.sampled_from(("higher", "lower"))),
+            unit=draw(clean_text),
+            peers=draw(st.dictionaries(clean_text, figure, max_size=3)),
+            noise=draw(st.none() | st.floats(0, 2)),
+            bound=draw(st.none() | clean_text),
+        )
+
+    benchmarks = []
+    for _ in range(draw(st.integers(0, 3))):
+        status = draw(st.sampled_from(suite.STATUSES))
+        goals = [a_goal() for _ in range(draw(st.integers(0, 3)))] if status == "ok" else []
+        benchmarks.append(
+            {"name": draw(clean_text), "mechanism": draw(st.sampled_from(("numba kernels", "RRO")) | clean_text),
+             "size": draw(clean_text), "wall_s": draw(st.floats(0, 1e5)), "status": status,
+             "error": None if status == "ok" else draw(clean_text), "goals": goals, "report": {"goals": goals}}
+        )  # fmt: skip
+    results = suite.strict_json(
+        {
+            "size": draw(st.none() | clean_text),
+            "workers": draw(st.none() | st.integers(1, 64)),
+            "started": draw(clean_text),
+            "wall_s": draw(st.none() | st.floats(0, 1e5)),
+            "machine": {
+                "hostname": draw(clean_text),
+                "cpu": draw(clean_text),
+                "logical_cores": draw(st.integers(1, 512)),
+                "memory_total": draw(st.integers(0, 2**50)),
+                "tier_directory": draw(clean_text),
+                "caches": draw(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {"level": st.integers(1, 4), "type": clean_text, "size": st.integers(0, 2**30)}
+                        ),
+                        max_size=3,
+                    )
+                    | clean_text
+                ),  # fmt: skip
+            },
+            "versions": draw(st.dictionaries(clean_text, st.none() | clean_text, max_size=3)),
+            "benchmarks": benchmarks,
+        }
+    )
+    for _ in range(draw(st.integers(0, 3))):
+        containers = [([], results)]  # (path, container) of every object and array
+        for path, container in containers:
+            items = container.items() if isinstance(container, dict) else enumerate(container)
+            containers += [([*path, k], v) for k, v in items if isinstance(v, (dict, list))]
+        path, container = draw(st.sampled_from(containers))
+        keys = list(container) if isinstance(container, dict) else list(range(len(container)))
+        if not keys:
+            continue
+        key = draw(st.sampled_from(keys))
+        if isinstance(container, dict) and draw(st.booleans()):
+            del container[key]
+        else:
+            container[key] = draw(wrong_value)
+    raws: list[str] = []
+
+    def placeholders(value):
+        if isinstance(value, _Raw):
+            raws.append(value.token)
+            return f"\x00raw{len(raws) - 1}\x00"
+        if isinstance(value, dict):
+            return {k: placeholders(v) for k, v in value.items()}
+        return [placeholders(v) for v in value] if isinstance(value, list) else value
+
+    text = json.dumps(placeholders(results))
+    for number, token in enumerate(raws):
+        text = text.replace(json.dumps(f"\x00raw{number}\x00"), token, 1)
+    data = text.encode()
+    return data[: draw(st.integers(0, len(data)))] if draw(st.integers(0, 9)) == 0 else data
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(crafted_file())
+def test_a_crafted_results_file_is_refused_in_one_line_or_shown_only_as_text(data):
+    """Whatever the file holds: load() returns, or raises its one-line ResultsError (never TypeError,
+    KeyError, OverflowError or RecursionError); what it returns is compared, drawn by the page and
+    written into the site, every text field there as text and nothing else."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "results.json"
+        path.write_bytes(data)
+        try:
+            results = suite.load(path)
+        except ValueError as error:
+            assert_refused_in_one_line(path, error)
+            event("refused")
+            return
+    event("loaded")
+    lines = suite.compare_lines(suite.compare(results, results))
+    assert not CONTROLS.search("".join(lines))  # nothing for a terminal to act on
+    assert_site_shows_as_text(results)
+    assert_page_shows_as_text(results)

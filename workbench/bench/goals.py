@@ -16,6 +16,7 @@ figures and never asserted: these machines are noisy and differ.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -104,8 +105,16 @@ def goal_lines(goals: Iterable[Mapping[str, Any]]) -> list[str]:
     return [describe(g) for g in goals]
 
 
-# -- goals read back from a file (untrusted: hand-edited, cut short) ---------------------------------
+# -- goals read back from a file (untrusted: hand-edited, cut short, crafted) -----------------------
 REQUIRED = ("goal", "measured", "threshold", "better", "met")  # the fields every goal carries
+MAX_TEXT = 4000  # characters of one text field of a results file (a goal's words, an error's last line)
+MAX_NUMBER = 2.0**63  # the largest figure a results file may hold: well past any byte count or rate, and
+# small enough that no sum, ratio or float() of figures raises (an integer of 400 digits does)
+# What a text field may not hold: C0 and C1 controls (\r, \n, \x0b, \x0c, \x1c-\x1e, \x85 break lines
+# for str.splitlines, \r for markdown-it; \x1b drives a terminal), the Unicode line and paragraph
+# separators, and lone surrogates (which no UTF-8 file can hold).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def is_number(value: Any) -> bool:
@@ -113,8 +122,43 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_figure(value: Any) -> bool:
+    """A JSON number that is finite and within ``MAX_NUMBER`` either way (never raises: an integer too
+    large for a float is compared, not converted)."""
+    if not is_number(value):
+        return False
+    return abs(value) <= MAX_NUMBER if isinstance(value, int) else math.isfinite(value) and abs(value) <= MAX_NUMBER
+
+
+def text_problem(value: Any) -> str | None:
+    """What keeps ``value`` from being a text field of a results file (None: it is one): not a string,
+    longer than ``MAX_TEXT``, or holding a character of :data:`CONTROL`."""
+    if not isinstance(value, str):
+        return "is not text"
+    if len(value) > MAX_TEXT:
+        return f"is longer than {MAX_TEXT} characters"
+    found = CONTROL.search(value)
+    if found:
+        return f"holds the control character {found.group()!r} (a line break, a terminal code or a lone surrogate)"
+    return None
+
+
+def printable(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` as a results file may hold it (:func:`text_problem` finds nothing): terminal colour codes
+    dropped, tabs as spaces, any other control character as U+FFFD, cut to ``limit`` characters."""
+    text = CONTROL.sub("\ufffd", _ANSI.sub("", text).replace("\t", " "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _figure_or_none(value: Any) -> bool:
+    # None: a figure that could not be had (NaN, which strict JSON writes as null); a float may be NaN
+    # or infinite (a benchmark's own report says so); an integer must convert to a float
+    return value is None or (is_number(value) and (isinstance(value, float) or abs(value) <= MAX_NUMBER))
+
+
 def problem(g: Any) -> str | None:
-    """What is wrong with one goal read back from a file (None: it has the one shape, with its types)."""
+    """What is wrong with one goal read back from a file or a benchmark's report (None: it has the one
+    shape, with its types, its figures convertible to floats and its text free of control characters)."""
     if not isinstance(g, Mapping):
         return "is not a mapping"
     missing = [k for k in REQUIRED if k not in g]
@@ -123,17 +167,27 @@ def problem(g: Any) -> str | None:
     peers = g.get("peers", {})
     checks = {
         "goal": isinstance(g["goal"], str),
-        "measured": g["measured"] is None or is_number(g["measured"]),  # None: no figure (NaN, in strict JSON)
-        "threshold": is_number(g["threshold"]),
+        "measured": _figure_or_none(g["measured"]),
+        "threshold": is_figure(g["threshold"]),
         "better": g["better"] in ("higher", "lower"),
         "met": isinstance(g["met"], bool),
         "unit": isinstance(g.get("unit", ""), str),
-        "peers": isinstance(peers, Mapping) and all(isinstance(k, str) and is_number(v) for k, v in peers.items()),
-        "noise": g.get("noise") is None or is_number(g["noise"]),
+        "peers": isinstance(peers, Mapping)
+        and all(isinstance(k, str) and _figure_or_none(v) for k, v in peers.items()),
+        "peer_unit": isinstance(g.get("peer_unit", ""), str),
+        "noise": g.get("noise") is None or (_figure_or_none(g["noise"]) and not g["noise"] < 0),
         "bound": g.get("bound") is None or isinstance(g["bound"], str),
     }
     wrong = [k for k, ok in checks.items() if not ok]
-    return f"has a {', '.join(wrong)} of the wrong type" if wrong else None
+    if wrong:
+        return f"has a {', '.join(wrong)} of the wrong type"
+    texts = {"goal": g["goal"], "unit": g.get("unit", ""), "peer_unit": g.get("peer_unit", ""), "bound": g.get("bound")}
+    texts.update({f"peer name {name[:40]!r}": name for name in peers})
+    for field, text in texts.items():
+        wrong_text = None if text is None else text_problem(text)
+        if wrong_text:
+            return f"has a {field} that {wrong_text}"
+    return None
 
 
 def check_goals(benchmark: str, goals: Any, where: str = "") -> None:

@@ -21,6 +21,7 @@ import datetime
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,9 +35,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import psutil
 
-from workbench.bench.goals import check_goals, goal_met, is_number
+from workbench.bench.goals import (
+    CONTROL,
+    MAX_NUMBER,
+    check_goals,
+    goal_met,
+    is_figure,
+    is_number,
+    printable,
+    problem,
+    text_problem,
+)
 from workbench.bench.page import write_page
 from workbench.bench.progress import duration
 
@@ -171,8 +183,8 @@ def run_one(
         output = stdout.read()
     record["wall_s"] = round(wall_s, 3)
     record.update(_outcome(planned, status, process.returncode, output, list(tail), limit_s))
-    if record["status"] != "ok":
-        record["error"] += _clean_segments(before)
+    if record["status"] != "ok":  # one line of text, as load() reads it back (no colour codes, no line breaks)
+        record["error"] = printable(record["error"] + _clean_segments(before))
     return record
 
 
@@ -198,7 +210,8 @@ def _outcome(
 
 
 def _failure(status: str, error: str) -> dict[str, Any]:
-    return {"status": status, "error": error, "goals": [], "report": None}
+    """A failed record; its error one line of text, as :func:`load` reads it back (no colour codes)."""
+    return {"status": status, "error": printable(error), "goals": [], "report": None}
 
 
 # -- every benchmark -------------------------------------------------------------------------------
@@ -209,14 +222,17 @@ def machine_record() -> dict[str, Any]:
     from workbench.memory import tiers
 
     info = machine.describe()
+    for key in ("hostname", "cpu"):  # shown on the page: text as load() reads it back
+        info[key] = printable(str(info[key]))
     try:
         info["tier_directory"] = tiers.medium(tiers.default_directory("mapped")).describe()
     except tiers.TierError as error:
         info["tier_directory"] = f"unusable: {error}"
+    info["tier_directory"] = printable(info["tier_directory"])
     try:
         caches = read_caches()
     except ValueError as error:  # a malformed sysfs file: said, not guessed
-        info["caches"] = f"unreadable: {error}"
+        info["caches"] = printable(f"unreadable: {error}")
     else:
         info["caches"] = [{"level": c.level, "type": c.kind, "size": c.size_bytes} for c in caches]
     return info
@@ -357,60 +373,239 @@ def table_lines(results: Mapping[str, Any]) -> list[str]:
 
 
 # -- results files ---------------------------------------------------------------------------------
+MAX_FILE_BYTES = 8 * 2**20  # a results file of every benchmark is a few hundred KiB
+MAX_DEPTH = 64  # the deepest nesting of a results file (a benchmark's report included); bench all writes < 10
+_ESCAPE = re.compile(r"\\.", re.DOTALL)  # a backslash and what it escapes (in JSON: only inside a string)
+_JSON_STRING = re.compile(r'"[^"]*"')  # a string once its escapes are gone
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # an opening bracket +1, a closing one -1 (int8)
+
+
+class ResultsError(ValueError):
+    """A file that is not a results file as ``bench all`` writes it. The message is one line: the file,
+    the field (``benchmarks[0].goals[1].threshold``), what is wrong with it and what to do. A ValueError,
+    as :func:`load` raised before, so callers that catch ValueError for a bad file keep working."""
+
+
+class _Literal(str):
+    """A number as the file wrote it, where it is not finite or not within ``MAX_NUMBER`` (``1e400``,
+    ``NaN``, ``Infinity``, an integer of hundreds of digits): refused by :func:`_refuse_literal`."""
+
+
+class _Wrong(Exception):
+    """One field of a results file is wrong: where (its path) and what."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where} {what}")
+
+
 def load(path: str | Path) -> dict[str, Any]:
-    """A results file written by ``bench all``, checked field by field (it may have been edited or
-    cut short: it is untrusted), each goal's ``met`` worked out again from its figure and threshold;
-    ``FileNotFoundError`` / ``PermissionError`` / ``ValueError`` say what is wrong."""
+    """A results file written by ``bench all``, checked in full before anything reads it (it may have
+    been edited, cut short or crafted: it is untrusted): its size and nesting bounded, every number
+    finite and within ``MAX_NUMBER``, every field of its shape with its type, every text that the page,
+    the site or ``bench compare`` shows free of control characters; each goal's figures as floats and
+    its ``met`` worked out again from its figure and threshold. What it returns can be shown and
+    compared without another check. ``FileNotFoundError`` for no file; :class:`ResultsError` (one line
+    naming the file and the field) for anything else wrong, an unreadable file included."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (a results.json written by 'workbench bench all')")
+        raise FileNotFoundError(f"{_shown_path(path)}: no such file (a results.json written by 'workbench bench all')")
     try:
-        results = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(
-            f"{path} is not JSON ({error}): give a results.json written by 'workbench bench all'"
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise ResultsError(
+            f"{_shown_path(path)}: cannot read it ({error.strerror or error}): give a results.json you can read"
         ) from None
-    problem = _results_problem(results)
-    if problem:
-        raise ValueError(f"{path} is not a results file of 'workbench bench all': {problem}")
+    try:
+        results = _parse(data)
+        _check_shape(results)
+    except _Wrong as wrong:
+        raise ResultsError(
+            f"{_shown_path(path)} is not a results file of 'workbench bench all': {wrong}; "
+            "give one it wrote, as it wrote it (or run it again)"
+        ) from None
     for b in results["benchmarks"]:
-        check_goals(b["name"], b["goals"], where=str(path))
         for g in b["goals"]:
-            if g["measured"] is None:  # a figure that could not be had: NaN, which strict JSON writes as null
-                g["measured"] = math.nan
+            g["measured"] = _float(g["measured"])
+            g["threshold"] = float(g["threshold"])
+            g["peers"] = {name: _float(value) for name, value in g.get("peers", {}).items()}
             g["met"] = goal_met(g["measured"], g["threshold"], g["better"])
-            if g.get("noise") is not None and not math.isfinite(g["noise"]):
-                g["noise"] = None
+            g["noise"] = None if g.get("noise") is None else float(g["noise"])
     return results
 
 
-def _results_problem(results: Any) -> str | None:
-    """What is wrong with a results file's fields other than its goals (None: nothing)."""
-    if not isinstance(results, dict):
-        return "not a JSON object"
-    machine, versions = results.get("machine"), results.get("versions")
-    if not isinstance(machine, dict) or not all(isinstance(machine.get(k), str) for k in ("hostname", "cpu")):
-        return "no machine with a hostname and a cpu"
-    if not all(_is_number(machine.get(k)) for k in ("logical_cores", "memory_total")):
-        return "the machine's logical_cores or memory_total is not a number"
-    if not isinstance(versions, dict) or not isinstance(results.get("started"), str):
-        return "no versions, or no start time"
-    if results.get("wall_s") is not None and not _is_number(results["wall_s"]):
-        return "its wall_s is not a number"
+def _shown_path(path: Path) -> str:
+    """The path as one line (a name with a line break is shown quoted, its controls escaped)."""
+    text = str(path)
+    return repr(text) if CONTROL.search(text) else text
+
+
+def _float(value: Any) -> float:
+    """A figure as a float: None (strict JSON's NaN, a figure that could not be had) as NaN."""
+    return math.nan if value is None else float(value)
+
+
+def _parse(data: bytes) -> Any:
+    """The JSON of a results file, refused before parsing when larger than ``MAX_FILE_BYTES`` or nested
+    deeper than ``MAX_DEPTH`` (which would exhaust the parser's recursion); a number that is not finite
+    or not within ``MAX_NUMBER`` (``NaN``, ``Infinity``, ``1e400``, an integer of hundreds of digits,
+    which Python's int() refuses past 4300) is kept as the file wrote it, a :class:`_Literal`, and
+    refused with its field's path (the path is looked for only then: a good file is not walked)."""
+    if len(data) > MAX_FILE_BYTES:
+        raise _Wrong("the file", f"is larger than {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Wrong("the file", f"is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    # counted in linear time, whatever the text: escapes go, then strings, then all but brackets
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", _ESCAPE.sub("", text))).encode()
+    steps = np.frombuffer(brackets.translate(_DEPTH_STEP), dtype=np.int8)
+    if int(np.cumsum(steps, dtype=np.int64).max(initial=0)) > MAX_DEPTH:
+        raise _Wrong("the file", f"is nested deeper than {MAX_DEPTH} levels")
+    literals: list[_Literal] = []
+
+    def literal(token: str) -> _Literal:
+        literals.append(_Literal(token))
+        return literals[-1]
+
+    def integer(digits: str) -> int | _Literal:
+        value = int(digits) if len(digits) <= 30 else None
+        return value if value is not None and abs(value) <= MAX_NUMBER else literal(digits)
+
+    def real(digits: str) -> float | _Literal:
+        value = float(digits)
+        return value if is_figure(value) else literal(digits)
+
+    try:
+        document = json.loads(text, parse_int=integer, parse_float=real, parse_constant=literal)
+    except ValueError as error:  # JSONDecodeError included
+        raise _Wrong("the file", f"is not JSON ({str(error).splitlines()[0]})") from None
+    except RecursionError:  # not reached: the count above is at least the depth the parser reaches
+        raise _Wrong("the file", f"is nested deeper than {MAX_DEPTH} levels") from None
+    if literals:
+        _refuse_literal(document)
+    return document
+
+
+def _field(path: tuple[Any, ...]) -> str:
+    """A field's path as people read it: ``benchmarks[0].goals[1].threshold``."""
+    text = ""
+    for key in path:
+        if isinstance(key, int):
+            text += f"[{key}]"
+        elif key.isidentifier():
+            text += f".{key}" if text else key
+        else:
+            text += f"[{key[:40]!r}]"
+    return text or "the file"
+
+
+def _refuse_literal(document: Any) -> None:
+    """Raise for the first :class:`_Literal` of ``document`` (in the file's order), naming its field.
+    Walked with a stack of its own, not recursion."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(document, ())]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(reversed([(v, (*where, k)) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, (*where, i)) for i, v in enumerate(value)]))
+        elif isinstance(value, _Literal):
+            shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+            raise _Wrong(_field(where), f"is {shown}, not a finite number within ±{MAX_NUMBER:.3g}")
+
+
+def _text(value: Any, *where: Any, optional: bool = False) -> None:
+    """The field at ``where`` is text the page may show (:func:`text_problem`), or None if ``optional``."""
+    if optional and value is None:
+        return
+    wrong = text_problem(value)
+    if wrong:
+        raise _Wrong(_field(where), "is missing (or null), not text" if value is None else wrong)
+
+
+def _number(value: Any, *where: Any, optional: bool = False, least: float = 0, integer: bool = False) -> None:
+    """The field at ``where`` is a number (an integer if ``integer``) of at least ``least``, or None if
+    ``optional`` (finite and within ``MAX_NUMBER`` already: :func:`_parse` saw to that)."""
+    if optional and value is None:
+        return
+    if not is_number(value) or (integer and not isinstance(value, int)) or value < least:
+        kind = "an integer" if integer else "a number"
+        said = "missing (or null)" if value is None else f"{value!r:.40}"
+        raise _Wrong(_field(where), f"is {said}, not {kind} of at least {least:g}")
+
+
+# the fields bench all always writes (size, workers, wall_s and a benchmark's error as null where unknown)
+RESULTS_FIELDS = ("size", "workers", "started", "wall_s", "machine", "versions", "benchmarks")
+BENCHMARK_FIELDS = ("name", "mechanism", "size", "wall_s", "status", "error", "goals")
+
+
+def _present(mapping: dict[str, Any], fields: Sequence[str], *where: Any) -> None:
+    """Every one of ``fields`` is in ``mapping`` (null, where a field may be, is written, not left out)."""
+    missing = [field for field in fields if field not in mapping]
+    if missing:
+        raise _Wrong(_field((*where, missing[0])), "is missing")
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+
+
+def _mapping(value: Any, *where: Any) -> dict[str, Any]:
+    """The field at ``where``, which is a JSON object."""
+    if not isinstance(value, dict):
+        said = "missing (or null)" if value is None else _JSON_KINDS.get(type(value), "not JSON")
+        raise _Wrong(_field(where), f"is {said}, not a JSON object")
+    return value
+
+
+def _check_shape(results: Any) -> None:
+    """Every field that the page, the site or ``bench compare`` reads, of its type, its text shown."""
+    results = _mapping(results, *())
+    _present(results, RESULTS_FIELDS)
+    machine = _mapping(results.get("machine"), "machine")
+    for key in ("hostname", "cpu"):
+        _text(machine.get(key), "machine", key)
+    _text(machine.get("tier_directory"), "machine", "tier_directory", optional=True)
+    _number(machine.get("logical_cores"), "machine", "logical_cores")
+    _number(machine.get("memory_total"), "machine", "memory_total")
+    caches = machine.get("caches")
+    if isinstance(caches, list):
+        for i, cache in enumerate(caches):
+            _mapping(cache, "machine", "caches", i)
+            _number(cache.get("level"), "machine", "caches", i, "level", integer=True)
+            _text(cache.get("type"), "machine", "caches", i, "type")
+            _number(cache.get("size"), "machine", "caches", i, "size")
+    else:  # "unreadable: why", or none
+        _text(caches, "machine", "caches", optional=True)
+    for name, version in _mapping(results.get("versions"), "versions").items():
+        _text(name, "versions", name)
+        _text(version, "versions", name, optional=True)
+    _text(results.get("started"), "started")
+    _text(results.get("size"), "size", optional=True)
+    _number(results.get("workers"), "workers", optional=True, least=1, integer=True)
+    _number(results.get("wall_s"), "wall_s", optional=True)  # None: stopped before its end
     benchmarks = results.get("benchmarks")
     if not isinstance(benchmarks, list):
-        return "no list of benchmarks"
-    for b in benchmarks:
-        fields = ("name", "mechanism", "size", "status")
-        if not isinstance(b, dict) or not all(isinstance(b.get(k), str) for k in fields):
-            return f"a benchmark without {', '.join(fields)}"
-        if b["status"] not in STATUSES or not _is_number(b.get("wall_s")) or not isinstance(b.get("goals"), list):
-            return f"benchmark {b['name'][:40]!r} has no status of {STATUSES}, wall_s or list of goals"
-    return None
-
-
-def _is_number(value: Any) -> bool:
-    return is_number(value) and math.isfinite(value)
+        raise _Wrong("benchmarks", "is not a list of benchmarks")
+    for i, b in enumerate(benchmarks):
+        b = _mapping(b, "benchmarks", i)
+        _present(b, BENCHMARK_FIELDS, "benchmarks", i)
+        for key in ("name", "mechanism", "size", "status"):
+            _text(b.get(key), "benchmarks", i, key)
+        if b["status"] not in STATUSES:
+            raise _Wrong(_field(("benchmarks", i, "status")), f"is {b['status'][:40]!r}, not one of {STATUSES}")
+        _number(b.get("wall_s"), "benchmarks", i, "wall_s")
+        _text(b.get("error"), "benchmarks", i, "error", optional=b["status"] == "ok")
+        goals = b.get("goals")
+        if not isinstance(goals, list):
+            raise _Wrong(_field(("benchmarks", i, "goals")), "is not a list of goals")
+        for j, g in enumerate(goals):
+            wrong = problem(g)
+            if wrong:
+                words = g.get("goal") if isinstance(g, dict) and isinstance(g.get("goal"), str) else None
+                said = f" (goal {words[:60]!r})" if words is not None else ""
+                raise _Wrong(f"{_field(('benchmarks', i, 'goals', j))}{said}", wrong)
 
 
 def finished(results: Mapping[str, Any]) -> bool:

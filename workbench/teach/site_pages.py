@@ -379,13 +379,30 @@ NO_BENCH_RESULTS = (
 )
 
 
-MARKDOWN_MARKS = re.compile(r"([\\`*_\[\]()<>#!|~])")
+# Every character that breaks a line for someone: markdown-it (\n, \r), str.splitlines and docutils
+# (\x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029); with the other C0 and C1 controls and lone surrogates.
+LINE_BREAKS_AND_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Every ASCII punctuation character: CommonMark lets a backslash escape each, and each escaped one is
+# literal text to markdown-it and to every MyST extension (roles, substitutions, targets, math, fences).
+ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
 def _cell(text: Any) -> str:
-    """Untrusted text (a results file's) for markdown: no HTML, no markdown (links, emphasis, code: each
-    mark escaped), no pipe, no line break."""
-    return MARKDOWN_MARKS.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
+    """Untrusted text (a results file's) as MyST markdown that shows it, and only it, as text.
+
+    Every line break and control becomes a space, so the text can never begin a line: no directive
+    fence (```, :::), target ``(label)=``, ``%`` comment, HTML block, ``$$`` math, heading, list,
+    table row or link reference definition ``[x]: url`` can start. Every ASCII punctuation character
+    is backslash-escaped, so no inline syntax either: no role ``{role}`x```, substitution ``{{ ... }}``
+    (which MyST evaluates as Jinja), HTML, link, emphasis, code, pipe or entity."""
+    return ASCII_PUNCTUATION.sub(r"\\\1", LINE_BREAKS_AND_CONTROLS.sub(" ", str(text)))
+
+
+def _strong(text: Any) -> str:
+    """Untrusted text in bold, as :func:`_cell` writes it; without ``**`` where the text is empty or
+    begins or ends with a space (markdown would show the marks, not bold)."""
+    shown = _cell(text)
+    return f"**{shown}**" if shown.strip() == shown and shown else shown
 
 
 def _goal_row(name: str, g: dict[str, Any]) -> str:
@@ -402,7 +419,7 @@ def bench_results_markdown(results: dict[str, Any] | None, page_href: str = "ben
         return NO_BENCH_RESULTS + "\n"
     m, revision = results["machine"], results["versions"].get("git") or "not a git checkout"
     lines = [
-        f"Measured on **{_cell(m['hostname'])}** ({_cell(m['cpu'])}, {_cell(m['logical_cores'])} cores, "
+        f"Measured on {_strong(m['hostname'])} ({_cell(m['cpu'])}, {_cell(m['logical_cores'])} cores, "
         f"{m['memory_total'] / 2**30:.1f} GiB memory), started {_cell(results['started'])}, size "
         f"{_cell(results['size'] or 'each its own')}, workers {_cell(results['workers'] or 'each its own')}, "
         f"workbench revision {_cell(revision)}; {run_time(results.get('wall_s'))}. "
