@@ -114,7 +114,21 @@ def intrude(theirs: Path) -> None:
 
     _attempt(results, "read store catalogue", lambda: catalogue_file.read(other["store_dir"]))
     _attempt(results, "run code on their cluster", lambda: _run_on(other["scheduler"]))
+    # Not protected, as docs/course/deploy.md says: the dashboard is plain HTTP on a local port.
+    _attempt(results, DASHBOARD_READ, lambda: _read_dashboard(other["dashboard_port"]))
     print(json.dumps(results))
+
+
+DASHBOARD_READ = "read their dashboard (not protected)"
+
+
+def _read_dashboard(port: int) -> None:
+    """Read another learner's Dask dashboard page (its workers' table) over plain HTTP."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/info/main/workers.html", timeout=10) as page:
+        if b"Worker" not in page.read():
+            raise RuntimeError("the dashboard answered without its workers' table")
 
 
 def _run_on(address: str) -> None:
