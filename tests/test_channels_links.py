@@ -19,6 +19,7 @@ from workbench.runtime.channels.transport import (
     GroupAborted,
     GroupSecret,
     LinkRefused,
+    RankGone,
     accept_links,
     connect_link,
 )
@@ -175,3 +176,57 @@ def test_the_secret_does_not_show_in_its_repr_and_travels_in_a_pickle():
     assert "hidden" in repr(secret) and secret._key.hex() not in repr(secret)
     copy = pickle.loads(pickle.dumps(secret))
     assert copy.mac(b"r", GROUP, b"a", b"b", 0, 1) == secret.mac(b"r", GROUP, b"a", b"b", 0, 1)
+
+
+# Rank 1 accepting in a process of its own with 64 file descriptors (a worker has 1024 or so: the
+# same in small), the secret given as hex on the command line; it prints what accept_links did.
+_ACCEPTOR_FEW_DESCRIPTORS = r"""
+import resource, socket, sys, time
+from workbench.runtime.channels.transport import GroupSecret, accept_links
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+try:
+    linked = accept_links(listener, 1, {0}, sys.argv[2], GroupSecret(bytes.fromhex(sys.argv[1])), time.monotonic() + 60)
+    print("linked", sorted(linked), flush=True)
+except BaseException as error:
+    print("raised", type(error).__name__, error, flush=True)
+"""
+
+
+def test_strangers_holding_connections_open_cannot_use_up_the_ranks_descriptors():
+    # Another user opens connections to a rank's port and holds them, saying nothing: before, each
+    # waited its HANDSHAKE_SECONDS in the rank's process, and past the process's descriptor limit the
+    # rank's accept failed with EMFILE (the group failed on a bare OSError). The oldest handshake now
+    # gives way, and the genuine rank, connecting after 200 of them, still links.
+    import subprocess
+    import sys
+
+    secret = GroupSecret()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ACCEPTOR_FEW_DESCRIPTORS, secret._key.hex(), GROUP],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    held = []
+    try:
+        assert child.stdout is not None
+        address = ("127.0.0.1", int(child.stdout.readline()))
+        for _ in range(200):
+            sock = socket.create_connection(address, timeout=WAIT_S)
+            held.append(sock)
+            try:
+                sock.recv(Challenge.FORMAT.size)  # challenged: the rank took it on
+            except ConnectionResetError:  # the rank's process ended (before the fix: EMFILE)
+                break
+        try:
+            connect_link(address, 0, 1, GROUP, secret, time.monotonic() + WAIT_S).close()
+        except RankGone:  # no rank listens any more: what it printed says why
+            pass
+        outcome, _ = child.communicate(timeout=WAIT_S)
+        assert outcome.strip() == "linked [0]"
+    finally:
+        child.kill()
+        child.wait()
+        for sock in held:
+            sock.close()

@@ -239,3 +239,18 @@ def test_slurm_credentials_need_a_log_directory_the_worker_command_can_name(tmp_
     request = dataclasses.replace(request, slurm=SlurmOptions(jobs=1, log_directory=str(tmp_path / "my logs")))
     with pytest.raises(ValueError, match="choose a log directory whose path has no spaces"):
         clusters.SlurmKind().cluster(request)
+
+
+@pytest.mark.parametrize("open_up", ["the log directory", "a directory above it"])
+def test_slurm_credentials_are_not_kept_where_another_user_could_swap_them(tmp_path, open_up):
+    # The scheduler and the client read the credentials by path at every connection: another user
+    # who may rename entries of the log directory (or of one above it: writable by others, no sticky
+    # bit, as a shared scratch directory can be) could move the private directory away and put one of
+    # their own, with a key they hold, in its place, then connect as the learner. Refused, nothing left.
+    above = tmp_path / "shared"
+    logs = above / "logs"
+    logs.mkdir(parents=True)
+    (logs if open_up == "the log directory" else above).chmod(0o777)
+    with pytest.raises(ValueError, match="lets other users move or replace"):
+        clusters.shared_security(str(logs))
+    assert not list(logs.iterdir())

@@ -137,7 +137,7 @@ def _refuse_shared(path: Path, what: str, instead: str) -> None:
         )
 
 
-def _safe_holder(path: Path) -> str | None:
+def others_could_swap(path: str | os.PathLike[str]) -> str | None:
     """Why another user could rename or replace entries of directory ``path`` (or of a directory
     above it), or None: every directory on the way, lexical and real, must be root's or this user's,
     and writable by nobody else unless sticky (as ``/tmp``); a symlink on the way must be root's or
@@ -180,7 +180,7 @@ def private_directory(path: Path, private_from: Path | None = None) -> Path:
         top = top.parent  # missing directories above are made here too, and so checked
     between = [p for p in reversed(path.parents) if top in p.parents]
     chain = [top, *between, path] if path != top else [top]
-    if problem := _safe_holder(top.parent):
+    if problem := others_could_swap(top.parent):
         raise TierError(
             f"cannot keep tier files under {top.parent}: {problem}. Set $WORKBENCH_TIER_DIR (or TMPDIR) "
             "to a directory of your own that only you can write"

@@ -48,6 +48,8 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
+from workbench.memory.tiers import others_could_swap
+
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 CLUSTER_ENV = "WORKBENCH_CLUSTER"  # the kind start() uses when its caller names none
 MAX_MEMORY_ENV = "WORKBENCH_MAX_MEMORY"  # the per-learner cap: workers x memory limit of a local cluster
@@ -121,6 +123,14 @@ def shared_security(parent: str) -> tuple[Security, str]:
         )
     credentials = _temporary_security()
     os.makedirs(parent, mode=0o700, exist_ok=True)
+    # Dask reads the files by path at every connection: a user who may rename entries of ``parent``
+    # (or of a directory above it) could swap the private directory for one holding a key of theirs
+    if problem := others_could_swap(parent):
+        raise ValueError(
+            f"the log directory {parent} would hold the workers' TLS credentials, but {problem}: another "
+            "user could swap them for their own and connect as you. Choose a log directory of your own "
+            "(only you, or root, own it and every directory above it; none is writable by others unless sticky)"
+        )
     directory = tempfile.mkdtemp(prefix="tls-", dir=parent)  # mode 0700, a name no one can guess
     try:
         directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

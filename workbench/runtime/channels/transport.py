@@ -45,6 +45,7 @@ group that was aborted (another rank failed), and, on one node, a peer in anothe
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
 import hmac
@@ -318,6 +319,10 @@ def pid_alive(pid: int) -> bool:
 
 # -- a link proves it belongs to the group -----------------------------------------------------------
 HANDSHAKE_SECONDS = 10.0  # how long an accepted connection has to prove itself before it is closed
+# Handshakes under way at once on one listener: past it, the oldest gives way to the newest (a rank
+# answers its challenge at once), so a stranger holding connections open cannot use up the worker's
+# file descriptors (the rank's accept then failed with EMFILE: the group failed on a bare OSError)
+MAX_PENDING = 64
 NONCE_BYTES = 32
 _MAC_BYTES = 32  # HMAC-SHA256
 _LINK_MAGIC = b"LWBLINK1"  # the protocol and its version, first on every connection
@@ -501,7 +506,9 @@ def accept_links(
     answers wrong, names a rank not expected (or one already linked), closes, or does not answer
     within :data:`HANDSHAKE_SECONDS` is closed and logged, and this rank goes on waiting for the
     rank it did not become. Handshakes run side by side (a selector), so one that stalls delays no
-    other. Raises what ``alive`` says (an aborted group), ``ChannelTimeout`` at ``deadline``."""
+    other; past :data:`MAX_PENDING` of them (or with no file descriptor left) the oldest is closed, so
+    connections held open by a stranger cannot use up the worker's descriptors. Raises what
+    ``alive`` says (an aborted group), ``ChannelTimeout`` at ``deadline``."""
     linked: dict[int, socket.socket] = {}
     pending: dict[socket.socket, _Pending] = {}
     selector = selectors.DefaultSelector()
@@ -528,7 +535,13 @@ def accept_links(
                 )
             for key, _ in selector.select(max(0.001, min(POLL_SECONDS, deadline - now))):
                 if key.fileobj is listener:
-                    _challenge_new(listener, selector, pending)
+                    if len(pending) >= MAX_PENDING:
+                        drop(next(iter(pending.values())), f"{MAX_PENDING} handshakes under way: the oldest gave way")
+                    if not _challenge_new(listener, selector, pending):  # no descriptor left for it now
+                        if pending:
+                            drop(next(iter(pending.values())), "out of file descriptors: the oldest handshake gave way")
+                        else:  # the worker's descriptors are taken elsewhere: try again after a while
+                            time.sleep(POLL_SECONDS)
                     continue
                 entry = pending[key.fileobj]  # type: ignore[index]
                 try:
@@ -577,23 +590,29 @@ def accept_links(
 
 def _challenge_new(
     listener: socket.socket, selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending]
-) -> None:
-    """Accept what connected to ``listener``, send it a fresh :class:`Challenge`, and watch it for its answer."""
+) -> bool:
+    """Accept what connected to ``listener``, send it a fresh :class:`Challenge`, and watch it for its
+    answer. False when the accept failed for want of a file descriptor (or memory): the connection
+    waits in the listener's queue; True otherwise (nothing to accept, or a connection that broke
+    before or during the challenge is nothing to wait for)."""
     try:
         sock, address = listener.accept()
     except (BlockingIOError, InterruptedError):
-        return
+        return True
+    except OSError as error:  # EMFILE, ENFILE, ENOBUFS, ENOMEM; or one Linux passes on from the connection
+        return error.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
     nonce = secrets.token_bytes(NONCE_BYTES)
     try:
         sock.settimeout(POLL_SECONDS)  # a few dozen bytes into a new connection's empty send buffer
         sock.sendall(Challenge(nonce).pack())
     except OSError:
         sock.close()
-        return
+        return True
     sock.setblocking(False)
     peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
     pending[sock] = _Pending(sock, peer, nonce, time.monotonic() + HANDSHAKE_SECONDS, bytearray())
     selector.register(sock, selectors.EVENT_READ)
+    return True
 
 
 class Link:
