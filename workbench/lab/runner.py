@@ -26,12 +26,23 @@ import workbench
 from workbench import machine
 from workbench.apps import registry
 from workbench.lab import stats
+from workbench.runtime import counts
 from workbench.runtime import trace as tracing
 from workbench.runtime.session import Session, node_id
 
 T = TypeVar("T")
 # Columns the runner writes in every result row: no application parameter may take these names.
-RESULT_COLUMNS = {"run_id", "variant", "seconds", "repeat", "tasks", "bytes_transferred"}
+RESULT_COLUMNS = {
+    "run_id",
+    "variant",
+    "seconds",
+    "repeat",
+    "tasks",
+    "bytes_transferred",
+    "submitted_tasks",
+    "dependencies",
+    "messages",
+}
 
 
 @dataclass
@@ -423,6 +434,9 @@ def _run_once(
 ) -> tuple[dict[str, Any], Any, pd.DataFrame | None]:
     """One timed call of a variant: its result row, its answer, and its trace (or None)."""
     function = application.variant(variant)
+    if trace:
+        counts.install(session)
+        since, messages = time.time(), counts.message_count(session)
     answer, seconds, recorder, frame = traced_call(
         session, lambda recorder: function(session, prepared, recorder), trace, nodes
     )
@@ -431,4 +445,25 @@ def _run_once(
     if frame is not None:
         row["tasks"] = int(((frame["action"] == "compute") & (frame["worker"] != tracing.CLIENT)).sum())
         row["bytes_transferred"] = int(frame.loc[frame["action"] == "transfer", "bytes"].sum())
+        row.update(_counts(session, recorder, since, messages))
     return row, answer, frame
+
+
+def _counts(session: Session, recorder: tracing.Recorder, since: float, messages: int) -> dict[str, int]:
+    """What the run gave the scheduler (read after it, outside its time): tasks and dependencies
+    submitted, scheduler-worker messages; per phase, its entries and the tasks and dependencies
+    submitted inside it (``phase_<name>_n``, ``_tasks``, ``_dependencies``)."""
+    graphs = counts.graphs_since(session, since)
+    row = {
+        "submitted_tasks": sum(g.tasks for g in graphs),
+        "dependencies": sum(g.dependencies for g in graphs),
+        "messages": counts.message_count(session) - messages,
+    }
+    windows: dict[str, list[tuple[float, float]]] = {}
+    for r in recorder.records:
+        if r["action"].startswith("phase:"):
+            windows.setdefault(r["task"], []).append((r["start"], r["stop"]))
+    for name, spans in windows.items():
+        tasks, deps = counts.in_window(graphs, spans)
+        row.update({f"phase_{name}_n": len(spans), f"phase_{name}_tasks": tasks, f"phase_{name}_dependencies": deps})
+    return row

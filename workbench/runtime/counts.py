@@ -1,0 +1,119 @@
+"""Counts that predict scale: tasks and dependencies the scheduler was given, and its messages.
+
+Times depend on the machine; these counts do not. A strategy whose tasks or dependencies per
+iteration grow with the blocks, where they should follow the workers, buries the scheduler on any
+machine, so a benchmark records them beside its times (issue 36) and a test can check them
+deterministically.
+
+- **Graphs**: a scheduler plugin (:class:`GraphCounter`, Dask's ``update_graph`` hook) notes, for
+  each graph a client submits, when it arrived, its new tasks and their dependencies (futures
+  already on the cluster count as dependencies, not as tasks). One record per graph, written
+  where the scheduler already holds the tasks: nothing is added per task run.
+- **Messages**: the batched streams between the scheduler and its workers count what they send
+  (``BatchedSend.message_count``); :func:`message_count` adds them up, both ways.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+if TYPE_CHECKING:
+    from workbench.runtime.session import Session
+
+PLUGIN_NAME = "workbench-graph-counts"
+KEEP = 100_000  # graphs remembered (oldest dropped first)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One graph submitted to the scheduler: when (scheduler's epoch seconds), its tasks, their dependencies."""
+
+    time: float
+    tasks: int
+    dependencies: int
+
+
+class GraphCounter(SchedulerPlugin):
+    """On the scheduler: the tasks and dependencies of every graph submitted (see the module)."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self) -> None:
+        self.graphs: deque[tuple[float, int, int]] = deque(maxlen=KEEP)
+
+    def update_graph(self, scheduler: Any, *, tasks: Iterable[Any] = (), **kwargs: Any) -> None:
+        """Note the graph: its tasks and the dependencies the scheduler recorded for them."""
+        known = scheduler.tasks
+        n = deps = 0
+        for key in tasks:
+            ts = known.get(key)
+            # the graph's own tasks are still "released" here (Dask moves them on after its plugins);
+            # futures it refers to (blocks, held partitions, partials) are in memory or running
+            if ts is not None and ts.state == "released":
+                n += 1
+                deps += len(ts.dependencies)
+        self.graphs.append((time.time(), n, deps))
+
+
+def _graphs_since(dask_scheduler: Any, since: float) -> list[tuple[float, int, int]]:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    return [g for g in plugin.graphs if g[0] >= since] if plugin is not None else []
+
+
+class _Installed:
+    """The counter registered on the session's scheduler while the session lives."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __enter__(self) -> _Installed:
+        self.session.client.register_plugin(GraphCounter(), name=PLUGIN_NAME)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.session.client.unregister_scheduler_plugin(PLUGIN_NAME)
+        except Exception:  # noqa: BLE001 (a closed or lost scheduler has no plugin left to remove)
+            pass
+
+
+def install(session: Session) -> None:
+    """Count the graphs submitted to the session's scheduler from now on (once per session)."""
+    session.own(PLUGIN_NAME, lambda: _Installed(session))
+
+
+def graphs_since(session: Session, since: float) -> list[Graph]:
+    """The graphs submitted since ``since`` (epoch seconds), oldest first (:func:`install` first)."""
+    return [Graph(*g) for g in session.client.run_on_scheduler(_graphs_since, since=since)]
+
+
+def _scheduler_sent(dask_scheduler: Any) -> int:
+    return sum(int(getattr(bs, "message_count", 0)) for bs in dask_scheduler.stream_comms.values())
+
+
+def _worker_sent(dask_worker: Any) -> int:
+    return int(getattr(dask_worker.batched_stream, "message_count", 0))
+
+
+def message_count(session: Session) -> int:
+    """Messages sent so far on the batched streams between the scheduler and the workers, both ways
+    (a worker that left takes its count with it: compare counts of the same workers)."""
+    sent = session.client.run_on_scheduler(_scheduler_sent)
+    return int(sent) + sum(session.client.run(_worker_sent).values())
+
+
+def in_window(graphs: Iterable[Graph], windows: Iterable[tuple[float, float]]) -> tuple[int, int]:
+    """Tasks and dependencies of the ``graphs`` that arrived inside any of ``windows`` ([start, stop])."""
+    spans = list(windows)
+    tasks = deps = 0
+    for g in graphs:
+        if any(start <= g.time <= stop for start, stop in spans):
+            tasks += g.tasks
+            deps += g.dependencies
+    return tasks, deps
