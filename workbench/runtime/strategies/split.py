@@ -27,14 +27,24 @@ class SplitPlan(DaskPlan):
         placed = self.blocks()
         with self.recorder.phase("split"):
             self.partitions = splitter.split(self.session, placed, partitions_per_worker=1)
+        self.held: list[Any] | None = None  # the partitions' held blocks, one future each (at the first map)
 
     def aligned_blocks(self, partition: splitter.Partition) -> list[list[Any]]:
         """The aligned arrays' blocks with this partition's indexes."""
         return [splitter.aligned(partition, a, self.session) for a in self.aligned]
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
-        """One task per partition, pinned to its worker."""
-        return map_partitions(self.session, self.partitions, work, self.task_args(args), self.aligned_blocks)
+        """One task per partition, pinned to its worker, depending on its held blocks only (held at the
+        first map, in phase ``split``: each block is a dependency once per plan, not once per map)."""
+        if self.held is None:
+            with self.recorder.phase("split"):
+                self.held = splitter.hold_partitions(self.session, self.partitions, self.aligned_blocks)
+        return map_partitions(self.session, self.partitions, work, self.task_args(args), held=self.held)
+
+    def close(self) -> None:
+        """Drop the held partitions (Dask frees them; the blocks stay)."""
+        super().close()
+        self.held = None
 
 
 class SplitMaterializedPlan(SplitPlan):
