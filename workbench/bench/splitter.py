@@ -4,6 +4,11 @@ The histogram (5-D) and k-means (10 iterations) on numba kernels, so the schedul
 shows. Each variant's mean time is divided by ``split``'s (ratios above 1: slower than split).
 One worker process per core, one thread each, so blocks per worker = blocks per core. Each
 (application, blocks per core) point is one experiment of the runner: one step of the progress bar.
+
+Beside the times, the counts that predict scale (:mod:`workbench.runtime.counts`): tasks and
+dependencies submitted per iteration, scheduler-worker messages and bytes moved between workers.
+Their goal holds on any machine: split's tasks + dependencies per k-means iteration stay within 3 per
+partition + 1 whatever the blocks per core.
 """
 
 from __future__ import annotations

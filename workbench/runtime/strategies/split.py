@@ -2,7 +2,9 @@
 one partition per worker; one task per partition, pinned to its worker (no block moves).
 
 ``split`` iterates the partition's blocks inside the task (the work's ``blocks`` function in one
-call, or one call per block and a local merge); ``split-materialized`` concatenates each
+call, or one call per block and a local merge); its first map holds each partition's blocks in one
+object on its worker (no copy), so every map's task has one dependency, not one per block;
+``split-materialized`` concatenates each
 partition once on its worker when the plan opens and reuses it for every map (the thesis's
 extension for compute-bound codes and for work that reads the data again and again).
 """
