@@ -11,6 +11,10 @@ deterministically.
   where the scheduler already holds the tasks: nothing is added per task run.
 - **Messages**: the batched streams between the scheduler and its workers count what they send
   (``BatchedSend.message_count``); :func:`message_count` adds them up, both ways.
+
+The scheduler's task records (``tasks``, ``state``, ``dependencies``), its ``stream_comms`` and the
+batched streams' ``message_count`` are Dask internals, read here and nowhere else;
+``tests/test_counts.py`` fails when Dask changes them (a graph's counts, messages above zero).
 """
 
 from __future__ import annotations
