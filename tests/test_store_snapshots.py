@@ -22,7 +22,7 @@ from store_helpers import Halves, wait_for_file
 
 from workbench.runtime.store import NotHere, StoreError, store_for
 from workbench.runtime.store.backend import StoreBackend
-from workbench.runtime.store.model import ObjectRef
+from workbench.runtime.store.model import ObjectRef, ReadWriteLock
 from workbench.runtime.store.protocol import PLUGIN_NAME, BackendOp, CatalogueOp, Record
 
 BOUND = 60.0  # the longest any wait of these tests lasts (a bound, never a pause)
@@ -147,6 +147,80 @@ def test_copies_are_not_serialised_behind_a_reader(session, store, tmp_path):
             gate.touch()
             assert reader.result(timeout=BOUND) is True
             proxy.delete()
+
+
+def test_a_read_only_method_copies_its_own_object_while_a_writer_waits(session, store, tmp_path):
+    """A copy joins the read-only methods holding the lock even while a writer waits: a method that
+    fetches its own object would otherwise wait for the writer, which waits for the method (the
+    fetch failed after WAIT_SECONDS, 60 s, as an unanswered backend)."""
+    proxy = store.make_persistent(Halves(SIZE, 4.0))
+    gate = tmp_path / "gate"
+    with ThreadPoolExecutor(2) as pool:
+        reader = pool.submit(lambda: proxy.hold_then_fetch_itself(proxy.oid, str(gate), BOUND).result(BOUND))
+        try:
+            wait_for_file(str(gate) + ".started", BOUND)
+            writer = pool.submit(proxy.fill.value, 5.0)
+            wait_until(lambda: lock_waiters(session, proxy.oid) > 0, "the writer to wait for the reader")
+        finally:
+            gate.touch()
+        try:
+            assert reader.result(timeout=BOUND) == 4.0  # all before the write
+            assert writer.result(timeout=BOUND) is True
+            assert proxy.state.value() == (5.0, 5.0, 5.0)
+        finally:
+            proxy.delete()
+
+
+def test_copies_waiting_for_a_writer_do_not_hold_up_other_objects(session, store, tmp_path):
+    """Fetches that wait for a busy object's lock wait on threads of their own: a fetch of another
+    object on the same backend, and a put there, still go at once (they queued behind the four I/O
+    threads, all waiting, until the writer ended)."""
+    busy = store.make_persistent(Halves(SIZE, 1.0))
+    (holder,) = busy.locations()
+    idle = store.make_persistent(Halves(SIZE, 6.0))
+    gate = tmp_path / "gate"
+    with ThreadPoolExecutor(8) as pool:
+        writer = pool.submit(busy.fill.value, 2.0, str(gate), BOUND)
+        try:
+            wait_for_file(str(gate) + ".started", BOUND)
+            fetches = [pool.submit(busy.fetch) for _ in range(5)]
+            wait_until(lambda: lock_waiters(session, busy.oid) >= 4, "the fetches to wait for the writer")
+            if idle.locations() != [holder]:
+                moved = pool.submit(idle.move, holder)  # a push from the other backend: a put on the holder
+                moved.result(timeout=BOUND / 4)
+            assert float(pool.submit(idle.fetch).result(timeout=BOUND / 4).label) == 6.0
+            assert not writer.done()
+        finally:
+            gate.touch()
+        try:
+            assert writer.result(timeout=BOUND) is True
+            assert all(
+                one_version((float(o.data.min()), float(o.data.max()), float(o.label)))
+                for o in (f.result(timeout=BOUND) for f in fetches)
+            )
+        finally:
+            busy.delete()
+            idle.delete()
+
+
+def test_a_copy_joins_methods_holding_the_lock_but_not_other_copies_before_a_waiting_writer():
+    """The lock's rule for copies: with a writer waiting, a copy joins a read-only method holding
+    the lock (it may be that method's own copy), a method does not, and a copy that holds the lock
+    alone does not let another in (a stream of copies never starves the writer)."""
+    lock = ReadWriteLock()
+    assert lock.acquire(False)  # a read-only method
+    writing = threading.Thread(target=lambda: (lock.acquire(True, BOUND), lock.release(True)))
+    writing.start()
+    wait_until(lambda: lock.waiting == 1, "the writer to wait")
+    assert not lock.acquire(False, timeout=0)  # a method waits for the writer
+    assert lock.acquire(False, timeout=0, copy=True)  # a copy joins the method
+    lock.release(False)  # the method ends; the copy still holds the lock
+    assert not lock.acquire(False, timeout=0, copy=True)  # no copy joins a copy before the writer
+    assert writing.is_alive()
+    lock.release(False, copy=True)
+    writing.join(BOUND)
+    assert not writing.is_alive() and lock.acquire(True, timeout=0)
+    lock.release(True)
 
 
 # -- a writer that waits for the lock while a copy holds it (one backend, its messages stubbed) -----

@@ -72,6 +72,7 @@ from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
 WAIT_SECONDS = 60.0  # longest wait for a lock, the catalogue or another backend
+COPY_THREADS = 32  # a backend's threads for copies of its objects (each may wait for its object's lock)
 T = TypeVar("T")
 
 
@@ -104,7 +105,7 @@ class SendLocked:
 def release_unsent(done: Future[Any]) -> None:
     """A finished operation's :class:`SendLocked` result that will not be sent: its lock released."""
     if not done.cancelled() and done.exception() is None and isinstance(done.result(), SendLocked):
-        done.result().entry.lock.release(False)
+        done.result().entry.lock.release(False, copy=True)
 
 
 def disk_path(directory: str, oid: str, version: int) -> Path:
@@ -206,6 +207,10 @@ class StoreBackend(WorkerPlugin):
         threads = max(2, worker.state.nthreads)
         self.calls = ThreadPoolExecutor(threads, thread_name_prefix="workbench-store-call")
         self.io = ThreadPoolExecutor(4, thread_name_prefix="workbench-store-io")
+        # Copies (get, push, copy_version) wait for their object's lock while a writing method runs:
+        # threads of their own, so they do not hold up the other operations (a fetch of another
+        # object, a put, a load) until COPY_THREADS copies wait at once.
+        self.copies = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="workbench-store-copy")
         if self.memory_limit is None and worker.memory_manager.memory_limit:
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
         self.cache = tiers.DramCache(int(self.cache_bytes or self.memory_limit or 256 * 2**20))
@@ -220,6 +225,7 @@ class StoreBackend(WorkerPlugin):
         worker.handlers.pop(HANDLER, None)
         self.calls.shutdown(wait=False, cancel_futures=True)
         self.io.shutdown(wait=False, cancel_futures=True)
+        self.copies.shutdown(wait=False, cancel_futures=True)
         with self.table_lock:
             entries = list(self.table.values())
             self.table.clear()
@@ -233,7 +239,7 @@ class StoreBackend(WorkerPlugin):
         written to ``comm`` here, its object's lock held until it is sent (``serializers``: the
         caller's, as Dask would write the reply)."""
         handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
-        pool = self.calls if action == BackendOp.CALL else self.io
+        pool = self.calls if action == BackendOp.CALL else self.copies if action in COPIES else self.io
         running = pool.submit(handler, self, **kwargs)
         try:
             result = await asyncio.wrap_future(running)
@@ -264,7 +270,7 @@ class StoreBackend(WorkerPlugin):
         except Exception as error:  # serialising failed before anything was written
             return error_reply(error)
         finally:
-            held.entry.lock.release(False)
+            held.entry.lock.release(False, copy=True)
         return Status.dont_reply
 
     def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
@@ -512,9 +518,11 @@ class StoreBackend(WorkerPlugin):
         task: str,
         writes: bool,
         find: Callable[[ObjectRef], tuple[ObjectRef, Entry]] | None = None,
+        copy: bool = False,
     ) -> tuple[ObjectRef, Entry]:
         """The entry for ``ref`` under its lock (exclusive if ``writes``, else shared); release it
-        with ``entry.lock.release(writes)``.
+        with ``entry.lock.release(writes)`` (``copy``: shared for a copy of the object,
+        :class:`~workbench.runtime.store.model.ReadWriteLock`; released with ``copy=True``).
 
         ``find`` looks the entry up (default :meth:`obtain`: local, reloaded from disk, or a copy for
         reads). Once locked, the entry is checked to be still the table's: one evicted (or replaced)
@@ -524,13 +532,13 @@ class StoreBackend(WorkerPlugin):
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
             ref, entry = find(ref)
-            if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic())):
+            if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic()), copy=copy):
                 raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {task!r}")
             with self.table_lock:
                 current = self.table.get((ref.oid, ref.version))  # type: ignore[arg-type]
             if current is entry or entry.copy:
                 return ref, entry
-            entry.lock.release(writes)
+            entry.lock.release(writes, copy=copy)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {task!r} waited")
 
@@ -639,7 +647,7 @@ class StoreBackend(WorkerPlugin):
         """The object, for another backend or a client to copy: under its shared lock, which
         :meth:`send_locked` releases once the reply is sent. So the copy is all before or all after
         any write, and other readers and copies are not held up."""
-        _, entry = self.locked(ObjectRef(oid, int(version)), "get", False, find=self.held)
+        _, entry = self.locked(ObjectRef(oid, int(version)), "get", False, find=self.held, copy=True)
         return SendLocked(entry.obj, entry)
 
     def op_push(self, oid: str, version: int, target: str, move: bool = False) -> int:
@@ -651,7 +659,7 @@ class StoreBackend(WorkerPlugin):
         that waited meanwhile then finds a move's object gone (and is sent to the new holder) or a
         replica's object replicated (and is refused), instead of changing one copy only.
         """
-        ref, entry = self.locked(ObjectRef(oid, int(version)), "push", False, find=self.held)
+        ref, entry = self.locked(ObjectRef(oid, int(version)), "push", False, find=self.held, copy=True)
         try:
             start = time.time()
             self.backend(target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
@@ -666,15 +674,15 @@ class StoreBackend(WorkerPlugin):
                 entry.replicated = True
             return entry.nbytes
         finally:
-            entry.lock.release(False)
+            entry.lock.release(False, copy=True)
 
     def op_copy_version(self, oid: str, version: int, new_version: int) -> int:
         """Copy a version into a new one here (``new_version``), pickled under the object's shared lock."""
-        ref, entry = self.locked(ObjectRef(oid, int(version)), "new_version", False, find=self.held)
+        ref, entry = self.locked(ObjectRef(oid, int(version)), "new_version", False, find=self.held, copy=True)
         try:
             data = cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL)  # arrays in band: a copy
         finally:
-            entry.lock.release(False)
+            entry.lock.release(False, copy=True)
         return self.add(oid, new_version, pickle.loads(data))
 
     def op_drop(self, oid: str, version: int) -> bool:
@@ -1014,3 +1022,6 @@ BACKEND_HANDLERS: dict[str, Callable[..., Any]] = {
     BackendOp.TABLE: StoreBackend.op_table,
     BackendOp.NULL: StoreBackend.op_null,
 }
+
+# The operations that copy an object under its shared lock: they run on the backend's copy threads.
+COPIES = frozenset({BackendOp.GET, BackendOp.PUSH, BackendOp.COPY_VERSION})

@@ -315,6 +315,11 @@ class ReadWriteLock:
 
     Readers are the read-only methods and every copy the store makes of the object (a fetch, a move,
     a replica, a new version): they run together, and never while a writing method is half-way.
+
+    A copy (``copy=True``) waits for a waiting writer only while no method holds the lock: a
+    read-only method that copies its own object (a fetch, a move, a proxy of it passed on to another
+    call) would otherwise wait for the writer, which waits for the method. The writer still goes
+    first once the methods holding the lock end (copies that did not join them wait for it).
     """
 
     def __init__(self) -> None:
@@ -323,14 +328,16 @@ class ReadWriteLock:
         self._writer = False
         self._writers_waiting = 0
         self._readers_waiting = 0
+        self._copies = 0  # readers that are copies (the rest are read-only methods)
 
     @property
     def waiting(self) -> int:
         """How many threads wait to take the lock now (what a test waits for to order a call after another)."""
         return self._readers_waiting + self._writers_waiting
 
-    def acquire(self, write: bool, timeout: float | None = None) -> bool:
-        """Take the lock for writing (exclusive) or reading (shared); False on timeout."""
+    def acquire(self, write: bool, timeout: float | None = None, copy: bool = False) -> bool:
+        """Take the lock for writing (exclusive) or reading (shared; ``copy``: for a copy of the
+        object, see the class); False on timeout."""
         with self._condition:
             if write:
                 self._writers_waiting += 1
@@ -343,20 +350,27 @@ class ReadWriteLock:
                 return ok
             self._readers_waiting += 1
             try:
-                ok = self._condition.wait_for(lambda: not self._writer and self._writers_waiting == 0, timeout)
+                ok = self._condition.wait_for(
+                    lambda: (
+                        not self._writer and (self._writers_waiting == 0 or (copy and self._readers > self._copies))
+                    ),
+                    timeout,
+                )
             finally:
                 self._readers_waiting -= 1
             if ok:
                 self._readers += 1
+                self._copies += copy
             return ok
 
-    def release(self, write: bool) -> None:
-        """Release what :meth:`acquire` took."""
+    def release(self, write: bool, copy: bool = False) -> None:
+        """Release what :meth:`acquire` took (``copy`` as it was taken)."""
         with self._condition:
             if write:
                 self._writer = False
             else:
                 self._readers -= 1
+                self._copies -= copy
             self._condition.notify_all()
 
 
