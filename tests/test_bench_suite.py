@@ -228,6 +228,24 @@ def test_the_site_page_escapes_what_a_results_file_holds(results):
     assert_site_shows_as_text(hostile)
 
 
+def test_the_page_of_figures_typesets_no_tex_from_a_results_file(results):
+    """Bokeh typesets TeX between $$ with MathJax in a Div, a title and an axis label: a results
+    file's text (a goal, a peer unit, a mechanism, the host) is shown as the text it is."""
+    from bokeh.models import Axis, Div, Title
+
+    tex = "$$\\href{https://example.invalid}{click}$$"
+    hostile = copy.deepcopy(results)
+    hostile["machine"]["hostname"] = tex
+    b = hostile["benchmarks"][0]
+    b["mechanism"] = tex
+    b["goals"][0].update(goal=tex, peer_unit=tex, peers={"a": 1.0, "b": 2.0})
+    models = list(bench_page.build(hostile).references())
+    divs = [m for m in models if isinstance(m, Div)]
+    assert divs and all(d.disable_math for d in divs)
+    labels = [m.text for m in models if isinstance(m, Title)] + [m.axis_label for m in models if isinstance(m, Axis)]
+    assert not [label for label in labels if isinstance(label, str) and "$$" in label], labels
+
+
 def _recording_popen(monkeypatch) -> list[int]:
     """Make ``suite`` record the pid of each benchmark process it starts (the group's id too)."""
     pids: list[int] = []

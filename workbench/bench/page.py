@@ -20,7 +20,7 @@ from typing import Any
 
 from bokeh.embed import components, file_html
 from bokeh.layouts import column, gridplot
-from bokeh.models import ColumnDataSource, Div, HoverTool, Span, Whisker
+from bokeh.models import ColumnDataSource, Div, HoverTool, PlainText, Span, Title, Whisker
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
@@ -34,6 +34,18 @@ ROW_PX = 26
 LABEL_CHARS = 70
 WIDTH = 1000
 TABLE = "style='border-spacing: 14px 2px; text-align: left'"
+
+
+# A results file is untrusted: its text is shown as text. Bokeh typesets TeX between $$ (or \[ \],
+# \( \)) with MathJax in a Div, a title and an axis label unless told not to: hence these three.
+def _div(text: str) -> Div:
+    """A Div of HTML whose untrusted parts were escaped, with no TeX typeset in it."""
+    return Div(text=text, width=WIDTH, disable_math=True)
+
+
+def _title(text: str) -> Title:
+    """A figure's title, shown as the text it is (never TeX)."""
+    return Title(text=PlainText(text=text))
 
 
 def score(g: Mapping[str, Any]) -> float:
@@ -89,7 +101,7 @@ def goals_figure(rows: Sequence[tuple[str, Mapping[str, Any]]], title: str):
         }
     )
     plot = figure(
-        title=title,
+        title=_title(title),
         y_range=list(reversed(labels)),
         x_axis_type="log",
         x_range=(1 / CLIP, CLIP),
@@ -110,12 +122,12 @@ def peers_figure(name: str, g: Mapping[str, Any]):
     """The figures a goal compares, a bar each (in the goal's ``peer_unit``)."""
     peers = g["peers"]
     plot = figure(
-        title=f"{name}: {g['goal']}"[:48],
+        title=_title(f"{name}: {g['goal']}"[:48]),
         x_range=list(peers),
         width=320,
         height=220,
         toolbar_location=None,
-        y_axis_label=g.get("peer_unit") or "",
+        y_axis_label=PlainText(text=g.get("peer_unit") or ""),
     )
     values = [float(v) if math.isfinite(float(v)) else 0.0 for v in peers.values()]
     plot.vbar(x=list(peers), top=values, width=0.6, color=MET if g["met"] else NOT_MET)
@@ -139,18 +151,15 @@ def _header(results: Mapping[str, Any]) -> Div:
         for b in results["benchmarks"]
     )
     software = ", ".join(f"{k} {val}" for k, val in v.items() if val)
-    return Div(
-        text=(
-            f"<h1>workbench bench all on {e(m['hostname'])}</h1>"
-            f"<p>{e(m['cpu'])}, {e(m['logical_cores'])} cores, caches {e(cache_text)}, "
-            f"{m['memory_total'] / 2**30:.1f} GiB memory; tier directory {e(m.get('tier_directory'))}"
-            f"</p><p>size {e(results['size'] or 'each its own')}, workers {e(results['workers'] or 'each its own')}, "
-            f"started {e(results['started'])}, {run_time(results['wall_s'])}</p>"
-            f"<p><small>{html.escape(software)}</small></p>"
-            f"<table {TABLE}><tr><th>benchmark</th><th>mechanism</th><th>size</th><th>wall</th><th>goals met</th>"
-            f"<th>status</th></tr>{rows}</table>"
-        ),
-        width=WIDTH,
+    return _div(
+        f"<h1>workbench bench all on {e(m['hostname'])}</h1>"
+        f"<p>{e(m['cpu'])}, {e(m['logical_cores'])} cores, caches {e(cache_text)}, "
+        f"{m['memory_total'] / 2**30:.1f} GiB memory; tier directory {e(m.get('tier_directory'))}"
+        f"</p><p>size {e(results['size'] or 'each its own')}, workers {e(results['workers'] or 'each its own')}, "
+        f"started {e(results['started'])}, {run_time(results['wall_s'])}</p>"
+        f"<p><small>{html.escape(software)}</small></p>"
+        f"<table {TABLE}><tr><th>benchmark</th><th>mechanism</th><th>size</th><th>wall</th><th>goals met</th>"
+        f"<th>status</th></tr>{rows}</table>"
     )
 
 
@@ -166,10 +175,9 @@ def _goal_table(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> Div:
         f"<td>{html.escape(g.get('bound') or '')}</td></tr>"
         for name, g in rows
     )
-    return Div(
-        text=f"<table {TABLE}><tr><th>benchmark</th><th>goal</th><th>measured</th><th></th>"
-        f"<th>bounded here by</th></tr>{cells}</table>",
-        width=WIDTH,
+    return _div(
+        f"<table {TABLE}><tr><th>benchmark</th><th>goal</th><th>measured</th><th></th>"
+        f"<th>bounded here by</th></tr>{cells}</table>"
     )
 
 
@@ -180,7 +188,7 @@ def build(results: Mapping[str, Any]):
         failed = [b for b in results["benchmarks"] if b["mechanism"] == mechanism and b["status"] != "ok"]
         notes = "".join(f"<p>{html.escape(b['name'])}: {html.escape(b['status'])}: {html.escape(str(b['error']))}</p>"
                         for b in failed)  # fmt: skip
-        parts.append(Div(text=f"<h2>{html.escape(mechanism)}</h2>{notes}", width=WIDTH))
+        parts.append(_div(f"<h2>{html.escape(mechanism)}</h2>{notes}"))
         if not rows:
             continue
         met = sum(g["met"] for _, g in rows)
