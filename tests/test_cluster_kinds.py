@@ -254,3 +254,22 @@ def test_slurm_credentials_are_not_kept_where_another_user_could_swap_them(tmp_p
     with pytest.raises(ValueError, match="lets other users move or replace"):
         clusters.shared_security(str(logs))
     assert not list(logs.iterdir())
+
+
+@pytest.mark.parametrize("memory", [True, "GiB", " ", "\u2028"], ids=["True", "a unit alone", "a space", "U+2028"])
+def test_a_memory_amount_without_a_number_is_refused(memory):
+    """Dask's parse_bytes reads True as 1 byte and a unit alone as one of it ("GiB": 1 GiB, " ": 1 byte)."""
+    with pytest.raises(ValueError, match="memory must be an amount per job"):
+        SlurmOptions(memory=memory)
+    with pytest.raises(ValueError, match="memory_limit must be 'auto' or an amount"):
+        LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1GiB"}, memory_limit=memory))
+    if isinstance(memory, str) and memory.strip():
+        with pytest.raises(ValueError, match="is not an amount of memory"):
+            clusters.max_memory({clusters.MAX_MEMORY_ENV: memory})
+
+
+def test_a_cap_too_small_to_share_is_refused_not_lifted():
+    """A cap below one byte per worker shared as 0 bytes each: Dask's 0 is no limit at all."""
+    with pytest.raises(ValueError, match="cannot be shared among 2 workers"):
+        LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1"}))
+    assert LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "2"})) == 1

@@ -158,8 +158,12 @@ def amount_of_memory(value: object) -> int:
     """The bytes of an amount of memory (``"4GiB"``, ``2**30``), or 0 when ``value`` is not one.
 
     Dask's ``parse_bytes`` raises OverflowError for an amount no integer holds ("1e400"), ValueError
-    for words and TypeError for other types: every caller names its setting in its own error.
+    for words and TypeError for other types: every caller names its setting in its own error. It also
+    reads True as 1 byte, and a unit without a number (``"GiB"``, a space, a line separator) as one of that
+    unit: not amounts either.
     """
+    if isinstance(value, bool) or (isinstance(value, str) and not any(c.isdigit() for c in value)):
+        return 0
     try:
         return parse_bytes(value)
     except (ValueError, TypeError, OverflowError):
@@ -346,7 +350,13 @@ class LocalKind(ClusterKind):
         """Each worker's memory limit within the per-learner cap (``$WORKBENCH_MAX_MEMORY``)."""
         n_workers, cap = self.n_workers(request), max_memory(request.environ)
         if request.memory_limit == "auto":
-            return min(MEMORY_LIMIT, cap or MEMORY_LIMIT) // n_workers
+            share = min(MEMORY_LIMIT, cap or MEMORY_LIMIT) // n_workers
+            if share <= 0:  # 0 is Dask's "no limit at all": the cap would be lifted, not shared
+                raise ValueError(
+                    f"the per-learner cap ${MAX_MEMORY_ENV}={format_bytes(cap or 0)} cannot be shared among "
+                    f"{n_workers} workers: ask for fewer workers, or set a cap of at least {n_workers} bytes"
+                )
+            return share
         if cap is None:
             return request.memory_limit
         per_worker = amount_of_memory(request.memory_limit)

@@ -19,7 +19,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import AbstractContextManager
@@ -76,6 +76,29 @@ def cluster_identity(client: Client, timeout: float = 60) -> dict[str, Any]:
     scheduler directly has no shared state to race with.
     """
     return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+
+
+def set_memory_limits(session: Session, limit: int) -> None:
+    """Give every running worker the memory limit ``limit`` (bytes) in place: the worker's memory
+    manager (when it spills, pauses), its nanny's (when it restarts the worker, and with which limit)
+    and the scheduler's record (what ``identity()`` and the dashboard show, and its total).
+
+    Dask has no public call for this: these three attributes are its internals, set here and nowhere
+    else, and ``tests/test_session.py::test_scaling_keeps_the_per_learner_memory_cap`` reads each of
+    them back, so it fails when Dask changes them."""
+
+    def on_worker(dask_worker: Any) -> None:
+        dask_worker.memory_manager.memory_limit = limit
+
+    def on_scheduler(dask_scheduler: Any) -> None:
+        for ws in dask_scheduler.workers.values():
+            dask_scheduler.total_memory += limit - ws.memory_limit
+            ws.memory_limit = limit
+
+    client, where = session.client, "set the workers' memory limits"
+    session.bounded(client.run, on_worker, nanny=True, where=where)  # the nanny first: a restart gets the new one
+    session.bounded(client.run, on_worker, where=where)
+    session.bounded(client.run_on_scheduler, on_scheduler, where=where)
 
 
 def node_id() -> str:
@@ -217,12 +240,12 @@ class Session:
     def scale(self, n_workers: int) -> None:
         """Run ``n_workers`` local worker processes (only for a cluster this session started).
 
-        New workers get the memory limit of the rule ``start()`` used (the local kind's
+        Workers get the memory limit of the rule ``start()`` used (the local kind's
         :meth:`~workbench.runtime.clusters.LocalKind.memory_limit`), now for ``n_workers``: under the
-        per-learner cap ``$WORKBENCH_MAX_MEMORY``, "auto" shares the cap among them and an explicit limit
-        that ``n_workers`` times would pass it is refused. When the cap's new share is below what a
-        running worker holds (more workers under the same cap), every worker is replaced by one with the
-        new limit (:meth:`_hand_over`: what they hold moves to the new ones).
+        per-learner cap ``$WORKBENCH_MAX_MEMORY``, "auto" shares the cap among them, the running
+        workers' limits change in place to the new share (:func:`set_memory_limits`: nothing moves,
+        nothing they hold is lost, and the limits never sum above the cap), and an explicit limit that
+        ``n_workers`` times would pass the cap is refused.
         """
         if self.cluster is None:
             raise ValueError("this session joined an existing scheduler: scale that cluster where it was started")
@@ -230,35 +253,22 @@ class Session:
             raise ValueError("a cluster of simulated nodes has a fixed shape: start a new session with other nodes=")
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, got {n_workers!r}")
+        share = None
         if self.request is not None:
             request = dataclasses.replace(self.request, n_workers=n_workers, nodes=None)
             memory_limit = kind_named("local").memory_limit(request)  # refuses a total above the cap
             options = {**self.cluster.new_spec["options"], "memory_limit": memory_limit}
             self.cluster.new_spec = {**self.cluster.new_spec, "options": options}
-            if max_memory(request.environ) is not None:  # the share shrank: no worker keeps a larger one
+            if max_memory(request.environ) is not None:
                 share = amount_of_memory(memory_limit)
-                running = cluster_identity(self.client)["workers"]
-                if any(not w["memory_limit"] or w["memory_limit"] > share for w in running.values()):
-                    self._hand_over(n_workers, running)
-                    return
+        growing = n_workers > len(self.workers())
+        if share is not None and growing:  # lower the running workers' limits before new ones start
+            set_memory_limits(self, share)
         self.cluster.scale(n_workers)
         # scaling down is not awaited by scale() itself
         self._until(lambda: len(self.workers()) == n_workers, f"reach {n_workers} workers")
-
-    def _hand_over(self, n_workers: int, running: Mapping[str, Any]) -> None:
-        """Replace every worker of the cluster by ``n_workers`` new ones (with the cluster's new worker
-        spec): the new ones start first, then the old ones retire, so what they hold moves to the new
-        ones (Dask's retirement) instead of being lost; the limits sum above the cap only meanwhile."""
-        old_names = list(self.cluster.worker_spec)
-        self.cluster.scale(len(old_names) + n_workers)
-        self._until(lambda: len(self.workers()) == len(old_names) + n_workers, f"start {n_workers} new workers")
-        # SpecCluster retires the workers it closes by name, which the scheduler does not know them by: what
-        # they held would be lost. Retired by address first, their data moves to the new workers.
-        self.bounded(self.client.retire_workers, workers=list(running), close_workers=False)
-        for name in old_names:
-            del self.cluster.worker_spec[name]
-        self.cluster.scale(n_workers)  # closes the workers no longer in the spec
-        self._until(lambda: not set(running) & set(self.workers()), "retire the workers it replaced")
+        if share is not None and not growing:  # raise them once the workers that left are gone
+            set_memory_limits(self, share)
 
     def _until(self, condition: Callable[[], bool], what: str) -> None:
         """Wait until ``condition()`` holds, at most the session's timeout; past it, TimeoutError saying ``what``."""
