@@ -52,8 +52,8 @@ def _ours(prefixes: list[str]) -> list[str]:
 
 LIVE_OTHER = """
 import sys, numpy as np
-from workbench.memory import shm
-view = shm.share(sys.argv[1], np.ones(1000), owner=shm.this_process())
+from workbench.memory import owners, shm
+view = shm.share(sys.argv[1], np.ones(1000), owner=owners.this_process())
 print("ready", flush=True)
 sys.stdin.read()
 shm.delete(sys.argv[1])

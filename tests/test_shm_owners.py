@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.memory import shm
+from workbench.memory import owners, shm
 
 WAIT_S = 60.0
 
@@ -28,7 +28,7 @@ WAIT_S = 60.0
 def _child(code: str, directory: Path) -> subprocess.Popen[str]:
     """A Python child running ``code`` with ``D`` (the test directory) and ``shm`` defined."""
     prelude = (
-        "import json, sys, numpy as np\nfrom pathlib import Path\nfrom workbench.memory import shm\n"
+        "import json, sys, numpy as np\nfrom pathlib import Path\nfrom workbench.memory import owners, shm\n"
         f"D = Path({str(directory)!r})\n"
     )
     return subprocess.Popen(
@@ -36,15 +36,15 @@ def _child(code: str, directory: Path) -> subprocess.Popen[str]:
     )
 
 
-def _identity(line: str) -> shm.Process:
+def _identity(line: str) -> owners.Process:
     boot, pidns, pid, start = json.loads(line)
-    return shm.Process(bytes.fromhex(boot), pidns, pid, start)
+    return owners.Process(bytes.fromhex(boot), pidns, pid, start)
 
 
-SAY_WHO = "me = shm.this_process(); print(json.dumps([me.boot.hex(), me.pidns, me.pid, me.start]), flush=True)\n"
+SAY_WHO = "me = owners.this_process(); print(json.dumps([me.boot.hex(), me.pidns, me.pid, me.start]), flush=True)\n"
 
 
-def _made_by_the_dead(directory: Path, names: dict[str, str]) -> shm.Process:
+def _made_by_the_dead(directory: Path, names: dict[str, str]) -> owners.Process:
     """Segments made by a process that then exits: ``names`` maps each name to "owner" (made for the
     child itself) or "kept" (no owner). Returns the dead child's name."""
     code = SAY_WHO + "".join(
@@ -57,7 +57,7 @@ def _made_by_the_dead(directory: Path, names: dict[str, str]) -> shm.Process:
     return _identity(out.splitlines()[0])
 
 
-def _live_child(directory: Path, code: str = "") -> tuple[subprocess.Popen[str], shm.Process]:
+def _live_child(directory: Path, code: str = "") -> tuple[subprocess.Popen[str], owners.Process]:
     """A child that says who it is, runs ``code``, says "ready" and lives until its stdin closes."""
     child = _child(SAY_WHO + code + "print('ready', flush=True)\nsys.stdin.read()\n", directory)
     assert child.stdout is not None
@@ -95,7 +95,7 @@ def test_a_dead_owners_segment_is_reclaimed_and_one_shared_by_name_is_kept(tmp_p
 def test_a_copy_outlives_its_dead_maker_while_its_owner_lives(tmp_path):
     owner, who = _live_child(tmp_path)  # the session's process
     try:  # a worker makes the copy for the session, then dies (an OOM kill)
-        made_for = f"owner=shm.Process(*{tuple(who)!r})"
+        made_for = f"owner=owners.Process(*{tuple(who)!r})"
         maker = _child(f"shm.share('rro-y-t', np.ones(10), directory=D, {made_for})\n", tmp_path)
         maker.communicate(timeout=WAIT_S)
         assert maker.returncode == 0
@@ -125,25 +125,27 @@ def test_a_live_owners_segment_and_a_mapped_one_are_kept(tmp_path):
 def _record_of(path: Path) -> tuple[bytes, int]:
     """The owner record's bytes and where it starts (the file's last RECORD_SIZE bytes)."""
     data = path.read_bytes()
-    return data[-shm.RECORD_SIZE :], len(data) - shm.RECORD_SIZE
+    return data[-owners.RECORD_SIZE :], len(data) - owners.RECORD_SIZE
 
 
-def _record(owner: shm.Process, maker: shm.Process | None, flags: int = 0, magic: bytes = b"LWBOWN\x00\x01") -> bytes:
+def _record(
+    owner: owners.Process, maker: owners.Process | None, flags: int = 0, magic: bytes = b"LWBOWN\x00\x01"
+) -> bytes:
     """A record as the module writes it, from any fields (the checksum made right)."""
-    body = shm._RECORD.pack(
+    body = owners._RECORD.pack(
         magic,
-        shm._IDENTITY.pack(*owner),
-        shm._IDENTITY.pack(*maker) if maker else bytes(shm._IDENTITY.size),
+        owners._IDENTITY.pack(*owner),
+        owners._IDENTITY.pack(*maker) if maker else bytes(owners._IDENTITY.size),
         flags,
         bytes(8),
     )[:-8]
-    return body + shm._checksum(body)
+    return body + owners._checksum(body)
 
 
 def _forge(directory: Path, name: str, template: Path, record: bytes, cut: int = 0, extra: bytes = b"") -> None:
     """A copy of segment ``template`` under ``name`` with ``record`` in place of its own."""
     data = template.read_bytes()
-    data = data[: len(data) - shm.RECORD_SIZE] + record
+    data = data[: len(data) - owners.RECORD_SIZE] + record
     path = shm.segment_path(name, directory)
     path.write_bytes(data[: len(data) - cut] + extra)
     path.chmod(0o600)
@@ -153,8 +155,8 @@ def test_forged_or_corrupt_records_never_free_a_segment_and_a_dead_one_does(tmp_
     dead = _made_by_the_dead(tmp_path, {"template": "owner"})
     template = shm.segment_path("template", tmp_path)
     record, _ = _record_of(template)
-    assert shm._parse_record(record) == (dead, dead)
-    here = shm.this_process()
+    assert owners.parse_record(record) == (dead, dead)
+    here = owners.this_process()
     assert here is not None
     elsewhere = dead._replace(boot=bytes(16))  # another host (another boot id)
     reused = here._replace(start=here.start + 1)  # a live process's pid, another start time: pid reuse
@@ -194,7 +196,7 @@ def test_a_zombie_owner_is_dead(tmp_path):
     child, who = _live_child(tmp_path, "shm.share('zombie', np.ones(10), directory=D, owner=me)\n")
     os.kill(child.pid, signal.SIGKILL)
     deadline = time.monotonic() + WAIT_S
-    while shm._judge(who) == "alive":  # a zombie until reaped below: dead already
+    while owners.judge(who) == "alive":  # a zombie until reaped below: dead already
         assert time.monotonic() < deadline, "the killed child never became a zombie"
         time.sleep(0.01)
     assert Path(f"/proc/{child.pid}/stat").exists()  # not reaped yet
@@ -223,7 +225,7 @@ def test_another_users_file_links_and_fifos_are_never_touched(tmp_path):
 def test_a_killed_writers_partial_file_and_lock_are_reclaimed(tmp_path):
     code = (
         "def fill(out):\n    print('filling', flush=True)\n    sys.stdin.read()\n"
-        "shm.attach_or_create('half', (1 << 16,), np.float64, fill, directory=D, owner=shm.this_process())\n"
+        "shm.attach_or_create('half', (1 << 16,), np.float64, fill, directory=D, owner=owners.this_process())\n"
     )
     writer = _child(code, tmp_path)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "filling"
@@ -262,6 +264,6 @@ def test_the_cli_clean_reclaims_and_says_what(tmp_path):
 
 
 def test_owner_must_be_a_process_name():
-    with pytest.raises(TypeError, match="owner must be a shm.Process"):
+    with pytest.raises(TypeError, match="owner must be an owners.Process"):
         shm.share("bad-owner", np.ones(3), owner=os.getpid())  # type: ignore[arg-type]
     assert not shm.exists("bad-owner")

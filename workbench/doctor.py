@@ -92,6 +92,13 @@ LINUX_ONLY: tuple[LinuxOnly, ...] = (
         ("workbench/memory/shm.py",),
     ),
     LinuxOnly(
+        "/proc/<pid>/stat, /proc/self/ns/pid, /proc/sys/kernel/random/boot_id",
+        "who a shared copy lives for: the next start() and 'workbench shm clean' free a killed kernel's copies",
+        "lessons 02, 08 (RRO copies)",
+        "no /proc: copies are kept, never reclaimed; 'workbench shm clean --all' removes them",
+        ("workbench/memory/owners.py",),
+    ),
+    LinuxOnly(
         "os.posix_fadvise(POSIX_FADV_DONTNEED), /proc/mounts, /proc/self/io",
         "cold tiers (a file's pages evicted for real), the device each tier's files sit on, bytes read from it",
         "lesson 04's disk tier, lesson 05; bench tiers",

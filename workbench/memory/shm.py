@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import io
 import math
 import mmap
@@ -61,10 +60,8 @@ import operator
 import os
 import re
 import stat
-import struct
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +70,15 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 from numpy.lib import format as npy
 
+from workbench.memory.owners import (
+    RECORD_SIZE,
+    Process,
+    check_owner,
+    judge,
+    left_by_dead,
+    parse_record,
+    record_for,
+)
 from workbench.units import size_text
 
 T = TypeVar("T")
@@ -474,118 +480,7 @@ def _create_partial(partial: Path) -> int:
     return _open_own(partial, flags)
 
 
-# -- owners: the process a segment lives for --------------------------------------------------
-class Process(NamedTuple):
-    """A process, named so that the name outlives it (picklable: a session hands its own to workers).
-
-    ``boot`` (the kernel's 16-byte boot id) and ``pidns`` (the inode of the pid namespace) say where
-    it ran: a pid means something only there. ``start`` is its start time in clock ticks after boot
-    (``/proc/<pid>/stat`` field 22): a later process given the same pid has another start time, so
-    it is never taken for this one.
-    """
-
-    boot: bytes
-    pidns: int
-    pid: int
-    start: int
-
-
-_PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no pid is larger
-_RECORD_MAGIC = b"LWBOWN\x00\x01"  # an owner record, version 1
-_IDENTITY = struct.Struct("<16sQQQ")  # boot, pidns, pid, start
-_RECORD = struct.Struct(f"<8s{_IDENTITY.size}s{_IDENTITY.size}sQ8s")  # magic, owner, maker, flags, checksum
-RECORD_SIZE = _RECORD.size  # bytes an owner record adds after a segment's data (104)
-_SELF: dict[int, Process | None] = {}  # os.getpid() -> this process's name (a fork gets its own)
-
-
-def _stat_fields(raw: bytes) -> tuple[int, bytes, int]:
-    """(pid, state, start time) from the text of ``/proc/<pid>/stat``; ValueError if it is not that.
-
-    The command name (field 2) is in parentheses and may itself hold spaces and parentheses: the
-    fields after it are counted from the last ``)``.
-    """
-    head, paren, tail = raw.rpartition(b")")
-    fields = tail.split()
-    if not paren or len(fields) < 20 or b" (" not in head:
-        raise ValueError("not a /proc/<pid>/stat line")
-    return int(head.split(b" (", 1)[0]), fields[0], int(fields[19])
-
-
-def _name_self() -> Process | None:
-    """This process's :class:`Process`, or None where it cannot be named (no /proc, no boot id, or
-    a /proc of another pid namespace: its pids would not be ours)."""
-    try:
-        boot = uuid.UUID(Path("/proc/sys/kernel/random/boot_id").read_text().strip()).bytes
-        pidns = os.stat("/proc/self/ns/pid").st_ino
-        pid, _, start = _stat_fields(Path("/proc/self/stat").read_bytes())
-    except (OSError, ValueError):
-        return None
-    if pid != os.getpid() or pidns <= 0:
-        return None
-    return Process(boot, pidns, pid, start)
-
-
-def this_process() -> Process | None:
-    """This process, as an owner record names it (see :class:`Process`); None where Linux's /proc
-    cannot name it (a segment made with ``owner=None`` is then kept, never reclaimed). Read once
-    per process (a forked child names itself again)."""
-    pid = os.getpid()
-    if pid not in _SELF:
-        _SELF.clear()
-        _SELF[pid] = _name_self()
-    return _SELF[pid]
-
-
-def _valid_process(process: object) -> bool:
-    """Whether ``process`` is a :class:`Process` whose every field is possible."""
-    return (
-        isinstance(process, Process)
-        and isinstance(process.boot, bytes)
-        and len(process.boot) == 16
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in process[1:])
-        and 0 < process.pidns < 1 << 64
-        and 0 < process.pid <= _PID_MAX
-        and 0 <= process.start < 1 << 63
-    )
-
-
-def _check_owner(owner: object) -> Process | None:
-    """``owner`` if it is None or a valid :class:`Process`; TypeError saying what to pass otherwise."""
-    if owner is None or _valid_process(owner):
-        return owner  # type: ignore[return-value]
-    raise TypeError(f"owner must be a shm.Process (shm.this_process() of the owning process) or None, got {owner!r}")
-
-
-def _checksum(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=8, person=b"lwb-owner").digest()
-
-
-def _owner_record(owner: Process | None) -> bytes:
-    """The record a segment made for ``owner`` ends with (owner, then this process as its maker);
-    no bytes for a segment kept by name (``owner`` None)."""
-    if owner is None:
-        return b""
-    maker = this_process()
-    made = _IDENTITY.pack(*maker) if maker is not None else bytes(_IDENTITY.size)
-    body = _RECORD.pack(_RECORD_MAGIC, _IDENTITY.pack(*owner), made, 0, bytes(8))[:-8]
-    return body + _checksum(body)
-
-
-def _parse_record(raw: bytes) -> tuple[Process, Process | None] | None:
-    """(owner, maker) from an owner record, checked as untrusted input; None unless every byte is
-    one this module writes (magic, checksum, no flags, possible pids, boot ids and start times)."""
-    if len(raw) != _RECORD.size:
-        return None
-    magic, owner_raw, maker_raw, flags, check = _RECORD.unpack(raw)
-    if magic != _RECORD_MAGIC or flags != 0 or check != _checksum(raw[:-8]):
-        return None
-    owner = Process(*_IDENTITY.unpack(owner_raw))
-    maker = None if maker_raw == bytes(_IDENTITY.size) else Process(*_IDENTITY.unpack(maker_raw))
-    if not _valid_process(owner) or (maker is not None and not _valid_process(maker)):
-        return None
-    return owner, maker
-
-
+# -- owners: the record a segment made for an owner ends with ------------------------------
 def _read_record(fd: int, path: Path) -> tuple[Process, Process | None] | None:
     """The owner record of the open segment (or partial file) ``fd``, or None: no record (a segment
     kept by name), or anything not exactly a valid header, data and a valid record after it."""
@@ -594,48 +489,9 @@ def _read_record(fd: int, path: Path) -> tuple[Process, Process | None] | None:
     except SharedMemoryError:
         return None
     end = offset + math.prod(shape) * dtype.itemsize
-    if os.fstat(fd).st_size != end + _RECORD.size:
+    if os.fstat(fd).st_size != end + RECORD_SIZE:
         return None
-    return _parse_record(os.pread(fd, _RECORD.size, end))
-
-
-def _judge(process: Process) -> str:
-    """How ``process`` is: "alive", "dead", or "elsewhere" (another host or pid namespace, or this one cannot be
-    named: its pids are not ours to look up). A process whose /proc entry cannot be read for
-    another reason counts as alive: only a sure death frees a segment."""
-    here = this_process()
-    if here is None or process.boot != here.boot or process.pidns != here.pidns:
-        return "elsewhere"
-    try:
-        with open(f"/proc/{process.pid}/stat", "rb") as stat_file:
-            raw = stat_file.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return "dead"
-    except OSError:
-        return "alive"
-    try:
-        pid, state, start = _stat_fields(raw)
-    except ValueError:
-        return "alive"
-    if pid != process.pid:
-        return "alive"
-    if start != process.start or state in (b"Z", b"X", b"x"):  # another process of that pid, or a zombie
-        return "dead"
-    return "alive"
-
-
-def _left_by_dead(record: tuple[Process, Process | None] | None, verdicts: dict[Process, str] | None = None) -> bool:
-    """Whether a segment with this owner record was left by the dead: no process it names is alive,
-    and at least one of them is surely dead (an owner on another host is judged by the maker).
-    ``verdicts`` remembers each process judged (many segments have one owner)."""
-    if record is None:
-        return False
-    verdicts = {} if verdicts is None else verdicts
-    for process in record:
-        if process is not None and process not in verdicts:
-            verdicts[process] = _judge(process)
-    found = {verdicts[process] for process in record if process is not None}
-    return "alive" not in found and "dead" in found
+    return parse_record(os.pread(fd, RECORD_SIZE, end))
 
 
 # -- the mapped array --------------------------------------------------------------------------
@@ -746,7 +602,7 @@ def _write_new(
     failure the partial file is removed. With ``owner``, the owner record goes after the data,
     written before the data: a partial file a killed writer left says whose it was too.
     """
-    header, nbytes, record = layout.header, layout.nbytes, _owner_record(owner)
+    header, nbytes, record = layout.header, layout.nbytes, record_for(owner)
     _require_space(len(header) + nbytes + len(record), directory)
     partial = path.with_name(f"{path.name}{PARTIAL_SUFFIX}{os.getpid()}")
     fd = _create_partial(partial)
@@ -860,7 +716,7 @@ def create(
     module's text; None: kept until deleted).
     """
     layout = _layout(shape, dtype, order)
-    owner = _check_owner(owner)
+    owner = check_owner(owner)
     path = segment_path(name, directory)
     with _writer_lock(path, DEFAULT_TIMEOUT):
         if _present(path):
@@ -1014,7 +870,7 @@ def attach_or_create(
     layout = _layout(shape, dtype, order)
     _check_fill(fill, layout)
     timeout = _check_timeout(timeout)
-    owner = _check_owner(owner)
+    owner = check_owner(owner)
     path = segment_path(name, directory)
     if not _present(path):
         with _writer_lock(path, timeout):
@@ -1258,7 +1114,7 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
         holders = tuple(sorted(users[path]))
         alive = _pid_alive(owner) if owner else bool(holders)
         if record is not None and state == "complete":  # a partial file's owner stays its writer (by name)
-            verdict = _judge(record[0])
+            verdict = judge(record[0])
             owner, alive = (None, bool(holders)) if verdict == "elsewhere" else (record[0].pid, verdict == "alive")
         infos.append(
             SegmentInfo(
@@ -1273,7 +1129,7 @@ def list_segments(directory: str | Path | None = None) -> list[SegmentInfo]:
                 age_s=now - info.st_mtime,
                 state=state,
                 lifetime="kept" if record is None else "owner",
-                reclaimable=_left_by_dead(record),
+                reclaimable=left_by_dead(record),
             )
         )
     return infos
@@ -1304,7 +1160,7 @@ def reclaim(directory: str | Path | None = None) -> list[str]:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if _classify(name, info)[0] not in ("complete", "partial") or info.st_size < _HEADER_ALIGN + _RECORD.size:
+        if _classify(name, info)[0] not in ("complete", "partial") or info.st_size < _HEADER_ALIGN + RECORD_SIZE:
             continue  # not a file a record can be in
         path = base / entry.name
         try:
@@ -1313,10 +1169,10 @@ def reclaim(directory: str | Path | None = None) -> list[str]:
             continue
         try:  # the record first (one read at the end), the header only for a record of the dead
             held = os.fstat(fd)
-            if (held.st_dev, held.st_ino) != (info.st_dev, info.st_ino) or held.st_size < _RECORD.size:
+            if (held.st_dev, held.st_ino) != (info.st_dev, info.st_ino) or held.st_size < RECORD_SIZE:
                 continue
-            record = _parse_record(os.pread(fd, _RECORD.size, held.st_size - _RECORD.size))
-            if _left_by_dead(record, verdicts) and _read_record(fd, path) == record:
+            record = parse_record(os.pread(fd, RECORD_SIZE, held.st_size - RECORD_SIZE))
+            if left_by_dead(record, verdicts) and _read_record(fd, path) == record:
                 judged.append((name, path, (info.st_dev, info.st_ino)))
         except OSError:
             continue

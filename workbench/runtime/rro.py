@@ -5,7 +5,7 @@ Every worker keeps ``(key, version) -> read-only view`` in its :class:`~workbenc
 looks in the table first (``table-hit``); a miss attaches the node's segment (``shm-attach``).
 The segment itself was made once per node by :func:`publish_on_node` (``shm-create``), with the
 race-tolerant ``attach_or_create``: if two publishers meet on a node, one writes, one attaches.
-Every copy is made for an owner, the session's process (``shm.this_process()`` of the client,
+Every copy is made for an owner, the session's process (``owners.this_process()`` of the client,
 handed to the worker that makes a node's copy): when that process and the copy's maker are both
 dead (a kernel killed with SIGKILL), the next ``workbench.start()`` or ``workbench shm clean``
 removes it; while the session lives, a copy outlives the worker that made it.
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.memory import shm
+from workbench.memory import owners, shm
 from workbench.runtime import trace
 from workbench.runtime.worker_state import worker_state
 
@@ -50,26 +50,26 @@ def segment_name(token: str, key: str, version: int, node: str) -> str:
     return f"{segment_prefix(token)}{key}-v{version}-{re.sub(r'[^A-Za-z0-9_.=+-]', '_', node)}"
 
 
-def publish_on_node(array: np.ndarray, segment: str, owner: shm.Process | None = None) -> SharedRef:
+def publish_on_node(array: np.ndarray, segment: str, owner: owners.Process | None = None) -> SharedRef:
     """Task body, pinned to one worker per node: make (or find) the node's shared copy, for
     ``owner`` (the session's process; default this worker)."""
     from workbench.runtime.session import node_id
 
     start = time.time()
     # populate: the tasks read all of it, every time; fault the pages in once, here
-    view, created = shm.copy_in(segment, array, populate=True, owner=owner or shm.this_process())
+    view, created = shm.copy_in(segment, array, populate=True, owner=owner or owners.this_process())
     trace.emit("shm-create" if created else "shm-attach", start, time.time(), task="rro-publish", nbytes=array.nbytes)
     worker_state().views[segment] = view
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
 
 
-def publish_here(array: np.ndarray, segment: str, owner: shm.Process | None = None) -> SharedRef:
+def publish_here(array: np.ndarray, segment: str, owner: owners.Process | None = None) -> SharedRef:
     """Make the node's copy from the calling process (the client, when it shares a node with
     workers): the array is copied once, straight into shared memory, never sent to a worker. It
     lives for ``owner`` (default: this process, the session's)."""
     from workbench.runtime.session import node_id
 
-    shm.copy_in(segment, array, owner=owner or shm.this_process())
+    shm.copy_in(segment, array, owner=owner or owners.this_process())
     return SharedRef(segment, tuple(array.shape), str(array.dtype), int(array.nbytes), node_id())
 
 

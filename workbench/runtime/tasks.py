@@ -41,7 +41,7 @@ import numpy as np
 from dask.base import tokenize
 from distributed import Future
 
-from workbench.memory import shm
+from workbench.memory import owners, shm
 from workbench.runtime import rro, trace
 from workbench.runtime.failures import sendable
 from workbench.runtime.session import PinnedCall, Session, node_id
@@ -157,7 +157,7 @@ class TaskRuntime:
         self.mode = mode
         self.recorder = recorder  # client-side events (a segment made by the client) go here
         self.token = uuid.uuid4().hex[:8]
-        self.owner = shm.this_process()  # what the RRO copies live for: this session's process
+        self.owner = owners.this_process()  # what the RRO copies live for: this session's process
         base = files_dir or os.environ.get(FILES_DIR_ENV)
         self._files_dir = (
             Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
