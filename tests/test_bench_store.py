@@ -33,7 +33,8 @@ def test_store_benchmark_reports_every_path_and_ratios(session):
     assert {(r["path"], r["nbytes"]) for r in report["copies"]} == {(p, n) for p in paths for n in sizes}
     assert all(r["MBps"] > 0 and r["best_MBps"] >= r["MBps"] for r in report["copies"])
     assert set(report["readers"]) == {"read_s", "two_reads_ratio", "fetch_alone_ms", "fetch_beside_read_ms"}
-    assert "copies of an object" in text and "read-only calls together" in text
+    assert "copies of an object" in text and "read-only calls together" in text and "msgs/worker" in text
+    assert all(set(r["counts"]) == {"active", "non-active"} for r in report["applications"])
     with pytest.raises(ValueError, match="size must be one of"):
         bench_store.run(size="big", session=session)
 
@@ -125,3 +126,49 @@ def test_store_scale_refuses_counts_below_one():
         timeout=120,
     )
     assert result.returncode != 0 and "--objects takes positive counts" in result.stderr
+
+
+def test_an_active_kmeans_iteration_sends_a_fixed_number_of_messages_per_worker(session):
+    """Counts, not times (issue 36): one active call per worker's partition keeps the messages per
+    worker fixed as the blocks grow; one call per block does not, and its goal fails."""
+    from workbench.lab.runner import run_experiment
+
+    workers = len(session.workers())
+    found = {}
+    for blocks_per_worker in (1, 8):
+        experiment = run_experiment(
+            session,
+            "kmeans",
+            ["active", "active-split"],
+            size="ci",
+            grid={"blocks_per_worker": [blocks_per_worker], "iterations": [3]},
+            repeats=1,
+            progress=False,
+            baseline="active",
+        )
+        for variant in ("active", "active-split"):
+            found[(variant, blocks_per_worker)] = bench_store.counts_per_iteration(experiment.runs(variant), workers)
+    split_1, split_8 = found[("active-split", 1)], found[("active-split", 8)]
+    active_1, active_8 = found[("active", 1)], found[("active", 8)]
+    for c in (split_1, split_8):  # a call per partition (one per worker) and the merge
+        assert (c["tasks_per_iteration"], c["dependencies_per_iteration"]) == (workers + 1, workers)
+        assert c["iterations"] >= 2 and c["messages_per_worker_per_iteration"] <= bench_store.MESSAGES_PER_WORKER
+    assert split_8["store_messages_per_iteration"] == split_1["store_messages_per_iteration"]
+    assert split_8["messages_per_iteration"] <= split_1["messages_per_iteration"] + workers  # not 8x
+    assert active_8["tasks_per_iteration"] == 8 * workers + 1  # a call per block: the count that grows
+    assert active_8["messages_per_worker_per_iteration"] > 4 * active_1["messages_per_worker_per_iteration"]
+    row = {
+        "app": "kmeans",
+        "parameters": {"blocks_per_worker": 8},
+        "active_s": 1.0,
+        "non_active_s": 2.0,
+        "ratio": 2.0,
+        "active_runs_s": [1.0],
+        "non_active_runs_s": [2.0],
+        "counts": {"active": active_8, "active-split": split_8},
+    }
+    goals = {
+        g["goal"].split(" at ")[0]: g for g in bench_store.store_goals([{"path": "store", "latency_ms": 0.5}], [row])
+    }
+    assert not goals["kmeans active"]["met"] and goals["kmeans active-split"]["met"]
+    assert goals["kmeans active-split"]["threshold"] == bench_store.MESSAGES_PER_WORKER

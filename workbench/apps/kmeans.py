@@ -114,6 +114,7 @@ APP = register(
             "split-materialized",
             "active",
             "non-active",
+            "active-split",
             *(v for v in TIER_VARIANTS if v != "non-active"),
         ],
         baseline="files",

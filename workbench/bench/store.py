@@ -11,6 +11,11 @@
 2. histogram and k-means, ``active`` vs ``non-active``, through the experiment runner (same
    answers checked), one experiment per parameter point; the ratio is non-active time / active
    time. At lab k-means runs at 16, 64 and 128 dimensions (the RRO paper's Table I's largest).
+   k-means also runs ``active-split`` (one active call per worker's partition, not per block).
+   Beside the times, the counts that predict scale (issue 36), per iteration: tasks, dependencies,
+   scheduler-worker messages and messages to the store (its catalogue and backends), and both
+   messages per worker. Their goal holds on any machine: an active k-means iteration sends at most
+   :data:`MESSAGES_PER_WORKER` messages per worker, whatever the blocks per worker.
 3. Copies of an object (issue 35): the bandwidth of a fetch to the client and of a move between
    backends, 1 KiB and 64 MiB (1 MiB at ``ci``), beside Dask's own gather of the same bytes; every
    copy is taken under the object's shared lock (a fetch copies the arrays under it), so a copy
@@ -36,6 +41,7 @@ from workbench import machine
 from workbench.apps import registry
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.progress import Progress
+from workbench.bench.splitter import per_iteration
 from workbench.lab.runner import grid_points, run_experiment
 from workbench.runtime.session import Session, start
 from workbench.runtime.store import PersistentObject, Store, active
@@ -64,6 +70,12 @@ class Payload(PersistentObject):
         return seconds
 
 
+# An active k-means iteration with one call per worker costs, per worker, about 7.5 scheduler-worker
+# messages (the call's compute-task, task-finished and free-keys, and its share of the merge task's)
+# and the store's location look-up (a few, whatever the workers): at most 10. A call per block
+# costs about 6 messages a block, so this bound fails where the count grows with the blocks.
+MESSAGES_PER_WORKER = 10.0
+KMEANS_VARIANTS = ("active", "non-active", "active-split")
 TRANSFER_SIZES = {"ci": (1024, 2**20), "lab": (1024, 64 * 2**20), "full": (1024, 64 * 2**20)}
 READ_SECONDS = 0.3  # how long the read-only call of the concurrency figures stays inside the object
 
@@ -258,14 +270,16 @@ def active_vs_non_active(
     """Mean time of ``active`` and ``non-active`` per app and parameter point (each run's too), and their
     ratio; each point is one experiment of the runner, one step of ``progress``."""
     progress = progress or Progress.quiet()
+    workers = len(session.workers())
     points = [(app, point) for app in apps for point in grid_points(registry.get(app).grids[size])]
     rows = []
     with progress.phase("applications", len(points)) as phase:
         for app, point in points:
+            variants = list(KMEANS_VARIANTS) if app == "kmeans" else ["active", "non-active"]
             experiment = run_experiment(
                 session,
                 app,
-                ["active", "non-active"],
+                variants,
                 size=size,
                 grid={k: [v] for k, v in point.items()},
                 repeats=repeats,
@@ -285,10 +299,24 @@ def active_vs_non_active(
                     "ratio": float(n["mean_s"] / a["mean_s"]),
                     "active_bytes_moved": int(round(a["MB_moved"] * 1e6)),
                     "non_active_bytes_moved": int(round(n["MB_moved"] * 1e6)),
+                    "counts": {v: counts_per_iteration(experiment.runs(v), workers) for v in variants},
                 }
             )
+            if "active-split" in variants:
+                rows[-1]["active_split_s"] = float(means.loc["active-split", "mean_s"])
             phase.step(f"{app} {rows[-1]['parameters']}")
     return rows
+
+
+def counts_per_iteration(runs: Any, workers: int) -> dict[str, float]:
+    """A variant's counts per iteration, the mean of its traced ``runs``: tasks, dependencies,
+    scheduler-worker messages and bytes moved (:func:`workbench.bench.splitter.per_iteration`),
+    messages to the store, and the messages of both kinds per worker."""
+    found = per_iteration(runs)
+    store = float((runs["store_messages"] / found["iterations"]).mean())
+    found["store_messages_per_iteration"] = store
+    found["messages_per_worker_per_iteration"] = (found["messages_per_iteration"] + store) / workers
+    return found
 
 
 def store_goals(
@@ -327,6 +355,25 @@ def store_goals(
                     noise=ratio_noise(row["active_runs_s"], row["non_active_runs_s"]),
                 )
             )
+            for variant in ("active", "active-split"):
+                found = row.get("counts", {}).get(variant)
+                if found is not None:
+                    goals.append(
+                        goal(
+                            f"kmeans {variant} at {row['parameters']}: messages per worker per iteration at most "
+                            f"{MESSAGES_PER_WORKER:g}, whatever the blocks (scheduler + store)",
+                            found["messages_per_worker_per_iteration"],
+                            MESSAGES_PER_WORKER,
+                            better="lower",
+                            unit="messages",
+                            peers={
+                                "scheduler": found["messages_per_iteration"],
+                                "store": found["store_messages_per_iteration"],
+                                "tasks": found["tasks_per_iteration"],
+                            },
+                            peer_unit="per iteration",
+                        )
+                    )
     if copy_rows:
         largest = max(r["nbytes"] for r in copy_rows)
         rates = {r["path"]: r["MBps"] for r in copy_rows if r["nbytes"] == largest}
@@ -451,6 +498,19 @@ def format_report(report: dict[str, Any]) -> str:
             f"{r['ratio']:>11.2f} "
             f"{r['active_bytes_moved'] / 1e6:>16.2f} {r['non_active_bytes_moved'] / 1e6:>11.2f}"
         )
+    lines += [
+        "",
+        "counts per iteration (after the first; messages: the run's over its iterations)",
+        f"{'app':<10} {'parameters':<32} {'variant':<13} {'tasks':>7} {'deps':>7} {'sched msgs':>11} "
+        f"{'store msgs':>11} {'msgs/worker':>12}",
+    ]
+    for r in report["applications"]:
+        for variant, c in r.get("counts", {}).items():
+            lines.append(
+                f"{r['app']:<10} {str(r['parameters']):<32} {variant:<13} {c['tasks_per_iteration']:>7.1f} "
+                f"{c['dependencies_per_iteration']:>7.1f} {c['messages_per_iteration']:>11.1f} "
+                f"{c['store_messages_per_iteration']:>11.1f} {c['messages_per_worker_per_iteration']:>12.1f}"
+            )
     lines += [
         "",
         "copies of an object (median, and fastest)",

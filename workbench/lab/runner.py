@@ -42,6 +42,7 @@ RESULT_COLUMNS = {
     "submitted_tasks",
     "dependencies",
     "messages",
+    "store_messages",
 }
 
 
@@ -436,7 +437,7 @@ def _run_once(
     function = application.variant(variant)
     if trace:
         counts.install(session)
-        since, messages = time.time(), counts.message_count(session)
+        since, messages, store = time.time(), counts.message_count(session), counts.store_message_count(session)
     answer, seconds, recorder, frame = traced_call(
         session, lambda recorder: function(session, prepared, recorder), trace, nodes
     )
@@ -445,19 +446,21 @@ def _run_once(
     if frame is not None:
         row["tasks"] = int(((frame["action"] == "compute") & (frame["worker"] != tracing.CLIENT)).sum())
         row["bytes_transferred"] = int(frame.loc[frame["action"] == "transfer", "bytes"].sum())
-        row.update(_counts(session, recorder, since, messages))
+        row.update(_counts(session, recorder, since, messages, store))
     return row, answer, frame
 
 
-def _counts(session: Session, recorder: tracing.Recorder, since: float, messages: int) -> dict[str, int]:
+def _counts(session: Session, recorder: tracing.Recorder, since: float, messages: int, store: int) -> dict[str, int]:
     """What the run gave the scheduler (read after it, outside its time): tasks and dependencies
-    submitted, scheduler-worker messages; per phase, its entries and the tasks and dependencies
-    submitted inside it (``phase_<name>_n``, ``_tasks``, ``_dependencies``)."""
+    submitted, scheduler-worker messages, messages to the store's catalogue and backends; per phase,
+    its entries and the tasks and dependencies submitted inside it (``phase_<name>_n``, ``_tasks``,
+    ``_dependencies``)."""
     graphs = counts.graphs_since(session, since)
     row = {
         "submitted_tasks": sum(g.tasks for g in graphs),
         "dependencies": sum(g.dependencies for g in graphs),
         "messages": counts.message_count(session) - messages,
+        "store_messages": counts.store_message_count(session) - store,
     }
     windows: dict[str, list[tuple[float, float]]] = {}
     for r in recorder.records:

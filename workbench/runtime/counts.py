@@ -121,3 +121,23 @@ def in_window(graphs: Iterable[Graph], windows: Iterable[tuple[float, float]]) -
             tasks += g.tasks
             deps += g.dependencies
     return tasks, deps
+
+
+def _catalogue_received(dask_scheduler: Any) -> int:
+    from workbench.runtime.store.protocol import PLUGIN_NAME as STORE
+
+    return sum(getattr(dask_scheduler.plugins.get(STORE), "received", {}).values())
+
+
+def _backend_received(dask_worker: Any) -> int:
+    from workbench.runtime.store.protocol import PLUGIN_NAME as STORE
+
+    return sum(getattr(dask_worker.plugins.get(STORE), "received", {}).values())
+
+
+def store_message_count(session: Session) -> int:
+    """Messages sent so far to the store's catalogue and backends (each one's ``workbench_store``
+    handler counts what it receives: a client's calls, a backend's questions to the catalogue,
+    copies between backends); 0 where no store is open."""
+    sent = session.client.run_on_scheduler(_catalogue_received)
+    return int(sent) + sum(session.client.run(_backend_received).values())

@@ -25,6 +25,7 @@ import stat
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -196,6 +197,8 @@ class StoreBackend(WorkerPlugin):
         # An upper bound of the table's bytes, kept as objects arrive, so that taking an object in
         # does not count (and sort) the whole table: that happens only when the bound passes the limit.
         self.used_bound = 0
+        # Messages this backend was sent, by operation (issue 36: counts that predict scale)
+        self.received: Counter[str] = Counter()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, worker: Any) -> None:
@@ -239,6 +242,7 @@ class StoreBackend(WorkerPlugin):
         written to ``comm`` here, its object's lock held until it is sent (``serializers``: the
         caller's, as Dask would write the reply)."""
         handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
+        self.received[action] += 1
         pool = self.calls if action == BackendOp.CALL else self.copies if action in COPIES else self.io
         running = pool.submit(handler, self, **kwargs)
         try:

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,8 @@ class StoreCatalogue(SchedulerPlugin):
         self.loading: dict[tuple[str, int], str] = {}  # objects being read back from disk -> the one backend doing it
         self.last_holder: dict[tuple[str, int], str] = {}  # objects evicted to disk -> the backend they left
         self._turn = 0
+        # Messages the catalogue was sent, by operation (issue 36: counts that predict scale)
+        self.received: Counter[str] = Counter()
         self._db: sqlite3.Connection | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -224,6 +227,7 @@ class StoreCatalogue(SchedulerPlugin):
     def handle(self, action: str, **kwargs: Any) -> Any:
         """Run the catalogue operation ``action`` (a :class:`CatalogueOp`, by :data:`CATALOGUE_HANDLERS`)."""
         handler = handler_for(CATALOGUE_HANDLERS, action, "the store catalogue")
+        self.received[action] += 1
         try:
             return result_reply(handler(self, **kwargs))
         except (KeyError, ValueError, RuntimeError) as error:  # expected: sent back, not logged as a crash
