@@ -135,31 +135,27 @@ def splitter_goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for app in AT_ONE_BLOCK:
         blocks, split = by_key.get((app, 1, "blocks")), by_key.get((app, 1, "split"))
         if blocks and split:
-            goals.append(
-                goal(
-                    f"{app} at 1 block/core: split at most 5 % slower than blocks (split / blocks)",
-                    split["seconds"] / blocks["seconds"],
-                    AT_MOST_SLOWER,
-                    better="lower",
-                    peers={"split": split["seconds"], "blocks": blocks["seconds"]},
-                    noise=ratio_noise(split["runs_s"], blocks["runs_s"]),
-                )
-            )
+            name = f"{app} at 1 block/core: split at most 5 % slower than blocks (split / blocks)"
+            goals.append(_split_against(name, split, "blocks", blocks, AT_MOST_SLOWER))
     app, most = NEAR_MATERIALIZED
     for (a, bpc, variant), split in sorted(by_key.items()):
         materialized = by_key.get((a, bpc, "split-materialized"))
         if a == app and variant == "split" and materialized:
-            goals.append(
-                goal(
-                    f"{app} at {bpc} blocks/core: split within 10 % of split-materialized (split / materialized)",
-                    split["seconds"] / materialized["seconds"],
-                    most,
-                    better="lower",
-                    peers={"split": split["seconds"], "split-materialized": materialized["seconds"]},
-                    noise=ratio_noise(split["runs_s"], materialized["runs_s"]),
-                )
-            )
+            name = f"{app} at {bpc} blocks/core: split within 10 % of split-materialized (split / materialized)"
+            goals.append(_split_against(name, split, "split-materialized", materialized, most))
     return goals
+
+
+def _split_against(name: str, split: dict[str, Any], peer: str, other: dict[str, Any], most: float) -> dict[str, Any]:
+    """The goal that ``split``'s time is at most ``most`` times the ``peer`` variant's (``other``)."""
+    return goal(
+        name,
+        split["seconds"] / other["seconds"],
+        most,
+        better="lower",
+        peers={"split": split["seconds"], peer: other["seconds"]},
+        noise=ratio_noise(split["runs_s"], other["runs_s"]),
+    )
 
 
 def run(
