@@ -120,3 +120,17 @@ def test_split_tasks_and_dependencies_per_iteration_follow_the_workers(session):
     assert len(count_goals) == 2 and all(g["met"] and g["threshold"] == 3 * partitions + 1 for g in count_goals)
     assert {"messages_per_iteration", "bytes_moved_per_iteration"} <= set(rows[(16, "split")])
     assert "deps/it" in bench_splitter.format_report(report)
+
+
+def test_a_counting_window_counts_the_work_inside_it_and_nothing_before(session):
+    a, b = session.workers()[:2]
+    block = session.client.submit(np.ones, 1000, workers=[a], pure=False)  # 8000 bytes on worker a
+    session.wait(block)
+    with counts.counting(session) as window:
+        total = session.client.submit(lambda x: float(x.sum()), block, workers=[b], pure=False)
+        assert session.gather(total) == 1000.0
+    c = window.counts
+    assert (c.tasks, c.dependencies) == (1, 1)  # the block came before the window: no task of it
+    assert c.messages > 0
+    assert 8000 <= c.bytes_moved < 8000 + 4096  # the block moved from a to b, once
+    assert c.per(2)["tasks_per"] == 0.5

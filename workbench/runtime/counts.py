@@ -141,3 +141,68 @@ def store_message_count(session: Session) -> int:
     copies between backends); 0 where no store is open."""
     sent = session.client.run_on_scheduler(_catalogue_received)
     return int(sent) + sum(session.client.run(_backend_received).values())
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one stretch of work gave the cluster: graphs' tasks and dependencies, scheduler-worker
+    messages, store messages and bytes moved between workers (incoming transfers)."""
+
+    tasks: int
+    dependencies: int
+    messages: int
+    store_messages: int
+    bytes_moved: int
+
+    def per(self, n: float) -> dict[str, float]:
+        """Each count divided by ``n`` (an iteration, a task, a round), keyed ``<count>_per``."""
+        return {f"{k}_per": v / n for k, v in self.as_dict().items()} if n else {}
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts by name."""
+        return {
+            "tasks": self.tasks,
+            "dependencies": self.dependencies,
+            "messages": self.messages,
+            "store_messages": self.store_messages,
+            "bytes_moved": self.bytes_moved,
+        }
+
+
+def _bytes_in_since(since: float, dask_worker: Any = None) -> int:
+    return sum(int(t["total"]) for t in list(dask_worker.transfer_incoming_log) if t["start"] >= since)
+
+
+class Counting:
+    """Counts what the code inside ``with counting(session) as c:`` gave the cluster; ``c.counts``
+    after the block (read outside it, so its time does not include the reading)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.counts: Counts | None = None
+
+    def __enter__(self) -> Counting:
+        install(self.session)
+        self._messages = message_count(self.session)
+        self._store = store_message_count(self.session)
+        self._since = time.time()
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is not None:
+            return
+        session = self.session
+        graphs = graphs_since(session, self._since)
+        moved = session.client.run(_bytes_in_since, self._since)
+        self.counts = Counts(
+            tasks=sum(g.tasks for g in graphs),
+            dependencies=sum(g.dependencies for g in graphs),
+            messages=message_count(session) - self._messages,
+            store_messages=store_message_count(session) - self._store,
+            bytes_moved=int(sum(moved.values())),
+        )
+
+
+def counting(session: Session) -> Counting:
+    """A window that counts tasks, dependencies, messages and bytes moved (see :class:`Counting`)."""
+    return Counting(session)
