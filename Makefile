@@ -12,7 +12,7 @@ LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--al
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test lint install bench peers site clean distclean
+.PHONY: lab test lint install bench bench-node peers site clean distclean
 
 install: $(STAMP)
 
@@ -48,6 +48,13 @@ site: $(STAMP)
 # (about 12 min on 2 cores; BENCH_FLAGS="--size ci" for a smoke run, about 7 min).
 bench: $(STAMP)
 	$(BIN)/workbench bench all $(BENCH_FLAGS)
+
+# The day before a course on a cluster node: the checks of the papers' effects at their scale (issue 36),
+# one worker per core at NODE_WORKERS workers: RRO against the node's read floor (shm), k-means SplIter
+# (splitter) and the active store (store), their goals on one page (build/bench/HOST-TIME).
+NODE_WORKERS ?= 16
+bench-node: $(STAMP)
+	$(BIN)/workbench bench all --workers $(NODE_WORKERS) --only shm,splitter,store $(BENCH_FLAGS)
 
 # The peers the benchmarks measure against (optional; each benchmark skips a missing one, saying so).
 peers: $(STAMP)

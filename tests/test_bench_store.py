@@ -26,15 +26,19 @@ def test_store_benchmark_reports_every_path_and_ratios(session):
     assert "dataClay: skipped" in text and "goal: store null call latency: measured" in text
     assert all(len(r["active_runs_s"]) == len(r["non_active_runs_s"]) == 2 for r in report["applications"])
     goals = [g["goal"] for g in report["goals"]]  # no k-means asked for, no dataClay
-    assert goals[0] == "store null call latency" and len(goals) == 4
-    assert goals[1].startswith("store fetch of 1 MiB under the object's lock")
+    points = len(report["applications"])
+    assert goals[0] == "store null call latency" and len(goals) == 4 + 2 * points  # each point: gain, messages
+    assert all(g.startswith("histogram active-split at ") for g in goals[1 : 1 + 2 * points])
+    assert goals[1 + 2 * points].startswith("store fetch of 1 MiB under the object's lock")
+    at_once = report["moves_at_once"]
+    assert at_once["nbytes"] == 2**20 * report["workers"] and at_once["MBps"] > 0 and "all 2 backends" in text
     paths = ("store: fetch (backend -> client)", "store: move (backend -> backend)", "dask: gather (worker -> client)")
     sizes = bench_store.TRANSFER_SIZES["ci"]
     assert {(r["path"], r["nbytes"]) for r in report["copies"]} == {(p, n) for p in paths for n in sizes}
     assert all(r["MBps"] > 0 and r["best_MBps"] >= r["MBps"] for r in report["copies"])
     assert set(report["readers"]) == {"read_s", "two_reads_ratio", "fetch_alone_ms", "fetch_beside_read_ms"}
     assert "copies of an object" in text and "read-only calls together" in text and "msgs/worker" in text
-    assert all(set(r["counts"]) == {"active", "non-active"} for r in report["applications"])
+    assert all(set(r["counts"]) == set(bench_store.VARIANTS) == set(r["variants"]) for r in report["applications"])
     with pytest.raises(ValueError, match="size must be one of"):
         bench_store.run(size="big", session=session)
 
@@ -50,7 +54,7 @@ def test_store_goals_compare_the_peers_side_by_side():
         "active_runs_s": [0.9, 1.0, 1.1],
         "non_active_runs_s": [2.5, 2.5],
     }
-    latency, k = bench_store.store_goals(calls, [kmeans, {**kmeans, "app": "histogram"}])
+    latency, k = bench_store.store_goals(calls, [kmeans, {**kmeans, "app": "matmul"}])  # no goal for matmul
     assert (
         latency["met"]
         and latency["better"] == "lower"
@@ -60,7 +64,7 @@ def test_store_goals_compare_the_peers_side_by_side():
             "dask": 2.0,
         }
     )
-    assert k["goal"].startswith("kmeans active >= 2x non-active at {'dims': 128}")
+    assert k["goal"].startswith("kmeans active at {'dims': 128}: >= 2x non-active")  # no rate measured: no bound
     assert (k["measured"], k["threshold"], k["met"]) == (2.5, 2.0, True)
     assert k["peers"] == {"active": 1.0, "non-active": 2.5} and abs(k["noise"] - 0.1) < 1e-12
     with_dataclay = bench_store.store_goals([*calls, {"path": "dataClay 4.3.1: active method", "latency_ms": 0.25}], [])
@@ -170,5 +174,27 @@ def test_an_active_kmeans_iteration_sends_a_fixed_number_of_messages_per_worker(
     goals = {
         g["goal"].split(" at ")[0]: g for g in bench_store.store_goals([{"path": "store", "latency_ms": 0.5}], [row])
     }
-    assert not goals["kmeans active"]["met"] and goals["kmeans active-split"]["met"]
-    assert goals["kmeans active-split"]["threshold"] == bench_store.MESSAGES_PER_WORKER
+    assert goals["kmeans active-split"]["met"] and goals["kmeans active-split"]["threshold"] == 10
+    assert active_8["messages_per_worker_per_iteration"] > bench_store.MESSAGES_PER_WORKER  # printed, not a goal
+    assert [g for g in goals if "messages" in goals[g]["goal"]] == ["kmeans active-split"]
+
+
+def test_where_one_node_moves_the_bytes_fast_the_gain_goal_is_the_bound_it_measured():
+    # non-active: 1.0 s, of which 400 MB at 2000 MB/s = 0.2 s moving: no variant gains more than 1.25x
+    assert bench_store.move_bound(1.0, 400e6, 2000.0) == pytest.approx(1.25)
+    assert bench_store.move_bound(1.0, 4000e6, 2000.0) is None  # moving is all of it: no bound below 2x
+    assert bench_store.move_bound(1.0, 400e6, None) is None  # no rate measured
+    row = {
+        "app": "kmeans",
+        "parameters": {"dims": 16},
+        "variants": {
+            "active": {"seconds": 0.85, "runs_s": [0.85, 0.85], "bytes_moved": 0},
+            "non-active": {"seconds": 1.0, "runs_s": [1.0, 1.0], "bytes_moved": 400_000_000},
+        },
+    }
+    near = bench_store.gain_goal(row, "active", 2000.0)
+    assert near["threshold"] == 1.12 and near["met"] and "1.25x" in near["goal"] and "2000 MB/s" in near["goal"]
+    slow = {**row, "variants": {**row["variants"], "active": {"seconds": 0.95, "runs_s": [0.95], "bytes_moved": 0}}}
+    assert not bench_store.gain_goal(slow, "active", 2000.0)["met"]  # 1.05x < 90 % of 1.25x
+    slow_link = bench_store.gain_goal(row, "active", 200.0)  # 2 s to move: the 2x goal stands, not met
+    assert slow_link["threshold"] == 2.0 and not slow_link["met"]

@@ -766,3 +766,18 @@ def test_a_crafted_results_file_is_refused_in_one_line_or_shown_only_as_text(dat
     assert not CONTROLS.search("".join(lines))  # nothing for a terminal to act on
     assert_site_shows_as_text(results)
     assert_page_shows_as_text(results)
+
+
+def test_make_bench_node_runs_the_node_checks_at_16_workers_each_taking_the_workers():
+    """What an instructor runs on a cluster node the day before a course (issue 36): the shm, splitter
+    and store benchmarks at 16 workers, through ``bench all`` (a dry run of make: nothing is started)."""
+    dry = subprocess.run(["make", "-n", "bench-node"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert dry.returncode == 0, dry.stderr
+    line = next(x for x in dry.stdout.splitlines() if "bench all" in x)
+    assert "--workers 16" in line
+    only = line.split("--only ", 1)[1].split()[0].split(",")
+    assert only == ["shm", "splitter", "store"]
+    args = cli.build_parser().parse_args(["bench", "all", "--workers", "16", "--only", ",".join(only)])
+    planned = cli._planned(args)
+    assert [p.name for p in planned] == only and all(p.takes_workers for p in planned)
+    assert all("--workers" in p.command(16) and "16" in p.command(16) for p in planned)
