@@ -458,7 +458,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "active store: null-call latency vs Dask and dataClay; active vs non-active apps",
             "store",
             "active object store",
-            {"ci": 30, "lab": 120, "full": 600},
+            {"ci": 30, "lab": 200, "full": 600},
             (
                 _size("lab"),
                 _repeat(3, "timed runs per variant"),
