@@ -424,7 +424,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "one read-only array to every worker: workbench RRO vs Dask, files and peers",
             "shm",
             "node-shared memory (RRO)",
-            {"ci": 15, "lab": 25, "full": 120},
+            {"ci": 15, "lab": 30, "full": 120},
             (
                 _size("lab", "the array: 32 MB at ci, 256 MB at lab, 1 GB at full"),
                 arg("--size-mb", type=int, check=at_least(1), help="array size in MB (default: the size's)"),
