@@ -9,7 +9,7 @@ import datasets
 import workbench
 from workbench.apps import histogram
 from workbench.runtime.store import Store, store_for
-from workbench.runtime.store.handles import opened_store
+from workbench.runtime.store.current import opened_store
 from workbench.runtime.trace import Recorder
 
 

@@ -1,5 +1,5 @@
-"""The store's layers (model <- protocol <- catalogue <- backend <- handles <- local <- client), its wire
-protocol's dispatch tables, and the local-object API of task bodies."""
+"""The store's layers (current <- model <- protocol <- link <- catalogue, backend <- handles <- local <- client),
+its wire protocol's dispatch tables, its one process-wide state, and the local-object API of task bodies."""
 
 from __future__ import annotations
 
@@ -21,22 +21,26 @@ PACKAGE = "workbench.runtime.store"
 # Every module of the package is listed: a new one must be placed in the layers here.
 ALLOWED = {
     "errors": set(),
-    "model": set(),
+    "current": {"errors"},
+    "model": {"current"},
     "protocol": {"model", "errors"},
+    "link": {"model", "errors", "protocol"},
     "catalogue": {"model", "errors", "protocol"},
     "catalogue_file": {"catalogue", "model", "errors", "protocol"},
     "tiering": set(),
-    "backend": {"model", "protocol", "errors", "tiering"},
-    "handles": {"model", "protocol", "errors", "backend", "tiering"},
-    "local": {"model", "protocol", "errors", "backend", "handles"},
-    "client": {"model", "protocol", "catalogue", "errors", "backend", "tiering", "handles", "local"},
-    "__init__": {"client", "handles", "local", "model", "errors"},
+    "backend": {"model", "protocol", "errors", "tiering", "link", "current"},
+    "handles": {"model", "protocol", "errors", "backend", "tiering", "link", "current"},
+    "local": {"model", "protocol", "errors", "backend", "handles", "current"},
+    "client": {"model", "protocol", "catalogue", "errors", "backend", "tiering", "handles", "local", "link", "current"},
+    "__init__": {"client", "handles", "local", "model", "errors", "current"},
 }
 # store module -> the workbench modules outside the store it may import (None: any that does not import the store)
 OUTSIDE = {
     "errors": set(),
+    "current": set(),
     "model": set(),
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
+    "link": set(),
     "catalogue": set(),
     "catalogue_file": set(),
     "tiering": {"workbench.memory", "workbench.memory.tiers"},
@@ -135,19 +139,19 @@ def test_the_layer_check_leaves_out_imports_for_annotations_only(tmp_path):
 
 def test_persistent_object_needs_no_client_import(session):
     """model.make_persistent goes through a hook an opened Store installs, not through an import."""
-    from workbench.runtime.store import model
+    from workbench.runtime.store import current
 
     store_for(session)
-    assert model._PERSISTER is not None and model._PERSISTER.__module__ == f"{PACKAGE}.local"
+    assert current._persister is not None and current._persister.__module__ == f"{PACKAGE}.local"
 
 
 def test_importing_the_store_installs_nothing():
     """Nothing happens at import beyond definitions: no persister hook until a Store is opened."""
     code = (
         "import workbench.runtime.store\n"
-        "from workbench.runtime.store import model, handles\n"
-        "assert model._PERSISTER is None, model._PERSISTER\n"
-        "assert handles.opened_store() is None\n"
+        "from workbench.runtime.store import current, model\n"
+        "assert current._persister is None, current._persister\n"
+        "assert current.opened_store() is None\n"
         "try:\n"
         "    model.PersistentObject().make_persistent()\n"
         "except RuntimeError as error:\n"
@@ -157,6 +161,43 @@ def test_importing_the_store_installs_nothing():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_process_wide_state_is_the_current_module_alone():
+    """No store module but ``current`` assigns a module global at run time (a ``global`` statement):
+    what the store keeps per process is named in one place."""
+    import ast
+
+    keeping = sorted(
+        path.stem
+        for path in STORE.glob("*.py")
+        if any(isinstance(node, ast.Global) for node in ast.walk(ast.parse(path.read_text())))
+    )
+    assert keeping == ["current"]
+
+
+def test_the_current_store_is_cleared_when_it_closes(session, tmp_path):
+    """The store opened last is the current one; closing it clears it, closing another leaves it."""
+    from workbench.runtime.store import current
+    from workbench.runtime.store.client import Store
+
+    before = current.opened_store()
+    try:
+        first = Store(session)  # joins the cluster's store: no registration of its own
+        assert current.current_store() is first
+        last = Store(session)
+        assert current.current_store() is last
+        first.close()
+        assert current.opened_store() is last  # not the current one: its close leaves the current store
+        last.close()
+        assert current.opened_store() is None
+        with pytest.raises(StoreError, match="no store is open"):
+            current.current_store()
+        with pytest.raises(StoreError, match="was closed"):
+            first.link.catalogue("aliases")  # its link sends nothing once it is closed
+    finally:
+        if before is not None and not before.closed:
+            current.set_current_store(before)
 
 
 def test_each_store_module_imports_alone():

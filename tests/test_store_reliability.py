@@ -109,8 +109,8 @@ def _read_while_the_holder_evicts(ref):
     the catalogue named it (the race, made certain), and return the copy's total."""
     from workbench.runtime.store.backend import local_backend
 
-    backend = local_backend()
-    original = backend.backend
+    link = local_backend().link
+    original = link.backend
 
     def evict_first(address, op, **kwargs):
         if op == "get" and not evicted:
@@ -118,11 +118,11 @@ def _read_while_the_holder_evicts(ref):
         return original(address, op, **kwargs)
 
     evicted: list[int] = []
-    backend.backend = evict_first
+    link.backend = evict_first
     try:
-        _, entry = backend.obtain(ref, "race", for_write=False)
+        _, entry = local_backend().obtain(ref, "race", for_write=False)
     finally:
-        backend.backend = original
+        del link.backend  # the link's own method again
     assert evicted and evicted[0] > 0, "the holder did not evict the object"
     return entry.obj.total()
 
@@ -138,34 +138,3 @@ def test_a_read_racing_an_eviction_asks_the_catalogue_again(tmp_path):
         assert session.gather(future, timeout=60) == 3000.0
         store.clear()
         store.close()
-
-
-def test_retry_while_moving_asks_again_until_its_deadline(monkeypatch):
-    from workbench.runtime.store import backend
-    from workbench.runtime.store.errors import NotHere
-
-    answers = iter([NotHere("evicted"), NotHere("evicted"), "found"])
-
-    def attempt():
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    assert backend.retry_while_moving(attempt) == "found"
-    monkeypatch.setattr(backend, "WAIT_SECONDS", 0.05)
-    tries = []
-
-    def never_here():
-        tries.append(1)
-        raise NotHere("object abc v0 is not on backend tcp://x")
-
-    with pytest.raises(NotHere, match="not on backend"):
-        backend.retry_while_moving(never_here)
-    assert len(tries) >= 2
-
-    def broken():
-        raise ValueError("not a move")
-
-    with pytest.raises(ValueError, match="not a move"):  # only NotHere is retried
-        backend.retry_while_moving(broken)

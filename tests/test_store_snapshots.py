@@ -152,7 +152,7 @@ def test_copies_are_not_serialised_behind_a_reader(session, store, tmp_path):
 def test_a_read_only_method_copies_its_own_object_while_a_writer_waits(session, store, tmp_path):
     """A copy joins the read-only methods holding the lock even while a writer waits: a method that
     fetches its own object would otherwise wait for the writer, which waits for the method (the
-    fetch failed after WAIT_SECONDS, 60 s, as an unanswered backend)."""
+    fetch failed after the store's timeout, 60 s, as an unanswered backend)."""
     proxy = store.make_persistent(Halves(SIZE, 4.0))
     gate = tmp_path / "gate"
     with ThreadPoolExecutor(2) as pool:
@@ -237,7 +237,7 @@ def stub_backend(
         memory_manager=types.SimpleNamespace(memory_limit=None),
         log_event=lambda *args, **kwargs: None,
     )
-    backend = StoreBackend(str(tmp_path))
+    backend = StoreBackend(str(tmp_path), timeout=BOUND)
     backend.setup(worker)
     said: list[tuple[str, dict[str, Any]]] = []
 
@@ -255,8 +255,8 @@ def stub_backend(
         wait_until(lambda: entry is None or getattr(entry.lock, "waiting", 0) > 0, "a writer to wait")
         return 0
 
-    backend.catalogue = catalogue  # type: ignore[method-assign]
-    backend.backend = send  # type: ignore[method-assign]
+    backend.link.catalogue = catalogue  # type: ignore[method-assign]
+    backend.link.backend = send  # type: ignore[method-assign]
     return backend, said
 
 
@@ -281,13 +281,13 @@ def test_a_writer_that_waited_for_a_copy_does_not_write_a_dropped_or_replicated_
 
     writer = threading.Thread(target=write)
     writer.start()
-    original_send = backend.backend
+    original_send = backend.link.backend
 
     def send_and_say(*args: Any, **kwargs: Any) -> Any:
         sending.set()
         return original_send(*args, **kwargs)
 
-    backend.backend = send_and_say  # type: ignore[method-assign]
+    backend.link.backend = send_and_say  # type: ignore[method-assign]
     kwargs = {"move": True} if move else {}
     try:
         backend.op_push("o" * 32, 0, there, **kwargs)

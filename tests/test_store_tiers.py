@@ -274,7 +274,7 @@ def test_a_fetch_racing_an_eviction_asks_the_catalogue_again(store, monkeypatch)
     """The holder the catalogue named evicts the object (a place("disk"), its memory limit) before the
     copy is made: fetch() asks the catalogue again and gets the copy back from disk, not a NotHere."""
     proxy = store.make_persistent(ArrayBlock(np.full(1000, 3.0)))
-    original = store.backend
+    original = store.link.backend
     evicted = []
 
     def evict_first(address, op, **kwargs):
@@ -282,7 +282,7 @@ def test_a_fetch_racing_an_eviction_asks_the_catalogue_again(store, monkeypatch)
             evicted.append(original(address, "evict", oid=kwargs["oid"], version=kwargs["version"]))
         return original(address, op, **kwargs)
 
-    monkeypatch.setattr(store, "backend", evict_first)
+    monkeypatch.setattr(store.link, "backend", evict_first)
     try:
         assert proxy.fetch().data.sum() == 3000.0
     finally:

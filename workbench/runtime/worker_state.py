@@ -11,6 +11,10 @@ it on.
 
 This module imports neither the channels nor the strategies (they import it): the objects they keep
 here are typed ``Any``.
+
+What is kept per process rather than per worker (the store opened last, which
+``PersistentObject.make_persistent()`` without a store uses, and that call's hook) is named in one
+module, :mod:`workbench.runtime.store.current`, and nowhere else.
 """
 
 from __future__ import annotations

@@ -29,15 +29,9 @@ running the cluster.
 """
 
 from workbench.runtime.store.client import Store, default_directory, registered_directory, store_for
+from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
-from workbench.runtime.store.handles import (
-    ActiveMethod,
-    ArrayBlock,
-    BlockCollection,
-    Proxy,
-    current_store,
-    persist_here,
-)
+from workbench.runtime.store.handles import ActiveMethod, ArrayBlock, BlockCollection, Proxy, persist_here
 from workbench.runtime.store.local import local_object
 from workbench.runtime.store.model import PersistentObject, active
 

@@ -11,6 +11,9 @@ Two ways in:
   the disk tier. Its operations are :class:`~workbench.runtime.store.protocol.BackendOp`, each
   handled by the method :data:`BACKEND_HANDLERS` names (``BackendOp.CALL``: :meth:`StoreBackend.op_call`).
 
+What a backend asks of the catalogue and of other backends goes through its
+:class:`~workbench.runtime.store.link.Link` (``self.link``), as a client's questions do.
+
 Beyond ``memory_limit`` bytes the least recently used objects go to the disk tier (a pickle per
 version in the store directory) and come back when next used.
 """
@@ -30,27 +33,27 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import cloudpickle
 from distributed import get_worker
 from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import to_serialize
-from distributed.utils import sync
 
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy, Usage
 from workbench.runtime import failures
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, check_writable, object_lost
+from workbench.runtime.store.current import install_persister
+from workbench.runtime.store.errors import NotHere, StoreError, check_writable
+from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import (
     ObjectRef,
     ReadWriteLock,
     StoredHandle,
     catalogue_entry,
     detach_result,
-    install_persister,
     set_arrays_writeable,
     state_nbytes,
 )
@@ -59,22 +62,16 @@ from workbench.runtime.store.protocol import (
     PLUGIN_NAME,
     BackendOp,
     CatalogueOp,
-    LoadClaim,
-    Missing,
-    Record,
     error_reply,
     found,
     handler_for,
-    record_from_wire,
     result_reply,
-    unpack_reply,
 )
 from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
-WAIT_SECONDS = 60.0  # longest wait for a lock, the catalogue or another backend
+LOCK_WAIT_SECONDS = 60.0  # longest wait for an object's lock, or for another call reading it from disk
 COPY_THREADS = 32  # a backend's threads for copies of its objects (each may wait for its object's lock)
-T = TypeVar("T")
 
 
 @dataclass
@@ -184,8 +181,13 @@ class StoreBackend(WorkerPlugin):
         tier: str = "dram",
         cache_bytes: int | None = None,
         persister: Callable[[Any, str | None, str | None], Any] | None = None,
+        *,
+        timeout: float,
     ):
         self.directory = str(directory)
+        # The store's timeout (its session's, which the Store passes): the longest wait of each message
+        # this backend sends, to the catalogue or another backend (see workbench.runtime.store.link).
+        self.timeout = timeout
         # What PersistentObject.make_persistent calls in this worker's tasks (the Store passes
         # workbench.runtime.store.local.persist_anywhere): installed in setup, not at import.
         self.persister = persister
@@ -202,8 +204,9 @@ class StoreBackend(WorkerPlugin):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, worker: Any) -> None:
-        """Attach to the worker: its comm handler, the catalogue's address."""
+        """Attach to the worker: its comm handler, and the link to the catalogue and the other backends."""
         self.worker = worker
+        self.link = Link.of_worker(worker, self.timeout, load_here=self.op_load)
         self.table: dict[tuple[str, int], Entry] = {}
         self.table_lock = threading.RLock()
         self.load_locks: dict[tuple[str, int], threading.Lock] = {}  # one reader of a disk copy at a time
@@ -277,34 +280,6 @@ class StoreBackend(WorkerPlugin):
             held.entry.lock.release(False, copy=True)
         return Status.dont_reply
 
-    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
-        """A catalogue operation from a worker thread (the scheduler answers over the worker's link)."""
-        reply = sync(
-            self.worker.loop,
-            lambda: asyncio.wait_for(self.worker.scheduler.workbench_store(action=str(op), **kwargs), WAIT_SECONDS),
-        )
-        return unpack_reply(reply, "the scheduler")
-
-    def record(self, ref: ObjectRef) -> Record | Missing:
-        """The catalogue's record of ``ref``'s version (the current one unless pinned)."""
-        (reply,) = self.catalogue(CatalogueOp.RECORDS, refs=[[ref.oid, ref.version if ref.pinned else None]])
-        return record_from_wire(reply)
-
-    def backend(self, address: str, op: BackendOp, **kwargs: Any) -> Any:
-        """An operation on another backend (or this one), from a worker thread."""
-
-        async def ask() -> Any:
-            rpc = self.worker.rpc(address)
-            return await asyncio.wait_for(rpc.workbench_store(action=str(op), **kwargs), WAIT_SECONDS)
-
-        try:
-            reply = sync(self.worker.loop, ask)
-        except (TimeoutError, OSError) as error:
-            raise BackendUnreachable(
-                f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
-            ) from error
-        return unpack_reply(reply, f"backend {address}")
-
     def trace(self, action: str, start: float, nbytes: int, task: str, source: str = "") -> None:
         """Record a store event (transfer, load, evict ...) in the worker's trace events."""
         self.worker.log_event(
@@ -339,7 +314,7 @@ class StoreBackend(WorkerPlugin):
                 self.used_bound += entry.nbytes
             if announce:
                 try:
-                    self.catalogue(CatalogueOp.ADD_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
+                    self.link.catalogue(CatalogueOp.ADD_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
                 except BaseException:
                     with self.table_lock:
                         if self.table.get(key) is entry:
@@ -375,17 +350,14 @@ class StoreBackend(WorkerPlugin):
         is asked without blocking the loop, the objects are taken in on a thread (taking them may
         evict others to disk, which asks the catalogue too)."""
         groups, sizes = self._groups(objs, oids)
-        reply = await asyncio.wait_for(
-            self.worker.scheduler.workbench_store(action=str(CatalogueOp.REGISTER_GROUPS), groups=groups), WAIT_SECONDS
-        )
-        unpack_reply(reply, "the scheduler")
+        await self.link.catalogue_async(CatalogueOp.REGISTER_GROUPS, groups=groups)
         return await asyncio.to_thread(self.add_many, [(oid, 0) for oid in oids], objs, sizes)
 
     def register_and_add_many(self, objs: list[Any], oids: list[str]) -> int:
         """Record many objects in the catalogue as held here (one message, one transaction), then
         take them into the table (version 0)."""
         groups, sizes = self._groups(objs, oids)
-        self.catalogue(CatalogueOp.REGISTER_GROUPS, groups=groups)
+        self.link.catalogue(CatalogueOp.REGISTER_GROUPS, groups=groups)
         return self.add_many([(oid, 0) for oid in oids], objs, sizes)
 
     def _groups(self, objs: list[Any], oids: list[str]) -> tuple[list[dict[str, Any]], list[int]]:
@@ -405,7 +377,7 @@ class StoreBackend(WorkerPlugin):
 
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
-        self.catalogue(
+        self.link.catalogue(
             CatalogueOp.REGISTER,
             entries=[catalogue_entry(type(obj), oid, 0, self.worker.address, state_nbytes(obj), alias)],
         )
@@ -449,42 +421,25 @@ class StoreBackend(WorkerPlugin):
         """The entry for ``ref`` here: local, reloaded from disk, or (for reads) a copy from its holder.
 
         The holder the catalogue named can evict the object to disk (its memory limit) or drop it
-        between the catalogue's answer and the copy: the catalogue is then asked again, until
-        :data:`WAIT_SECONDS` have passed.
+        between the catalogue's answer and the copy: the catalogue is then asked again, by the link's
+        one rule (:meth:`~workbench.runtime.store.link.Link.retrying`).
         """
         if for_write:  # a writing method runs only on a holder: the proxy asks again, elsewhere
             return self._obtain_once(ref, task, for_write)
-        return retry_while_moving(lambda: self._obtain_once(ref, task, for_write))
+        return self.link.retrying(lambda again: self._obtain_once(ref, task, for_write))
 
     def _obtain_once(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
         """One try of :meth:`obtain`."""
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
-        info = found(self.record(ref), ref)
-        ref = ObjectRef(ref.oid, info.version, ref.alias or (info.aliases or [None])[0], info.class_label, ref.pinned)
+        # Its version now and its holders; an object only on disk is read back first, on the one
+        # backend the catalogue chooses (this one, or another: then used there or copied from there).
+        (resolved,) = self.link.resolve([ref])
+        ref, workers = resolved.ref, resolved.workers
         entry = self.local(ref)
         if entry is not None:
             return ref, entry
-        workers = info.workers
-        if not workers:  # only on disk (or lost): the catalogue says which one backend reads it back
-            claim = LoadClaim.from_wire(
-                self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version, worker=self.worker.address)
-            )
-            if claim.load_on is None and not claim.workers:
-                raise object_lost(ref.label(), info.class_label, list(claim.lost_from or info.lost_from))
-            if claim.load_on is not None:
-                target = claim.load_on
-                if target == self.worker.address:
-                    self.op_load(ref.oid, ref.version, claim.disk_path)
-                else:  # loaded there (once, however many ask), then used there or copied from there
-                    self.backend(target, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
-                workers = [target]
-            else:
-                workers = claim.workers
-            entry = self.local(ref)
-            if entry is not None:
-                return ref, entry
         if for_write:
             raise NotHere(
                 f"{ref.label()} is held by {workers}, not by this backend {self.worker.address}: a writing "
@@ -493,25 +448,22 @@ class StoreBackend(WorkerPlugin):
             )
         source = workers[0]
         start = time.time()
-        obj = self.backend(source, BackendOp.GET, oid=ref.oid, version=ref.version)
+        obj = self.link.backend(source, BackendOp.GET, oid=ref.oid, version=ref.version)
         entry = Entry(obj, state_nbytes(obj), copy=True)
         self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
         return ref, entry  # a copy for this call only: the object stays where it lives
 
     def fetch_copy(self, ref: ObjectRef, task: str) -> Any:
         """A copy of the object through the store's API, even from this backend (the non-active way)."""
-        return retry_while_moving(lambda: self._fetch_copy_once(ref, task))
+        return self.link.retrying(lambda again: self._fetch_copy_once(ref, task))
 
     def _fetch_copy_once(self, ref: ObjectRef, task: str) -> Any:
-        """One try of :meth:`fetch_copy`."""
-        info = self.record(ref)
-        if isinstance(info, Missing) or not info.workers:
-            ref, _ = self.obtain(ref, task, for_write=False)  # the same clear errors, or a reload from disk
-            source, version = self.worker.address, ref.version
-        else:
-            source, version = info.workers[0], info.version
+        """One try of :meth:`fetch_copy`: from the first holder the catalogue names (after reading the
+        object back from disk where no backend holds it)."""
+        (resolved,) = self.link.resolve([ref])
+        source = resolved.workers[0]
         start = time.time()
-        obj = self.backend(source, BackendOp.GET, oid=ref.oid, version=version)
+        obj = self.link.backend(source, BackendOp.GET, oid=ref.oid, version=resolved.ref.version)
         self.trace("transfer", start, state_nbytes(obj), f"store-get {task}", source=source)
         return obj
 
@@ -533,18 +485,20 @@ class StoreBackend(WorkerPlugin):
         between finding and locking it is looked up again, since a write to it would be lost.
         """
         find = find or (lambda r: self.obtain(r, task, for_write=writes))
-        deadline = time.monotonic() + WAIT_SECONDS
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
         while True:
             ref, entry = find(ref)
             if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic()), copy=copy):
-                raise TimeoutError(f"{ref.label()}: waited {WAIT_SECONDS} s for its lock to run {task!r}")
+                raise TimeoutError(f"{ref.label()}: waited {LOCK_WAIT_SECONDS} s for its lock to run {task!r}")
             with self.table_lock:
                 current = self.table.get((ref.oid, ref.version))  # type: ignore[arg-type]
             if current is entry or entry.copy:
                 return ref, entry
             entry.lock.release(writes, copy=copy)
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{ref.label()}: it kept moving to disk for {WAIT_SECONDS} s while {task!r} waited")
+                raise TimeoutError(
+                    f"{ref.label()}: it kept moving to disk for {LOCK_WAIT_SECONDS} s while {task!r} waited"
+                )
 
     def check_single_copy(self, ref: ObjectRef, entry: Entry, task: str) -> None:
         """Before a write to ``entry``, its exclusive lock held: refused (``StoreError``) if this backend
@@ -553,7 +507,7 @@ class StoreBackend(WorkerPlugin):
         object once written. Costs a catalogue message only after a replica was made here."""
         if not entry.replicated or entry.copy:
             return
-        record = found(self.record(ObjectRef(ref.oid, ref.version, ref.alias, ref.class_label, pinned=True)), ref)
+        record = found(self.link.record(ObjectRef(ref.oid, ref.version, ref.alias, ref.class_label, pinned=True)), ref)
         check_writable(ref, record.workers, task, True)
         entry.replicated = False  # its replicas were dropped: writes go on without asking
 
@@ -569,7 +523,7 @@ class StoreBackend(WorkerPlugin):
         if entry.disk_path:  # the disk copy is now stale
             Path(entry.disk_path).unlink(missing_ok=True)
             entry.disk_path = None
-            self.catalogue(CatalogueOp.SET_DISK, oid=ref.oid, version=ref.version, disk_path=None)
+            self.link.catalogue(CatalogueOp.SET_DISK, oid=ref.oid, version=ref.version, disk_path=None)
 
     def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
@@ -666,10 +620,14 @@ class StoreBackend(WorkerPlugin):
         ref, entry = self.locked(ObjectRef(oid, int(version)), "push", False, find=self.held, copy=True)
         try:
             start = time.time()
-            self.backend(target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True)
+            self.link.backend(
+                target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True
+            )
             self.trace("transfer", start, entry.nbytes, "store-push", source=self.worker.address)
             if move:  # the catalogue first, the table after, as an eviction does
-                self.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=int(version), worker=self.worker.address)
+                self.link.catalogue(
+                    CatalogueOp.REMOVE_LOCATION, oid=oid, version=int(version), worker=self.worker.address
+                )
                 with self.table_lock:
                     if self.table.get((oid, int(version))) is entry:
                         del self.table[(oid, int(version))]
@@ -700,8 +658,8 @@ class StoreBackend(WorkerPlugin):
     def op_flush(self, oid: str, version: int) -> str:
         """Write the object to the disk tier (it stays in memory too); returns the file."""
         entry = self.here(oid, version)
-        if not entry.lock.acquire(False, timeout=WAIT_SECONDS):  # no writing method runs meanwhile
-            raise TimeoutError(f"object {oid[:8]}: a writing method held it for {WAIT_SECONDS} s")
+        if not entry.lock.acquire(False, timeout=LOCK_WAIT_SECONDS):  # no writing method runs meanwhile
+            raise TimeoutError(f"object {oid[:8]}: a writing method held it for {LOCK_WAIT_SECONDS} s")
         try:
             return self._write_to_disk(oid, int(version), entry)
         finally:
@@ -714,13 +672,13 @@ class StoreBackend(WorkerPlugin):
             start = time.time()
             written = write_object(path, entry.obj)
             self.trace("tier-write", start, written, "store-flush")
-            if not self.catalogue(CatalogueOp.SET_DISK, oid=oid, version=version, disk_path=str(path)):
+            if not self.link.catalogue(CatalogueOp.SET_DISK, oid=oid, version=version, disk_path=str(path)):
                 path.unlink(missing_ok=True)  # deleted meanwhile: no file outlives its object
                 raise StoreError(f"object {oid[:8]} v{version} was deleted while it was written to disk")
             entry.disk_path = str(path)
         return entry.disk_path
 
-    def op_evict(self, oid: str, version: int, wait: float = WAIT_SECONDS) -> int:
+    def op_evict(self, oid: str, version: int, wait: float = LOCK_WAIT_SECONDS) -> int:
         """Move the object to the disk tier (written first if it has no disk copy); returns bytes freed.
 
         Under the object's exclusive lock, so no call is half-way through it: a writing method
@@ -742,7 +700,7 @@ class StoreBackend(WorkerPlugin):
                 return entry.nbytes
             # The catalogue first, the table after: while the catalogue names this backend, the
             # object is in its table (a call arriving meanwhile waits for the lock, then reloads).
-            self.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
+            self.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=key[1], worker=self.worker.address)
             with self.table_lock:
                 self.table.pop(key, None)
             tiering.release(entry.placement)  # the disk copy has the arrays now
@@ -755,8 +713,10 @@ class StoreBackend(WorkerPlugin):
         key = (oid, int(version))
         with self.table_lock:
             load_lock = self.load_locks.setdefault(key, threading.Lock())
-        if not load_lock.acquire(timeout=WAIT_SECONDS):
-            raise TimeoutError(f"object {oid[:8]} v{version}: another call read it from disk for over {WAIT_SECONDS} s")
+        if not load_lock.acquire(timeout=LOCK_WAIT_SECONDS):
+            raise TimeoutError(
+                f"object {oid[:8]} v{version}: another call read it from disk for over {LOCK_WAIT_SECONDS} s"
+            )
         try:
             if self.local(ObjectRef(oid, version)) is not None:
                 return 0
@@ -917,7 +877,7 @@ class StoreBackend(WorkerPlugin):
         move is a tier event whose task names its reason. Runs after a call whose object changed
         class (cold to hot), so it costs nothing while use is steady; a pass already running is
         not waited for unless ``wait``."""
-        if not self.policy_lock.acquire(timeout=WAIT_SECONDS if wait else 0):
+        if not self.policy_lock.acquire(timeout=LOCK_WAIT_SECONDS if wait else 0):
             return []
         try:
             with self.table_lock:
@@ -957,22 +917,6 @@ class StoreBackend(WorkerPlugin):
     def op_null(self) -> None:
         """Nothing: the cost of a message round trip."""
         return None
-
-
-def retry_while_moving(attempt: Callable[[], T]) -> T:
-    """``attempt()``, tried again while it raises ``NotHere``: the holder the catalogue named evicted
-    the object to disk (its memory limit) or dropped it between the catalogue's answer and the copy.
-    Gives up after :data:`WAIT_SECONDS`."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    pause = 0.001
-    while True:
-        try:
-            return attempt()
-        except NotHere:
-            if time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(0.1, pause * 2)
 
 
 def dram_bytes(entry: Entry) -> int:

@@ -4,12 +4,12 @@
 a second ``Store`` on the same cluster joins them, and ``store.close()`` takes them off again when
 this ``Store`` registered them (``store.owns_registration``). ``proxy = store.make_persistent(obj)``
 places ``obj`` on a backend and returns a :class:`~workbench.runtime.store.handles.Proxy`; what runs
-inside tasks is in :mod:`workbench.runtime.store.local`.
+inside tasks is in :mod:`workbench.runtime.store.local`. Its messages to the catalogue and the
+backends, and its handles', go through its :class:`~workbench.runtime.store.link.Link` (``store.link``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import stat
@@ -29,15 +29,10 @@ from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend, in_objects_directory
 from workbench.runtime.store.catalogue import StoreCatalogue, default_directory
-from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias, object_lost
-from workbench.runtime.store.handles import (
-    ArrayBlock,
-    BlockCollection,
-    Proxy,
-    check_persistable,
-    opened_store,
-    set_current_store,
-)
+from workbench.runtime.store.current import clear_current_store, install_persister, opened_store, set_current_store
+from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias
+from workbench.runtime.store.handles import ArrayBlock, BlockCollection, Proxy, check_persistable
+from workbench.runtime.store.link import Link
 from workbench.runtime.store.local import block_arrays, persist_anywhere, store_blocks_here
 from workbench.runtime.store.model import (
     ObjectRef,
@@ -46,7 +41,6 @@ from workbench.runtime.store.model import (
     catalogue_entry,
     check_alias,
     class_name,
-    install_persister,
     new_object_ids,
     ship_by_value,
     state_nbytes,
@@ -56,14 +50,10 @@ from workbench.runtime.store.protocol import (
     PLUGIN_NAME,
     BackendOp,
     CatalogueOp,
-    LoadClaim,
     Missing,
     Record,
     Resolved,
     found,
-    locations_of,
-    record_from_wire,
-    unpack_reply,
     without_gc,
 )
 
@@ -183,7 +173,7 @@ def store_for(session: Session) -> Store:
     returned is the current one (what ``PersistentObject.make_persistent`` uses), as opening it made it.
     """
     current = opened_store()
-    if current is not None and current.session is session and not current.closed:
+    if isinstance(current, Store) and current.session is session and not current.closed:
         return current
     store = session.own("store", lambda: _session_store(session))
     set_current_store(store)
@@ -227,6 +217,8 @@ class Store:
         self.session = session
         self.client = session.client
         self._closed = False
+        #: How this store's messages (and its handles') reach the catalogue and the backends.
+        self.link = Link.of_client(self.client, session.timeout)
         wanted = Path(directory or default_directory()).expanduser().resolve()
         _check_limit(memory_limit)
         if cache_bytes is not None:
@@ -293,6 +285,7 @@ class Store:
                     tier=self._tier,
                     cache_bytes=self._cache_bytes,
                     persister=persist_anywhere,
+                    timeout=self.link.timeout,  # the store's one timeout, on both ends
                 ),
                 name=PLUGIN_NAME,
                 where="registering the store's backends on the workers",
@@ -302,51 +295,15 @@ class Store:
                 detach(self.session)
             raise
 
-    # -- plumbing --------------------------------------------------------------------------------
+    # -- plumbing (the link's, for callers that hold the store) -----------------------------------
     def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
-        """One catalogue operation (a message to the scheduler, bounded by the session timeout)."""
-        self._check_open()
-
-        async def ask() -> Any:
-            return await asyncio.wait_for(
-                self.client.scheduler.workbench_store(action=str(op), **kwargs), self.session.timeout
-            )
-
-        try:
-            return unpack_reply(self.client.sync(ask), "the scheduler")
-        except KeyError as error:
-            if op == CatalogueOp.ALIAS:
-                raise UnknownAlias(error.args[0] if error.args else str(error)) from None
-            raise
+        """One catalogue operation (see :meth:`Link.catalogue <workbench.runtime.store.link.Link.catalogue>`)."""
+        return self.link.catalogue(op, **kwargs)
 
     def backend(self, address: str, op: BackendOp, timeout: float | None = None, **kwargs: Any) -> Any:
-        """One operation on the backend at ``address`` (a direct message, no scheduler), waiting at
-        most ``timeout`` seconds (default: the session's).
-
-        Errors of the operation itself (a method's exception) are raised as they are; a backend
-        that does not answer raises ``BackendUnreachable``.
-        """
-        self._check_open()
-
-        async def ask() -> Any:
-            return await asyncio.wait_for(
-                self.client.rpc(address).workbench_store(action=str(op), **kwargs), timeout or self.session.timeout
-            )
-
-        try:
-            reply = self.client.sync(ask)
-        except (TimeoutError, OSError) as error:
-            raise BackendUnreachable(
-                f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})"
-            ) from error
-        return unpack_reply(reply, f"backend {address}")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError(
-                f"this store ({self.directory}) was closed: open it again with Store(session, {str(self.directory)!r}) "
-                "(flushed objects come back from disk)"
-            )
+        """One operation on the backend at ``address`` (see :meth:`Link.backend
+        <workbench.runtime.store.link.Link.backend>`): ``BackendUnreachable`` if it does not answer."""
+        return self.link.backend(address, op, timeout, **kwargs)
 
     def backends(self) -> list[str]:
         """Addresses of the workers with a backend."""
@@ -363,24 +320,24 @@ class Store:
         refs = _batch_refs(proxies)
         if tier == "disk":  # objects only on disk are there already: nothing to load
             by_worker: dict[str, list[list[Any]]] = {}
-            for ref, record in zip(refs, self.records(refs)):
+            for ref, record in zip(refs, self.link.records(refs)):
                 record = found(record, ref)
                 for w in record.workers:
                     by_worker.setdefault(w, []).append([ref.oid, record.version])
             for w, keys in by_worker.items():
-                self.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
+                self.link.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
             return len(refs)
         placed: dict[str, list[list[Any]]] = {}
         pending = refs
         try:
             for _ in range(len(refs) + 2):
                 by_worker = {}
-                for resolved in self.resolve(pending):  # objects on disk are loaded first
+                for resolved in self.link.resolve(pending):  # objects on disk are loaded first
                     for w in resolved.workers:
                         by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
                 missing: set[str] = set()
                 for w, keys in by_worker.items():
-                    reply = self.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
+                    reply = self.link.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
                     placed.setdefault(w, []).extend(reply["placed"])
                     missing.update(str(k[0]) for k in reply["missing"])
                 if not missing:
@@ -393,7 +350,7 @@ class Store:
         except BaseException:
             for w, done in placed.items():
                 try:
-                    self.backend(w, BackendOp.UNPLACE_MANY, placed=done, tier=tier)
+                    self.link.backend(w, BackendOp.UNPLACE_MANY, placed=done, tier=tier)
                 except Exception:  # noqa: S112 - the backend is gone: its objects with it; the error says why
                     continue
             raise
@@ -401,22 +358,22 @@ class Store:
     def cool(self, proxies: Sequence[StoredHandle]) -> list[dict[str, Any]]:
         """Make many objects' tier files cold (one message per backend); every eviction (see :meth:`Proxy.cool`)."""
         by_worker: dict[str, list[list[Any]]] = {}
-        for resolved in self.resolve([p.ref for p in proxies]):
+        for resolved in self.link.resolve([p.ref for p in proxies]):
             for w in resolved.workers:
                 by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
-        return [e for w, keys in by_worker.items() for e in self.backend(w, BackendOp.COOL_MANY, keys=keys)]
+        return [e for w, keys in by_worker.items() for e in self.link.backend(w, BackendOp.COOL_MANY, keys=keys)]
 
     def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
         """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
         disk tier; None: no limit); each backend's old limit, to set back."""
         _check_limit(nbytes)
-        return {w: self.backend(w, BackendOp.SET_MEMORY_LIMIT, nbytes=nbytes) for w in self.backends()}
+        return {w: self.link.backend(w, BackendOp.SET_MEMORY_LIMIT, nbytes=nbytes) for w in self.backends()}
 
     def set_cache(self, nbytes: int) -> None:
         """Set every backend's DRAM cache budget (for ``cached`` objects) to ``nbytes``."""
         _check_bytes(nbytes, "a cache budget is bytes per backend")
         for w in self.backends():
-            self.backend(w, BackendOp.SET_CACHE, nbytes=nbytes)
+            self.link.backend(w, BackendOp.SET_CACHE, nbytes=nbytes)
 
     def set_dynamic_budget(self, budget: int) -> None:
         """Set every backend's DRAM budget for dynamic placement (``rebalance(budget)``), unless this
@@ -438,7 +395,7 @@ class Store:
         return [
             {"worker": w, **move}
             for w in self.backends()
-            for move in self.backend(w, BackendOp.REBALANCE, budget=budget, hot_reads=hot_reads)
+            for move in self.link.backend(w, BackendOp.REBALANCE, budget=budget, hot_reads=hot_reads)
         ]
 
     def close(self) -> None:
@@ -450,11 +407,14 @@ class Store:
         later ``Store(session, directory)``. A store that joined one already on the cluster leaves
         it there. Either way this object stops being the current store.
         """
-        if opened_store() is self:
-            set_current_store(None)
+        clear_current_store(self)
         if self._closed:
             return
         self._closed = True
+        self.link.close(
+            f"this store ({self.directory}) was closed: open it again with Store(session, {str(self.directory)!r}) "
+            "(flushed objects come back from disk)"
+        )
         if self.owns_registration and self.client.status != "closed":
             found = _registration(self.session)
             if found is not None and found.token == self._token:  # not replaced since (a stale store is)
@@ -493,7 +453,7 @@ class Store:
             check_alias(alias)
         known = set(self.backends())
         if backends is None:  # round-robin from where the catalogue's turn is
-            turn = self.catalogue(CatalogueOp.TURN, n=len(objs))
+            turn = self.link.catalogue(CatalogueOp.TURN, n=len(objs))
             workers, start = list(turn["workers"]), int(turn["start"])
             backends = [workers[(start + i) % len(workers)] for i in range(len(objs))]
         backends = list(backends)
@@ -504,7 +464,7 @@ class Store:
         for b in backends:
             if b not in known:
                 raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
-        taken = self.catalogue(CatalogueOp.ALIASES)
+        taken = self.link.catalogue(CatalogueOp.ALIASES)
         for alias in aliases:
             if alias is not None and alias in taken:
                 raise ValueError(
@@ -542,7 +502,7 @@ class Store:
                 groups[cls]["entries"].append(entry)
         # In the catalogue first (one transaction): a backend taking objects may evict others to
         # disk, and tells the catalogue about objects it knows.
-        self.catalogue(CatalogueOp.REGISTER_GROUPS, groups=list(groups.values()))
+        self.link.catalogue(CatalogueOp.REGISTER_GROUPS, groups=list(groups.values()))
         self._put_batches(by_backend, payloads, oids)
         labels = {cls: (group["common"]["class_label"], group["common"]["methods"]) for cls, group in groups.items()}
         with without_gc():
@@ -554,40 +514,22 @@ class Store:
     def _put_batches(self, by_backend: dict[str, list[int]], payloads: dict[str, Any], oids: list[str]) -> None:
         """One ``put_many`` message per backend, all in flight together; if any fails, the batch is
         taken back everywhere (catalogue and backends) before the error is raised."""
-
-        async def put(b: str) -> Any:
-            keys = [[oids[i], 0] for i in by_backend[b]]
-            comm = self.client.rpc(b)
-            return await asyncio.wait_for(
-                comm.workbench_store(action=str(BackendOp.PUT_MANY), keys=keys, **payloads[b]), self.session.timeout
-            )
-
-        async def put_all() -> list[Any]:
-            return await asyncio.gather(*(put(b) for b in by_backend), return_exceptions=True)
-
-        replies = self.client.sync(put_all)
-        failures = []
-        for b, reply in zip(by_backend, replies):
-            try:
-                if isinstance(reply, BaseException):
-                    raise reply
-                unpack_reply(reply, f"backend {b}")
-            except BaseException as error:
-                failures.append((b, error))
+        messages = {b: {"keys": [[oids[i], 0] for i in indexes], **payloads[b]} for b, indexes in by_backend.items()}
+        _, failures = self.link.backends_together(BackendOp.PUT_MANY, messages)
         if failures:
             with contextlib.suppress(Exception):
-                self.catalogue(CatalogueOp.DELETE, oids=oids)
-            failed = {b for b, _ in failures}
+                self.link.catalogue(CatalogueOp.DELETE, oids=oids)
             for b in by_backend:  # a failed backend may be gone: asked briefly, in case it took its part
                 with contextlib.suppress(Exception):
                     keys = [[oids[i], 0] for i in by_backend[b]]
-                    self.backend(b, BackendOp.DROP_MANY, keys=keys, timeout=2.0 if b in failed else None)
-            b, error = failures[0]
-            if isinstance(error, (OSError, asyncio.TimeoutError)):
+                    self.link.backend(b, BackendOp.DROP_MANY, keys=keys, timeout=2.0 if b in failures else None)
+            b, error = next(iter(failures.items()))
+            if isinstance(error, BackendUnreachable):
+                cause = error.__cause__
                 raise BackendUnreachable(
-                    f"backend {b} did not take its {len(by_backend[b])} objects ({type(error).__name__}: {error}); "
+                    f"backend {b} did not take its {len(by_backend[b])} objects ({type(cause).__name__}: {cause}); "
                     f"none of the {len(oids)} objects was stored"
-                ) from error
+                ) from cause
             raise error
 
     def persist_blocks(
@@ -607,7 +549,7 @@ class Store:
                 f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}"
             )
         check_alias(alias)
-        if alias is not None and alias in self.catalogue(CatalogueOp.ALIASES):
+        if alias is not None and alias in self.link.catalogue(CatalogueOp.ALIASES):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
         ship_by_value(block_class)
         if isinstance(array, da.Array):
@@ -645,7 +587,7 @@ class Store:
         try:
             self.session.run(store_blocks_here, assignments, block_class, workers=list(assignments))
         except BaseException:
-            self._drop(self.catalogue(CatalogueOp.DELETE, oids=oids))
+            self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=oids))
             raise
         chunks = list(row_counts)
         return oids, chunks, [sum(chunks), *(int(n) for n in array.shape[1:])], str(array.dtype)
@@ -677,7 +619,7 @@ class Store:
         """Record the collection ``oid`` of the blocks ``meta`` lists in the catalogue; if that fails
         (e.g. the alias was taken meanwhile), the blocks are deleted too."""
         try:
-            self.catalogue(
+            self.link.catalogue(
                 CatalogueOp.REGISTER,
                 entries=[
                     {
@@ -694,7 +636,7 @@ class Store:
                 ],
             )
         except BaseException:
-            self._drop(self.catalogue(CatalogueOp.DELETE, oids=meta["blocks"]))
+            self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=meta["blocks"]))
             raise
 
     def _collection(
@@ -708,7 +650,7 @@ class Store:
             return BlockCollection(
                 self, oid, alias, blocks, tuple(meta["chunks"]), tuple(meta["shape"]), np.dtype(meta["dtype"])
             )
-        records = self.records([ObjectRef(b) for b in meta["blocks"]])
+        records = self.link.records([ObjectRef(b) for b in meta["blocks"]])
         blocks = [
             Proxy(ObjectRef(r.oid, r.version, None, r.class_label), r.methods, self)
             if isinstance(r, Record)
@@ -723,8 +665,8 @@ class Store:
     def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
         """The object (or block collection) called ``alias``; ``UnknownAlias`` with close matches if none."""
         check_alias(alias)
-        oid = self.catalogue(CatalogueOp.ALIAS, alias=alias)
-        (record,) = self.records([ObjectRef(oid)])
+        oid = self.link.catalogue(CatalogueOp.ALIAS, alias=alias)
+        (record,) = self.link.records([ObjectRef(oid)])
         if isinstance(record, Missing):
             raise UnknownAlias(f"alias {alias!r} names object {oid[:8]}, which was {record.reason}")
         if record.kind == "collection":
@@ -734,49 +676,28 @@ class Store:
     def locations(self, objects: Iterable[Proxy]) -> list[list[str]]:
         """Every backend holding each object in memory, for many objects in one catalogue query
         (pinned versions are looked up as such; an object only on disk, or deleted, is held nowhere: [])."""
-        objects = list(objects)
-        if any(p.ref.pinned for p in objects):
-            return [r.workers if isinstance(r, Record) else [] for r in self.records([p.ref for p in objects])]
-        reply = self.catalogue(CatalogueOp.LOCATIONS, oids="\n".join(p.ref.oid for p in objects))
-        return locations_of(reply, len(objects))
+        return self.link.locations([p.ref for p in objects])
 
     def records(self, refs: Sequence[ObjectRef]) -> list[Record | Missing]:
         """The catalogue's record of each object (current version unless pinned) with its live
         locations, or why it is missing."""
-        replies = self.catalogue(CatalogueOp.RECORDS, refs=[[r.oid, r.version if r.pinned else None] for r in refs])
-        return [record_from_wire(reply) for reply in replies]
+        return self.link.records(refs)
 
     def resolve(self, refs: Sequence[ObjectRef]) -> list[Resolved]:
         """Each object's version now and every live backend holding it; objects only on disk are
         read back first (a ``StoreError`` for a deleted one, ``ObjectLost`` for a lost one)."""
-        out = []
-        for ref, record in zip(refs, self.records(refs)):
-            record = found(record, ref)
-            ref = record.ref(like=ref)
-            out.append(Resolved(ref, record.workers or self._reload(ref, record)))
-        return out
-
-    def _reload(self, ref: ObjectRef, record: Record) -> list[str]:
-        """Bring an object that is only on disk back into memory: on the one backend the catalogue
-        chooses for it (every caller meanwhile gets the same one), which reads it once."""
-        claim = LoadClaim.from_wire(self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version))
-        if claim.load_on is not None:
-            self.backend(claim.load_on, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
-            return [claim.load_on]
-        if claim.workers:
-            return list(claim.workers)
-        raise object_lost(ref.label(), record.class_label, list(claim.lost_from or record.lost_from))
+        return self.link.resolve(refs)
 
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, locations, disk copy, aliases."""
         return pd.DataFrame(
-            self.catalogue(CatalogueOp.LIST),
+            self.link.catalogue(CatalogueOp.LIST),
             columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"],
         )
 
     def aliases(self) -> dict[str, str]:
         """Alias -> object id, for every alias in the store."""
-        return dict(self.catalogue(CatalogueOp.ALIASES))
+        return dict(self.link.catalogue(CatalogueOp.ALIASES))
 
     def flush(self, objects: Iterable[Proxy] | None = None) -> int:
         """Write objects (default: every object in memory) to the disk tier; returns how many."""
@@ -785,21 +706,21 @@ class Store:
             if objects is not None
             else [
                 ObjectRef(r["oid"], r["version"], pinned=True)
-                for r in self.catalogue(CatalogueOp.LIST)
+                for r in self.link.catalogue(CatalogueOp.LIST)
                 if r["workers"] and r["kind"] == "object"
             ]
         )
         count = 0
-        for resolved in self.resolve(refs):
-            self.backend(resolved.workers[0], BackendOp.FLUSH, oid=resolved.ref.oid, version=resolved.ref.version)
+        for resolved in self.link.resolve(refs):
+            self.link.backend(resolved.workers[0], BackendOp.FLUSH, oid=resolved.ref.oid, version=resolved.ref.version)
             count += 1
         return count
 
     def delete(self, objects: Iterable[Proxy]) -> None:
         """Delete objects (every version, alias, replica and disk copy)."""
-        self._drop(self.catalogue(CatalogueOp.DELETE, oids=[p.ref.oid for p in objects]))
+        self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=[p.ref.oid for p in objects]))
 
-    def _drop(self, dropped: list[dict[str, Any]]) -> None:
+    def drop_deleted(self, dropped: list[dict[str, Any]]) -> None:
         """Make the backends forget what the catalogue deleted (one message per backend) and remove
         the disk copies (only inside this store's ``objects`` directory)."""
         by_worker: dict[str, list[list[Any]]] = {}
@@ -808,7 +729,7 @@ class Store:
                 by_worker.setdefault(worker, []).append([d["oid"], d["version"]])
         for worker, keys in by_worker.items():
             try:
-                self.backend(worker, BackendOp.DROP_MANY, keys=keys)
+                self.link.backend(worker, BackendOp.DROP_MANY, keys=keys)
             except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
                 pass
         for d in dropped:
@@ -817,15 +738,15 @@ class Store:
 
     def clear(self) -> int:
         """Delete every object of the store; returns how many objects were deleted."""
-        oids = sorted({r["oid"] for r in self.catalogue(CatalogueOp.LIST)})
-        self._drop(self.catalogue(CatalogueOp.DELETE, oids=oids))
+        oids = sorted({r["oid"] for r in self.link.catalogue(CatalogueOp.LIST)})
+        self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=oids))
         return len(oids)
 
     def backend_tables(self) -> pd.DataFrame:
         """What each backend holds in memory right now (asked of the backends themselves)."""
         rows = []
         for worker in self.backends():
-            rows += [{"worker": worker, **r} for r in self.backend(worker, BackendOp.TABLE)]
+            rows += [{"worker": worker, **r} for r in self.link.backend(worker, BackendOp.TABLE)]
         return pd.DataFrame(rows, columns=["worker", "oid", "version", "class", "nbytes", "on_disk"])
 
 

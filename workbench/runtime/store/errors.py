@@ -1,11 +1,19 @@
-"""Errors of the active object store; each message names the object and says what to do."""
+"""Errors of the active object store; each message names the object and says what to do.
+
+The bottom of the store's layers: it imports no other module of the store.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from workbench.runtime.store.model import ObjectRef
+
+class Labelled(Protocol):
+    """What names an object in a message (an :class:`~workbench.runtime.store.model.ObjectRef` is one)."""
+
+    def label(self) -> str:
+        """The object as messages name it."""
+        ...
 
 
 class StoreError(RuntimeError):
@@ -36,7 +44,7 @@ def object_lost(label: str, class_label: str, lost_from: list[str]) -> ObjectLos
     )
 
 
-def check_writable(ref: ObjectRef, workers: list[str], method: str, writes: bool) -> None:
+def check_writable(ref: Labelled, workers: list[str], method: str, writes: bool) -> None:
     """A ``StoreError`` when a writing ``method`` would run on an object with several replicas (the
     caller checks before sending the call; the backend again when a replica was made while the call
     waited for the object's lock)."""

@@ -2,17 +2,20 @@
 
 ``proxy.method(*args)`` runs on the backend holding the object and returns a Dask future (the task
 body is :func:`~workbench.runtime.store.backend.run_active`); ``proxy.method.value(*args)`` sends the
-backend the operation ``BackendOp.CALL`` directly (``BACKEND_HANDLERS`` in
-:mod:`~workbench.runtime.store.backend` hands it to ``StoreBackend.op_call``); ``.local`` fetches a
-copy and runs here. A handle travels as its reference; in a task it finds the current store of its
-process. ``persist_here`` and ``run_active_to_store`` are here too: task bodies that make new handles.
+backend the operation ``BackendOp.CALL`` through the store's link (:meth:`Link.backend
+<workbench.runtime.store.link.Link.backend>`), which ``BACKEND_HANDLERS`` in
+:mod:`~workbench.runtime.store.backend` hands to ``StoreBackend.op_call``; ``.local`` fetches a copy
+and runs here. A handle holds its :class:`Owner` (the ``Store`` it came from): its link for messages,
+its session for tasks. A handle travels as its reference; where it arrives it belongs to the current
+store of that process (:mod:`~workbench.runtime.store.current`). ``persist_here`` and
+``run_active_to_store`` are here too: task bodies that make new handles.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 from distributed import Future
@@ -20,9 +23,11 @@ from distributed.protocol import to_serialize
 
 import kernels
 import workbench.runtime.store.tiering as tiering
-from workbench.runtime.session import PinnedCall
-from workbench.runtime.store.backend import local_backend, retry_while_moving, run_active, run_non_active
-from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, check_writable
+from workbench.runtime.session import PinnedCall, Session
+from workbench.runtime.store.backend import local_backend, run_active, run_non_active
+from workbench.runtime.store.current import current_store
+from workbench.runtime.store.errors import StoreError, check_writable
+from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import (
     ObjectRef,
     PersistentObject,
@@ -36,29 +41,27 @@ from workbench.runtime.store.model import (
 from workbench.runtime.store.protocol import BackendOp, CatalogueOp, Resolved, call_task_name, found
 from workbench.runtime.trace import task_key
 
-# The ``Store`` (workbench.runtime.store.client) a handle belongs to. Named, not imported: the client
-# imports this module, so the dependency runs one way only (client -> local -> handles).
-Store = Any
 
-_current: Store | None = None  # the store opened last in this process (set by Store, cleared by its close)
+class Owner(Protocol):
+    """What a handle needs of the store it belongs to (a :class:`~workbench.runtime.store.client.Store`
+    is one): the link its messages go through, the session its tasks go to, the reader of a
+    collection's blocks inside a task, and the store's deletion (which also removes disk copies)."""
 
+    link: Link
+    session: Session
 
-def current_store() -> Store:
-    """The store opened last in this process (what ``PersistentObject.make_persistent`` uses)."""
-    if _current is None:
-        raise StoreError("no store is open: store = workbench.runtime.store.Store(session) first")
-    return _current
+    @property
+    def read_blocks(self) -> Callable[[list[Any]], list[np.ndarray]]:
+        """The task-side reader of a collection's blocks (a plain function: it travels to the workers)."""
+        ...
 
+    def delete(self, objects: Iterable[StoredHandle]) -> None:
+        """Delete objects: every version, alias, replica and disk copy."""
+        ...
 
-def opened_store() -> Store | None:
-    """The store opened last in this process, or None when none is open."""
-    return _current
-
-
-def set_current_store(store: Store | None) -> None:
-    """Make ``store`` the current store (None: no store is open); ``Store`` calls it when it opens and closes."""
-    global _current
-    _current = store
+    def drop_deleted(self, dropped: list[dict[str, Any]]) -> None:
+        """Make the backends forget what the catalogue deleted, and remove the disk copies."""
+        ...
 
 
 class ActiveMethod:
@@ -69,43 +72,36 @@ class ActiveMethod:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Future:
         """Run on the backend holding the object, as a Dask task; returns its future."""
-        (resolved,) = self.proxy.store.resolve([self.proxy.ref])
-        return submit_active(self.proxy.store, resolved.ref, resolved.workers, self.name, self.writes, args, kwargs)
+        store = self.proxy.store
+        (resolved,) = store.link.resolve([self.proxy.ref])
+        return submit_active(store, resolved.ref, resolved.workers, self.name, self.writes, args, kwargs)
 
     def value(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on the backend holding the object and return the plain value (one direct round trip)."""
-        store = self.proxy.store
-        args, kwargs = gather_futures(store, args, kwargs)
-        for attempt in (0, 1):
-            ref, workers = self.proxy._resolved(refresh=attempt == 1)
+        """Run on the backend holding the object and return the plain value (one direct round trip;
+        asked again where the object moved or its backend left meanwhile, by the link's one rule)."""
+        link = self.proxy.store.link
+        args, kwargs = gather_futures(self.proxy.store.session, args, kwargs)
+        message = {"method": self.name, "writes": self.writes, "args": as_message(args), "kwargs": as_message(kwargs)}
+
+        def call(again: bool) -> Any:
+            ref, workers = self.proxy._resolved(refresh=again)
             check_writable(ref, workers, self.name, self.writes)
-            try:
-                return store.backend(
-                    workers[0],
-                    BackendOp.CALL,
-                    oid=ref.oid,
-                    version=ref.version,
-                    method=self.name,
-                    writes=self.writes,
-                    args=as_message(args),
-                    kwargs=as_message(kwargs),
-                    pinned=ref.pinned,
-                )
-            except (NotHere, BackendUnreachable):  # moved, or its backend left: ask the catalogue again, once
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
+            return link.backend(
+                workers[0], BackendOp.CALL, oid=ref.oid, version=ref.version, pinned=ref.pinned, **message
+            )
+
+        return link.retrying(call)
 
     def local(self, *args: Any, **kwargs: Any) -> Any:
         """Non-active: fetch a copy of the object to this process and run the method here."""
-        args, kwargs = gather_futures(self.proxy.store, args, kwargs)
+        args, kwargs = gather_futures(self.proxy.store.session, args, kwargs)
         args = tuple(a.fetch() if isinstance(a, Proxy) else a for a in args)
         kwargs = {k: v.fetch() if isinstance(v, Proxy) else v for k, v in kwargs.items()}
         return getattr(self.proxy.fetch(), self.name)(*args, **kwargs)
 
     def non_active(self, *args: Any, **kwargs: Any) -> Future:
         """Non-active as a task: wherever it runs, it fetches a copy through the store and computes there."""
-        return self.proxy.store.client.submit(
+        return self.proxy.store.session.client.submit(
             run_non_active,
             self.proxy.ref,
             self.name,
@@ -123,10 +119,10 @@ class ActiveMethod:
         check_alias(alias)
 
         def call(*args: Any, **kwargs: Any) -> Future:
-            (resolved,) = self.proxy.store.resolve([self.proxy.ref])
+            (resolved,) = self.proxy.store.link.resolve([self.proxy.ref])
             ref, workers = resolved.ref, resolved.workers
             check_writable(ref, workers, self.name, self.writes)
-            return self.proxy.store.client.submit(
+            return self.proxy.store.session.client.submit(
                 run_active_to_store,
                 ref,
                 self.name,
@@ -172,7 +168,7 @@ def run_active_to_store(
 
 
 def submit_active(
-    store: Store,
+    store: Owner,
     ref: ObjectRef,
     workers: list[str],
     method: str,
@@ -186,7 +182,7 @@ def submit_active(
     of delayed calls (this is the path ``workbench bench store`` times).
     """
     check_writable(ref, workers, method, writes)
-    return store.client.submit(
+    return store.session.client.submit(
         run_active,
         ref,
         method,
@@ -201,7 +197,7 @@ def submit_active(
 
 
 def submit_active_many(
-    store: Store,
+    store: Owner,
     targets: Sequence[Resolved],
     method: str,
     writes: bool,
@@ -221,16 +217,17 @@ def submit_active_many(
 class Proxy(StoredHandle):
     """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
 
-    def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Store | None = None):
+    def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Owner | None = None):
         self.ref = ref
         self.methods = dict(methods)
         self._store = store
         self._locations: list[str] | None = None  # the backends holding it, as last resolved
 
     @property
-    def store(self) -> Store:
-        """The store this proxy belongs to (the current store when it travelled)."""
-        return self._store or current_store()
+    def store(self) -> Owner:
+        """The store this proxy belongs to (the current store of this process when it travelled: a
+        ``Store``, which is an ``Owner``)."""
+        return self._store or cast(Owner, current_store())
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids and method names
         return (Proxy, (self.ref, self.methods))
@@ -267,30 +264,30 @@ class Proxy(StoredHandle):
         """The object's version and the backends holding it (read back from disk first if needed),
         as last resolved unless ``refresh``."""
         if refresh or not self._locations:
-            (resolved,) = self.store.resolve([self.ref])
+            (resolved,) = self.store.link.resolve([self.ref])
             self.ref, self._locations = resolved.ref, resolved.workers
         return self.ref, self._locations
 
     def locations(self) -> list[str]:
         """Every backend holding the object in memory now (empty when it is only on disk)."""
-        return self.store.locations([self])[0]
+        return self.store.link.locations([self.ref])[0]
 
     def info(self) -> dict[str, Any]:
         """The catalogue's record (:class:`~workbench.runtime.store.protocol.Record` as a dict): class,
         size, locations (``workers``), disk copy, aliases, version; a ``StoreError`` once it is deleted."""
-        (record,) = self.store.records([self.ref])
-        return found(record, self.ref).as_dict()
+        return found(self.store.link.record(self.ref), self.ref).as_dict()
 
     def fetch(self) -> Any:
         """A copy of the object, here (the non-active way to read it). A holder that drops or evicts it
         between the catalogue's answer and the copy makes it ask the catalogue again, as a backend's
-        reads do (bounded by ``WAIT_SECONDS``)."""
+        reads do (:meth:`Link.retrying <workbench.runtime.store.link.Link.retrying>`)."""
+        link = self.store.link
 
-        def once() -> Any:
+        def once(again: bool) -> Any:
             ref, workers = self._resolved(refresh=True)
-            return self.store.backend(workers[0], BackendOp.GET, oid=ref.oid, version=ref.version)
+            return link.backend(workers[0], BackendOp.GET, oid=ref.oid, version=ref.version)
 
-        return retry_while_moving(once)
+        return link.retrying(once)
 
     def move(self, backend: str) -> Proxy:
         """Move the object to ``backend`` (copied backend to backend, then dropped at the source)."""
@@ -302,11 +299,13 @@ class Proxy(StoredHandle):
         if backend not in workers:  # else it holds a replica already: only the others go
             # The target records itself in the catalogue as a holder; the source drops the object
             # once it is there, before a writing call waiting for it can change the dropped copy.
-            self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend, move=True)
+            self.store.link.backend(
+                workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend, move=True
+            )
             others = others[1:]  # the source dropped itself
         for w in others:  # the replicas
-            self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
-            self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+            self.store.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
+            self.store.link.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
         self._locations = [backend]
         return self
 
@@ -314,11 +313,11 @@ class Proxy(StoredHandle):
         """Copy the object to another backend (default: one that does not hold it); returns where."""
         ref, workers = self._resolved(refresh=True)
         if backend is None:
-            (backend,) = self.store.catalogue(CatalogueOp.BACKENDS, n=1, exclude=workers)
+            (backend,) = self.store.link.catalogue(CatalogueOp.BACKENDS, n=1, exclude=workers)
         self._check_backend(backend)
         if backend not in workers:
             # The target records itself in the catalogue as a holder.
-            self.store.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
+            self.store.link.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
         self._locations = None
         return backend
 
@@ -326,15 +325,15 @@ class Proxy(StoredHandle):
         """Keep one copy only (before calling a writing method on a replicated object)."""
         ref, workers = self._resolved(refresh=True)
         for w in workers[1:]:
-            self.store.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
-            self.store.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+            self.store.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
+            self.store.link.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
         self._locations = None
 
     def new_version(self) -> Proxy:
         """A copy of the object as a new version on the same backend; change it, then ``consolidate()``."""
         ref, workers = self._resolved(refresh=True)
-        new = self.store.catalogue(CatalogueOp.NEW_VERSION, oid=ref.oid, version=ref.version, worker=workers[0])
-        self.store.backend(workers[0], BackendOp.COPY_VERSION, oid=ref.oid, version=ref.version, new_version=new)
+        new = self.store.link.catalogue(CatalogueOp.NEW_VERSION, oid=ref.oid, version=ref.version, worker=workers[0])
+        self.store.link.backend(workers[0], BackendOp.COPY_VERSION, oid=ref.oid, version=ref.version, new_version=new)
         return Proxy(ObjectRef(ref.oid, new, ref.alias, ref.class_label, pinned=True), self.methods, self.store)
 
     def consolidate(self) -> Proxy:
@@ -343,7 +342,9 @@ class Proxy(StoredHandle):
             raise StoreError(
                 f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()"
             )
-        self.store._drop(self.store.catalogue(CatalogueOp.CONSOLIDATE, oid=self.ref.oid, version=self.ref.version))
+        self.store.drop_deleted(
+            self.store.link.catalogue(CatalogueOp.CONSOLIDATE, oid=self.ref.oid, version=self.ref.version)
+        )
         return Proxy(
             ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store
         )
@@ -351,7 +352,7 @@ class Proxy(StoredHandle):
     def flush(self) -> str:
         """Write the object to the disk tier (it also stays in memory); returns the file."""
         ref, workers = self._resolved(refresh=True)
-        return self.store.backend(workers[0], BackendOp.FLUSH, oid=ref.oid, version=ref.version)
+        return self.store.link.backend(workers[0], BackendOp.FLUSH, oid=ref.oid, version=ref.version)
 
     def place(self, tier: str, reason: str = "") -> list[dict[str, Any]]:
         """Put the object's numpy attributes on ``tier`` on every backend holding it: ``dram``, ``mapped``
@@ -361,7 +362,7 @@ class Proxy(StoredHandle):
         tier = tiering.check_tier(tier)
         ref, workers = self._resolved(refresh=True)
         placed = [
-            self.store.backend(w, BackendOp.PLACE, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
+            self.store.link.backend(w, BackendOp.PLACE, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
             for w in workers
         ]
         if tier == "disk":
@@ -374,20 +375,22 @@ class Proxy(StoredHandle):
         ref, workers = ObjectRef(self.ref.oid, info["version"]), info["workers"]
         if not workers:
             return "disk"
-        rows = self.store.backend(workers[0], BackendOp.TABLE)
+        rows = self.store.link.backend(workers[0], BackendOp.TABLE)
         return next((r["tier"] for r in rows if r["oid"] == ref.oid and r["version"] == ref.version), "disk")
 
     def cool(self) -> list[dict[str, Any]]:
         """Make the object's tier files cold on every holder (out of the DRAM cache and the page cache)
         for a cold run; each eviction says whether the medium could be made cold and why not."""
         ref, workers = self._resolved(refresh=True)
-        return [e for w in workers for e in self.store.backend(w, BackendOp.COOL, oid=ref.oid, version=ref.version)]
+        return [
+            e for w in workers for e in self.store.link.backend(w, BackendOp.COOL, oid=ref.oid, version=ref.version)
+        ]
 
     def evict(self) -> None:
         """Move the object to the disk tier only (reloaded into memory on its next use)."""
         ref, workers = self._resolved(refresh=True)
         for w in workers:
-            self.store.backend(w, BackendOp.EVICT, oid=ref.oid, version=ref.version)
+            self.store.link.backend(w, BackendOp.EVICT, oid=ref.oid, version=ref.version)
         self._locations = None
 
     def delete(self) -> None:
@@ -395,7 +398,7 @@ class Proxy(StoredHandle):
         self.store.delete([self])
 
     def _check_backend(self, backend: str) -> None:
-        known = self.store.backends()
+        known = self.store.session.workers()
         if backend not in known:
             raise ValueError(f"backend {backend!r} is not a worker of this cluster; backends are {known}")
 
@@ -439,7 +442,7 @@ class BlockCollection:
 
     def __init__(
         self,
-        store: Store,
+        store: Owner,
         oid: str,
         alias: str | None,
         blocks: list[Proxy],
@@ -481,11 +484,11 @@ class BlockCollection:
     def locations(self) -> list[list[str]]:
         """Every backend holding each block, in block order, from one catalogue query (a block only on
         disk: [])."""
-        return self.store.locations(self.blocks)
+        return self.store.link.locations([b.ref for b in self.blocks])
 
     def holders(self) -> list[str]:
         """One backend holding each block (blocks only on disk are read back first), in block order."""
-        return [resolved.workers[0] for resolved in self.store.resolve([b.ref for b in self.blocks])]
+        return [resolved.workers[0] for resolved in self.store.link.resolve([b.ref for b in self.blocks])]
 
     def locality(self) -> dict[str, str]:
         """Block index (as text) -> the backend holding it (as PersistedBlocks.locality gives)."""
@@ -497,7 +500,7 @@ class BlockCollection:
             check_method("the blocks", self.blocks[0].methods, method)
         writes = self.blocks[0].methods.get(method, False) if self.blocks else False
         return submit_active_many(
-            self.store, self.store.resolve([b.ref for b in self.blocks]), method, writes, args, kwargs
+            self.store, self.store.link.resolve([b.ref for b in self.blocks]), method, writes, args, kwargs
         )
 
     def fetch(self) -> np.ndarray:
@@ -540,13 +543,13 @@ def check_persistable(obj: Any) -> None:
 
 
 def gather_futures(
-    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any]
+    session: Session, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments with each Dask future among them replaced by its value (gathered at once)."""
     futures = [a for a in (*args, *kwargs.values()) if isinstance(a, Future)]
     if not futures:
         return args, kwargs
-    values = dict(zip([f.key for f in futures], store.session.gather(futures)))
+    values = dict(zip([f.key for f in futures], session.gather(futures)))
     pick = lambda a: values[a.key] if isinstance(a, Future) else a  # noqa: E731
     return tuple(pick(a) for a in args), {k: pick(v) for k, v in kwargs.items()}
 

@@ -14,8 +14,9 @@ from typing import Any
 from distributed import get_worker
 
 from workbench.runtime.store.backend import StoreBackend, local_backend
+from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import NotHere, StoreError, check_writable
-from workbench.runtime.store.handles import Proxy, current_store, persist_here
+from workbench.runtime.store.handles import Proxy, persist_here
 from workbench.runtime.store.model import ObjectRef, StoredHandle, set_arrays_writeable
 from workbench.runtime.store.protocol import PLUGIN_NAME, found
 
@@ -41,9 +42,10 @@ def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
             block.data += 1
 
     As ``@active(writes=True)`` does: a replicated object is refused (its replicas would differ);
-    active calls and evictions of the object wait for the block (at most 60 s, then they time out),
-    so keep it short and call none of the object's own active methods inside it; on leaving it the
-    arrays are read-only again, the object's size is updated and a stale disk copy is deleted.
+    active calls and evictions of the object wait for the block (at most the backend's
+    ``LOCK_WAIT_SECONDS``, 60 s, then they time out), so keep it short and call none of the object's
+    own active methods inside it; on leaving it the arrays are read-only again, the object's size is
+    updated and a stale disk copy is deleted.
 
     Raises :class:`NotHere` when this backend does not hold the object (it lives on other backends,
     or only on disk): run the task where the object lives (pin it to ``proxy.locations()``), or
@@ -75,7 +77,7 @@ def _held_here(backend: StoreBackend, ref: ObjectRef) -> tuple[ObjectRef, Any]:
     and its entry; ``NotHere`` if that backend does not hold it."""
     entry = backend.local(ref) if ref.version is not None else None
     if entry is None:  # a proxy of "the current version": ask the catalogue which that is
-        record = found(backend.record(ref), ref)
+        record = found(backend.link.record(ref), ref)
         ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
         entry = backend.local(ref)
     if entry is None:
@@ -99,7 +101,7 @@ class LocalWrite:
         if self._entry is not None:
             raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
         backend, ref = self._backend, self._ref
-        record = found(backend.record(ref), ref)
+        record = found(backend.link.record(ref), ref)
         check_writable(ref, record.workers, "local_object(for_write=True)", True)
         ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
         self._ref, self._entry = backend.locked(ref, "local_object", True, find=lambda r: _held_here(backend, r))

@@ -6,7 +6,8 @@ object); ``@active(writes=True)`` marks methods that change the object (they run
 Between calls the object's numpy attributes are kept read-only, so a "read-only" method that
 writes into ``self`` fails loudly instead of corrupting a shared object.
 
-This module has no Dask imports: a class written in a notebook only needs this base class.
+This module has no Dask imports: a class written in a notebook only needs this base class (and the
+store's process-wide state, :mod:`~workbench.runtime.store.current`, to persist it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import numpy as np
+
+import workbench.runtime.store.current as current
 
 F = TypeVar("F", bound=Callable[..., Any])
 ACTIVE_ATTRIBUTE = "__workbench_active__"  # on a function: {"writes": bool}
@@ -50,19 +53,6 @@ def active(function: Callable[..., Any] | None = None, *, writes: bool = False) 
         return f
 
     return mark(function) if function is not None else mark
-
-
-# Installed by ``Store(session)`` in the client and by the store's backend when it starts on a worker
-# (never at import): persists an object from a client (in the current store) or from a task (on its
-# worker's backend). A hook, so that this module, which a class written in a notebook imports,
-# depends on nothing else in the store.
-_PERSISTER: Callable[[Any, str | None, str | None], Any] | None = None
-
-
-def install_persister(persister: Callable[[Any, str | None, str | None], Any]) -> None:
-    """Set what ``PersistentObject.make_persistent(alias, backend)`` calls (``Store`` and its backends do)."""
-    global _PERSISTER
-    _PERSISTER = persister
 
 
 _ACTIVE_METHODS: weakref.WeakKeyDictionary[type, dict[str, bool]] = weakref.WeakKeyDictionary()
@@ -95,11 +85,7 @@ class PersistentObject:
         In a client: in the current store (the last one opened), on ``backend`` or round-robin.
         Inside a task on a worker: on that worker's backend (the object does not move).
         """
-        if _PERSISTER is None:
-            raise RuntimeError(
-                "no store is open in this process: open one first (store = workbench.runtime.store.Store(session))"
-            )
-        return _PERSISTER(self, alias, backend)
+        return current.persist(self, alias, backend)
 
     @classmethod
     def active_methods(cls) -> dict[str, bool]:

@@ -8,7 +8,7 @@ has one table from operation to handler (``CATALOGUE_HANDLERS`` in
 :mod:`~workbench.runtime.store.backend`), so a call is followed by names::
 
     proxy.total.value()                       # handles.ActiveMethod.value
-      -> store.backend(worker, BackendOp.CALL, ...)   # client.Store.backend
+      -> link.backend(worker, BackendOp.CALL, ...)    # link.Link.backend (the proxy's store's link)
       -> BACKEND_HANDLERS[BackendOp.CALL]             # = StoreBackend.op_call, on the worker
 
 Messages are msgpack: plain values, lists and dicts (Dask turns tuples into lists). The records

@@ -1,0 +1,229 @@
+"""How the store's two ends reach its plugins: the one place that sends the store's messages.
+
+A :class:`Link` asks the catalogue (the scheduler's ``workbench_store`` handler) and the backends
+(each worker's, a direct message, no scheduler) from a thread: a client's
+(:class:`~workbench.runtime.store.client.Store`, and the handles through it) or a backend's
+(:class:`~workbench.runtime.store.backend.StoreBackend`). The two ends differ only in what a link is
+made of (:meth:`Link.of_client`, :meth:`Link.of_worker`): how to reach the scheduler, how to open an
+rpc to an address, how to run a coroutine from a thread. The rest is one rule each, for both ends:
+
+* one timeout: every message waits at most ``timeout`` seconds, the store's (its session's, which the
+  ``Store`` hands its backends when it registers them);
+* one "unreachable": a backend that does not answer in time, or whose connection fails, raises
+  :class:`~workbench.runtime.store.errors.BackendUnreachable`;
+* one retry (:meth:`Link.retrying`): an attempt that finds the object moved (``NotHere``) or its
+  holder gone (``BackendUnreachable``) is made again, the catalogue asked afresh, until ``timeout``
+  seconds have passed since the first;
+* one way to find an object (:meth:`Link.resolve`): its record, and its disk copy read back on the
+  one backend the catalogue chooses when no backend holds it in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from distributed.utils import sync
+
+from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
+from workbench.runtime.store.model import ObjectRef
+from workbench.runtime.store.protocol import (
+    BackendOp,
+    CatalogueOp,
+    LoadClaim,
+    Missing,
+    Record,
+    Resolved,
+    found,
+    locations_of,
+    record_from_wire,
+    unpack_reply,
+)
+
+T = TypeVar("T")
+FIRST_PAUSE, LONGEST_PAUSE = 0.001, 0.1  # seconds between tries of retrying(): doubling from the first
+
+
+class Link:
+    """One end's way to the store's plugins: the catalogue, the backends, and the rules above.
+
+    scheduler: the scheduler's rpc, asked anew for each message (a client's may be replaced).
+    rpc: an rpc to a worker's address.
+    run: runs a coroutine function to its end from a thread that is not the event loop's.
+    timeout: the longest wait of each message, in seconds.
+    here: the address of the backend this link belongs to (None for a client's).
+    load_here: ``(oid, version, disk_path)`` reads a disk copy into that backend, in this thread
+        (the catalogue may choose it to read an object back).
+    """
+
+    def __init__(
+        self,
+        scheduler: Callable[[], Any],
+        rpc: Callable[[str], Any],
+        run: Callable[[Callable[[], Awaitable[Any]]], Any],
+        timeout: float,
+        here: str | None = None,
+        load_here: Callable[..., Any] | None = None,
+    ):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"the store's timeout is seconds > 0, got {timeout!r}")
+        self._scheduler, self._rpc, self._run = scheduler, rpc, run
+        self.timeout = float(timeout)
+        self.here, self._load_here = here, load_here
+        self._closed: str | None = None  # why this link no longer sends (its Store was closed)
+
+    @classmethod
+    def of_client(cls, client: Any, timeout: float) -> Link:
+        """The link of a ``distributed.Client`` (its scheduler connection, its rpc pool, ``client.sync``)."""
+        return cls(lambda: client.scheduler, client.rpc, client.sync, timeout)
+
+    @classmethod
+    def of_worker(cls, worker: Any, timeout: float, load_here: Callable[..., Any]) -> Link:
+        """The link of a backend on ``worker``, used from the worker's threads (never its event loop)."""
+        return cls(
+            lambda: worker.scheduler,
+            lambda address: worker.rpc(address),
+            lambda function: sync(worker.loop, function),
+            timeout,
+            here=worker.address,
+            load_here=load_here,
+        )
+
+    def close(self, why: str) -> None:
+        """Send nothing from now on: every message raises a ``StoreError`` saying ``why``."""
+        self._closed = why
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise StoreError(self._closed)
+
+    # -- the catalogue -------------------------------------------------------------------------------
+    async def catalogue_async(self, op: CatalogueOp, **kwargs: Any) -> Any:
+        """One catalogue operation from the event loop (a ``Client.run`` body): its result, or its error
+        raised (``UnknownAlias`` for an alias the catalogue does not know)."""
+        self._check_open()
+        reply = await asyncio.wait_for(self._scheduler().workbench_store(action=str(op), **kwargs), self.timeout)
+        try:
+            return unpack_reply(reply, "the scheduler")
+        except KeyError as error:
+            if op == CatalogueOp.ALIAS:
+                raise UnknownAlias(error.args[0] if error.args else str(error)) from None
+            raise
+
+    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
+        """One catalogue operation from a thread: its result, or its error raised."""
+        return self._run(lambda: self.catalogue_async(op, **kwargs))
+
+    def records(self, refs: Sequence[ObjectRef]) -> list[Record | Missing]:
+        """The catalogue's record of each object (current version unless pinned) with its live
+        locations, or why it is missing; one message for all."""
+        replies = self.catalogue(CatalogueOp.RECORDS, refs=[[r.oid, r.version if r.pinned else None] for r in refs])
+        return [record_from_wire(reply) for reply in replies]
+
+    def record(self, ref: ObjectRef) -> Record | Missing:
+        """:meth:`records` of one object."""
+        (record,) = self.records([ref])
+        return record
+
+    def locations(self, refs: Sequence[ObjectRef]) -> list[list[str]]:
+        """Every backend holding each object in memory, from one catalogue message (pinned versions
+        are looked up as such; an object only on disk, or deleted, is held nowhere: [])."""
+        if any(r.pinned for r in refs):
+            return [r.workers if isinstance(r, Record) else [] for r in self.records(refs)]
+        reply = self.catalogue(CatalogueOp.LOCATIONS, oids="\n".join(r.oid for r in refs))
+        return locations_of(reply, len(refs))
+
+    # -- the backends --------------------------------------------------------------------------------
+    async def _backend_reply(self, address: str, op: BackendOp, timeout: float | None, kwargs: Any) -> Any:
+        """The raw reply of backend ``address`` to ``op``, waited on at most ``timeout`` (default: the link's)."""
+        return await asyncio.wait_for(
+            self._rpc(address).workbench_store(action=str(op), **kwargs), timeout or self.timeout
+        )
+
+    def _unreachable(self, address: str, op: BackendOp, error: BaseException) -> BackendUnreachable:
+        """The one error for a backend that did not answer ``op`` (timed out, or its connection failed)."""
+        return BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})")
+
+    def backend(self, address: str, op: BackendOp, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One operation on the backend at ``address``, waiting at most ``timeout`` seconds (default:
+        the link's). Errors of the operation itself (a method's exception) are raised as they are; a
+        backend that does not answer raises ``BackendUnreachable``."""
+        self._check_open()
+        try:
+            reply = self._run(lambda: self._backend_reply(address, op, timeout, kwargs))
+        except (TimeoutError, OSError) as error:
+            raise self._unreachable(address, op, error) from error
+        return unpack_reply(reply, f"backend {address}")
+
+    def backends_together(
+        self, op: BackendOp, messages: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, BaseException]]:
+        """``op`` sent to every backend of ``messages`` (address -> the operation's arguments), all in
+        flight at once: the results by address, and the errors by address (``BackendUnreachable``
+        for a backend that did not answer)."""
+        self._check_open()
+
+        async def ask_all() -> list[Any]:
+            asks = (self._backend_reply(address, op, None, dict(kwargs)) for address, kwargs in messages.items())
+            return await asyncio.gather(*asks, return_exceptions=True)
+
+        results: dict[str, Any] = {}
+        errors: dict[str, BaseException] = {}
+        for address, reply in zip(messages, self._run(ask_all)):
+            if isinstance(reply, (TimeoutError, OSError)):
+                errors[address] = self._unreachable(address, op, reply)
+                errors[address].__cause__ = reply
+                continue
+            try:
+                if isinstance(reply, BaseException):
+                    raise reply
+                results[address] = unpack_reply(reply, f"backend {address}")
+            except Exception as error:
+                errors[address] = error
+        return results, errors
+
+    # -- finding objects -----------------------------------------------------------------------------
+    def resolve(self, refs: Sequence[ObjectRef]) -> list[Resolved]:
+        """Each object's version now and every live backend holding it; objects only on disk are read
+        back first (a ``StoreError`` for a deleted one, ``ObjectLost`` for a lost one)."""
+        out = []
+        for ref, record in zip(refs, self.records(refs)):
+            record = found(record, ref)
+            ref = record.ref(like=ref)
+            out.append(Resolved(ref, record.workers or self.reload(ref, record)))
+        return out
+
+    def reload(self, ref: ObjectRef, record: Record) -> list[str]:
+        """Bring an object that is only on disk back into memory, on the one backend the catalogue
+        chooses for it (every caller meanwhile gets the same one; a backend asking may be chosen, and
+        reads it in this thread); the backends holding it then. ``ObjectLost`` if it has no disk copy."""
+        claim = LoadClaim.from_wire(
+            self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version, worker=self.here)
+        )
+        if claim.load_on is not None:
+            if claim.load_on == self.here and self._load_here is not None:
+                self._load_here(ref.oid, ref.version, claim.disk_path)
+            else:
+                self.backend(claim.load_on, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
+            return [claim.load_on]
+        if claim.workers:
+            return list(claim.workers)
+        raise object_lost(ref.label(), record.class_label, list(claim.lost_from or record.lost_from))
+
+    def retrying(self, attempt: Callable[[bool], T]) -> T:
+        """``attempt(again)``'s result, tried again while the object moves under it: the backend asked
+        no longer holds it (``NotHere``: evicted to disk, dropped, moved) or left (``BackendUnreachable``).
+        ``again`` is True after a failed try: the attempt asks the catalogue afresh. Gives up, raising
+        the last error, once :attr:`timeout` seconds have passed since the first try."""
+        deadline = time.monotonic() + self.timeout
+        pause, again = FIRST_PAUSE, False
+        while True:
+            try:
+                return attempt(again)
+            except (NotHere, BackendUnreachable):
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause, again = min(LONGEST_PAUSE, pause * 2), True
