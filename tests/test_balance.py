@@ -212,6 +212,33 @@ def test_a_victims_last_chunk_goes_only_when_the_thief_is_forecast_to_finish_it_
     assert choose_steal("x", back, running, even, "w", now=10.06) is None  # and it never goes back
 
 
+def test_a_chunk_a_thief_took_is_never_taken_again():
+    waiting, running = _queues(("a", 4, 100), ("b", 1, 100), ("c", 1, 100))
+    nothing = Forecast(sizes=[100] * 40)
+    steal = choose_steal("b", waiting, running, nothing, "w", now=0.0)
+    assert steal == Steal("a", waiting["a"][0])
+    waiting["a"].remove(steal.chunk)  # the caller moves it and marks it stolen
+    steal.chunk.stolen = True
+    waiting["b"] = [steal.chunk]
+    waiting["c"] = []
+    # c is idle: a still has two chunks of its own to lose, b's stolen one stays with b
+    assert choose_steal("c", waiting, running, nothing, "w", 0.0) == Steal("a", waiting["a"][0])
+    waiting["a"] = []
+    assert choose_steal("c", waiting, running, nothing, "w", 0.0) is None  # first map: b's is no one's to take
+    measured = Forecast(sizes=[100] * 40)
+    for chunk in [*running["a"], *running["b"], steal.chunk]:
+        measured.learn("w", chunk, chunk.home, cpu=0.1, wall=0.1)
+    measured.slowdown["b"] = 10.0  # b forecast to finish its stolen chunk long after c would
+    running["c"] = []
+    for chunk in running["b"]:
+        measured.started[id(chunk)] = 0.0
+    assert choose_steal("c", waiting, running, measured, "w", 0.0, learned=True) is None  # even forecast to win
+    own = Chunk([30], 100, "b")  # a chunk of b's own before the stolen one: that one may go
+    measured.learn("w", own, "b", cpu=0.1, wall=0.1)
+    waiting["b"] = [own, steal.chunk]
+    assert choose_steal("c", waiting, running, measured, "w", 0.0, learned=True) == Steal("b", own)
+
+
 def test_once_placed_from_measures_only_a_last_chunk_goes_and_from_the_victim_finishing_latest():
     waiting, running = _queues(("x", 4, 100), ("t", 0, 100), ("z", 2, 100))
     forecast = Forecast(sizes=[100] * 40)
@@ -409,8 +436,15 @@ def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
     assert all(len(runs) == 2 for runs in samples["skewed"].values())  # the timed runs, warm-ups apart
     tables["slowed"] = tables["skewed"]  # the slowed scenario has its own test above: its table has the same shape
     ceilings = {"skewed": balance.ceiling(datasets.block_costs(16, 16), 2)}  # 72 units on one worker, 44.5 fair
-    goals = balance.goals(tables, ceilings, samples)
-    assert len(goals) == 9 and all(set(goal("x", 1.0, 1.0)) == set(g) for g in goals)
+    assert len(balance.goals(tables, ceilings, samples)) == 9  # no blocks given: no count goal
+    goals = balance.goals(tables, ceilings, samples, blocks=8)
+    assert len(goals) == 10 and all(set(goal("x", 1.0, 1.0)) == set(g) for g in goals)
+    counted = goals[9]  # 4 blocks per worker, 3 iterations: each run's counts over its maps
+    assert counted["goal"].startswith("split-balanced's tasks + dependencies per iteration at most 5 per block + 1")
+    assert counted["threshold"] == 41 and counted["better"] == "lower" and set(counted["peers"]) == set(tables)
+    assert counted["met"], counted  # a chunk moves at most once: on any machine
+    for t in tables.values():
+        assert (t[["tasks_per_iteration", "dependencies_per_iteration", "messages_per_iteration"]] > 0).all().all()
     # the skewed goal is capped by its ceiling (1.62x: 90 % of it is below 1.5x), the slowed one is not
     assert goals[1]["goal"] == "skewed: split / split-balanced >= 1.46 (90% of its ceiling 1.62x)"
     assert goals[1]["threshold"] == 1.46 and set(goals[1]["peers"]) == {"split", "split-balanced"}
@@ -424,14 +458,33 @@ def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
     report = {
         "size": "ci",
         "workers": 2,
+        "blocks": 8,
         "repeats": 1,
         "skewed_ceilings": ceilings,
         "goals": goals,
         "scenarios": {k: t.reset_index().to_dict("records") for k, t in tables.items()},
     }
     text = balance.format_report(report)
-    assert "split-balanced-replicas" in text and text.count("goal:") == 9
-    assert "more than 1.62x (skewed)" in text
+    assert "split-balanced-replicas" in text and text.count("goal:") == 10
+    assert "more than 1.62x (skewed)" in text and "tasks/it" in text and "3 per run, 8 blocks" in text
+
+
+def test_the_count_goal_takes_the_worst_scenario_and_fails_a_count_that_outgrows_the_blocks():
+    import pandas as pd
+
+    def counted(tasks, deps):
+        return pd.DataFrame(
+            {"tasks_per_iteration": [tasks, 3.0], "dependencies_per_iteration": [deps, 9.0]},
+            index=["split-balanced", "split"],
+        )
+
+    tables = {"balanced": counted(10.0, 20.0), "skewed-16": counted(14.0, 30.0)}
+    met = balance.count_goal(tables, blocks=16)
+    assert met["measured"] == 44.0 and met["threshold"] == 81 and met["met"]
+    assert met["peers"] == {"balanced": 30.0, "skewed-16": 44.0} and met["peer_unit"] == "per iteration"
+    tables["slowed"] = counted(40.0, 50.0)  # chunks that bounce between thieves: above 5 per block + 1
+    assert not balance.count_goal(tables, blocks=16)["met"]
+    assert balance.count_goal({"balanced": counted(1.0, 1.0).drop(columns="tasks_per_iteration")}, 16) is None
 
 
 def test_a_block_costs_the_same_work_however_the_rows_are_cut():

@@ -4,6 +4,11 @@
 The skewed k-means (:mod:`workbench.apps.skewed`): blocks in contiguous runs per worker, each
 block's work multiplied by its cost factor; ``slowed`` shares one worker's core with busy processes.
 Ratios are ``split`` / variant (above 1: faster than split); bytes moved include the replicas made.
+
+Beside the times, the counts that predict scale (:mod:`workbench.runtime.counts`), per k-means
+iteration: tasks and dependencies submitted, scheduler-worker messages. Their goal holds on any
+machine: ``split-balanced``'s tasks + dependencies per iteration stay within ``COUNT_PER_BLOCK`` per
+block + 1, because a chunk moves at most once (:mod:`workbench.runtime.strategies.balance_policy`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import datasets
 from workbench import machine
+from workbench.apps import skewed
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.progress import Progress
 from workbench.lab import imbalance
@@ -31,6 +37,10 @@ BLOCKS_PER_WORKER = 8
 # _repeat), so their costliest block lasts as long as 8 cost-1 blocks (0.5 s).
 REPEAT = {"ci": 800, "lab": None, "full": None}
 SKEWED_SCALE = 8
+# split-balanced's tasks + dependencies per iteration, at most: each chunk's task, its one steal and its
+# partial in the merge (a chunk has at least one block), each block in its chunk and in that steal; + 1
+# for the merge. Moving a chunk at most once makes it hold whatever the workers and the steals.
+COUNT_PER_BLOCK = 5
 
 
 def run(
@@ -65,16 +75,18 @@ def run(
     tables = {name: imbalance.table(e) for name, e in experiments.items()}
     samples = {name: seconds_by_variant(e) for name, e in experiments.items()}
     ceilings = {f"skewed-{skew:g}": ceiling(c, n_workers) for skew, c in costs.items()}
+    blocks = n_workers * BLOCKS_PER_WORKER
     return {
         "benchmark": "balance",
         "size": size,
         "repeats": repeats,
         "workers": n_workers,
+        "blocks": blocks,
         "skews": list(SKEWS[size]),
         "skewed_ceilings": ceilings,
         "scenarios": {name: t.reset_index().to_dict("records") for name, t in tables.items()},
         "seconds": samples,
-        "goals": goals(tables, ceilings, samples),
+        "goals": goals(tables, ceilings, samples, blocks),
         "machine": machine.describe(),
     }
 
@@ -100,14 +112,38 @@ def ceiling(costs: Any, workers: int) -> float:
     return float(max(runs) / (costs.sum() / workers))
 
 
+def count_goal(tables: dict[str, Any], blocks: int) -> dict[str, Any] | None:
+    """split-balanced's tasks + dependencies per iteration in its worst scenario against ``COUNT_PER_BLOCK``
+    per block + 1 (``blocks``: the blocks of the placed array); None where the runs were not counted."""
+    totals = {
+        name: t.loc["split-balanced", "tasks_per_iteration"] + t.loc["split-balanced", "dependencies_per_iteration"]
+        for name, t in tables.items()
+        if "tasks_per_iteration" in t and "split-balanced" in t.index
+    }
+    if not totals:
+        return None
+    return goal(
+        f"split-balanced's tasks + dependencies per iteration at most {COUNT_PER_BLOCK} per block + 1, in every "
+        "scenario (a chunk moves at most once)",
+        max(totals.values()),
+        COUNT_PER_BLOCK * blocks + 1,
+        better="lower",
+        unit=" tasks + deps",
+        peers=totals,
+        peer_unit="per iteration",
+    )
+
+
 def goals(
     tables: dict[str, Any],
     ceilings: dict[str, float] | None = None,
     samples: dict[str, dict[str, list[float]]] | None = None,
+    blocks: int | None = None,
 ) -> list[dict[str, Any]]:
     """Issue 17's goals from the scenario tables (indexed by variant); a skewed scenario's speed-up goal
     is the lower of 1.5x and ``CEILING_SHARE`` of its ceiling (``ceilings``, by scenario name).
-    ``samples``: each scenario's seconds per variant and run (:func:`seconds_by_variant`), for the noise."""
+    ``samples``: each scenario's seconds per variant and run (:func:`seconds_by_variant`), for the noise.
+    ``blocks``: the blocks of the placed array, for the count goal (:func:`count_goal`; left out without)."""
     ceilings, samples = ceilings or {}, samples or {}
 
     def versus(name: str, first: str, second: str) -> dict[str, Any]:
@@ -144,7 +180,8 @@ def goals(
         )
         found.append(goal(f"{name}: rechunk moves more bytes than split-balanced (ratio)", fewer, 1.0, peers=moved,
                           peer_unit="MB", bound=layout))  # fmt: skip
-    return found
+    counted = count_goal(tables, blocks) if blocks else None
+    return found + ([counted] if counted else [])
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -158,13 +195,25 @@ def format_report(report: dict[str, Any]) -> str:
             "",
             f"{name}:",
             f"{'variant':<24} {'seconds':>8} {'split/var':>9} {'tasks':>6} {'MB moved':>9} "
-            f"{'steals':>6} {'MB stolen':>9} {'MB repl.':>8}",
+            f"{'steals':>6} {'MB stolen':>9} {'MB repl.':>8} {'tasks/it':>8} {'deps/it':>8} {'msgs/it':>8}",
         ]
         for r in rows:
+            counted = (
+                f" {r['tasks_per_iteration']:>8.1f} {r['dependencies_per_iteration']:>8.1f} "
+                f"{r['messages_per_iteration']:>8.1f}"
+                if "tasks_per_iteration" in r
+                else ""
+            )
             lines.append(
                 f"{r['variant']:<24} {r['mean_s']:>8.3f} {r['split / variant']:>9.2f} {r['tasks']:>6.0f} "
                 f"{r['MB_moved_with_replicas']:>9.3f} {r['steals']:>6} {r['MB_stolen']:>9.3f} "
-                f"{r['MB_replicated']:>8.3f}"
+                f"{r['MB_replicated']:>8.3f}{counted}"
             )
-    lines.append("")
+    blocks = f", {report['blocks']} blocks" if "blocks" in report else ""
+    lines += [
+        "",
+        f"per iteration (it; {skewed.ITERATIONS} per run{blocks}): tasks and dependencies submitted, "
+        "scheduler-worker messages (steals and replicas included)",
+        "",
+    ]
     return "\n".join(lines + goal_lines(report["goals"]))

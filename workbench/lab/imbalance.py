@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.apps import skewed
 from workbench.lab.runner import Experiment, run_experiment
 from workbench.runtime.session import Session
 
@@ -126,11 +127,29 @@ def steals(experiment: Experiment) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("variant")
 
 
+# the runner's counts of a traced run (what it gave the scheduler) -> their names per k-means iteration
+PER_ITERATION = {
+    "submitted_tasks": "tasks_per_iteration",
+    "dependencies": "dependencies_per_iteration",
+    "messages": "messages_per_iteration",
+}
+
+
+def per_iteration(experiment: Experiment) -> pd.DataFrame:
+    """Per variant, the mean of its timed runs' counts over the ``skewed.ITERATIONS`` maps of a run: tasks
+    and dependencies submitted, scheduler-worker messages (a run's plan, replicas and steals included)."""
+    runs = experiment.results
+    present = [c for c in PER_ITERATION if c in runs]
+    means = runs.groupby("variant")[present].mean() / skewed.ITERATIONS
+    return means.rename(columns=PER_ITERATION)
+
+
 def table(experiment: Experiment) -> pd.DataFrame:
-    """Mean seconds, tasks and MB moved per variant, with split / variant (above 1: faster than split)."""
+    """Mean seconds, tasks and MB moved per variant, with split / variant (above 1: faster than split),
+    steals and replicas, and the counts per iteration (:func:`per_iteration`)."""
     summary = experiment.summary().set_index("variant")
     out = summary[["mean_s", "tasks", "MB_moved"]].copy()
     out["split / variant"] = out.loc["split", "mean_s"] / out["mean_s"]
-    out = out.join(steals(experiment))
+    out = out.join(steals(experiment)).join(per_iteration(experiment))
     out["MB_moved_with_replicas"] = out["MB_moved"] + out["MB_replicated"]  # replication counts in the run
     return out

@@ -10,9 +10,10 @@ steals is :mod:`.balance_policy`'s (pure, and stated there); this module runs it
   while the thief still computes: before costs are measured, the next waiting chunk of the worker
   with the most bytes waiting, if that worker has at least ``STEAL_WAITING`` waiting (a chunk the
   thief holds a replica of first); otherwise, or once the map was placed from measures, a victim's
-  last waiting chunk, only when the thief is forecast to finish it sooner (:class:`Forecast`). The
-  client cancels the chunk on its victim and pins it to the thief; every steal is a ``steal`` event
-  in the trace with the bytes it moved (none when the thief holds a replica).
+  last waiting chunk, only when the thief is forecast to finish it sooner (:class:`Forecast`); a
+  chunk moves at most once per map, so steals are at most the chunks. The client cancels the chunk
+  on its victim and pins it to the thief; every steal is a ``steal`` event in the trace with the
+  bytes it moved (none when the thief holds a replica).
 - Every chunk reports its CPU and wall seconds as a Dask event (``CHUNK_TOPIC``), which the forecast
   learns from: the session's client subscribes once (:class:`ChunkEvents`, a resource the session owns
   and closes) and hands each event to the plan that submitted the chunk. Once a map of some work has
@@ -315,6 +316,7 @@ class BalancedPlan(SplitPlan):
             return None
         queues[steal.victim].remove(steal.chunk)
         queues[thief].append(steal.chunk)
+        steal.chunk.stolen = True  # it stays with this thief (the policy moves a chunk at most once)
         self._record_steal(thief, steal.victim, steal.chunk)
         return thief, steal.victim, steal.chunk
 
