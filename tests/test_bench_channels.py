@@ -46,6 +46,32 @@ def test_pingpong_rows_for_every_variant(report):
     assert "rows" in report["mpi"] or "pip install" in report["mpi"]["skipped"] or "mpiexec" in report["mpi"]["skipped"]
 
 
+def test_a_channels_groups_scheduler_messages_do_not_follow_its_round_trips(report):
+    rows = {r["nbytes"]: r for r in report["channels"]}
+    assert rows[8]["round_trips"] == 220 and rows[1 << 20]["round_trips"] == 22  # timed + a tenth warm-up
+    counted = [r["scheduler_messages"] for r in report["channels"]]
+    assert min(counted) > 0  # the group's start and end: its tasks, through the scheduler
+    assert max(counted) - min(counted) <= 4  # 10x the round trips, the same messages: they go rank to rank
+    assert all(r["scheduler_messages"] > 0 for r in report["eager"])
+    grown = next(g for g in report["goals"] if g["goal"].startswith("channels: scheduler messages grow"))
+    assert grown["better"] == "lower" and grown["threshold"] == bench_channels.MESSAGES_PER_THOUSAND
+    assert set(grown["peers"]) == {"22 round trips", "220 round trips"} and grown["peer_unit"] == "messages"
+    assert "scheduler-worker messages per ping-pong group" in bench_channels.format_report(report)
+
+
+def test_the_message_goal_is_the_growth_per_thousand_round_trips_between_the_fewest_and_the_most():
+    def row(nbytes, round_trips, messages):
+        return {"nbytes": nbytes, "round_trips": round_trips, "scheduler_messages": messages}
+
+    flat = bench_channels.message_goals({"channels": [row(8, 5500, 42), row(1 << 24, 70, 42), row(1 << 20, 1100, 43)]})
+    assert len(flat) == 1 and flat[0]["measured"] == 0.0 and flat[0]["met"]
+    assert flat[0]["peers"] == {"70 round trips": 42.0, "5500 round trips": 42.0}
+    per_exchange = bench_channels.message_goals({"channels": [row(8, 5500, 42 + 2 * 5430), row(1 << 24, 70, 42)]})
+    assert per_exchange[0]["measured"] == pytest.approx(2000.0) and not per_exchange[0]["met"]  # two per round trip
+    assert bench_channels.message_goals({"channels": [row(8, 70, 42), row(16, 70, 42)]}) == []  # nothing to compare
+    assert bench_channels.message_goals({"channels": [{"nbytes": 8, "round_trip_s": 1e-5}]}) == []  # not counted
+
+
 def test_steady_state_and_kernels(report):
     steady = report["steady_state"]
     assert len(steady["ranks"]) == 2 and steady["messages"] == 2_000

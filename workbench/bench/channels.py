@@ -17,6 +17,11 @@
 4. **The memory copy bandwidth** of one process at each payload of 1 MiB and more: a put is one
    copy, so half of it caps a round trip's MB/s; a bandwidth goal not met near that cap says so
    (its ``bound``).
+5. **Scheduler messages**: each ping-pong group is counted (:mod:`workbench.runtime.counts`): the
+   scheduler-worker messages of its start and end, whatever its round trips, since the messages
+   themselves go rank to rank. Its goal holds on any machine: between the payload run with the
+   fewest round trips and the one with the most, the scheduler sees at most
+   ``MESSAGES_PER_THOUSAND`` more messages per 1,000 round trips.
 
 Goals (issues 14 and 24) are printed beside the figures, never asserted. Progress goes to stderr.
 """
@@ -41,6 +46,7 @@ from workbench import machine
 from workbench.apps import prk
 from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
 from workbench.bench.progress import Progress
+from workbench.runtime import counts
 from workbench.runtime.channels import Rank, run_group
 from workbench.runtime.session import Session, start
 from workbench.units import size_text
@@ -60,6 +66,7 @@ LOADED_REPEATS = 3  # runs per loaded payload: a busy machine's figures vary fro
 LOADED_MAX_BYTES = 16 * MiB
 WAIT_SECONDS = 1.0  # how long the waiting rank waits in the CPU-share measurement
 COPY_BOUND_SHARE = 0.7  # channels at this share of the copy cap or more: the copy, not the channel, bounds them
+MESSAGES_PER_THOUSAND = 1.0  # scheduler messages a channels group may add per 1,000 round trips (none by design)
 
 
 def iterations_for(nbytes: int) -> int:
@@ -82,13 +89,18 @@ def copy_bandwidth(nbytes: int, repeats: int | None = None) -> float:
     return nbytes * 1e-6 / best
 
 
+def warm_up_round_trips(iterations: int) -> int:
+    """The round trips :func:`pingpong_rank` bounces before its timed ``iterations``: a tenth, at least one."""
+    return max(1, iterations // 10)
+
+
 def pingpong_rank(rank: Rank, nbytes: int, iterations: int) -> float:
     """Ranks 0 and 1 bounce a buffer ``iterations`` times (after a tenth as warm-up); seconds per round trip."""
     channel = rank.channel("pingpong", nbytes, np.uint8)
     channel.buffer[:] = rank.rank
     other = 1 - rank.rank
     for warm in (True, False):
-        count = max(1, iterations // 10) if warm else iterations
+        count = warm_up_round_trips(iterations) if warm else iterations
         rank.barrier()
         begin = time.perf_counter()
         for _ in range(count):
@@ -103,14 +115,23 @@ def pingpong_rank(rank: Rank, nbytes: int, iterations: int) -> float:
 
 
 def pingpong(session: Session, nbytes: int, eager: bool, workers: Sequence[str] | None = None) -> dict[str, float]:
-    """One payload's round trip and throughput between two ranks."""
+    """One payload's round trip and throughput between two ranks, with the group's round trips (warm-up
+    included) and the scheduler-worker messages it caused, start and end included (counted around the
+    group, outside the ranks' timed loop)."""
     iterations = iterations_for(nbytes) if not eager else max(3, iterations_for(nbytes) // 20)
     placed = list(workers or session.workers()[:2])
     if len(placed) == 1:
         placed = placed * 2
-    result = run_group(session, pingpong_rank, [(nbytes, iterations)] * 2, workers=placed, eager=eager)
+    with counts.counting(session) as counted:
+        result = run_group(session, pingpong_rank, [(nbytes, iterations)] * 2, workers=placed, eager=eager)
     round_trip = max(result.results)
-    return {"nbytes": nbytes, "round_trip_s": round_trip, "MBps": nbytes * 1e-6 / round_trip}
+    return {
+        "nbytes": nbytes,
+        "round_trip_s": round_trip,
+        "MBps": nbytes * 1e-6 / round_trip,
+        "round_trips": iterations + warm_up_round_trips(iterations),
+        "scheduler_messages": counted.counts.messages,
+    }
 
 
 @contextlib.contextmanager
@@ -479,9 +500,38 @@ def latency_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def message_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 36's count goal: the scheduler messages a channels group adds per 1,000 round trips, from
+    the ping-pong runs with the fewest and the most round trips (none where they do not differ)."""
+    rows = [r for r in report["channels"] if "scheduler_messages" in r]
+    if not rows:
+        return []
+    few = min(rows, key=lambda r: r["round_trips"])
+    many = max(rows, key=lambda r: r["round_trips"])
+    if many["round_trips"] == few["round_trips"]:
+        return []
+    added = many["scheduler_messages"] - few["scheduler_messages"]
+    per_thousand = 1000 * added / (many["round_trips"] - few["round_trips"])
+    return [
+        goal(
+            f"channels: scheduler messages grow by at most {MESSAGES_PER_THOUSAND:g} per 1,000 round trips "
+            "(a group's start and end apart: the messages go rank to rank)",
+            per_thousand,
+            MESSAGES_PER_THOUSAND,
+            better="lower",
+            unit="messages",
+            peers={
+                f"{few['round_trips']} round trips": few["scheduler_messages"],
+                f"{many['round_trips']} round trips": many["scheduler_messages"],
+            },
+            peer_unit="messages",
+        )
+    ]
+
+
 def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 14 and 24's goals against this run's figures."""
-    out = [*bandwidth_goals(report), *latency_goals(report)]
+    """Issues 14, 24 and 36's goals against this run's figures."""
+    out = [*bandwidth_goals(report), *latency_goals(report), *message_goals(report)]
     waiting = report["wait_cpu_share"]
     shares = {"channels": waiting["channels"] * 100}
     if waiting.get("mpi") is not None:
@@ -548,6 +598,17 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"mpi4py: {report['mpi']['library']}")
     if "skipped" in report["loaded"]["mpi"]:
         lines.append(f"mpi4py, loaded: skipped ({report['loaded']['mpi']['skipped']})")
+    counted = [r for r in report["channels"] if "scheduler_messages" in r]
+    if counted:
+        eager_counts = {n: r["scheduler_messages"] for n, r in eager.items() if "scheduler_messages" in r}
+        lines.append(
+            "scheduler-worker messages per ping-pong group (2 ranks, its start and end): "
+            + ", ".join(
+                f"{size_text(r['nbytes'])} {r['scheduler_messages']} over {r['round_trips']} round trips"
+                + (f" (eager {eager_counts[r['nbytes']]})" if r["nbytes"] in eager_counts else "")
+                for r in counted
+            )
+        )
     waiting = report["wait_cpu_share"]
     mpi_share = waiting["mpi"]
     if report.get("copy"):
