@@ -781,3 +781,13 @@ def test_make_bench_node_runs_the_node_checks_at_16_workers_each_taking_the_work
     planned = cli._planned(args)
     assert [p.name for p in planned] == only and all(p.takes_workers for p in planned)
     assert all("--workers" in p.command(16) and "16" in p.command(16) for p in planned)
+
+
+@pytest.mark.parametrize(
+    ("unit", "text"),
+    [("x", "2.5x"), ("ms", "2.5ms"), ("messages", "2.5 messages"), ("tasks + deps", "2.5 tasks + deps"),
+     ("GB/s", "2.5 GB/s"), (" arrays", "2.5 arrays"), ("", "2.5")],
+)  # fmt: skip
+def test_a_goals_unit_is_joined_when_a_symbol_and_apart_when_words(unit, text):
+    g = bench_goals.goal("a goal", 2.5, 1.0, unit=unit)
+    assert bench_goals.figure_text(g) == text

@@ -128,7 +128,7 @@ def count_goal(tables: dict[str, Any], blocks: int) -> dict[str, Any] | None:
         max(totals.values()),
         COUNT_PER_BLOCK * blocks + 1,
         better="lower",
-        unit=" tasks + deps",
+        unit="tasks + deps",
         peers=totals,
         peer_unit="per iteration",
     )

@@ -80,10 +80,11 @@ def ratio_noise(*sample_lists: Sequence[float]) -> float:
 
 
 def _unit(g: Mapping[str, Any]) -> str:
-    """A goal's unit as written after its figure: a symbol joined (``29.5x``, ``0.88ms``), a word
-    apart (``8.05 messages``)."""
-    unit = g.get("unit") or ""
-    return f" {unit}" if unit.isalpha() and len(unit) > 3 else unit
+    """A goal's unit as written after its figure: a symbol joined (``29.5x``, ``0.88ms``, ``5%``), a
+    word or words apart (``8.05 messages``, ``7 tasks + deps``, ``24 GB/s``)."""
+    unit = (g.get("unit") or "").strip()
+    apart = unit[:1].isalpha() and (len(unit) > 3 or " " in unit)
+    return f" {unit}" if apart else unit
 
 
 def figure_text(g: Mapping[str, Any]) -> str:
