@@ -85,3 +85,69 @@ def test_tier_experiment_refuses_bad_settings(session):
         tier_experiments.app_grid("knn", 10**6, 10**5, 3)
     with pytest.raises(ValueError, match="size must be one of"):
         bench_tiers.run(size="tiny", session=session)
+
+
+# -- the goals on crafted reports (no cluster: the logic alone) ------------------------------------
+MiB = 2**20
+
+
+def _crafted(times: dict[str, float], app: str = "kmeans", moves: float = 0.0, without: float = 1.0) -> dict:
+    """A report with one application's rows at ``times`` (seconds per variant), its data 2.5x a
+    64 MiB budget on 2 workers, and the bandwidth and machine figures the goals read."""
+    rows = [
+        {
+            "app": app,
+            "variant": variant,
+            "dataset": "big",
+            "object_bytes": 8 * MiB,
+            "data_bytes": 320 * MiB,
+            "workers": 2,
+            "grid": {"iterations": 10},
+            "whole_s": seconds,
+            "method_s": seconds / 2,
+            "samples_s": [seconds] * 3,
+            "whole_vs_dram": seconds / times["dram"],
+            "tier_moves_per_run": moves if variant == "dynamic" else 0.0,
+            "tier_moved_bytes_per_run": moves * 8 * MiB if variant == "dynamic" else 0.0,
+            "runs_without_tier_moves": without if variant == "dynamic" else 1.0,
+        }
+        for variant, seconds in times.items()
+    ]
+    disk = {"tier": "disk", "read_cold_GBs": 1.0, "cold_is_real": True, "cold_note": ""}
+    return {
+        "applications": rows,
+        "workers": 2,
+        "dram_budget_per_worker": 64 * MiB,
+        "bandwidth": {"rows": [disk]},
+        "machine": {"memory_total": 16 * 2**30},
+    }
+
+
+def test_the_spill_goal_asks_for_90_percent_of_the_ceiling_where_the_page_cache_bounds_it():
+    # spill / dram = 2.0: no placement can gain 3x; 90 % of 2.0 is the goal, and mapped's 1.9x meets it
+    report = _crafted({"dram": 1.0, "mapped": 2.0 / 1.9, "dask-spill": 2.0})
+    spill = bench_tiers.spill_goal(report)
+    assert spill["threshold"] == 1.8 and spill["met"] and "within 10 % of the most any placement" in spill["goal"]
+    report = _crafted({"dram": 1.0, "mapped": 1.25, "dask-spill": 2.0})  # 1.6x: short of 1.8x
+    spill = bench_tiers.spill_goal(report)
+    assert not spill["met"] and "no placement can beat it by more than 2.00x" in spill["bound"]
+    assert "1.80x" in spill["bound"]
+    report = _crafted({"dram": 1.0, "mapped": 2.5, "dask-spill": 6.0})  # ceiling 6x: the 3x goal itself
+    spill = bench_tiers.spill_goal(report)
+    assert spill["threshold"] == 3.0 and not spill["met"] and "mapped's own cost" in spill["bound"]
+
+
+def test_dynamic_is_held_to_the_best_the_budget_allows_only_where_dram_holds_it_all_over_the_budget():
+    # the budget holds 40 % of the data: at best 0.4 x 1.0 s + 0.6 x 1.5 s = 1.3 s, and 10 % over it is 1.43x
+    report = _crafted({"dram": 1.0, "mapped": 1.5, "dynamic": 1.4})
+    timing, moves = bench_tiers.dynamic_goals(report)
+    assert timing["threshold"] == 1.43 and timing["met"] and timing["peers"]["budget's best"] == pytest.approx(1.3)
+    report = _crafted({"dram": 1.0, "mapped": 1.5, "dynamic": 1.5}, moves=4.0, without=2 / 3)
+    timing, moves = bench_tiers.dynamic_goals(report)
+    assert not timing["met"] and "it holds 40% of the data" in timing["bound"] and "4.0 objects" in timing["bound"]
+    assert not moves["met"] and moves["measured"] == pytest.approx(2 / 3) and moves["peers"]["objects moved"] == 4.0
+    # mapped the best static placement: no budget bound, the 10 % goal as it is
+    timing, moves = bench_tiers.dynamic_goals(_crafted({"dram": 1.0, "mapped": 0.9, "dynamic": 1.0}))
+    assert timing["threshold"] == 1.1 and not timing["met"] and "the best static placement is mapped" in timing["bound"]
+    assert "compute tasks took 1.11x mapped's, which are 50% of its run" in timing["bound"]
+    assert moves["met"] and moves["measured"] == 1.0
