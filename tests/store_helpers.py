@@ -211,12 +211,12 @@ class Halves(PersistentObject):
     def hold_then_fetch_itself(self, oid: str, gate: str, timeout: float = 60.0) -> float:
         """A read-only call that, once ``gate`` exists (after creating ``gate + '.started'``), fetches
         a copy of its own object through the store (as a task: the worker's backend); the label copied."""
-        from workbench.runtime.store.backend import local_backend
         from workbench.runtime.store.model import ObjectRef
+        from workbench.runtime.store.tasks import local_backend
 
         open(gate + ".started", "w").close()
         wait_for_file(gate, timeout)
-        return float(local_backend().fetch_copy(ObjectRef(oid), "hold_then_fetch_itself").label)
+        return float(local_backend().table.fetch_copy(ObjectRef(oid), "hold_then_fetch_itself").label)
 
     @active
     def state(self) -> tuple[float, float, float]:

@@ -1,4 +1,5 @@
-"""The store's layers (current <- model <- protocol <- link <- catalogue, backend <- handles <- local <- client),
+"""The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend;
+tasks <- handles <- local <- client),
 its wire protocol's dispatch tables, its one process-wide state, and the local-object API of task bodies."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from import_helpers import module_imports, module_name
 
 from workbench.runtime.store import ArrayBlock, NotHere, StoreError, local_object, store_for
-from workbench.runtime.store.backend import local_backend
+from workbench.runtime.store.tasks import local_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "workbench" / "runtime" / "store"
@@ -28,10 +29,26 @@ ALLOWED = {
     "catalogue": {"model", "errors", "protocol"},
     "catalogue_file": {"catalogue", "model", "errors", "protocol"},
     "tiering": set(),
-    "backend": {"model", "protocol", "errors", "tiering", "link", "current"},
-    "handles": {"model", "protocol", "errors", "backend", "tiering", "link", "current"},
-    "local": {"model", "protocol", "errors", "backend", "handles", "current"},
-    "client": {"model", "protocol", "catalogue", "errors", "backend", "tiering", "handles", "local", "link", "current"},
+    "disk": {"errors"},
+    "tasks": {"model", "protocol", "errors"},
+    "table": {"model", "protocol", "errors", "tiering", "link", "disk"},
+    "placing": {"model", "errors", "tiering", "table"},
+    "backend": {"model", "protocol", "tiering", "link", "current", "table", "placing", "tasks"},
+    "handles": {"model", "protocol", "errors", "tiering", "link", "current", "tasks"},
+    "local": {"model", "protocol", "errors", "handles", "current", "table", "tasks"},
+    "client": {
+        "model",
+        "protocol",
+        "catalogue",
+        "errors",
+        "backend",
+        "disk",
+        "tiering",
+        "handles",
+        "local",
+        "link",
+        "current",
+    },
     "__init__": {"client", "handles", "local", "model", "errors", "current"},
 }
 # store module -> the workbench modules outside the store it may import (None: any that does not import the store)
@@ -44,11 +61,13 @@ OUTSIDE = {
     "catalogue": set(),
     "catalogue_file": set(),
     "tiering": {"workbench.memory", "workbench.memory.tiers"},
+    "disk": set(),
+    "tasks": {"workbench.runtime", "workbench.runtime.failures"},
+    "table": set(),
+    "placing": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.placement"},
     "backend": {
         "workbench.runtime",
-        "workbench.runtime.failures",
         "workbench.runtime.trace",
-        "workbench.runtime.session",
         "workbench.memory",
         "workbench.memory.tiers",
         "workbench.memory.placement",
@@ -210,9 +229,9 @@ def test_each_store_module_imports_alone():
 
 # -- local_object ----------------------------------------------------------------------------------
 def _held_entry(proxy):
-    backend = local_backend()
-    with backend.table_lock:
-        return next(e for (oid, _), e in backend.table.items() if oid == proxy.oid)
+    table = local_backend().table
+    with table.lock:
+        return next(e for (oid, _), e in table.items() if oid == proxy.oid)
 
 
 def _read_where_it_lives(proxy):

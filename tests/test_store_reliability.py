@@ -107,7 +107,7 @@ def test_catalogue_and_flushed_objects_survive_a_cluster_restart(tmp_path):
 def _read_while_the_holder_evicts(ref):
     """On a backend that does not hold ``ref``: read it, the holder evicting it to disk just after
     the catalogue named it (the race, made certain), and return the copy's total."""
-    from workbench.runtime.store.backend import local_backend
+    from workbench.runtime.store.tasks import local_backend
 
     link = local_backend().link
     original = link.backend
@@ -120,7 +120,7 @@ def _read_while_the_holder_evicts(ref):
     evicted: list[int] = []
     link.backend = evict_first
     try:
-        _, entry = local_backend().obtain(ref, "race", for_write=False)
+        _, entry = local_backend().table.obtain(ref, "race", for_write=False)
     finally:
         del link.backend  # the link's own method again
     assert evicted and evicted[0] > 0, "the holder did not evict the object"

@@ -49,7 +49,7 @@ def lock_waiters(session, oid: str) -> int:
 
     def probe(dask_worker: Any) -> int:
         backend = dask_worker.plugins[PLUGIN_NAME]
-        with backend.table_lock:
+        with backend.table.lock:
             locks = [e.lock for (o, _), e in backend.table.items() if o == oid]
         return sum(getattr(lock, "waiting", 0) for lock in locks)
 
@@ -61,7 +61,7 @@ def held_copies(session, oid: str) -> list[tuple[int, float, float, float]]:
 
     def probe(dask_worker: Any) -> list[tuple[int, float, float, float]]:
         backend = dask_worker.plugins[PLUGIN_NAME]
-        with backend.table_lock:
+        with backend.table.lock:
             entries = [(v, e.obj) for (o, v), e in backend.table.items() if o == oid]
         return [(v, float(obj.data.min()), float(obj.data.max()), float(obj.label)) for v, obj in entries]
 
@@ -267,7 +267,7 @@ def test_a_writer_that_waited_for_a_copy_does_not_write_a_dropped_or_replicated_
     write would be lost with the dropped source)."""
     here, there = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
     backend, said = stub_backend(tmp_path, here, [there] if move else [here, there])
-    backend.add("o" * 32, 0, Halves(16, 1.0))
+    backend.table.add("o" * 32, 0, Halves(16, 1.0))
     entry = backend.table[("o" * 32, 0)]
     errors: list[BaseException] = []
     sending = threading.Event()

@@ -294,7 +294,7 @@ class StoreMachine(RuleBasedStateMachine):
 
         def probe(dask_worker) -> int:
             backend = dask_worker.plugins[PLUGIN_NAME]
-            with backend.table_lock:
+            with backend.table.lock:
                 return sum(getattr(e.lock, "waiting", 0) for (o, _), e in backend.table.items() if o == oid)
 
         return sum(self.store.session.client.run(probe).values())
@@ -305,7 +305,7 @@ class StoreMachine(RuleBasedStateMachine):
 
         def probe(dask_worker) -> list[dict]:
             backend = dask_worker.plugins[PLUGIN_NAME]
-            with backend.table_lock:
+            with backend.table.lock:
                 entry = backend.table.get((oid, version))
             if entry is None:
                 return []

@@ -34,10 +34,9 @@ from workbench.runtime.store.protocol import (
     LoadClaim,
     Missing,
     Record,
+    answer,
     encode_locations,
-    error_reply,
     handler_for,
-    result_reply,
     without_gc,
 )
 
@@ -224,14 +223,18 @@ class StoreCatalogue(SchedulerPlugin):
             )
 
     # -- the handler -----------------------------------------------------------------------------
-    def handle(self, action: str, **kwargs: Any) -> Any:
-        """Run the catalogue operation ``action`` (a :class:`CatalogueOp`, by :data:`CATALOGUE_HANDLERS`)."""
+    async def handle(self, action: str, **kwargs: Any) -> dict[str, Any]:
+        """The ``workbench_store`` handler: the reply of :meth:`run` by the one error rule of both ends
+        (:func:`~workbench.runtime.store.protocol.answer`)."""
+        return await answer(lambda: self.run(action, kwargs))
+
+    def run(self, action: str, kwargs: dict[str, Any]) -> Any:
+        """The result of the catalogue operation ``action`` (a :class:`CatalogueOp`, by
+        :data:`CATALOGUE_HANDLERS`), run on the scheduler's event loop: one operation at a time, so
+        each is atomic (``claim_load`` relies on it)."""
         handler = handler_for(CATALOGUE_HANDLERS, action, "the store catalogue")
         self.received[action] += 1
-        try:
-            return result_reply(handler(self, **kwargs))
-        except (KeyError, ValueError, RuntimeError) as error:  # expected: sent back, not logged as a crash
-            return error_reply(error)
+        return handler(self, **kwargs)
 
     def _set_alias(self, alias: str, oid: str) -> None:
         """``alias`` names ``oid`` (in both maps; an alias names one object)."""

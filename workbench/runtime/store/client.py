@@ -27,9 +27,10 @@ from distributed.protocol import to_serialize
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session
-from workbench.runtime.store.backend import StoreBackend, in_objects_directory
+from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue, default_directory
 from workbench.runtime.store.current import clear_current_store, install_persister, opened_store, set_current_store
+from workbench.runtime.store.disk import in_objects_directory
 from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias
 from workbench.runtime.store.handles import ArrayBlock, BlockCollection, Proxy, check_persistable
 from workbench.runtime.store.link import Link

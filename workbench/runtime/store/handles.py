@@ -1,7 +1,7 @@
 """Handles on stored objects, as the caller holds them: ``Proxy``, ``ActiveMethod``, ``BlockCollection``.
 
 ``proxy.method(*args)`` runs on the backend holding the object and returns a Dask future (the task
-body is :func:`~workbench.runtime.store.backend.run_active`); ``proxy.method.value(*args)`` sends the
+body is :func:`~workbench.runtime.store.tasks.run_active`); ``proxy.method.value(*args)`` sends the
 backend the operation ``BackendOp.CALL`` through the store's link (:meth:`Link.backend
 <workbench.runtime.store.link.Link.backend>`), which ``BACKEND_HANDLERS`` in
 :mod:`~workbench.runtime.store.backend` hands to ``StoreBackend.op_call``; ``.local`` fetches a copy
@@ -24,7 +24,6 @@ from distributed.protocol import to_serialize
 import kernels
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.session import PinnedCall, Session
-from workbench.runtime.store.backend import local_backend, run_active, run_non_active
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import StoreError, check_writable
 from workbench.runtime.store.link import Link
@@ -39,6 +38,7 @@ from workbench.runtime.store.model import (
     ship_by_value,
 )
 from workbench.runtime.store.protocol import BackendOp, CatalogueOp, Resolved, call_task_name, found
+from workbench.runtime.store.tasks import local_backend, run_active, run_non_active
 from workbench.runtime.trace import task_key
 
 
@@ -163,7 +163,7 @@ def run_active_to_store(
         )
     proxy = persist_here(result, alias)
     if tier != "dram":
-        local_backend().op_place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
+        local_backend().placing.place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
     return proxy
 
 
@@ -522,7 +522,7 @@ def persist_here(obj: Any, alias: str | None = None) -> Proxy:
     check_alias(alias)
     ship_by_value(type(obj))
     oid = uuid.uuid4().hex
-    local_backend().register_and_add(obj, oid, alias)
+    local_backend().table.register_and_add(obj, oid, alias)
     return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())
 
 

@@ -13,12 +13,13 @@ from typing import Any
 
 from distributed import get_worker
 
-from workbench.runtime.store.backend import StoreBackend, local_backend
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import NotHere, StoreError, check_writable
 from workbench.runtime.store.handles import Proxy, persist_here
 from workbench.runtime.store.model import ObjectRef, StoredHandle, set_arrays_writeable
 from workbench.runtime.store.protocol import PLUGIN_NAME, found
+from workbench.runtime.store.table import ObjectTable
+from workbench.runtime.store.tasks import local_backend
 
 
 def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
@@ -55,15 +56,15 @@ def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
     if not isinstance(proxy, StoredHandle):
         raise TypeError(f"local_object takes a store proxy, got {type(proxy).__name__}")
     try:
-        backend = local_backend()
+        table = local_backend().table
     except ValueError:
         raise RuntimeError(
             "local_object runs inside a task on a worker (it reads that worker's backend); in a client, call an "
             "active method of the proxy, or proxy.fetch() for a copy"
         ) from None
     if for_write:
-        return LocalWrite(backend, proxy.ref)
-    return _held_here(backend, proxy.ref)[1].obj
+        return LocalWrite(table, proxy.ref)
+    return _held_here(table, proxy.ref)[1].obj
 
 
 def block_arrays(proxies: list[Any]) -> list[Any]:
@@ -72,17 +73,17 @@ def block_arrays(proxies: list[Any]) -> list[Any]:
     return [local_object(p).data for p in proxies]
 
 
-def _held_here(backend: StoreBackend, ref: ObjectRef) -> tuple[ObjectRef, Any]:
-    """``ref``'s version held in ``backend``'s table (the current one, for a proxy of whatever is current)
-    and its entry; ``NotHere`` if that backend does not hold it."""
-    entry = backend.local(ref) if ref.version is not None else None
+def _held_here(table: ObjectTable, ref: ObjectRef) -> tuple[ObjectRef, Any]:
+    """``ref``'s version held in the backend's ``table`` (the current one, for a proxy of whatever is
+    current) and its entry; ``NotHere`` if that backend does not hold it."""
+    entry = table.local(ref) if ref.version is not None else None
     if entry is None:  # a proxy of "the current version": ask the catalogue which that is
-        record = found(backend.link.record(ref), ref)
+        record = found(table.link.record(ref), ref)
         ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
-        entry = backend.local(ref)
+        entry = table.local(ref)
     if entry is None:
         raise NotHere(
-            f"{ref.label()} is not held by this backend ({backend.worker.address}): it lives on other backends "
+            f"{ref.label()} is not held by this backend ({table.address}): it lives on other backends "
             "(or only on disk). Run the task where the object lives (proxy.locations()), or call an active method, "
             "which does"
         )
@@ -92,21 +93,21 @@ def _held_here(backend: StoreBackend, ref: ObjectRef) -> tuple[ObjectRef, Any]:
 class LocalWrite:
     """``local_object(proxy, for_write=True)``: the object under its exclusive lock for a ``with`` block."""
 
-    def __init__(self, backend: StoreBackend, ref: ObjectRef):
-        self._backend = backend
+    def __init__(self, table: ObjectTable, ref: ObjectRef):
+        self._table = table
         self._ref = ref
         self._entry: Any = None
 
     def __enter__(self) -> Any:
         if self._entry is not None:
             raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
-        backend, ref = self._backend, self._ref
-        record = found(backend.link.record(ref), ref)
+        table, ref = self._table, self._ref
+        record = found(table.link.record(ref), ref)
         check_writable(ref, record.workers, "local_object(for_write=True)", True)
         ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
-        self._ref, self._entry = backend.locked(ref, "local_object", True, find=lambda r: _held_here(backend, r))
+        self._ref, self._entry = table.locked(ref, "local_object", True, find=lambda r: _held_here(table, r))
         try:
-            backend.check_single_copy(self._ref, self._entry, "local_object(for_write=True)")
+            table.check_single_copy(self._ref, self._entry, "local_object(for_write=True)")
         except BaseException:
             entry, self._entry = self._entry, None
             entry.lock.release(True)
@@ -117,7 +118,7 @@ class LocalWrite:
     def __exit__(self, *exc: object) -> None:
         entry, self._entry = self._entry, None
         try:
-            self._backend.wrote(self._ref, entry)
+            self._table.wrote(self._ref, entry)
         finally:
             entry.lock.release(True)
 
@@ -152,7 +153,7 @@ async def store_blocks_here(assignments: dict[str, Any], block_class: type, dask
     if backend is None:
         raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
     objs = [block_class(dask_worker.data[_as_key(key)]) for key in keys]
-    return await backend.register_and_add_many_here(objs, list(oids))
+    return await backend.table.register_and_add_many_here(objs, list(oids))
 
 
 def _as_key(key: Any) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import array
 import contextlib
 import gc
+import inspect
 import pickle
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,22 @@ def call_task_name(method: str, active: bool) -> str:
 
 
 # -- replies --------------------------------------------------------------------------------------
+async def answer(run: Callable[[], Any]) -> dict[str, Any]:
+    """The reply of one operation, by the one error rule of both ends (catalogue and backends):
+    what ``run()`` returns (awaited if it is awaitable) as :func:`result_reply`, and every
+    ``Exception`` it raises, the unknown operation's included, as :func:`error_reply`, for the caller
+    to raise (Dask would log each one as a crash of its server, and the caller would get no reason).
+    A ``BaseException`` that is not an ``Exception`` (``CancelledError`` when the server closes,
+    ``KeyboardInterrupt``) passes: it ends the handler, as Dask expects."""
+    try:
+        result = run()
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as error:
+        return error_reply(error)
+    return result_reply(result)
+
+
 def result_reply(result: Any) -> dict[str, Any]:
     """The reply carrying ``result`` (plain values as they are; others wrapped by the sender)."""
     return {RESULT_KEY: result}
