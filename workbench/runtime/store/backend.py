@@ -94,10 +94,15 @@ class StoreBackend(WorkerPlugin):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, worker: Any) -> None:
-        """Attach to the worker: its comm handler, the link to the catalogue and the other backends,
-        the object table and its tiers."""
-        self.worker = worker
-        self.link = Link.of_worker(worker, self.timeout, load_here=self.op_load)
+        """Attach to the worker, reaching the catalogue and the other backends through the worker's
+        connections (:meth:`Link.of_worker <workbench.runtime.store.link.Link.of_worker>`)."""
+        self.attach(worker, Link.of_worker(worker, self.timeout, load_here=self.op_load))
+
+    def attach(self, worker: Any, link: Link) -> None:
+        """Attach to ``worker`` (its address, threads, memory limit, handlers, event log) with ``link``
+        as the way to the catalogue and the other backends: the comm handler, the object table and its
+        tiers. (Tests attach a backend to a stand-in worker and link, without a cluster.)"""
+        self.worker, self.link = worker, link
         if self.memory_limit is None and worker.memory_manager.memory_limit:
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
         self.table = ObjectTable(self.directory, self.link, worker.address, self.trace, self.memory_limit)

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import difflib
 import json
-import logging
-import os
-import sqlite3
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from workbench.runtime.store.catalogue_file import CatalogueFile, Statement
 from workbench.runtime.store.model import check_alias
 from workbench.runtime.store.protocol import (
     ACTIVE_KEY_MARK,
@@ -40,74 +37,32 @@ from workbench.runtime.store.protocol import (
     without_gc,
 )
 
-STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
+
+def release_stuck_calls(scheduler: Any) -> list[str]:
+    """Active calls pinned to backends that have all left run on any worker now; their keys.
+
+    Dask keeps a task whose every allowed worker left waiting ("no-worker") for ever. An active
+    call's body finds its object gone from its backend and uses a replica or a disk copy, or fails
+    with an error naming the object and the lost backend. Only the scheduler's public API is used,
+    as distributed's shuffle does (``unrunnable``, ``set_restrictions``, ``transitions``): the one
+    place the store changes the scheduler's task state (``test_store_units`` checks that API).
+    """
+    live = set(scheduler.workers)
+    stuck = [
+        ts.key
+        for ts in list(scheduler.unrunnable)
+        if isinstance(ts.key, str)
+        and ACTIVE_KEY_MARK in ts.key
+        and ts.worker_restrictions
+        and not (ts.worker_restrictions & live)
+    ]
+    if stuck:
+        scheduler.set_restrictions(dict.fromkeys(stuck))  # None: no restriction
+        scheduler.transitions(dict.fromkeys(stuck, "processing"), stimulus_id=f"workbench-store-relax-{time.time()}")
+    return stuck
 
 
-def default_directory() -> Path:
-    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
-    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
-
-
-logger = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (
-    oid TEXT NOT NULL, version INTEGER NOT NULL, class_label TEXT NOT NULL, kind TEXT NOT NULL,
-    nbytes INTEGER NOT NULL, methods TEXT NOT NULL, meta TEXT NOT NULL, disk_path TEXT,
-    created REAL NOT NULL, PRIMARY KEY (oid, version));
-CREATE TABLE IF NOT EXISTS current (oid TEXT PRIMARY KEY, version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, oid TEXT NOT NULL);
-"""
-
-
-def _of(kind: type, value: Any, what: str) -> Any:
-    """``value`` if it is of ``kind``; a ``ValueError`` naming ``what`` otherwise (a catalogue row is untrusted)."""
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise ValueError(f"{what} should be {kind.__name__}, found {value!r}")
-    return value
-
-
-def _checked_record(
-    oid: Any,
-    version: Any,
-    class_label: Any,
-    kind: Any,
-    nbytes: Any,
-    methods: Any,
-    meta: Any,
-    disk_path: Any,
-    created: Any,
-) -> dict[str, Any]:
-    """One ``objects`` row as the catalogue keeps it, every field checked: a ``ValueError`` if any is
-    not what the store writes (an edited or damaged file fails here, not later inside a call)."""
-    where = f"object {oid!r} v{version!r}"
-    _of(str, oid, "an object id")
-    _of(int, version, f"the version of {where}")
-    _of(str, class_label, f"the class of {where}")
-    if kind not in ("object", "collection"):
-        raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {kind!r}")
-    _of(int, nbytes, f"the size of {where}")
-    if not isinstance(methods, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in methods.items()):
-        raise ValueError(f"the active methods of {where} should map names to true/false, found {methods!r}")
-    _of(dict, meta, f"the metadata of {where}")
-    if kind == "collection":
-        for field, item in (("blocks", str), ("chunks", int), ("shape", int)):
-            if not isinstance(meta.get(field), list) or not all(isinstance(v, item) for v in meta[field]):
-                raise ValueError(f"the collection {where} should list its {field}, found {meta.get(field)!r}")
-        _of(str, meta.get("dtype"), f"the dtype of {where}")
-    if disk_path is not None:
-        _of(str, disk_path, f"the disk copy of {where}")
-    if not isinstance(created, (int, float)):
-        raise ValueError(f"the creation time of {where} should be a number, found {created!r}")
-    return {
-        "class_label": class_label,
-        "kind": kind,
-        "nbytes": nbytes,
-        "methods": methods,
-        "meta": meta,
-        "disk_path": disk_path,
-        "created": created,
-    }
+DELETE_OBJECT = "DELETE FROM objects WHERE oid=? AND version=?"
 
 
 class StoreCatalogue(SchedulerPlugin):
@@ -133,69 +88,33 @@ class StoreCatalogue(SchedulerPlugin):
         self._turn = 0
         # Messages the catalogue was sent, by operation (issue 36: counts that predict scale)
         self.received: Counter[str] = Counter()
-        self._db: sqlite3.Connection | None = None
+        self.file: CatalogueFile | None = None  # the SQLite file, open from start() to close()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, scheduler: Any) -> None:
-        """Open the SQLite file and register the handler on the scheduler."""
+        """Open the SQLite file, read it into memory, and register the handler on the scheduler."""
         self.scheduler = scheduler
-        Path(self.directory).mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = Path(self.directory) / "catalogue.sqlite"
-        try:  # private from the start (an older store's file is made private), never through a symlink
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            try:
-                if os.fstat(fd).st_uid == os.getuid():
-                    os.fchmod(fd, 0o600)
-            finally:
-                os.close(fd)
-        except OSError as error:
-            raise RuntimeError(
-                f"cannot open the store catalogue {path} ({error.strerror or error}; a symlink is refused): "
-                "use a store directory of your own"
-            ) from None
-        self._db = sqlite3.connect(path, check_same_thread=False)
+        self.file = CatalogueFile(self.directory)
         try:
-            self._load(path)
-        except (sqlite3.DatabaseError, ValueError, TypeError) as error:  # the file is untrusted input
-            self.close_database()
-            raise RuntimeError(
-                f"{path} is not a workbench store catalogue (corrupt? {error}): move it away, or open the store in "
-                "another directory"
-            ) from None
-        scheduler.handlers[HANDLER] = self.handle
-
-    def _load(self, path: Path) -> None:
-        """Create the tables if new; read objects, current versions and aliases into memory."""
-        assert self._db is not None
-        self._db.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;" + SCHEMA)
-        for row in self._db.execute(
-            "SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects"
-        ):
-            oid, version, class_label, kind, nbytes, methods, meta, disk_path, created = row
-            self.objects[(oid, version)] = _checked_record(
-                oid, version, class_label, kind, nbytes, json.loads(methods), json.loads(meta), disk_path, created
-            )
+            self.objects, self.current, self.aliases = self.file.read()
+        except RuntimeError:
+            self.file.close()
+            raise
+        for oid, version in self.objects:
             self.versions.setdefault(oid, set()).add(version)
-        self.current = {
-            _of(str, oid, "an object id"): _of(int, version, "a version")
-            for oid, version in self._db.execute("SELECT oid, version FROM current")
-        }
-        self.aliases = {
-            _of(str, alias, "an alias"): _of(str, oid, "an object id")
-            for alias, oid in self._db.execute("SELECT alias, oid FROM aliases")
-        }
         for alias, oid in self.aliases.items():
             self.aliases_of.setdefault(oid, set()).add(alias)
+        scheduler.handlers[HANDLER] = self.handle
 
     async def close(self) -> None:
-        """Close the SQLite file."""
+        """Close the SQLite file (every write handed over is committed first)."""
         self.close_database()
 
     def close_database(self) -> None:
-        """Close the SQLite file (the scheduler closes, or the store is taken off the cluster)."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        """Close the SQLite file, its writes committed (the scheduler closes, or the store is taken off
+        the cluster)."""
+        if self.file is not None:
+            self.file.close()
 
     def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
         """Forget ``worker``'s copies; active calls stuck waiting for it may run elsewhere."""
@@ -204,23 +123,7 @@ class StoreCatalogue(SchedulerPlugin):
                 held_by.discard(worker)
                 if not held_by:  # remembered for the error that names the backend it was lost with
                     self.lost_from[key] = [worker]
-        stuck = [
-            ts
-            for ts in list(scheduler.unrunnable)
-            if isinstance(ts.key, str)
-            and ACTIVE_KEY_MARK in ts.key
-            and ts.worker_restrictions
-            and not (ts.worker_restrictions & set(scheduler.workers))
-        ]
-        for ts in stuck:
-            # The body finds the object gone from its backend and either uses a replica or a disk
-            # copy, or fails with an error naming the object and the lost backend.
-            ts.worker_restrictions = None
-            ts.loose_restrictions = True
-        if stuck:
-            scheduler.transitions(
-                {ts.key: "processing" for ts in stuck}, stimulus_id=f"workbench-store-relax-{time.time()}"
-            )
+        release_stuck_calls(scheduler)
 
     # -- the handler -----------------------------------------------------------------------------
     async def handle(self, action: str, **kwargs: Any) -> dict[str, Any]:
@@ -244,16 +147,10 @@ class StoreCatalogue(SchedulerPlugin):
         self.aliases[alias] = oid
         self.aliases_of.setdefault(oid, set()).add(alias)
 
-    def _commit(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        assert self._db is not None
-        with self._db:  # one transaction; runs of the same statement go in one executemany
-            start = 0
-            while start < len(statements):
-                sql, end = statements[start][0], start + 1
-                while end < len(statements) and statements[end][0] == sql:
-                    end += 1
-                self._db.executemany(sql, [params for _, params in statements[start:end]])
-                start = end
+    def _commit(self, statements: list[Statement]) -> None:
+        """Write ``statements`` to the SQLite file as one transaction, off the event loop (in order)."""
+        assert self.file is not None
+        self.file.write(statements)
 
     def _live_workers(self) -> list[str]:
         return sorted(self.scheduler.workers)
@@ -346,11 +243,14 @@ class StoreCatalogue(SchedulerPlugin):
                 if e.get("alias") is not None:
                     self._set_alias(e["alias"], key[0])
                     alias_rows.append((e["alias"], key[0]))
-        assert self._db is not None
-        with self._db:  # one transaction
-            self._db.executemany("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)", object_rows)
-            self._db.executemany("INSERT OR REPLACE INTO current VALUES (?,?)", current_rows)
-            self._db.executemany("INSERT OR REPLACE INTO aliases VALUES (?,?)", alias_rows)
+        assert self.file is not None
+        self.file.write(  # one transaction
+            batches=[
+                ("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)", object_rows),
+                ("INSERT OR REPLACE INTO current VALUES (?,?)", current_rows),
+                ("INSERT OR REPLACE INTO aliases VALUES (?,?)", alias_rows),
+            ]
+        )
         return len(entries)
 
     def op_alias(self, alias: str) -> str:
@@ -500,31 +400,42 @@ class StoreCatalogue(SchedulerPlugin):
             raise KeyError(f"object {oid[:8]} has no version {version} (consolidated or deleted already?)")
         old = self.current.get(oid)
         self.current[oid] = int(version)
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            ("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))
-        ]
+        statements: list[Statement] = [("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))]
         dropped = []
         if old is not None and old != int(version):
-            dropped.append(self._forget((oid, old), statements))
+            dropped.append(self._forget((oid, old), set(self.scheduler.workers)))
+            statements.append((DELETE_OBJECT, (oid, old)))
         self._commit(statements)
         return dropped
 
     def op_delete(self, oids: list[str]) -> list[dict[str, Any]]:
         """Forget every version of ``oids`` and their aliases; returns what backends must drop."""
-        statements: list[tuple[str, tuple[Any, ...]]] = []
+        live = set(self.scheduler.workers)
+        objects: list[tuple[Any, ...]] = []
+        aliases: list[tuple[Any, ...]] = []
         dropped = []
-        for oid in oids:
-            for version in sorted(self.versions.get(oid, ())):
-                dropped.append(self._forget((oid, version), statements))
-            self.current.pop(oid, None)
-            statements.append(("DELETE FROM current WHERE oid=?", (oid,)))
-            for alias in sorted(self.aliases_of.pop(oid, ())):
-                del self.aliases[alias]
-                statements.append(("DELETE FROM aliases WHERE alias=?", (alias,)))
-        self._commit(statements)
+        with without_gc():
+            for oid in oids:
+                for version in sorted(self.versions.get(oid, ())):
+                    dropped.append(self._forget((oid, version), live))
+                    objects.append((oid, version))
+                self.current.pop(oid, None)
+                for alias in sorted(self.aliases_of.pop(oid, ())):
+                    del self.aliases[alias]
+                    aliases.append((alias,))
+            current = [(oid,) for oid in oids]
+        assert self.file is not None
+        self.file.write(  # one transaction
+            batches=[
+                (DELETE_OBJECT, objects),
+                ("DELETE FROM current WHERE oid=?", current),
+                ("DELETE FROM aliases WHERE alias=?", aliases),
+            ]
+        )
         return dropped
 
-    def _forget(self, key: tuple[str, int], statements: list[tuple[str, tuple[Any, ...]]]) -> dict[str, Any]:
+    def _forget(self, key: tuple[str, int], live: set[str]) -> dict[str, Any]:
+        """Forget version ``key`` in memory (its row is the caller's to delete); what its backends must drop."""
         record = self.objects.pop(key)
         versions = self.versions.get(key[0])
         if versions is not None:
@@ -533,8 +444,7 @@ class StoreCatalogue(SchedulerPlugin):
                 del self.versions[key[0]]
         for pending in (self.lost_from, self.loading, self.last_holder):
             pending.pop(key, None)
-        held_by = sorted(self.locations.pop(key, set()) & set(self.scheduler.workers))
-        statements.append(("DELETE FROM objects WHERE oid=? AND version=?", key))
+        held_by = sorted(self.locations.pop(key, set()) & live)
         return {"oid": key[0], "version": key[1], "workers": held_by, "disk_path": record["disk_path"]}
 
     def op_list(self) -> list[dict[str, Any]]:

@@ -28,7 +28,8 @@ import workbench.runtime.store.tiering as tiering
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend
-from workbench.runtime.store.catalogue import StoreCatalogue, default_directory
+from workbench.runtime.store.catalogue import StoreCatalogue
+from workbench.runtime.store.catalogue_file import default_directory
 from workbench.runtime.store.current import clear_current_store, install_persister, opened_store, set_current_store
 from workbench.runtime.store.disk import in_objects_directory
 from workbench.runtime.store.errors import BackendUnreachable, StoreError, UnknownAlias
