@@ -1,6 +1,7 @@
-"""The store when things go wrong: a killed backend, memory pressure, a cluster restart.
+"""The store when things go wrong: a killed backend, a cluster restart.
 
 Each test starts its own small cluster (killing workers of the shared one would disturb other tests).
+Memory pressure and a read racing an eviction are tested without a cluster (``test_store_units``).
 """
 
 from __future__ import annotations
@@ -64,21 +65,6 @@ def test_killed_backend_errors_name_the_object_and_replicas_survive(tmp_path):
         store.close()
 
 
-def test_memory_pressure_sends_objects_to_disk_and_they_come_back(tmp_path):
-    with workbench.start(n_workers=1, timeout=60) as session:
-        store = Store(session, tmp_path, memory_limit=3 * 8_100)  # room for three objects of 8 kB and a bit
-        proxies = store.make_persistent_many([Counter(np.full(1000, float(i))) for i in range(6)])
-        table = store.backend_tables()
-        assert len(table) == 3  # the three least recently used went to disk
-        on_disk = store.objects()
-        assert on_disk["disk_path"].notna().sum() >= 3
-        assert [p.total.value() for p in proxies] == [1000.0 * i for i in range(6)]  # all reload
-        assert len(store.backend_tables()) <= 3
-        store.clear()
-        assert not list((tmp_path / "objects").glob("*.pkl"))  # deleting removes disk copies too
-        store.close()
-
-
 def test_catalogue_and_flushed_objects_survive_a_cluster_restart(tmp_path):
     with workbench.start(n_workers=2, timeout=60) as session:
         store = Store(session, tmp_path)
@@ -100,41 +86,5 @@ def test_catalogue_and_flushed_objects_survive_a_cluster_restart(tmp_path):
             store.get_by_alias("volatile").total.value()
         with pytest.raises(UnknownAlias, match="'kept'"):
             store.get_by_alias("kep")
-        store.clear()
-        store.close()
-
-
-def _read_while_the_holder_evicts(ref):
-    """On a backend that does not hold ``ref``: read it, the holder evicting it to disk just after
-    the catalogue named it (the race, made certain), and return the copy's total."""
-    from workbench.runtime.store.tasks import local_backend
-
-    link = local_backend().link
-    original = link.backend
-
-    def evict_first(address, op, **kwargs):
-        if op == "get" and not evicted:
-            evicted.append(original(address, "evict", oid=kwargs["oid"], version=kwargs["version"]))
-        return original(address, op, **kwargs)
-
-    evicted: list[int] = []
-    link.backend = evict_first
-    try:
-        _, entry = local_backend().table.obtain(ref, "race", for_write=False)
-    finally:
-        del link.backend  # the link's own method again
-    assert evicted and evicted[0] > 0, "the holder did not evict the object"
-    return entry.obj.total()
-
-
-def test_a_read_racing_an_eviction_asks_the_catalogue_again(tmp_path):
-    """The holder the catalogue named evicts the object (its memory limit) before the copy is made:
-    the reader asks the catalogue again and reads the disk copy back, never a NotHere."""
-    with workbench.start(n_workers=2, timeout=60) as session:
-        store = Store(session, tmp_path)
-        holder, reader = session.workers()
-        proxy = store.make_persistent(Counter(np.full(1000, 3.0)), backend=holder)
-        future = session.client.submit(_read_while_the_holder_evicts, proxy.ref, workers=[reader], pure=False)
-        assert session.gather(future, timeout=60) == 3000.0
         store.clear()
         store.close()
