@@ -381,6 +381,27 @@ def test_a_read_racing_an_eviction_asks_the_catalogue_again(wire):
     assert entry.obj.total() == 3000.0
 
 
+def test_a_write_racing_an_eviction_on_its_own_backend_reads_the_object_back_again(wire):
+    """Another call evicts the object (its memory limit) between its reload on this backend and the
+    write's look: the catalogue still names this backend, so the write tries again, never a NotHere."""
+    ref = put(wire, Counter(np.full(1000, 3.0)), A)
+    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=ref.oid, version=0, worker=A)
+    writer = wire.backends[A]
+    wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0)
+    evicted: list[int] = []
+
+    def evict_after_reload(refs: Any) -> Any:
+        resolved = Link.resolve(writer.link, refs)
+        if not evicted:  # the first reload is undone at once, as a busy backend's memory limit would
+            evicted.append(wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0))
+        return resolved
+
+    writer.link.resolve = evict_after_reload  # type: ignore[method-assign]
+    writer.invoke(ObjectRef(ref.oid), "scale", True, (2.0,), {})
+    assert evicted and evicted[0] > 0, "the object was not evicted between the reload and the write"
+    assert writer.invoke(ObjectRef(ref.oid), "total", False, (), {}) == 6000.0
+
+
 # -- the catalogue against a model -------------------------------------------------------------------
 class CatalogueMachine(RuleBasedStateMachine):
     """Registrations, aliases, moves, deletions, departures and restarts of a catalogue against a dict."""

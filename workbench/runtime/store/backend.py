@@ -49,9 +49,6 @@ from workbench.runtime.store.protocol import (
     result_reply,
 )
 from workbench.runtime.store.table import ObjectTable, SendLocked, release_unsent
-
-# The task bodies lived here before they had their module: kept for the callers that import them from here.
-from workbench.runtime.store.tasks import local_backend, run_active, run_non_active  # noqa: F401
 from workbench.runtime.trace import EVENT_TOPIC, record
 
 PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are

@@ -82,6 +82,11 @@ def dram_bytes(entry: Entry) -> int:
     return max(0, state_nbytes(entry.obj) - entry.placement.tier_bytes)
 
 
+class _EvictedMeanwhile(NotHere):
+    """The catalogue names this backend, but the object left its table again (evicted to disk by
+    another call) before a writing method could take it: read back and tried again."""
+
+
 class ObjectTable(Mapping[Key, Entry]):
     """The objects of one backend (a read-only mapping of its entries; hold :attr:`lock` to iterate).
 
@@ -279,8 +284,27 @@ class ObjectTable(Mapping[Key, Entry]):
         one rule (:meth:`~workbench.runtime.store.link.Link.retrying`).
         """
         if for_write:  # a writing method runs only on a holder: the proxy asks again, elsewhere
-            return self._obtain_once(ref, task, for_write)
+            return self.link.retrying(lambda again: self._obtain_for_write(ref, task))
         return self.link.retrying(lambda again: self._obtain_once(ref, task, for_write))
+
+    def _obtain_for_write(self, ref: ObjectRef, task: str) -> tuple[ObjectRef, Entry]:
+        """One :meth:`obtain` for a writing method. Tried again (the link's rule) while the catalogue
+        names this backend as a holder, since another call may evict the object to disk between its
+        reload here and the look; held elsewhere, ``NotHere`` at once (the proxy calls there)."""
+
+        def attempt(again: bool) -> tuple[tuple[ObjectRef, Entry] | None, NotHere | None]:
+            try:
+                return self._obtain_once(ref, task, True), None
+            except _EvictedMeanwhile:
+                raise
+            except NotHere as error:
+                return None, error
+
+        found, elsewhere = self.link.retrying(attempt)
+        if elsewhere is not None:
+            raise elsewhere
+        assert found is not None
+        return found
 
     def _obtain_once(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
         """One try of :meth:`obtain`."""
@@ -295,6 +319,8 @@ class ObjectTable(Mapping[Key, Entry]):
         if entry is not None:
             return ref, entry
         if for_write:
+            if self.address in workers:
+                raise _EvictedMeanwhile(f"{ref.label()} left this backend {self.address} again before a write")
             raise NotHere(
                 f"{ref.label()} is held by {workers}, not by this backend {self.address}: a writing "
                 "method runs only where the object is. Call it again (the proxy asks the catalogue for the new "

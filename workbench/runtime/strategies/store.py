@@ -29,8 +29,8 @@ from workbench.runtime import splitter
 from workbench.runtime.blocks import concatenate, rows_of
 from workbench.runtime.session import PinnedCall
 from workbench.runtime.store import ArrayBlock, BlockCollection, store_for
-from workbench.runtime.store.backend import run_active, run_non_active
 from workbench.runtime.store.protocol import call_task_name
+from workbench.runtime.store.tasks import run_active, run_non_active
 from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register, task_key
 
 
