@@ -43,3 +43,15 @@ def module_imports(path: Path, module: str | None = None) -> set[str]:
             names.add(source)
             names.update(f"{source}.{a.name}" for a in node.names)
     return names
+
+
+def with_package_inits(module: str, imported: set[str], known: set[str]) -> set[str]:
+    """``imported`` (names ``module`` imports) with the packages whose ``__init__`` those imports run
+    first: ``import a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` before ``a.b.c``. Packages that
+    hold ``module`` itself are left out (they are already importing when ``module`` runs). An import
+    of ``workbench.runtime.strategies.base`` from ``workbench.runtime.splitter`` so yields the
+    package ``workbench.runtime.strategies``, whose ``__init__`` imports every strategy: a loop
+    through a package's ``__init__`` that the bare module names do not show."""
+    ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    packages = {".".join(name.split(".")[:i]) for name in imported for i in range(1, name.count(".") + 1)}
+    return imported | {p for p in packages if p in known and p not in ancestors and p != module}

@@ -195,7 +195,7 @@ def check_stencil(total: float, data: PrkData) -> None:
         raise AssertionError(f"prk-stencil: norm {norm}, the PRK expects {expected}")
 
 
-COMMON = dict(strategies=STRATEGIES, baseline="eager")
+COMMON = dict(strategies=STRATEGIES, baseline="eager", needs=frozenset({"ranks"}))  # rank= in every block call
 RANKS = {"ranks": "SPMD ranks (default: one per worker; several share a worker when more)"}
 
 REDUCE = register(

@@ -21,7 +21,7 @@ from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan
-from workbench.runtime.strategies.base import named
+from workbench.runtime.strategies.base import Strategy, checked_capabilities, named, unmet
 from workbench.runtime.trace import Recorder
 
 
@@ -80,20 +80,20 @@ def reduce_work(work: BlockWork) -> Solve:
 
 @dataclass(frozen=True)
 class StrategyVariant:
-    """One variant: the application's algorithm run with one strategy's plan (what the runner times)."""
+    """One variant: the application's algorithm run with one strategy's plan (what the runner times).
+    Made by :meth:`Application.variant`, which checked it: calling it looks nothing up again."""
 
     application: Application
-    strategy: str
+    strategy: Strategy
 
     def __call__(self, session: Session, data: Any, recorder: Recorder) -> Any:
         """Run the application's algorithm with this strategy's plan over ``data``."""
-        strategy = strategies.get(self.strategy)
-        with strategy.open(session, data.blocks, recorder, aligned=data.aligned) as plan:
+        with self.strategy.open(session, data.blocks, recorder, aligned=data.aligned) as plan:
             return self.application.solver(plan, data)
 
     @property
     def __doc__(self) -> str:  # type: ignore[override]
-        return f"{self.application.name} with strategy {self.strategy!r}: {strategies.get(self.strategy).description}"
+        return f"{self.application.name} with strategy {self.strategy.name!r}: {self.strategy.description}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,11 @@ class Application:
     same_answer: Callable[[Any, Any], bool] = field(default=lambda a, b: a == b)
     check: Callable[[Any, Any], None] | None = None  # check(answer, data): raises AssertionError on a wrong answer
     knobs: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # parameter -> choices for live panels
+    # What ``prepare`` gives every strategy, and what the work needs from one beyond its block (names of
+    # strategies.base.CAPABILITIES): a variant whose strategy and application do not meet is refused
+    # when it is made (:meth:`variant`, so when an experiment is declared), not half-way through a run.
+    gives: frozenset[str] = frozenset({"blocks"})
+    needs: frozenset[str] = frozenset()
 
     @property
     def solver(self) -> Solve:
@@ -125,8 +130,9 @@ class Application:
 
     @property
     def variants(self) -> dict[str, Variant]:
-        """Variant name -> what the runner calls, one per strategy, in declared order."""
-        return {name: StrategyVariant(self, name) for name in self.strategies}
+        """Variant name -> what the runner calls, one per strategy, in declared order (each checked by
+        :meth:`variant`)."""
+        return {name: self.variant(name) for name in self.strategies}
 
     def check_parameters(self, names: Sequence[str]) -> None:
         """A clear error (with a close match) for a parameter this application does not read."""
@@ -141,10 +147,23 @@ class Application:
                 )
 
     def variant(self, name: str) -> Variant:
-        """The variant ``name``; a clear error listing the variants there are."""
+        """The variant ``name``, checked: one of this application's, and its strategy and this
+        application meet each other's needs; else a clear error that says what is missing."""
         if name not in self.strategies:
             raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.strategies)}")
-        return StrategyVariant(self, name)
+        strategy = strategies.get(name)
+        if missing := unmet(strategy.needs, self.gives):
+            raise ValueError(
+                f"variant {name!r} of {self.name!r} cannot run: strategy {name!r} needs {', '.join(missing)}, "
+                f"which application {self.name!r} does not give (it gives {sorted(self.gives)})"
+            )
+        if missing := unmet(self.needs, strategy.gives):
+            giving = [s for s in strategies.names() if not unmet(self.needs, strategies.get(s).gives)]
+            raise ValueError(
+                f"variant {name!r} of {self.name!r} cannot run: its work needs {', '.join(missing)}, which "
+                f"strategy {name!r} does not give; the strategies that give it: {giving}"
+            )
+        return StrategyVariant(self, strategy)
 
 
 def resized(dataset: Dataset, params: dict[str, Any], shape_keys: Sequence[str] = ("points",)) -> Dataset:
@@ -159,7 +178,8 @@ _APPS: dict[str, Application] = {}
 
 
 def register(app: Application) -> Application:
-    """Check ``app`` (strategies exist, baseline among them, grids and knobs name declared parameters) and add it."""
+    """Check ``app`` (strategies exist, baseline among them, grids and knobs name declared parameters,
+    its ``gives`` and ``needs`` are known capabilities) and add it."""
     if isinstance(app.strategies, str) or not app.strategies:
         raise ValueError(f"application {app.name!r} needs a list of strategy names, got {app.strategies!r}")
     for name in app.strategies:
@@ -171,6 +191,8 @@ def register(app: Application) -> Application:
     for grid in app.grids.values():
         app.check_parameters(list(grid))
     app.check_parameters(list(app.knobs))
+    checked_capabilities(app.gives, f"application {app.name!r}'s gives")
+    checked_capabilities(app.needs, f"application {app.name!r}'s needs")
     _APPS[app.name] = app
     return app
 

@@ -27,7 +27,7 @@ import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -44,9 +44,7 @@ from workbench.runtime.blocks import (
 )
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.trace import task_key
-
-if TYPE_CHECKING:
-    from workbench.runtime.strategies.base import BlockWork
+from workbench.runtime.work import BlockWork
 
 
 @dataclass
@@ -293,8 +291,6 @@ def map_partitions(
 def _work(function: Callable[..., Any], merge: Callable[[list[Any]], Any] | None, kwargs: dict[str, Any]) -> BlockWork:
     """``run_partitions``' arguments as block work: ``function`` (with ``kwargs`` bound) of a block, or
     of a partition's list of blocks when there is no ``merge``."""
-    from workbench.runtime.strategies.base import BlockWork  # the strategies package is built on this module
-
     bound = functools.partial(function, **kwargs) if kwargs else function
     if merge is not None:
         return BlockWork(block=bound, merge=merge)

@@ -1,7 +1,8 @@
 """What a locality strategy is: one way of running the same block work over placed blocks.
 
-An application declares its work once, as a :class:`BlockWork`: the function of one block, the
-merge of partial results (and, optionally, a function of several co-located blocks at once). A
+An application declares its work once, as a :class:`BlockWork` (:mod:`workbench.runtime.work`): the
+function of one block, the merge of partial results (and, optionally, a function of several
+co-located blocks at once). A
 :class:`Strategy` decides *where* and *how* that work runs (one task per block, fetched to the
 caller, rechunked, SplIter partitions, active store calls, PyCOMPSs-style tasks ...): opened on
 placed blocks it gives a :class:`Plan`, whose :meth:`Plan.map` returns one partial result per
@@ -14,114 +15,24 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
 from distributed import Future
 
-from workbench.runtime.blocks import PlacedBlocks, rows_of
+from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session
 from workbench.runtime.trace import Recorder, task_key  # task_key: strategies import it from here
 
+# The work every strategy runs lives below the splitter and this package (see workbench.runtime.work);
+# strategies and applications import it from here, or from the package.
+from workbench.runtime.work import BlockWork as BlockWork
+from workbench.runtime.work import Broadcast as Broadcast
+from workbench.runtime.work import merge_here as merge_here
+from workbench.runtime.work import merge_tree as merge_tree
+
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class BlockWork:
-    """The work of an application, declared once for every strategy.
-
-    - ``block(block, *aligned_blocks, *args[, rows=global row indexes]) -> partial``: the work of
-      one block (a plain function, or a ``@task`` function whose parameter directions the
-      PyCOMPSs-style strategies use; a plain function's first parameter is read-only and recurrent
-      there, ``RRO``);
-    - ``merge(partials) -> partial``: combines partial results (associative: strategies merge in
-      any grouping, locally or in tasks);
-    - ``blocks(list of blocks, *lists of aligned blocks, *args[, rows=]) -> partial`` (optional):
-      the work of several co-located blocks in one call (a partition), when that is cheaper than
-      one call per block and a merge;
-    - ``fan_in``: how many partials one merge takes (None: all of them in one merge; 2: a binary
-      tree, as the Cascade SVM merges pairs);
-    - ``with_rows``: pass ``rows=`` (the global row numbers of the block's items) to the functions.
-    """
-
-    block: Callable[..., Any]
-    merge: Callable[[list[Any]], Any]
-    blocks: Callable[..., Any] | None = None
-    fan_in: int | None = None
-    with_rows: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("block", "merge"):
-            if not callable(getattr(self, name)):
-                raise TypeError(f"BlockWork.{name} must be a function, got {getattr(self, name)!r}")
-        if self.blocks is not None and not callable(self.blocks):
-            raise TypeError(f"BlockWork.blocks must be a function or None, got {self.blocks!r}")
-        if self.fan_in is not None and (
-            isinstance(self.fan_in, bool) or not isinstance(self.fan_in, int) or self.fan_in < 2
-        ):
-            raise ValueError(
-                "BlockWork.fan_in must be None (one merge of all partials) or an integer of at least 2, got "
-                f"{self.fan_in!r}"
-            )
-
-    @property
-    def function(self) -> Callable[..., Any]:
-        """The plain function of one block (a ``@task`` function's own function)."""
-        return getattr(self.block, "function", self.block)
-
-    @property
-    def name(self) -> str:
-        """The name tasks carry in traces: the block function's."""
-        return getattr(self.function, "__name__", "block")
-
-    def call(self, block: Any, aligned: Sequence[Any], args: Sequence[Any], rows: np.ndarray | None) -> Any:
-        """The work of one block, here."""
-        return sendable(self.function, block, *aligned, *args, **({"rows": rows} if self.with_rows else {}))
-
-    def call_partition(
-        self, blocks: list[Any], aligned: Sequence[list[Any]], args: Sequence[Any], ranges: Sequence[tuple[int, int]]
-    ) -> Any:
-        """The work of a partition's blocks, here: ``blocks`` in one call when declared, else one
-        call per block and a local merge."""
-        if self.blocks is not None:
-            return sendable(
-                self.blocks, blocks, *aligned, *args, **({"rows": rows_of(ranges)} if self.with_rows else {})
-            )
-        partials = [
-            self.call(b, [a[i] for a in aligned], args, rows_of(ranges[i : i + 1]) if self.with_rows else None)
-            for i, b in enumerate(blocks)
-        ]
-        return merge_here(self, partials)
-
-
-def merge_tree(partials: list[Any], merge: Callable[[list[Any]], Any], fan_in: int | None) -> Any:
-    """Merge ``partials`` in groups of ``fan_in`` (all at once when None), level by level, down to one:
-    the one merge tree of the workbench (here, or with ``merge`` submitting tasks)."""
-    while len(partials) > 1:
-        step = fan_in or len(partials)
-        partials = [
-            merge(partials[i : i + step]) if i + 1 < len(partials) else partials[i]
-            for i in range(0, len(partials), step)
-        ]
-    return partials[0]
-
-
-def merge_here(work: BlockWork, partials: list[Any]) -> Any:
-    """Merge partial results in this process, in ``work.fan_in`` groups (a tree), as tasks would."""
-    if not partials:
-        raise ValueError("nothing to merge: there were no blocks")
-    return merge_tree(partials, work.merge, work.fan_in)
-
-
-@dataclass(frozen=True)
-class Broadcast:
-    """An argument every task reads whole (kNN's queries): each strategy decides how it travels
-    (scattered to every worker once, placed in the store, written to a file ...)."""
-
-    value: Any
 
 
 class Plan:
@@ -187,12 +98,43 @@ class Plan:
         return self.session.gather(future)
 
 
+# What a strategy and an application can need from each other, or give each other: the one vocabulary
+# both declare in (``needs``, ``gives``), checked when an experiment is declared
+# (workbench.lab.runner.declare), before any cluster starts, so a run never fails half-way for it.
+CAPABILITIES = {
+    "blocks": "placed blocks to map the work over (prepare's PlacedData.blocks)",
+    "ranks": "a rank context in every block call (an SPMD group: the block function's rank= parameter)",
+}
+
+
+def unmet(needs: frozenset[str], gives: frozenset[str]) -> list[str]:
+    """What of ``needs`` ``gives`` does not meet, each as ``name (what it is)``, sorted."""
+    return [f"{name} ({CAPABILITIES[name]})" for name in sorted(needs - gives)]
+
+
+def checked_capabilities(names: Any, where: str) -> frozenset[str]:
+    """``names`` as a frozen set of capabilities; a clear error (``where`` says whose) for an unknown one."""
+    if isinstance(names, str) or not isinstance(names, (set, frozenset, list, tuple)):
+        raise TypeError(f"{where} is a set of capability names, got {names!r}")
+    unknown = sorted(set(names) - set(CAPABILITIES))
+    if unknown:
+        raise ValueError(f"{where} names unknown capabilities {unknown}; there are {sorted(CAPABILITIES)}")
+    return frozenset(names)
+
+
 class Strategy:
-    """A named way of running block work; :meth:`open` gives a :class:`Plan` for one run."""
+    """A named way of running block work; :meth:`open` gives a :class:`Plan` for one run.
+
+    ``needs``: what it needs from the application (placed blocks, by default); ``gives``: what it
+    gives the application's work beyond its block (the SPMD strategies give ``ranks``). Both are
+    names of :data:`CAPABILITIES`.
+    """
 
     name: str = ""
     description: str = ""
     plan: type[Plan] = Plan
+    needs: frozenset[str] = frozenset({"blocks"})
+    gives: frozenset[str] = frozenset()
 
     def open(
         self,
@@ -215,13 +157,16 @@ _STRATEGIES: dict[str, Strategy] = {}
 
 
 def register(strategy: Strategy) -> Strategy:
-    """Make ``strategy`` available by its name (a variant name of every application that offers it)."""
+    """Make ``strategy`` available by its name (a variant name of every application that offers it);
+    its ``needs`` and ``gives`` must be known capabilities."""
     if not isinstance(strategy, Strategy):
         raise TypeError(f"register takes a Strategy instance, got {type(strategy).__name__}")
     if not strategy.name or not isinstance(strategy.name, str):
         raise ValueError(f"a strategy needs a name, got {strategy.name!r}")
     if not inspect.getdoc(type(strategy)) and not strategy.description:
         raise ValueError(f"strategy {strategy.name!r} needs a description (what it does with the data)")
+    checked_capabilities(strategy.needs, f"strategy {strategy.name!r}'s needs")
+    checked_capabilities(strategy.gives, f"strategy {strategy.name!r}'s gives")
     _STRATEGIES[strategy.name] = strategy
     return strategy
 

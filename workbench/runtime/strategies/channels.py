@@ -79,6 +79,7 @@ class Channels(Strategy):
     name = "channels"
     description = "one rank per block; ranks exchange data in place (shared memory / sockets), rendezvous"
     plan = ChannelPlan
+    gives = frozenset({"ranks"})
 
 
 class Eager(Strategy):
@@ -87,6 +88,7 @@ class Eager(Strategy):
     name = "eager"
     description = "one rank per block; every message a new array sent worker to worker by Dask (the eager baseline)"
     plan = EagerPlan
+    gives = frozenset({"ranks"})
 
 
 register(Channels())
