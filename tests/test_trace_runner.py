@@ -10,7 +10,7 @@ import pytest
 
 from workbench.apps import registry
 from workbench.apps.registry import Application
-from workbench.lab.runner import Experiment, grid_points, run_experiment
+from workbench.lab.runner import Experiment, declare, grid_points, run_declared, run_experiment
 from workbench.runtime import strategies, trace
 from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.viz.report import write_report
@@ -135,6 +135,18 @@ def test_runner_refuses_bad_requests(session):
     with pytest.raises(FileNotFoundError, match="holds no results.json"):
         Experiment.load("/nonexistent")
     assert grid_points({"a": [1, 2], "b": [3]}) == [{"a": 1, "b": 3}, {"a": 2, "b": 3}]
+
+
+def test_the_run_path_calls_the_declared_variants_without_checking_them_again(session, monkeypatch):
+    declared = declare("histogram", ["blocks", "split"], grid={"blocks_per_worker": [1]}, repeats=1)
+
+    def checked_again(self, name):
+        raise AssertionError(f"variant {name!r} checked again after the experiment was declared")
+
+    monkeypatch.setattr(registry.Application, "variant", checked_again)
+    experiment = run_declared(session, declared, trace=False, progress=False)
+    assert list(experiment.results["variant"]) == ["blocks", "split"]
+    assert experiment.metadata["variants"] == ["blocks", "split"] and experiment.metadata["repeats"] == 1
 
 
 class _DropsABlock(strategies.Strategy):

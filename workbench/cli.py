@@ -19,7 +19,10 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:  # the handlers import what they run when they run: `workbench --help` stays fast
+    from workbench.lab.runner import Declared
 
 Handler = Callable[[argparse.Namespace], int]
 Check = Callable[[str, Any], None]  # (flag, parsed value): raises UsageError when the value is wrong
@@ -237,44 +240,32 @@ def _output_directory(out: str | None, app: str) -> Path:
     return path
 
 
-def _run_grid(args: argparse.Namespace) -> dict[str, list[Any]] | None:
-    """Check the application, variants and parameters named (before any cluster starts); the grid to run."""
+def _declared(args: argparse.Namespace) -> Declared:
+    """The experiment ``workbench run`` names, declared (so checked: application, variants, baseline,
+    parameters, size, the strategies' needs) before any cluster starts. ``--param`` replaces those
+    parameters of the size's grid and keeps the others."""
     from workbench.apps import registry
+    from workbench.lab.runner import declare
 
-    with _from_user_input(ValueError):  # the registry's errors for a name it does not know
+    overrides = _parse_params(args.param or ())
+    with _from_user_input(ValueError):  # the registry's and the runner's errors for what was typed
         application = registry.get(args.app)
-        for name in [*(args.variants or ()), *([args.baseline] if args.baseline else [])]:
-            application.variant(name)
-        if not args.param:
-            return None
-        overrides = _parse_params(args.param)
-        application.check_parameters(list(overrides))
-    return {**application.grids[args.size], **overrides}  # the size's grid, with the parameters named here replaced
+        grid = {**application.grids.get(args.size, {}), **overrides} if overrides else None
+        return declare(application, args.variants, args.size, grid, args.repeat, args.baseline)
 
 
 def _run(args: argparse.Namespace) -> int:
     import workbench
-    from workbench.lab.runner import run_experiment
+    from workbench.lab.runner import run_declared
 
-    grid = _run_grid(args)
+    declared = _declared(args)
     out = _output_directory(args.out, args.app)
     # The store variants use the session's own store (a throwaway one, or the cluster's when it has
     # one), closed with the session: see workbench.runtime.store.store_for.
     with _from_user_input(ValueError):  # a cluster that cannot start here: no sbatch, a bad $WORKBENCH_SLURM_*, ...
         session = workbench.start(cluster=args.cluster, n_workers=args.workers, timeout=args.timeout)
     with session:
-        experiment = run_experiment(
-            session,
-            args.app,
-            variants=args.variants,
-            size=args.size,
-            grid=grid,
-            repeats=args.repeat,
-            seed=args.seed,
-            trace=not args.no_trace,
-            progress=not args.json,
-            baseline=args.baseline,
-        )
+        experiment = run_declared(session, declared, seed=args.seed, trace=not args.no_trace, progress=not args.json)
     experiment.save(out)
     table = experiment.stats_table()
     where = f"results, statistics and traces (JSON + Perfetto) in {out}/; 'workbench report {out}' makes an HTML page"

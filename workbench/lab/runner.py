@@ -253,25 +253,79 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, disable=not enabled, desc="runs", unit="run", leave=False)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """An experiment as declared, every part of it checked once, before any cluster starts: the
+    application, its variants (each a callable already checked: names, strategies, their needs),
+    the baseline, the size, the grid, the repeats. The CLI declares before it starts a cluster;
+    :func:`run_declared` runs what it is given without checking it again."""
+
+    application: registry.Application
+    variants: tuple[str, ...]
+    baseline: str
+    size: str
+    grid: Mapping[str, tuple[Any, ...]]
+    repeats: int
+    calls: Mapping[str, registry.Variant]  # variant -> what the runner times (registry.Application.variant's)
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        """Every parameter point, in order."""
+        return grid_points(self.grid)
+
+
+def declare(
+    app: str | registry.Application,
+    variants: Sequence[str] | None = None,
+    size: str = "ci",
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    repeats: int = 3,
+    baseline: str | None = None,
+) -> Declared:
+    """``app`` in ``variants`` (all its own when None) over ``grid`` (the app's grid for ``size``
+    when None), ``repeats`` times, checked here and only here: a misspelt variant or parameter, a
+    strategy whose needs the application does not meet, an empty grid, a bad size or repeat count
+    is a clear ``ValueError`` (``TypeError`` for a wrong type) before anything starts.
+
+    The baseline, every other variant's answer is checked against: ``baseline``, else the
+    application's own when it is among the variants (or none were named), else the first named;
+    it runs first when it was not named among the variants."""
+    application = registry.get(app) if isinstance(app, str) else app
+    if not isinstance(application, registry.Application):
+        raise TypeError(f"app is an application name or a registry.Application, got {type(app).__name__}")
+    if size not in datasets.SIZES:
+        raise ValueError(f"size must be one of {datasets.SIZES}, got {size!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer of at least 1, got {repeats!r}")
+    grid = _checked_grid(application, grid, size)
+    names, baseline = _chosen_variants(application, variants, baseline)
+    calls = {name: application.variant(name) for name in names}  # the one check of each variant
+    return Declared(application, tuple(names), baseline, size, grid, repeats, calls)
+
+
 def _chosen_variants(
     application: registry.Application, variants: Sequence[str] | None, baseline: str | None
 ) -> tuple[list[str], str]:
-    """The variants to run (each checked, before anything runs) and the baseline, first if not named."""
-    variants = list(dict.fromkeys(variants or application.variants))
-    for name in variants:
-        application.variant(name)  # a clear error for a misspelt variant
+    """The variants to run (named, without repeats) and the baseline, first when it was not named."""
+    if isinstance(variants, str):
+        raise TypeError(f"variants is a list of variant names, got the string {variants!r}")
+    names = list(dict.fromkeys(variants or application.strategies))
     if baseline is None:
-        baseline = application.baseline if application.baseline in variants else variants[0]
-    application.variant(baseline)
-    if baseline not in variants:
-        variants.insert(0, baseline)
-    return variants, baseline
+        baseline = application.baseline if application.baseline in names else names[0]
+    if baseline not in names:
+        names.insert(0, baseline)
+    return names, baseline
 
 
 def _checked_grid(
     application: registry.Application, grid: Mapping[str, Sequence[Any]] | None, size: str
-) -> dict[str, Any]:
+) -> dict[str, tuple[Any, ...]]:
     """``grid`` (the application's for ``size`` when None), checked: known parameters, non-empty lists."""
+    if grid is None and size not in application.grids:
+        raise ValueError(
+            f"application {application.name!r} has no grid for size {size!r} (it has {sorted(application.grids)}): "
+            "give the grid"
+        )
     grid = dict(grid if grid is not None else application.grids[size])
     application.check_parameters(list(grid))
     clash = sorted(set(grid) & RESULT_COLUMNS)
@@ -280,19 +334,16 @@ def _checked_grid(
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
-    return grid
+    return {name: tuple(values) for name, values in grid.items()}
 
 
 @dataclass
 class _Runs:
-    """One experiment's runs: what they share (the cluster, the application, the variants, the
-    baseline) and what they collect (timed rows, warm-up rows, traces, each point's locality)."""
+    """One experiment's runs: what they share (the cluster, the declared experiment) and what they
+    collect (timed rows, warm-up rows, traces, each point's locality)."""
 
     session: Session
-    application: registry.Application
-    variants: list[str]
-    baseline: str
-    repeats: int
+    declared: Declared
     trace: bool
     nodes: dict[str, str]
     bar: Any
@@ -307,33 +358,39 @@ class _Runs:
         self.locality[point_key(params)] = prepared.locality()
         holders = prepared.holders()  # copies a run left (steals, fetches) are dropped after each
         answers = {}
-        for name in self.variants:
-            row, answers[name], _ = _run_once(self.session, self.application, name, prepared, params, trace=False)
+        for name in self.declared.variants:
+            row, answers[name], _ = self.once(name, prepared, params, trace=False)
             prepared.restore(holders)
             self.warmups.append({**row, "run_id": f"warmup-p{index}-{name}"})
             self.bar.update()
         self.check(answers, prepared, params)
-        for repeat in range(self.repeats):
-            for name in self.variants:
+        for repeat in range(self.declared.repeats):
+            for name in self.declared.variants:
                 run_id = f"run-{len(self.results):04d}"
-                row, _, frame = _run_once(
-                    self.session, self.application, name, prepared, params, trace=self.trace, nodes=self.nodes
-                )
+                row, _, frame = self.once(name, prepared, params, trace=self.trace)
                 prepared.restore(holders)
                 self.results.append({"run_id": run_id, **row, "repeat": repeat})
                 if frame is not None:
                     self.traces[run_id] = frame
                 self.bar.update()
 
+    def once(
+        self, name: str, prepared: Any, params: dict[str, Any], trace: bool
+    ) -> tuple[dict[str, Any], Any, pd.DataFrame | None]:
+        """One timed call of the declared variant ``name`` (see :func:`_run_once`)."""
+        call = self.declared.calls[name]
+        return _run_once(self.session, name, call, prepared, params, trace, self.nodes if trace else None)
+
     def check(self, answers: dict[str, Any], prepared: Any, params: dict[str, Any]) -> None:
         """The baseline's answer is right (where the application can tell) and every variant's equals it."""
-        if self.application.check is not None:
-            self.application.check(answers[self.baseline], prepared)
-        for name in self.variants:
-            if not self.application.same_answer(answers[name], answers[self.baseline]):
+        application, baseline = self.declared.application, self.declared.baseline
+        if application.check is not None:
+            application.check(answers[baseline], prepared)
+        for name in self.declared.variants:
+            if not application.same_answer(answers[name], answers[baseline]):
                 raise AssertionError(
-                    f"{self.application.name}: variant {name!r} gives a different answer from the baseline "
-                    f"{self.baseline!r} at {params}"
+                    f"{application.name}: variant {name!r} gives a different answer from the baseline "
+                    f"{baseline!r} at {params}"
                 )
 
 
@@ -349,24 +406,27 @@ def run_experiment(
     progress: bool = True,
     baseline: str | None = None,
 ) -> Experiment:
-    """Run ``app`` in ``variants`` over ``grid`` (the app's grid for ``size`` by default).
+    """Run ``app`` in ``variants`` over ``grid`` (the app's grid for ``size`` by default): the
+    experiment :func:`declare` checks (see it for the baseline), run by :func:`run_declared`."""
+    return run_declared(session, declare(app, variants, size, grid, repeats, baseline), seed, trace, progress)
 
-    Every variant is compared with ``baseline``: by default the application's own when it is among
-    the variants asked for (or no variants were named), else the first variant named.
-    """
-    application = registry.get(app)
-    variants, baseline = _chosen_variants(application, variants, baseline)
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    dataset = datasets.get(application.dataset, size, seed)
-    grid = _checked_grid(application, grid, size)
-    points = grid_points(grid)
+
+def run_declared(
+    session: Session, declared: Declared, seed: int = 0, trace: bool = True, progress: bool = True
+) -> Experiment:
+    """Run the experiment :func:`declare` checked on ``session``, with the dataset of ``seed``;
+    ``trace``: a trace per timed run; ``progress``: a progress bar."""
+    if not isinstance(declared, Declared):
+        raise TypeError(f"run_declared takes what declare() returns, got {type(declared).__name__}")
+    application = declared.application
+    dataset = datasets.get(application.dataset, declared.size, seed)
+    points = declared.points
     started = datetime.now(UTC).isoformat(timespec="seconds")
     nodes = {**session.worker_nodes(), tracing.CLIENT: node_id()}
     session.client.get_task_stream()  # switches the scheduler's task-stream plugin on before any run
 
-    bar = _progress(len(points) * len(variants) * (repeats + 1), progress)
-    runs = _Runs(session, application, variants, baseline, repeats, trace, nodes, bar)
+    bar = _progress(len(points) * len(declared.variants) * (declared.repeats + 1), progress)
+    runs = _Runs(session, declared, trace, nodes, bar)
     try:
         for index, params in enumerate(points):
             prepared = application.prepare(session, dataset, params)
@@ -378,14 +438,14 @@ def run_experiment(
         bar.close()
 
     metadata = {
-        "app": app,
+        "app": application.name,
         "description": application.description,
-        "size": size,
+        "size": declared.size,
         "seed": seed,
-        "repeats": repeats,
-        "variants": variants,
-        "baseline": baseline,
-        "grid": grid,
+        "repeats": declared.repeats,
+        "variants": list(declared.variants),
+        "baseline": declared.baseline,
+        "grid": {name: list(values) for name, values in declared.grid.items()},
         "dataset_bytes": dataset.nbytes,
         "started": started,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -394,9 +454,9 @@ def run_experiment(
         "machine": machine.describe(),
     }
     return Experiment(
-        app=app,
-        baseline=baseline,
-        parameters=list(grid),
+        app=application.name,
+        baseline=declared.baseline,
+        parameters=list(declared.grid),
         results=pd.DataFrame(runs.results),
         warmups=pd.DataFrame(runs.warmups),
         traces=runs.traces,
@@ -426,15 +486,15 @@ def traced_call(
 
 def _run_once(
     session: Session,
-    application: registry.Application,
     variant: str,
+    function: registry.Variant,
     prepared: Any,
     params: dict[str, Any],
     trace: bool,
     nodes: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], Any, pd.DataFrame | None]:
-    """One timed call of a variant: its result row, its answer, and its trace (or None)."""
-    function = application.variant(variant)
+    """One timed call of ``function``, the variant ``variant`` (as declared, not looked up again):
+    its result row, its answer, and its trace (or None)."""
     if trace:
         counts.install(session)
         since, messages, store = time.time(), counts.message_count(session), counts.store_message_count(session)
