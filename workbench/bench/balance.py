@@ -13,16 +13,16 @@ block + 1, because a chunk moves at most once (:mod:`workbench.runtime.strategie
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import datasets
 from workbench import machine
 from workbench.apps import skewed
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.lab import imbalance
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 
 # Two skew levels: at 16 (16 blocks) no balancing can beat split by more than 1.62x, so the 1.5x goal
 # would ask for 93 % of the ceiling; at 64 the ceiling is 1.81x. Each skew's goal is the lower of 1.5x
@@ -52,8 +52,9 @@ def run(
 ) -> dict[str, Any]:
     """Every scenario with every variant; the goals of issue 17 next to the figures. ``progress`` shows
     a step per scenario (each runs every variant ``repeats`` times after a warm-up)."""
+    checked_size(size, SKEWS)
     progress = progress or Progress.quiet()
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session:
+    with bench_session(session, workers, timeout=300) as session:
         n_workers = len(session.workers())
         costs = {skew: datasets.block_costs(n_workers * BLOCKS_PER_WORKER, skew) for skew in SKEWS[size]}
         scenarios = [("balanced", "balanced", 1), *((f"skewed-{skew:g}", "skewed", skew) for skew in SKEWS[size])]

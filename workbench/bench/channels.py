@@ -45,6 +45,7 @@ import psutil
 from workbench import machine
 from workbench.apps import prk
 from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.runtime import counts
 from workbench.runtime.channels import Rank, run_group
@@ -343,15 +344,9 @@ def run(
 ) -> dict[str, Any]:
     """The whole benchmark; a dict for ``--json`` and :func:`format_report`. ``progress`` shows a
     phase per part, a step per payload or kernel (the command prints it to stderr)."""
-    if size not in PAYLOADS:
-        raise ValueError(f"size must be one of {', '.join(PAYLOADS)}, got {size!r}")
+    payloads = PAYLOADS[checked_size(size, PAYLOADS)]
     progress = progress or Progress.quiet()
-    payloads = PAYLOADS[size]
-    with (
-        contextlib.nullcontext(session)
-        if session is not None
-        else start(n_workers=workers or 2, timeout=600) as session
-    ):
+    with bench_session(session, workers or 2, timeout=600) as session:
         if len(session.workers()) < 2:
             raise ValueError("bench channels needs at least 2 workers (one per ping-pong rank)")
         report = {"benchmark": "channels", "size": size, **one_node(session, size, payloads, mpi, progress)}

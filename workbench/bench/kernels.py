@@ -26,6 +26,7 @@ import kernels
 from kernels import prk
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import checked_size
 from workbench.bench.progress import Progress
 from workbench.lab.timing import time_once
 
@@ -353,8 +354,7 @@ def run(
     size: str = "lab", repeats: int = 5, only: list[str] | None = None, progress: Progress | None = None
 ) -> dict[str, Any]:
     """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SCALES`); a JSON-ready report."""
-    if size not in SCALES:
-        raise ValueError(f"size must be one of {list(SCALES)}, got {size!r}")
+    checked_size(size, SCALES)
     progress = progress or Progress.quiet()
     scale = SCALES[size]
     cases = _cases()

@@ -48,10 +48,11 @@ import psutil
 from workbench import machine
 from workbench.bench import read_floor
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.memory import shm
 from workbench.runtime import counts
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 from workbench.runtime.tasks import RRO, TaskRuntime, task
 
 MB = 1e6
@@ -291,8 +292,7 @@ def attach_times(sizes_mb: tuple[int, ...] = (16, 64, 256), repeats: int = 20) -
 
 def _size_mb(size: str, size_mb: int | None) -> int:
     """The array's MB: ``size_mb`` when given, else the size's (:data:`SIZES_MB`)."""
-    if size not in SIZES_MB:
-        raise ValueError(f"size must be one of {list(SIZES_MB)}, got {size!r}")
+    checked_size(size, SIZES_MB)
     if size_mb is not None and (isinstance(size_mb, bool) or not isinstance(size_mb, int) or size_mb < 1):
         raise ValueError(f"size_mb must be a positive whole number of MB, got {size_mb!r}")
     return SIZES_MB[size] if size_mb is None else size_mb
@@ -503,7 +503,7 @@ def run(
         if unknown:
             raise ValueError(f"unknown peers {unknown}; choose from {list(PEERS)}")
     array = np.random.default_rng(0).random(size_mb * 125_000)  # size_mb * 1e6 bytes of float64
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=120) as session:
+    with bench_session(session, workers, timeout=120) as session:
         _with_runtime("dask")(session, np.ones(10), 1, Measure())  # warm the cluster and imports
         rows, skipped = _measure_ways(session, array, tasks, only, progress)
         with progress.phase("read floor", 1) as phase, PeakMemory():  # the ways' sampler too: like with like

@@ -13,16 +13,16 @@ partition + 1 whatever the blocks per core.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from datasets import SIZES
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.lab.runner import run_experiment
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 
 VARIANTS = ("blocks", "rechunk", "split", "split-materialized")
 # (app, blocks per core, other variant, minimum of other / split): printed next to the figures, never asserted
@@ -171,11 +171,10 @@ def run(
 
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
+    checked_size(size, SIZES)
     progress = progress or Progress.quiet()
     rows = []
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session:
+    with bench_session(session, workers, timeout=300) as session:
         with progress.phase("applications", len(apps) * len(blocks_per_core)) as phase:
             for app in apps:
                 for bpc in blocks_per_core:

@@ -31,7 +31,6 @@ Goals from the issue are printed next to the figures, never asserted.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import statistics
 import tempfile
@@ -46,10 +45,11 @@ from datasets import SIZES
 from workbench import machine
 from workbench.apps import registry
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.bench.splitter import per_iteration
 from workbench.lab.runner import grid_points, run_experiment
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 from workbench.runtime.store import PersistentObject, Store, active
 from workbench.runtime.store.handles import submit_active
 
@@ -534,12 +534,11 @@ def run(
 
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {list(SIZES)}, got {size!r}")
+    checked_size(size, SIZES)
     progress = progress or Progress.quiet()
     owned = session is None
     with (
-        contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=300) as session,
+        bench_session(session, workers, timeout=300) as session,
         tempfile.TemporaryDirectory(prefix="workbench-bench-store-") as directory,
     ):
         with Store(session, directory if owned else None) as store:  # a given session keeps its own store

@@ -10,7 +10,6 @@ figures, never asserted.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import tempfile
 import time
@@ -22,8 +21,9 @@ from distributed import futures_of
 
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 from workbench.runtime.store import PersistentObject, Store, active
 
 OBJECTS = {"ci": (100, 1_000), "lab": (100, 1_000, 10_000, 100_000), "full": (10, 100, 1_000, 10_000, 100_000)}
@@ -158,12 +158,11 @@ def run(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
-    if size not in OBJECTS:
-        raise ValueError(f"size must be one of {list(OBJECTS)}, got {size!r}")
+    checked_size(size, OBJECTS)
     progress = progress or Progress.quiet()
     objects = tuple(objects or OBJECTS[size])
     blocks = tuple(blocks or BLOCKS[size])
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=600) as session:
+    with bench_session(session, workers, timeout=600) as session:
         object_rows, block_rows = [], []
         with progress.phase("objects", len(objects)) as phase:
             for n in objects:
