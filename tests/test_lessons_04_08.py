@@ -13,6 +13,7 @@ import nbformat
 import numpy as np
 import pytest
 
+from workbench.bench.channels import bounce
 from workbench.lab import capstone
 from workbench.lab import execution_models as em
 from workbench.memory import tiers
@@ -217,15 +218,8 @@ def test_statements_an_hpc_audience_would_challenge_are_gone():
 # -- lesson 06's eager baseline: worker to worker, nothing left behind -----------------------------------
 def _eager_pingpong(rank, nbytes, rounds):
     channel = rank.channel("pp", nbytes, np.uint8)
-    other = 1 - rank.rank
     channel.buffer[:] = rank.rank + 1
-    for _ in range(rounds):
-        if rank.rank == 0:
-            channel.put(other)
-            channel.take(other)
-        else:
-            channel.take(other)
-            channel.put(other)
+    bounce(rank, channel, rounds)  # the benchmark's ping-pong loop
     return int(channel.buffer[0]), rank.worker
 
 

@@ -48,7 +48,7 @@ from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.runtime import counts
-from workbench.runtime.channels import Rank, run_group
+from workbench.runtime.channels import ArrayChannel, EagerChannel, Rank, run_group
 from workbench.runtime.session import Session, start
 from workbench.units import size_text
 
@@ -95,22 +95,28 @@ def warm_up_round_trips(iterations: int) -> int:
     return max(1, iterations // 10)
 
 
+def bounce(rank: Rank, channel: ArrayChannel | EagerChannel, count: int) -> None:
+    """``count`` round trips of ``channel``'s buffer between ranks 0 and 1 (rank 0 puts first): the one
+    ping-pong loop of the timed and the allocation measurements."""
+    other = 1 - rank.rank
+    for _ in range(count):
+        if rank.rank == 0:
+            channel.put(other)
+            channel.take(other)
+        else:
+            channel.take(other)
+            channel.put(other)
+
+
 def pingpong_rank(rank: Rank, nbytes: int, iterations: int) -> float:
     """Ranks 0 and 1 bounce a buffer ``iterations`` times (after a tenth as warm-up); seconds per round trip."""
     channel = rank.channel("pingpong", nbytes, np.uint8)
     channel.buffer[:] = rank.rank
-    other = 1 - rank.rank
     for warm in (True, False):
         count = warm_up_round_trips(iterations) if warm else iterations
         rank.barrier()
         begin = time.perf_counter()
-        for _ in range(count):
-            if rank.rank == 0:
-                channel.put(other)
-                channel.take(other)
-            else:
-                channel.take(other)
-                channel.put(other)
+        bounce(rank, channel, count)
         seconds = time.perf_counter() - begin
     return seconds / iterations
 
@@ -256,24 +262,13 @@ def mpi_pingpong(payloads: Sequence[int], timeout: float = 600, wait_seconds: fl
 def steady_rank(rank: Rank, nbytes: int, messages: int) -> dict[str, int]:
     """Ping-pong ``messages`` round trips after a warm-up, measuring what was allocated meanwhile."""
     channel = rank.channel("steady", nbytes, np.uint8)
-    other = 1 - rank.rank
-
-    def bounce(count: int) -> None:
-        for _ in range(count):
-            if rank.rank == 0:
-                channel.put(other)
-                channel.take(other)
-            else:
-                channel.take(other)
-                channel.put(other)
-
-    bounce(200)
+    bounce(rank, channel, 200)
     process = psutil.Process()
     rss = process.memory_info().rss
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
-        bounce(messages)
+        bounce(rank, channel, messages)
         after = tracemalloc.take_snapshot()
         _, peak = tracemalloc.get_traced_memory()
     finally:
