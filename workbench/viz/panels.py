@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
@@ -15,6 +17,40 @@ from workbench.viz.timing import block_sweep_figure
 
 # Blocks per worker the block-sweep panel offers (on 2 workers, 2 to 1024 blocks in all).
 BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+# -- what every panel's Run does ----------------------------------------------------------------
+def run_button(run: Callable[[], Any]) -> widgets.Button:
+    """The Run button: a click calls ``run()``, the same call a script or a test makes."""
+    button = widgets.Button(description="Run", button_style="primary", icon="play")
+    button.on_click(lambda _: run())
+    return button
+
+
+@contextlib.contextmanager
+def running(button: widgets.Button, status: widgets.HTML, message: str | None = None) -> Iterator[None]:
+    """One run of a panel: ``button`` disabled meanwhile (one run at a time), ``message`` (if any) in
+    ``status``; an error is shown in ``status`` (a click has no traceback to read), then raised; the
+    button is enabled again however the run ends."""
+    button.disabled = True
+    try:
+        if message is not None:
+            status.value = message
+        yield
+    except Exception as error:
+        status.value = f"<b>error:</b> {error}"
+        raise
+    finally:
+        button.disabled = False
+
+
+def redraw(output: widgets.Output, figure: Any, *tables: Any) -> None:
+    """Replace what ``output`` shows with ``figure`` (a bokeh figure) and ``tables`` below it."""
+    with output:
+        output.clear_output(wait=True)
+        show(figure)
+        for table in tables:
+            display(table)
 
 
 class BlockSweepPanel:
@@ -36,33 +72,25 @@ class BlockSweepPanel:
             style={"description_width": "initial"},
         )
         self.repeats = widgets.IntSlider(value=3, min=1, max=10, description="repeats")
-        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.button = run_button(self.run)
         self.status = widgets.HTML(value="Choose a number of blocks per worker and press <b>Run</b>.")
         self.output = widgets.Output()
-        self.button.on_click(lambda _: self.run())
         self.widget = widgets.VBox([widgets.HBox([self.blocks, self.repeats, self.button]), self.status, self.output])
 
     def run(self) -> pd.DataFrame:
         """Measure the chosen number of blocks per worker, add the runs to the figure, return all runs."""
-        self.button.disabled = True
-        self.status.value = f"running {self.blocks.value} blocks per worker x {self.repeats.value} ..."
-        try:
+        with running(
+            self.button, self.status, f"running {self.blocks.value} blocks per worker x {self.repeats.value} ..."
+        ):
             new = histogram_block_sweep(
                 self.session, self.size, blocks_per_worker=(self.blocks.value,), repeats=self.repeats.value
             )
             self.runs = new if self.runs.empty else pd.concat([self.runs, new], ignore_index=True)
-            with self.output:
-                self.output.clear_output(wait=True)
-                show(block_sweep_figure(self.runs))
+            redraw(self.output, block_sweep_figure(self.runs))
             self.status.value = (
                 f"{self.blocks.value} blocks per worker ({new['blocks'].iloc[0]} blocks): "
                 f"median {new['seconds'].median():.4f} s"
             )
-        except Exception as error:  # shown in the panel: a click has no traceback to read
-            self.status.value = f"<b>error:</b> {error}"
-            raise
-        finally:
-            self.button.disabled = False
         return self.runs
 
 
@@ -96,14 +124,13 @@ class ExperimentPanel:
             disabled=not owned_local,
         )
         self.repeats = widgets.IntSlider(value=2 if size == "ci" else 3, min=2, max=10, description="repeats")
-        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.button = run_button(self.run)
         self.status = widgets.HTML("Choose, then press <b>Run</b>.")
         self.table = widgets.HTML()
         self.figures = widgets.VBox()
         self.size = widgets.Dropdown(options=["ci", "lab", "full"], value=size, description="size")
         self.app.observe(lambda _: self._fill_app(), names="value")
         self._fill_app()
-        self.button.on_click(lambda _: self.run())
         controls = widgets.HBox(
             [
                 widgets.VBox([self.app, self.variants]),
@@ -142,8 +169,7 @@ class ExperimentPanel:
         from workbench.viz.report import stats_html
         from workbench.viz.timing import comparison_figure
 
-        self.button.disabled = True
-        try:
+        with running(self.button, self.status):
             if not self.workers.disabled and self.workers.value != len(self.session.workers()):
                 self.status.value = f"scaling the cluster to {self.workers.value} workers ..."
                 self.session.scale(self.workers.value)
@@ -173,11 +199,6 @@ class ExperimentPanel:
                 f"{v} {s:.4f} s" for v, s in zip(means["variant"], means["mean_s"])
             )
             return experiment
-        except Exception as error:  # shown in the panel: a click has no traceback to read
-            self.status.value = f"<b>error:</b> {error}"
-            raise
-        finally:
-            self.button.disabled = False
 
 
 class PageTablePanel:
@@ -192,35 +213,26 @@ class PageTablePanel:
         self.rows: list[dict] = []
         self.segment = widgets.SelectionSlider(options=list(sizes_mib), value=sizes_mib[1], description="segment MiB")
         self.tasks = widgets.SelectionSlider(options=list(tasks), value=tasks[1], description="most tasks")
-        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.button = run_button(self.run)
         self.status = widgets.HTML(value="Choose a segment size and the most tasks, then press <b>Run</b>.")
         self.output = widgets.Output()
-        self.button.on_click(lambda _: self.run())
         self.widget = widgets.VBox([widgets.HBox([self.segment, self.tasks, self.button]), self.status, self.output])
 
     def run(self) -> list[dict]:
         """Measure page tables for processes and threads up to the chosen tasks; show the figure."""
         from workbench.viz.execution_models import page_table_figure
 
-        self.button.disabled = True
         counts = [n for n in (1, 2, 4, 8, 16) if n <= self.tasks.value]
-        self.status.value = f"measuring {counts} processes and threads on {self.segment.value} MiB ..."
-        try:
+        message = f"measuring {counts} processes and threads on {self.segment.value} MiB ..."
+        with running(self.button, self.status, message):
             nbytes = self.segment.value * 2**20
             self.rows = self._measure(nbytes, counts, "processes") + self._measure(nbytes, counts, "threads")
-            with self.output:
-                self.output.clear_output(wait=True)
-                show(page_table_figure(self.rows, title=f"page tables, {self.segment.value} MiB segment"))
+            redraw(self.output, page_table_figure(self.rows, title=f"page tables, {self.segment.value} MiB segment"))
             most = {r["model"]: r["vmpte_kib"] for r in self.rows if r["tasks"] == counts[-1]}
             self.status.value = (
                 f"{counts[-1]} processes: {most['processes']} KiB of page tables; "
                 f"{counts[-1]} threads: {most['threads']} KiB"
             )
-        except Exception as error:  # shown in the panel: a click has no traceback to read
-            self.status.value = f"<b>error:</b> {error}"
-            raise
-        finally:
-            self.button.disabled = False
         return self.rows
 
 
@@ -241,10 +253,9 @@ class PipelinePanel:
             name: widgets.Dropdown(options=list(options), value=getattr(capstone.PLANTED, name), description=name)
             for name, options in [("calibration", capstone.CALIBRATION), *capstone.OPTIONS.items()]
         }
-        self.button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.button = run_button(self.run)
         self.status = widgets.HTML(value="Set the knobs, then press <b>Run</b>: stages compared with the planted run.")
         self.output = widgets.Output()
-        self.button.on_click(lambda _: self.run())
         knobs = [self.blocks, *self.knobs.values()]
         self.widget = widgets.VBox(
             [widgets.HBox(knobs[:3]), widgets.HBox([*knobs[3:], self.button]), self.status, self.output]
@@ -254,21 +265,16 @@ class PipelinePanel:
         """Run the pipeline with the panel's knobs; show the stage figure and the comparison table."""
         from workbench.viz.timing import stage_bars
 
-        self.button.disabled = True
-        pipeline = self._capstone.Pipeline(
-            blocks_per_worker=self.blocks.value, **{name: w.value for name, w in self.knobs.items()}
-        )
-        self.status.value = f"running {pipeline} ..."
-        try:
+        with running(self.button, self.status):
+            pipeline = self._capstone.Pipeline(
+                blocks_per_worker=self.blocks.value, **{name: w.value for name, w in self.knobs.items()}
+            )
+            self.status.value = f"running {pipeline} ..."
             self.last = self._capstone.run(self.session, self.size, pipeline)
-            with self.output:
-                self.output.clear_output(wait=True)
-                show(stage_bars({"planted": self.planted.stages, "yours": self.last.stages}))
-                display(self._capstone.compare(self.planted, self.last).round(3))
+            redraw(
+                self.output,
+                stage_bars({"planted": self.planted.stages, "yours": self.last.stages}),
+                self._capstone.compare(self.planted, self.last).round(3),
+            )
             self.status.value = f"planted {self.planted.seconds:.3f} s, yours {self.last.seconds:.3f} s"
-        except Exception as error:  # shown in the panel: a click has no traceback to read
-            self.status.value = f"<b>error:</b> {error}"
-            raise
-        finally:
-            self.button.disabled = False
         return self.last
