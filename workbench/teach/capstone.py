@@ -9,6 +9,8 @@ or fails with the machine's noise would teach nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.lab import capstone
@@ -38,52 +40,76 @@ def _stage(run: capstone.PipelineRun, stage: str, column: str) -> float:
     return float(run.stages.loc[stage, column])
 
 
-def messages_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) -> str | None:
-    """What is still wrong with the task messages (None: fixed)."""
-    before, after = _total(planted, "MB_in_task_messages"), _total(fixed, "MB_in_task_messages")
-    if after * MESSAGES_GAIN > before:
-        return (
-            f"the scheduler still sent {fmt(after)} MB in task messages (planted: {fmt(before)} MB; aim for "
-            f"{MESSAGES_GAIN:.0f}x less): the calibration table travels inside every task"
-        )
-    return None
+@dataclass(frozen=True)
+class Problem:
+    """A planted problem as the traces measure it: ``column`` of ``stage`` (of every stage summed when
+    None) must fall at least ``gain`` times from the planted run to the fixed one; ``says(before,
+    after, fixed)`` is what is still wrong when it did not."""
+
+    stage: str | None
+    column: str
+    gain: float
+    says: Callable[[float, float, capstone.PipelineRun], str]
+
+    def measure(self, run: capstone.PipelineRun) -> float:
+        """What the traces of ``run`` measured of this problem."""
+        return _total(run, self.column) if self.stage is None else _stage(run, self.stage, self.column)
+
+    def left(self, planted: capstone.PipelineRun, fixed: capstone.PipelineRun) -> str | None:
+        """What is still wrong in ``fixed`` against ``planted`` (None: fixed)."""
+        before, after = self.measure(planted), self.measure(fixed)
+        return self.says(before, after, fixed) if after * self.gain > before else None
 
 
-def blocks_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) -> str | None:
-    """What is still wrong with the number of k-means tasks (None: fixed)."""
-    before, after = _stage(planted, "kmeans", "tasks"), _stage(fixed, "kmeans", "tasks")
-    if after * TASKS_GAIN > before:
-        return (
-            f"k-means still ran {after:.0f} tasks (planted: {before:.0f}; aim for {TASKS_GAIN:.0f}x fewer, at most "
-            f"{before / TASKS_GAIN:.0f}): each does too little work for its cost"
-        )
-    return None
+def _queries_says(before: float, after: float, fixed: capstone.PipelineRun) -> str:
+    """The queries still move blocks: why, when the calls run where the blocks are but fetch the table."""
+    why = (
+        " — the calls ran where the blocks are, but each fetched the broadcast table's pieces from the other "
+        "backend; a strategy that makes one call per worker's partition fetches them once per worker"
+        if fixed.pipeline.queries == "active" and fixed.pipeline.calibration == "broadcast"
+        else ": the blocks still travel to the code"
+    )
+    return f"the queries still moved {fmt(after)} MB (planted: {fmt(before)} MB; aim for {QUERIES_GAIN:.0f}x less){why}"
 
 
-def client_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) -> str | None:
-    """What is still wrong with the statistics stage's bytes to the client (None: fixed)."""
-    before, after = _stage(planted, "statistics", "MB_to_client"), _stage(fixed, "statistics", "MB_to_client")
-    if after * CLIENT_GAIN > before:
-        return (
-            f"the statistics still brought {fmt(after)} MB to the client (planted: {fmt(before)} MB; aim for "
-            f"{CLIENT_GAIN:.0f}x less)"
-        )
-    return None
+MESSAGES = Problem(
+    None,
+    "MB_in_task_messages",
+    MESSAGES_GAIN,
+    lambda before, after, _: (
+        f"the scheduler still sent {fmt(after)} MB in task messages (planted: {fmt(before)} MB; aim for "
+        f"{MESSAGES_GAIN:.0f}x less): the calibration table travels inside every task"
+    ),
+)
+BLOCKS = Problem(
+    "kmeans",
+    "tasks",
+    TASKS_GAIN,
+    lambda before, after, _: (
+        f"k-means still ran {after:.0f} tasks (planted: {before:.0f}; aim for {TASKS_GAIN:.0f}x fewer, at most "
+        f"{before / TASKS_GAIN:.0f}): each does too little work for its cost"
+    ),
+)
+CLIENT = Problem(
+    "statistics",
+    "MB_to_client",
+    CLIENT_GAIN,
+    lambda before, after, _: (
+        f"the statistics still brought {fmt(after)} MB to the client (planted: {fmt(before)} MB; aim for "
+        f"{CLIENT_GAIN:.0f}x less)"
+    ),
+)
+QUERIES = Problem("queries", "MB_moved", QUERIES_GAIN, _queries_says)
+PROBLEMS = (MESSAGES, BLOCKS, CLIENT, QUERIES)  # the four planted problems, in the lesson's order
 
 
-def queries_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) -> str | None:
-    """What is still wrong with the queries stage's bytes moved (None: fixed)."""
-    before, after = _stage(planted, "queries", "MB_moved"), _stage(fixed, "queries", "MB_moved")
-    if after * QUERIES_GAIN > before:
-        why = (
-            " — the calls ran where the blocks are, but each fetched the broadcast table's pieces from the other "
-            "backend; a strategy that makes one call per worker's partition fetches them once per worker"
-            if fixed.pipeline.queries == "active" and fixed.pipeline.calibration == "broadcast"
-            else ": the blocks still travel to the code"
-        )
-        target = f"aim for {QUERIES_GAIN:.0f}x less"
-        return f"the queries still moved {fmt(after)} MB (planted: {fmt(before)} MB; {target}){why}"
-    return None
+def _verdict(
+    problem: Problem, planted_run: capstone.PipelineRun, fixed: capstone.PipelineRun, done: str, hint: str = ""
+) -> tuple:
+    """One fix's verdict: not yet, with what is still wrong (and ``hint``), or passed, with ``done``
+    (what the fix changed, as measured)."""
+    left = problem.left(planted_run, fixed)
+    return not_yet(left, hint) if left else passed(done)
 
 
 @exercise(
@@ -97,14 +123,11 @@ def queries_problem(planted: capstone.PipelineRun, fixed: capstone.PipelineRun) 
 def calibration_fix(calibration: Any, planted_run: Any, session: Any) -> tuple:
     """The calibration table out of the task messages."""
     fixed = _run(session, planted_run, calibration=choice(calibration, "calibration", capstone.CALIBRATION))
-    problem = messages_problem(planted_run, fixed)
-    if problem:
-        return not_yet(problem, "look at MB_in_task_messages per stage in planted_run.stages")
-    return passed(
-        f"task messages: {fmt(_total(planted_run, 'MB_in_task_messages'))} MB -> "
-        f"{fmt(_total(fixed, 'MB_in_task_messages'))} MB; the pipeline took {fmt(planted_run.seconds)} s -> "
-        f"{fmt(fixed.seconds)} s"
+    done = (
+        f"task messages: {fmt(MESSAGES.measure(planted_run))} MB -> {fmt(MESSAGES.measure(fixed))} MB; "
+        f"the pipeline took {fmt(planted_run.seconds)} s -> {fmt(fixed.seconds)} s"
     )
+    return _verdict(MESSAGES, planted_run, fixed, done, "look at MB_in_task_messages per stage in planted_run.stages")
 
 
 @exercise(
@@ -119,13 +142,11 @@ def blocks_fix(blocks_per_worker: Any, kmeans_strategy: Any, planted_run: Any, s
     """k-means with far fewer tasks: bigger blocks or partitions."""
     strategy = choice(kmeans_strategy, "kmeans_strategy", capstone.OPTIONS["kmeans"])
     fixed = _run(session, planted_run, blocks_per_worker=blocks_per_worker, kmeans=strategy)
-    problem = blocks_problem(planted_run, fixed)
-    if problem:
-        return not_yet(problem)
-    return passed(
-        f"k-means tasks: {_stage(planted_run, 'kmeans', 'tasks'):.0f} -> {_stage(fixed, 'kmeans', 'tasks'):.0f}; "
+    done = (
+        f"k-means tasks: {BLOCKS.measure(planted_run):.0f} -> {BLOCKS.measure(fixed):.0f}; "
         f"k-means took {fmt(_stage(planted_run, 'kmeans', 'seconds'))} s -> {fmt(_stage(fixed, 'kmeans', 'seconds'))} s"
     )
+    return _verdict(BLOCKS, planted_run, fixed, done)
 
 
 @exercise(
@@ -139,13 +160,9 @@ def client_fix(statistics_strategy: Any, planted_run: Any, session: Any) -> tupl
     """The statistics computed where the blocks are, not at the client."""
     strategy = choice(statistics_strategy, "statistics_strategy", capstone.OPTIONS["statistics"])
     fixed = _run(session, planted_run, statistics=strategy)
-    problem = client_problem(planted_run, fixed)
-    if problem:
-        return not_yet(problem, "the 'fetch' strategy gathers every block to the client")
-    return passed(
-        f"bytes to the client for the statistics: {fmt(_stage(planted_run, 'statistics', 'MB_to_client'))} MB -> "
-        f"{fmt(_stage(fixed, 'statistics', 'MB_to_client'))} MB"
-    )
+    done = f"bytes to the client for the statistics: {fmt(CLIENT.measure(planted_run))} MB -> "
+    done += f"{fmt(CLIENT.measure(fixed))} MB"
+    return _verdict(CLIENT, planted_run, fixed, done, "the 'fetch' strategy gathers every block to the client")
 
 
 @exercise(
@@ -160,13 +177,8 @@ def queries_fix(queries_strategy: Any, planted_run: Any, session: Any) -> tuple:
     """The nearest-neighbour search run where the data is."""
     strategy = choice(queries_strategy, "queries_strategy", capstone.OPTIONS["queries"])
     fixed = _run(session, planted_run, queries=strategy)
-    problem = queries_problem(planted_run, fixed)
-    if problem:
-        return not_yet(problem)
-    return passed(
-        f"bytes moved by the queries: {fmt(_stage(planted_run, 'queries', 'MB_moved'))} MB -> "
-        f"{fmt(_stage(fixed, 'queries', 'MB_moved'))} MB"
-    )
+    done = f"bytes moved by the queries: {fmt(QUERIES.measure(planted_run))} MB -> {fmt(QUERIES.measure(fixed))} MB"
+    return _verdict(QUERIES, planted_run, fixed, done)
 
 
 @exercise(
@@ -183,16 +195,7 @@ def whole_pipeline(fixed: Any, planted_run: Any, session: Any) -> tuple:
     differences = capstone.same_answers(planted_run, run)
     if differences:
         return not_yet("the fixed pipeline computes something else: " + ", ".join(differences))
-    problems = [
-        p
-        for p in (
-            messages_problem(planted_run, run),
-            blocks_problem(planted_run, run),
-            client_problem(planted_run, run),
-            queries_problem(planted_run, run),
-        )
-        if p
-    ]
+    problems = [p for p in (problem.left(planted_run, run) for problem in PROBLEMS) if p]
     if problems:
         return not_yet(f"{len(problems)} of the 4 problems remain: " + "; ".join(problems))
     per_stage = ", ".join(
