@@ -189,3 +189,13 @@ def test_no_import_cycles_in_the_runtime_package():
     for module in sorted(graph):
         if module not in state:
             visit(module)
+
+
+def test_the_cycle_test_follows_the_package_inits_an_import_runs():
+    """``import a.b.c`` runs ``a.b``'s ``__init__`` first: the splitter's old lazy import of
+    ``strategies.base`` ran the strategies package, which imports ``split``, which imports the splitter."""
+    known = {"workbench", "workbench.runtime", "workbench.runtime.strategies", "workbench.runtime.strategies.base"}
+    found = with_package_inits("workbench.runtime.splitter", {"workbench.runtime.strategies.base"}, known)
+    assert found == {"workbench.runtime.strategies.base", "workbench.runtime.strategies"}  # not its own packages
+    inside = with_package_inits("workbench.runtime.strategies.split", {"workbench.runtime.strategies.base"}, known)
+    assert inside == {"workbench.runtime.strategies.base"}  # a package holding the module is already importing
