@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import pandas as pd
@@ -257,8 +258,8 @@ def _progress(total: int, enabled: bool):
 class Declared:
     """An experiment as declared, every part of it checked once, before any cluster starts: the
     application, its variants (each a callable already checked: names, strategies, their needs),
-    the baseline, the size, the grid, the repeats. The CLI declares before it starts a cluster;
-    :func:`run_declared` runs what it is given without checking it again."""
+    the baseline, the size, the grid, the repeats (its mappings read-only). The CLI declares before
+    it starts a cluster; :func:`run_declared` runs what it is given without checking it again."""
 
     application: registry.Application
     variants: tuple[str, ...]
@@ -300,7 +301,7 @@ def declare(
     grid = _checked_grid(application, grid, size)
     names, baseline = _chosen_variants(application, variants, baseline)
     calls = {name: application.variant(name) for name in names}  # the one check of each variant
-    return Declared(application, tuple(names), baseline, size, grid, repeats, calls)
+    return Declared(application, tuple(names), baseline, size, MappingProxyType(grid), repeats, MappingProxyType(calls))
 
 
 def _chosen_variants(
