@@ -30,7 +30,6 @@ bounds it on this machine, from figures measured in the same run.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import tempfile
@@ -44,12 +43,13 @@ import numpy as np
 import kernels
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.bench.store import counts_per_iteration
 from workbench.lab.tier_experiments import APPS, budget_for, small_object_bytes, tier_variants
 from workbench.memory import tiers
 from workbench.runtime import counts
-from workbench.runtime.session import Session, start
+from workbench.runtime.session import Session
 from workbench.runtime.store import ArrayBlock, Store, registered_directory
 from workbench.runtime.strategies import tiers as tier_strategies
 
@@ -445,9 +445,7 @@ def _mixed_rounds(
 # -- the whole benchmark -------------------------------------------------------------------------
 def _setting(size: str, apps: Sequence[str] | None, variants: Sequence[str] | None) -> dict[str, Any]:
     """The size's setting with the applications and configurations asked for (checked)."""
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
-    setting = dict(SIZES[size])
+    setting = dict(SIZES[checked_size(size, SIZES)])
     for app in apps or ():
         if app not in APPS:
             raise ValueError(f"no tier application {app!r}; they are {', '.join(APPS)}")
@@ -474,7 +472,7 @@ def run(
     setting = _setting(size, apps, variants)
     progress = progress or Progress.quiet()
     budget = setting["budget"]
-    with contextlib.nullcontext(session) if session is not None else start(n_workers=workers, timeout=600) as session:
+    with bench_session(session, workers, timeout=600) as session:
         n_workers = len(session.workers())
         with tempfile.TemporaryDirectory(prefix="workbench-bench-tiers-") as directory:
             # a throwaway store of this benchmark's, unless the cluster has one (then joined, and left as found)
