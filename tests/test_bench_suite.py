@@ -791,3 +791,8 @@ def test_make_bench_node_runs_the_node_checks_at_16_workers_each_taking_the_work
 def test_a_goals_unit_is_joined_when_a_symbol_and_apart_when_words(unit, text):
     g = bench_goals.goal("a goal", 2.5, 1.0, unit=unit)
     assert bench_goals.figure_text(g) == text
+
+
+def test_a_derived_threshold_is_written_to_three_figures_and_a_whole_one_whole():
+    assert "(goal <= 3.15x" in bench_goals.describe(bench_goals.goal("g", 2.6, 3.15348, better="lower"))
+    assert "(goal <= 65536B" in bench_goals.describe(bench_goals.goal("g", 0, 65536, better="lower", unit="B"))

@@ -95,7 +95,9 @@ def figure_text(g: Mapping[str, Any]) -> str:
 
 def threshold_text(g: Mapping[str, Any], signs: tuple[str, str] = (">=", "<=")) -> str:
     """A goal's threshold with its direction: ``>= 20x`` (``signs``: for higher, for lower is better)."""
-    return f"{signs[0] if g['better'] == 'higher' else signs[1]} {g['threshold']:g}{_unit(g)}"
+    t = g["threshold"]
+    figure = f"{t:g}" if float(t).is_integer() else f"{t:.3g}"  # a derived threshold to the figure's digits
+    return f"{signs[0] if g['better'] == 'higher' else signs[1]} {figure}{_unit(g)}"
 
 
 def describe(g: Mapping[str, Any]) -> str:
