@@ -284,7 +284,7 @@ class ObjectTable(Mapping[Key, Entry]):
         one rule (:meth:`~workbench.runtime.store.link.Link.retrying`).
         """
         if for_write:  # a writing method runs only on a holder: the proxy asks again, elsewhere
-            return self.link.retrying(lambda again: self._obtain_for_write(ref, task))
+            return self._obtain_for_write(ref, task)
         return self.link.retrying(lambda again: self._obtain_once(ref, task, for_write))
 
     def _obtain_for_write(self, ref: ObjectRef, task: str) -> tuple[ObjectRef, Entry]:
