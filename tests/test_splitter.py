@@ -271,21 +271,3 @@ def test_weak_scaling_and_knn_fit_sweep(session):
     ]
     sweep = granularity.knn_fit_sweep(session, "ci", fit_points=(4_000, 8_000), blocks_per_worker=2, repeats=2)
     assert set(sweep["points"]) == {4_000, 8_000} and (sweep["blocks_per_second"] > 0).all()
-
-
-def test_split_holds_nothing_where_each_partition_is_one_block(session):
-    """A partition of one block is its own one dependency: no round of hold tasks (split / blocks at 1
-    block per core, issue 36); with more blocks per partition the first map holds them."""
-    from workbench.runtime import strategies
-    from workbench.runtime.work import BlockWork
-
-    work = BlockWork(block=lambda b: float(b.sum()), merge=sum)
-    for blocks_per_worker, holds in ((1, False), (3, True)):
-        rows = 8 * len(session.workers()) * blocks_per_worker
-        placed = PlacedBlocks(session, da.ones((rows, 2), chunks=(8, 2)))
-        try:
-            with strategies.get("split").open(session, placed) as plan:
-                assert plan.reduce(work) == plan.reduce(work) == 2.0 * rows
-                assert (plan.held is not None) == holds
-        finally:
-            placed.release()

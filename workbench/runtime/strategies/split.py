@@ -37,10 +37,7 @@ class SplitPlan(DaskPlan):
 
     def map(self, work: BlockWork, *args: Any) -> list[Any]:
         """One task per partition, pinned to its worker, depending on its held blocks only (held at the
-        first map, in phase ``split``: each block is a dependency once per plan, not once per map). A
-        partition of one block is its own one dependency: nothing to hold, no extra round of tasks."""
-        if all(len(p.blocks) == 1 for p in self.partitions) and not self.aligned:
-            return map_partitions(self.session, self.partitions, work, self.task_args(args))
+        first map, in phase ``split``: each block is a dependency once per plan, not once per map)."""
         if self.held is None:
             with self.recorder.phase("split"):
                 self.held = splitter.hold_partitions(self.session, self.partitions, self.aligned_blocks)
