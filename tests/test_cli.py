@@ -151,14 +151,25 @@ def _bad_inputs(tmp_path):
     ]
 
 
-def test_bad_input_fails_at_once_with_a_message_not_a_traceback(tmp_path):
-    for arguments, words in _bad_inputs(tmp_path):
-        result = _workbench(*arguments, cwd=tmp_path)
-        assert result.returncode == 2, (arguments, result.stdout, result.stderr)
-        assert "Traceback" not in result.stderr, (arguments, result.stderr)
+def test_bad_input_fails_at_once_with_a_message_not_a_traceback(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    bad_inputs = _bad_inputs(tmp_path)
+    for arguments, words in bad_inputs:
+        try:
+            status = cli.main(arguments)
+        except SystemExit as exit:  # argparse's own errors
+            status = exit.code
+        out, err = capsys.readouterr()
+        assert status == 2, (arguments, out, err)
+        assert "Traceback" not in err, (arguments, err)
         for word in words:
-            assert word.lower() in result.stderr.lower(), (arguments, word, result.stderr)
+            assert word.lower() in err.lower(), (arguments, word, err)
     assert not (tmp_path / "runs").exists(), "a run refused at once still made its results directory"
+    # the same through the command a user types: its exit status and stderr, in a process of its own
+    arguments, words = bad_inputs[0]
+    result = _workbench(*arguments, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert all(word.lower() in result.stderr.lower() for word in words), result.stderr
 
 
 def _leaves(commands=cli.COMMANDS, words=()):

@@ -1,8 +1,10 @@
 """A real multi-process cluster, as a user outgrowing one machine has: ``dask scheduler`` and two
 ``dask worker`` processes started from the command line, each worker with its own node id (not a
-LocalCluster). Every application runs all its variants through the ``workbench`` command, twice in
-a row on the same cluster, and nothing is left behind: no store registration on the scheduler or
-the workers, no shared-memory segment, no process once the cluster is stopped.
+LocalCluster). Every application runs all its variants through the ``workbench`` command, then
+those that leave state on the workers between runs (segments and the store: histogram; tier files:
+histogram1d; channel groups: prk-stencil) run again on the same cluster, and nothing is left behind:
+no store registration on the scheduler or the workers, no shared-memory segment, no process once the
+cluster is stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from cluster_helpers import (
 from workbench.memory import shm
 
 NODES = ("nodeA", "nodeB")
+# run again in the second round: the applications whose variants leave state on the workers (each
+# application's own state is checked gone after it in the first round)
+AGAIN = ("histogram", "histogram1d", "prk-stencil")
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +60,11 @@ def external_cluster(tmp_path_factory):
     cluster.wait_gone()
 
 
-def test_every_application_runs_twice_through_the_cli_on_an_external_cluster(external_cluster, tmp_path):
+def test_every_application_runs_through_the_cli_on_an_external_cluster_and_again(external_cluster, tmp_path):
     segments_before = {p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}*")}
-    for round_ in (1, 2):  # the second round proves the first left the cluster as it found it
-        for app, options in RUNS.items():
+    for round_, apps in ((1, list(RUNS)), (2, AGAIN)):  # the second round: the first left the cluster as it found it
+        for app in apps:
+            options = RUNS[app]
             out = tmp_path / f"{app}-{round_}"
             document = run_every_variant(app, out, external_cluster["env"], tmp_path, options)
             assert {w["node"] for w in document["metadata"]["cluster"]["workers"]} == set(NODES)

@@ -85,6 +85,8 @@ def test_typed_tiers_are_refused_when_the_objects_say_otherwise():
     assert check("05.3", pair=..., tiers_after_reads=["dram", "mapped"]).status == NOT_YET
     both = [types.SimpleNamespace(tier=lambda: "dram")] * 2
     assert "fit only one" in check("05.3", pair=both, tiers_after_reads=["dram", "dram"]).message
+    never_dynamic = check("05.3", pair=pair, tiers_after_reads=["mapped", "mapped"])
+    assert never_dynamic.status == NOT_YET and "placed 'dynamic'" in never_dynamic.message
     right = [types.SimpleNamespace(tier=lambda: "dram"), types.SimpleNamespace(tier=lambda: "mapped")]
     assert check("05.3", pair=right, tiers_after_reads=["dram", "mapped"]).passed
 

@@ -1,20 +1,23 @@
-"""Every lesson is executed at the small "ci" size twice, under Run All, from its solutions manual
-(workbench/teach/solutions/):
+"""Every lesson is executed at the small "ci" size, under Run All, from its solutions manual
+(workbench/teach/solutions/), as a learner who first got every exercise wrong, then fixed it
+(execute's "both" mode): before each check cell, the manual's wrong answer and a copy of the check
+(which must say "not yet"), then the worked solution and the check (which must pass). Nothing may
+raise: a check never stops a notebook that runs all its cells.
 
-- "solutions": each worked solution injected before its check cell — every check cell must pass;
-- "learner": each of the manual's wrong answers injected instead, as a learner who got every exercise
-  wrong and pressed Run All — every check cell must say "not yet", and nothing may raise (a check
-  never stops a notebook that runs all its cells).
+One run per lesson covers what a run with only wrong answers would, because no cell after an
+exercise reads a name its answers bind (``test_no_cell_reads_a_learners_answer_after_its_check``):
+the rest of the lesson runs the same whatever the learner answered.
 
-The executed copies are kept in build/executed/<mode>/ for debugging and for the course site (with
-outputs; never committed). Cells tagged ``raises-exception`` demonstrate an error on purpose: they
-must raise, and nothing else may. (papermill reports any error output, tagged or not, so the check is
-done here.) The kernel runs with a temporary directory of its own, which must hold nothing of the
-lesson's once its last cell ran.
+The executed copies are kept in build/executed/both/, and their solutions-only views in
+build/executed/solutions/ (the course site's pages), with outputs; never committed. Cells tagged
+``raises-exception`` demonstrate an error on purpose: they must raise, and nothing else may.
+(papermill reports any error output, tagged or not, so the check is done here.) The kernel runs with
+a temporary directory of its own, which must hold nothing of the lesson's once its last cell ran.
 """
 
 from __future__ import annotations
 
+import ast
 import tempfile
 from pathlib import Path
 
@@ -22,27 +25,26 @@ import nbformat
 import pytest
 
 from workbench.teach import NOT_YET, PASSED, exercises
-from workbench.teach.execute import check_verdicts, execute
+from workbench.teach.execute import LEARNER_TAGS, check_verdicts, checked_exercise, execute, solutions_view
+from workbench.teach.manual import solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"
-MODES = {"solutions": PASSED, "learner": NOT_YET}
 KEPT_BY_DASK = {"dask-scratch-space"}  # Dask's shared scratch directory: kept and reused by every cluster
 
 
 @pytest.mark.notebook
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_at_ci_size(notebook: Path, mode: str, monkeypatch: pytest.MonkeyPatch):
+def test_notebook_runs_at_ci_size(notebook: Path, monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("papermill")
     # the kernel's (and its workers') temporary directory, to see what the lesson leaves there; a short
     # path, as /tmp's: a fork server's socket path in it must fit in 107 bytes
     with tempfile.TemporaryDirectory(prefix="lwb-nb-", ignore_cleanup_errors=True) as directory:
         scratch = Path(directory)
         monkeypatch.setenv("TMPDIR", directory)
-        output = execute(notebook, EXECUTED / mode, mode)
+        output = execute(notebook, EXECUTED / "both", "both")
         left = sorted(p.name for p in scratch.iterdir() if p.name not in KEPT_BY_DASK)
     executed = nbformat.read(output, as_version=4)
     unexpected, missing = [], []
@@ -64,9 +66,63 @@ def test_notebook_runs_at_ci_size(notebook: Path, mode: str, monkeypatch: pytest
     verdicts = check_verdicts(executed)
     lesson = notebook.name[:2]
     declared = [e.id for e in exercises(lesson)]
-    assert [v["exercise"] for _, v in verdicts if v] == declared, f"check cells vs exercises of lesson {lesson}"
-    wrong = [(i, v) for i, v in verdicts if v is None or v["status"] != MODES[mode]]
-    assert not wrong, f"with {mode}, every check should say {MODES[mode]!r}: " + "; ".join(
-        f"cell {i}: {v['exercise'] + ': ' + v['status'] + ' - ' + v['message'] if v else 'no verdict shown'}"
-        for i, v in wrong
-    )
+    assert [v["exercise"] for _, v in verdicts if v][1::2] == declared, f"check cells vs exercises of lesson {lesson}"
+    wrong = []
+    for index, verdict in verdicts:
+        learner = LEARNER_TAGS[0] in executed.cells[index].metadata.get("tags", [])
+        expected = NOT_YET if learner else PASSED
+        if verdict is None or verdict["status"] != expected:
+            said = f"{verdict['exercise']}: {verdict['status']} - {verdict['message']}" if verdict else "no verdict"
+            wrong.append(f"cell {index} ({'wrong answer' if learner else 'solution'}, should say {expected!r}): {said}")
+    assert not wrong, "; ".join(wrong)
+    view = EXECUTED / "solutions" / notebook.name
+    view.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(solutions_view(executed), view)
+
+
+def _bound(code: str) -> set[str]:
+    """Names a cell binds at its top level (assignments, imports, definitions; not comprehension variables)."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp | ast.Lambda):
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(code))
+    return names
+
+
+def _read(code: str) -> set[str]:
+    """Names a cell reads (IPython's magics and shell lines left out)."""
+    source = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_cell_reads_a_learners_answer_after_its_check(notebook: Path):
+    """What makes one "both" run stand for a run with wrong answers only: the cells after an exercise
+    never read a name the learner's answer (right or wrong) binds, so they run the same either way."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    manual = solutions(notebook.name[:2])
+    readers = []
+    for index, cell in enumerate(cells):
+        exercise = checked_exercise(cell)
+        if exercise is None:
+            continue
+        answer = _bound(manual[exercise].code) | _bound(manual[exercise].wrong)
+        for later in cells[index + 1 :]:
+            if later.cell_type != "code" or checked_exercise(later) == exercise:
+                continue
+            read = (answer & _read(later.source)) - _bound(later.source)
+            if read:
+                readers.append(f"{exercise}: a later cell reads {sorted(read)}:\n{later.source[:200]}")
+    assert not readers, "\n\n".join(readers)

@@ -315,7 +315,7 @@ def test_the_manual_refuses_a_section_without_its_solution_or_wrong_answer():
 def test_each_mode_injects_the_manuals_cell_before_its_check():
     import nbformat
 
-    from workbench.teach.execute import with_answers
+    from workbench.teach.execute import solutions_view, with_answers
 
     source = nbformat.v4.new_notebook()
     source.cells = [
@@ -329,6 +329,16 @@ def test_each_mode_injects_the_manuals_cell_before_its_check():
     assert [c.source for c in solved.cells] == ["x = ...", entry.code, source.cells[1].source]
     assert "hide-cell" in solved.cells[1].metadata["tags"]
     assert with_answers(source, "07", "learner").cells[1].source == entry.wrong
+    both = with_answers(source, "07", "both")
+    check_cell = source.cells[1].source
+    assert [c.source for c in both.cells] == ["x = ...", entry.wrong, check_cell, entry.code, check_cell]
+    assert [c.metadata.get("tags") for c in both.cells[1:]] == [
+        ["learner-answer"],
+        ["check", "learner-answer"],
+        ["solution", "hide-cell"],
+        ["check"],
+    ]
+    assert [c.source for c in solutions_view(both).cells] == [c.source for c in solved.cells]
     source.cells[1].source = 'check("07.9", x=x)'
     with pytest.raises(manual.ManualError, match="07.9"):
         with_answers(source, "07", "solutions")

@@ -387,7 +387,7 @@ def _anon_huge_kib(address: int, length: int) -> int:
 # -- 3. page tables -----------------------------------------------------------------------------
 # A child is a bare interpreter (``python -S``, no numpy, no workbench): its page tables hold little
 # but the segment's. It maps the segment's file, reads one byte of each page from ``threads``
-# threads, prints its VmPTE before and after, and stays alive until its stdin closes.
+# threads, prints its VmPTE before and after, and stays alive until it reads a byte or EOF on stdin.
 _PAGE_TABLE_CHILD = r"""
 import mmap, sys, threading
 def pte():
@@ -475,6 +475,9 @@ def page_tables(nbytes: int, tasks: Sequence[int] = (1, 2, 4), model: str = "pro
                 measured = True
             finally:
                 for child in children:  # after a failure the others are killed at once, not awaited
+                    # a byte, not only EOF: a process forked meanwhile may hold the pipe's write end open
+                    with contextlib.suppress(OSError, ValueError):
+                        child.stdin.write("q")  # type: ignore[union-attr]
                     with contextlib.suppress(OSError):
                         child.stdin.close()  # type: ignore[union-attr]
                     try:

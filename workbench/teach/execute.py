@@ -1,10 +1,13 @@
 """Run a lesson as CI and the course site do: at the "ci" size, with the solutions manual's answers
 or as a learner who got every exercise wrong, and read what its check cells said.
 
-A lesson notebook holds no solutions (:mod:`workbench.teach.manual`): each mode injects one cell
+A lesson notebook holds no solutions (:mod:`workbench.teach.manual`): each mode injects cells
 before each check cell, from the manual: "solutions" the worked solution (tagged ``solution`` and
-``hide-cell``), "learner" the manual's wrong answer (tagged ``learner-answer``). Used by the notebook
-tests and by ``make site`` (the site shows the lessons executed with solutions).
+``hide-cell``), "learner" the manual's wrong answer (tagged ``learner-answer``), and "both" the wrong
+answer and a copy of the check cell (tagged ``learner-answer``), then the worked solution and the
+check: a learner who got the exercise wrong, checked, then fixed it, all in one Run All. "both" is
+what the notebook tests run (one execution per lesson instead of two; see docs/architecture.md's
+decisions): :func:`solutions_view` gives its solutions-only copy, which ``make site`` shows.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import nbformat
 from workbench.teach.feedback import MIME
 from workbench.teach.manual import ManualError, solutions
 
-MODES = ("solutions", "learner")
+MODES = ("solutions", "learner", "both")
 CELL_TIMEOUT = 300  # seconds per cell: a ci-size cell takes under a minute; a hung kernel fails in 5, not 10
 _CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.\d+)["']""")
-_INJECTED = {"solutions": ["solution", "hide-cell"], "learner": ["learner-answer"]}
+SOLUTION_TAGS, LEARNER_TAGS = ["solution", "hide-cell"], ["learner-answer"]
 
 
 def checked_exercise(cell: nbformat.NotebookNode) -> str | None:
@@ -32,8 +35,9 @@ def checked_exercise(cell: nbformat.NotebookNode) -> str | None:
 
 
 def with_answers(notebook: nbformat.NotebookNode, lesson: str, mode: str) -> nbformat.NotebookNode:
-    """The lesson with one cell injected before each check cell: the manual's solution ("solutions")
-    or its wrong answer ("learner"). A check cell whose exercise has no manual entry is refused."""
+    """The lesson with cells injected before each check cell: the manual's solution ("solutions"), its
+    wrong answer ("learner"), or the wrong answer, a copy of the check, then the solution ("both"). A
+    check cell whose exercise has no manual entry is refused."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     manual = solutions(lesson)
@@ -45,8 +49,13 @@ def with_answers(notebook: nbformat.NotebookNode, lesson: str, mode: str) -> nbf
             if id not in manual:
                 raise ManualError(f"lesson {lesson} checks exercise {id}, which its solutions page lacks")
             entry = manual[id]
-            code = entry.code if mode == "solutions" else entry.wrong
-            cells.append(nbformat.v4.new_code_cell(code, metadata={"tags": list(_INJECTED[mode])}))
+            if mode in ("learner", "both"):
+                cells.append(nbformat.v4.new_code_cell(entry.wrong, metadata={"tags": list(LEARNER_TAGS)}))
+            if mode == "both":
+                tags = [*cell.metadata.get("tags", []), *LEARNER_TAGS]
+                cells.append(nbformat.v4.new_code_cell(cell.source, metadata={"tags": tags}))
+            if mode in ("solutions", "both"):
+                cells.append(nbformat.v4.new_code_cell(entry.code, metadata={"tags": list(SOLUTION_TAGS)}))
         cells.append(cell)
     notebook.cells = cells
     return notebook
@@ -85,6 +94,14 @@ def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = 
     finally:
         prepared.unlink(missing_ok=True)
     return output
+
+
+def solutions_view(executed: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """An executed "both" copy without its learner cells (the wrong answers and their checks): what
+    a "solutions" run shows, for the course site."""
+    view = nbformat.from_dict(executed)
+    view.cells = [c for c in view.cells if LEARNER_TAGS[0] not in c.metadata.get("tags", [])]
+    return view
 
 
 def check_verdicts(executed: nbformat.NotebookNode) -> list[tuple[int, dict | None]]:

@@ -119,6 +119,11 @@ def dynamic_placement(pair: Any, tiers_after_reads: Any) -> tuple:
     now = [p.tier() for p in pair]
     if list(tiers_after_reads) != now:
         return not_yet(f"tiers_after_reads is {list(tiers_after_reads)}, but the objects in pair say they are on {now}")
+    if first == second == "mapped":
+        return not_yet(
+            "both objects are still on 'mapped': reads move only objects placed 'dynamic' (store.place(pair, "
+            "'dynamic'), after placing them on mapped)"
+        )
     if second == "dram" and first == "dram":
         return not_yet("both objects are in DRAM, but the budget should fit only one: set it before the reads")
     if first != "dram":
