@@ -185,3 +185,24 @@ def test_the_site_carries_every_course_page():
     from workbench.teach import site
 
     assert sorted(site.PAGES) == sorted(p.stem for p in PAGES), "add the page to workbench.teach.site.PAGES"
+
+
+def test_the_readmes_application_table_is_the_registrys():
+    """The README's table of applications and variants is what `workbench run` runs (it once lacked
+    variants that had been added since)."""
+    from workbench.apps import registry
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("<!-- applications -->") : readme.index("<!-- /applications -->")]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    listed = {row[0].strip("| `"): [v.strip("` |") for v in row[-1].split(", ")] for row in rows}
+    expected = {name: list(registry.get(name).variants) for name in registry.names()}
+    assert listed == expected, "README.md's applications table differs from the registry: rewrite it from registry"
+
+
+def test_the_wrap_up_counts_the_mechanisms_its_table_shows():
+    page = (COURSE / "wrap-up.md").read_text()
+    table = page[page.index("| mechanism |") :].split("\n\n")[0]
+    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
+    words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+    assert f"**Question:** {words[len(rows)]} mechanisms" in page, f"the table has {len(rows)} mechanisms"

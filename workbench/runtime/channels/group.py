@@ -3,8 +3,9 @@
 ``run_group(session, fn, ...)`` submits one Dask task per rank, pinned to its worker; each task
 leaves the worker's thread pool (``secede``) so that several ranks can share a worker, builds its
 endpoints (a listening socket; shared-memory mailboxes as channels are made), publishes its
-address with a Dask ``Variable`` and reads everyone else's (Dask starts the ranks and exchanges
-their addresses; the messages themselves never go through Dask), connects to the ranks on other
+address on the scheduler (a Dask ``Variable``, and an ``Event`` to wait on) and reads everyone
+else's (Dask starts the ranks and exchanges their addresses; the messages themselves never go
+through Dask), connects to the ranks on other
 nodes (each link proves it belongs to the group with a secret ``run_group`` made for it and handed
 to the ranks as a task argument; a stranger's connection is refused), then runs ``fn(rank,
 *args)``. Every wait is bounded; the first rank that fails fails the group with its rank number
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from distributed import Variable, get_client, get_worker, secede
+from distributed import Event, Variable, get_client, get_worker, secede
 from distributed.actor import Actor
 
 from workbench.memory import shm
@@ -115,28 +116,25 @@ class Rank:
             self.worker = "client"
 
     # -- setup -------------------------------------------------------------------------------------
-    def _variable(self, key: str, rank: int) -> Variable:
-        return Variable(variable_name(self.group, key, rank))
-
     def _exchange(self, key: str, value: dict[str, Any], what: str) -> list[dict[str, Any]]:
         """Publish ``value`` and read every rank's (``what`` this step is, for errors). The wait for a
         rank stops within :data:`POLL_SECONDS` when that rank returned from its function without
         publishing, or the group was aborted; else at the timeout."""
-        self._variable(key, self.rank).set(value)
+        post(variable_name(self.group, key, self.rank), value)
         deadline = self.deadline()
         return [self._published(key, r, what, deadline) for r in range(self.size)]
 
     def _published(self, key: str, r: int, what: str, deadline: float) -> dict[str, Any]:
-        variable = self._variable(key, r)
+        name = variable_name(self.group, key, r)
         while True:
-            value = variable_value(variable, POLL_SECONDS)
+            value = posted(name, POLL_SECONDS)
             if value is not UNSET:
                 return value
             problem = self.aborted_check()
             if problem is not None:
                 raise problem.within(f"rank {self.rank} was waiting for rank {r} in {what}")
             if r != self.rank and self.has_finished(r):
-                value = variable_value(variable, 0)  # it may have published just before it returned
+                value = posted(name, 0)  # it may have published just before it returned
                 if value is not UNSET:
                     return value
                 raise RankGone(
@@ -151,7 +149,7 @@ class Rank:
 
     def has_finished(self, peer: int) -> bool:
         """Whether rank ``peer``'s function has returned (asked of the scheduler: a round trip)."""
-        return _is_set(self._variable("finished", peer))
+        return Event(variable_name(self.group, "finished", peer)).is_set()
 
     def finished(self) -> None:
         """Tell the other ranks this rank's function returned (a wait for it in a channel's or a
@@ -163,7 +161,7 @@ class Rank:
         if self.inbox is not None:
             self.inbox.close()
         try:
-            self._variable("finished", self.rank).set(self.channels_described, timeout=min(self.timeout, 5.0))
+            post(variable_name(self.group, "finished", self.rank), self.channels_described, min(self.timeout, 5.0))
         except Exception:  # noqa: BLE001 - the group is ending either way
             pass
 
@@ -263,7 +261,7 @@ class Rank:
         try:
             return self._peer_inboxes[peer].waiting_for(self.rank).result(timeout=seconds)
         except Exception as error:  # noqa: BLE001 - no answer: nothing to conclude from it
-            error.__traceback__ = None  # Dask's may sit in a reference cycle with this stack (see variable_value)
+            error.__traceback__ = None  # Dask's may sit in a reference cycle with this stack (see posted)
             return None
 
     def channel(self, name: str, shape: int | Sequence[int], dtype: Any = np.float64) -> ArrayChannel | EagerChannel:
@@ -484,32 +482,36 @@ def _clear_frames(error: BaseException) -> None:
         error = error.__cause__ or error.__context__  # type: ignore[assignment]
 
 
-UNSET = object()  # what variable_value returns for a variable that holds no value (yet)
+UNSET = object()  # what posted returns for a name under which nothing is published (yet)
 
 
-def variable_value(variable: Variable, timeout: float) -> Any:
-    """``variable``'s value, waited for at most ``timeout`` seconds; :data:`UNSET` if it has none by then.
+def post(name: str, value: Any, timeout: float = 30.0) -> None:
+    """Publish ``value`` under ``name`` on the scheduler for the other ranks: a Dask ``Variable``
+    holds it, and an ``Event`` of the same name says it is there (see :func:`posted`)."""
+    Variable(name).set(value, timeout=timeout)
+    Event(name).set()
 
-    Why not simply ``variable.get(timeout)``, catching its ``TimeoutError``: Dask raises that error
-    from ``distributed.utils.sync``, which keeps it in a closure cell of the very frame that raises
-    it, so the error's traceback and that frame make a reference cycle. The traceback also holds
-    the caller's frame, and through the frames' ``f_back`` links every frame of the rank thread's
-    stack as each returns: the rank function's locals with them, such as a reduce's result, a view
-    of the group's mailbox. A finished group's segment then stayed mapped in its worker until the
-    garbage collector's next full collection, which an idle worker may not run for minutes (issue
-    35, item 11: ``gc.get_referrers`` led from the mapped view's frame to the ``TimeoutError`` of a
-    ``_published`` poll). Dropping the traceback breaks the cycle, so reference counting frees it
-    at once."""
-    try:
-        return variable.get(timeout=timeout)
-    except TimeoutError as error:
-        error.__traceback__ = None
+
+def posted(name: str, timeout: float) -> Any:
+    """The value published under ``name``, waited for at most ``timeout`` seconds; :data:`UNSET` if
+    there is none by then.
+
+    The wait is on the ``Event``, whose timeout is an answer (False), not an error: a
+    ``Variable.get`` that times out raises ``TimeoutError`` in the scheduler's handler, which Dask
+    logs as an ERROR with its traceback, and a rank polls many times while its peers start (every
+    eager run printed such tracebacks although its answers were right). No ``TimeoutError`` is
+    made on this side either: Dask's keeps the raising frame in a reference cycle that held a rank's
+    stack, and a finished group's segment with it, until a full garbage collection."""
+    event = Event(name)
+    if not (event.is_set() if timeout <= 0 else event.wait(timeout)):
         return UNSET
+    return Variable(name).get(timeout=POLL_SECONDS)  # set before its event: answered at once
 
 
-def _is_set(variable: Variable) -> bool:
-    """Whether a Dask variable holds a value now (asked without waiting)."""
-    return variable_value(variable, 0) is not UNSET
+def unpost(name: str, client: Any) -> None:
+    """Forget what was published under ``name`` (nothing happens for a name never published)."""
+    Variable(name, client).delete()
+    Event(name, client).clear()
 
 
 def _check_sendable(result: Any, rank: int) -> None:
@@ -736,13 +738,14 @@ def _forget_variables(session: Session, group: str, size: int, eager: bool) -> N
     described = []
     try:
         for r in range(size):
-            with contextlib.suppress(TimeoutError):  # not set: the rank died before it could say
-                described.append(int(Variable(variable_name(group, "finished", r), client).get(timeout=0)))
+            name = variable_name(group, "finished", r)
+            if Event(name, client).is_set():  # not set: the rank died before it could say
+                described.append(int(Variable(name, client).get(timeout=POLL_SECONDS)))
         channels = max(described, default=0) + (1 if len(described) < size else 0)
         steps = ("channel",) if eager else ("channel", "mailbox")
         keys = ["address", "finished"] + [f"{step}{i}" for i in range(channels) for step in steps]
         for r in range(size):
             for key in keys:
-                Variable(variable_name(group, key, r), client).delete()
+                unpost(variable_name(group, key, r), client)
     except Exception:  # best effort: a variable left behind holds a few bytes on the scheduler
         pass
