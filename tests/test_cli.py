@@ -140,6 +140,7 @@ def _bad_inputs(tmp_path):
         (["run", "histogram", "--param", "blocks_per_worker"], ["NAME=V1,V2"]),
         (["run", "histogram", "--variants", "blocks,nosuch"], ["no variant 'nosuch'"]),
         (["run", "histogrm"], ["no application 'histogrm'", "did you mean 'histogram'"]),
+        (["run", "histogram", "--cluster", "nosuch"], ["no cluster kind 'nosuch'", "gateway"]),
         (["bench", "tiers", "--apps", "histogram,kmeans"], ["no tier application 'histogram'", "histogram1d"]),
         (["bench", "tiers", "--variants", "dram,nvm"], ["no tier configuration 'nvm'", "mapped"]),
         (["bench", "channels", "--workers", "1"], ["--workers must be at least 2"]),

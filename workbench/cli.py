@@ -595,9 +595,10 @@ COMMANDS: tuple[Command, ...] = (
             _workers("worker processes (default: one per core; with --cluster slurm, those of $WORKBENCH_SLURM_JOBS)"),
             arg(
                 "--cluster",
-                choices=("local", "scheduler", "slurm"),
-                help="where the workers run (default $WORKBENCH_CLUSTER, else a scheduler at $WORKBENCH_SCHEDULER, "
-                "else local); slurm submits them as Slurm jobs set by $WORKBENCH_SLURM_* (README)",
+                metavar="KIND",
+                help="where the workers run: a cluster kind (local, scheduler, slurm, gateway; default "
+                "$WORKBENCH_CLUSTER, else a scheduler at $WORKBENCH_SCHEDULER, else local); slurm submits them "
+                "as Slurm jobs set by $WORKBENCH_SLURM_*, gateway asks a dask-gateway (README)",
             ),
             arg("--seed", type=int, default=0),
             arg("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait"),

@@ -4,6 +4,8 @@
 ``scheduler``: join a running Dask scheduler by its address (a cluster started by hand, by dask-mpi, ...).
 ``slurm``: workers submitted as Slurm jobs with dask-jobqueue's ``SLURMCluster``; the scheduler runs
 in this process, and the jobs are cancelled (and checked gone from ``squeue``) when the session closes.
+``gateway``: a cluster of the user's own from a dask-gateway server (a JupyterHub's), shut down when
+the session closes.
 
 A new way to get workers is one :class:`ClusterKind` subclass passed to :func:`register`: it checks
 the :class:`ClusterRequest` before anything starts and opens a connected client with its workers up.
@@ -40,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+import dask
 import psutil
 from dask.utils import format_bytes, parse_bytes
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
@@ -446,6 +449,69 @@ class SchedulerKind(ClusterKind):
                 "distributed.comm.tls with a certificate both sides trust"
             )
         return Client(request.address, timeout=request.timeout, security=security), None
+
+
+GATEWAY_WORKERS = 2  # a gateway cluster's workers when start() names none (a learner's share of a hub)
+
+
+def _gateway_cluster_class() -> type:
+    """dask-gateway's ``GatewayCluster``, closed the way a session closes every cluster it owns
+    (``close(timeout=...)``): shut down on the gateway, whoever else holds it (imported when used)."""
+    from dask_gateway import GatewayCluster
+
+    class WorkbenchGatewayCluster(GatewayCluster):
+        def close(self, timeout: float | None = None, shutdown: bool | None = True) -> Any:
+            return super().close(shutdown=shutdown)
+
+    return WorkbenchGatewayCluster
+
+
+@register
+class GatewayKind(ClusterKind):
+    """A cluster of this user's own from a dask-gateway server (the hubs of Pangeo and 2i2c give
+    each user Dask clusters so): its address, proxy and authentication come from Dask's configuration
+    (``gateway.address``, ``gateway.auth.type``; a JupyterHub spawner sets them, and the hub's API
+    token, in each user's environment). The gateway starts the scheduler and workers as this user,
+    talks TLS with credentials made for this cluster, and keeps other users from listing, connecting
+    to or stopping it; its own limits (cores, memory per cluster) apply. The session shuts the
+    cluster down when it closes."""
+
+    name = "gateway"
+
+    def check(self, request: ClusterRequest) -> None:
+        """dask-gateway is installed and a gateway address configured; no local cluster's shape."""
+        try:
+            import dask_gateway  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "cluster='gateway' needs the dask-gateway client: pip install dask-gateway (the hub's image "
+                "usually has it)"
+            ) from None
+        if not dask.config.get("gateway.address", None):
+            raise ValueError(
+                "cluster='gateway' needs the gateway's address in Dask's configuration: set "
+                "$DASK_GATEWAY__ADDRESS (and $DASK_GATEWAY__AUTH__TYPE, e.g. jupyterhub), as the hub's spawner does"
+            )
+        if request.nodes is not None:
+            raise ValueError("nodes simulates nodes on a local cluster; a gateway cluster's workers are the gateway's")
+
+    def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
+        """A new cluster on the gateway, scaled to ``n_workers`` (default :data:`GATEWAY_WORKERS`),
+        and a client once they are up; the cluster is shut down when that fails."""
+        n_workers = request.n_workers or GATEWAY_WORKERS
+        cluster = _gateway_cluster_class()(shutdown_on_close=True)
+        try:
+            cluster.scale(n_workers)
+            client = cluster.get_client(set_as_default=False)
+            try:
+                client.wait_for_workers(n_workers, timeout=request.timeout)
+            except BaseException:
+                client.close(timeout=request.timeout)
+                raise
+        except BaseException:
+            cluster.close()
+            raise
+        return client, cluster
 
 
 def _squeue(job_ids: Sequence[str], timeout: float = 30) -> dict[str, str]:

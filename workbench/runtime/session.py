@@ -338,7 +338,8 @@ def start(
 
     address: a scheduler to join (``tcp://host:8786``); default ``$WORKBENCH_SCHEDULER``.
     cluster: the kind of cluster (:mod:`workbench.runtime.clusters`): "local" (worker processes on this
-        machine), "scheduler" (join ``address``) or "slurm" (workers as Slurm jobs, ``slurm`` saying how);
+        machine), "scheduler" (join ``address``), "slurm" (workers as Slurm jobs, ``slurm`` saying how)
+        or "gateway" (a cluster of the user's own from a dask-gateway server, e.g. a JupyterHub's);
         default ``$WORKBENCH_CLUSTER``, else "scheduler" with an address, "slurm" with ``slurm``, else "local".
     n_workers: worker processes (default: one per core locally, one per entry of ``nodes``; with Slurm,
         the jobs of ``slurm``).

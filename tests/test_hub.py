@@ -1,0 +1,209 @@
+"""A class on a real JupyterHub: two learners, each with a server spawned through the hub's REST API,
+run lesson 00 at size ci through their server's kernel API, at the same time. Then, in each learner's
+kernel: a cluster, a shared segment, a tier file and a store object in the default places. Checked:
+
+- each learner's segments, tier files and store are theirs (owner, private modes, different paths);
+- the per-learner memory cap the spawner's environment sets (``WORKBENCH_MAX_MEMORY``) holds;
+- one learner's token reaches neither the other's server, kernel nor Dask dashboard (served through
+  the learner's authenticated server proxy, ``/user/NAME/proxy/PORT/status``);
+- ``jupyterhub-idle-culler`` stops an idle learner's server, and the learner's kernel and cluster
+  leave nothing in ``/dev/shm``.
+
+Needs root, ``useradd``, ``unshare`` (as tests/test_two_users.py), JupyterHub and its
+configurable-http-proxy (``.ci/run`` installs it from npm).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from hub_helpers import Hub, Kernel, why_no_hub
+from test_two_users import Learner, _why_not
+
+from workbench.memory import shm
+from workbench.teach import PASSED
+from workbench.teach.execute import with_answers
+from workbench.teach.feedback import MIME
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "00-welcome.ipynb"
+CAP = "1536MiB"
+CULL_AFTER_S = 20  # idle seconds before the culler stops a server (it looks every 5 s)
+CULL_WAIT_S = 180.0
+
+PLACE = r"""
+import json, os
+import numpy as np
+import workbench
+from workbench.memory import shm, tiers
+from workbench.runtime.store import Store
+from workbench.runtime.store.handles import ArrayBlock
+
+session = workbench.start(timeout=120)
+readings = shm.share("lesson02-readings", np.arange(1_000.0))
+placed = tiers.place("lesson05-mapped", np.full(256, 5.0), "mapped", replace=True)
+store = Store(session)
+block = store.make_persistent(ArrayBlock(np.full((8, 8), 1.0)))
+block.flush()
+try:
+    workbench.start(n_workers=2, memory_limit="4GiB", timeout=60)
+    over_cap = "started"
+except ValueError as error:
+    over_cap = str(error)
+limits = [w["memory_limit"] for w in session.client.scheduler_info()["workers"].values()]
+print(json.dumps({
+    "uid": os.getuid(),
+    "segment": str(shm.segment_path("lesson02-readings")),
+    "tier_file": str(placed.path),
+    "store_dir": str(store.directory),
+    "over_cap": over_cap,
+    "limits": limits,
+    "dashboard_port": session.client.scheduler_info()["services"].get("dashboard"),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub():
+    reason = _why_not() or why_no_hub()
+    if reason:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="lwb-hub-", dir="/tmp"))
+    base.chmod(0o755)
+    learners: list[Learner] = []
+    running = None
+    try:
+        learners = [Learner(base, "a"), Learner(base, "b")]
+        culler = {
+            "name": "idle-culler",
+            "command": [
+                shutil.which("python3", path=str(Path(__import__("sys").executable).parent)) or "python3",
+                "-m", "jupyterhub_idle_culler", f"--timeout={CULL_AFTER_S}", "--cull-every=5",
+            ],  # fmt: skip
+            "role": {
+                "name": "idle-culler",
+                "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+                "services": ["idle-culler"],
+            },
+        }
+        environment = {
+            "WORKBENCH_MAX_MEMORY": CAP,
+            "WORKBENCH_SIZE": "ci",
+            "WORKBENCH_DASHBOARD": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is read-only to the learner
+            "JUPYTERHUB_ACTIVITY_INTERVAL": "5",
+        }
+        running = Hub(base, {learner.name: learner for learner in learners}, environment, services=[culler])
+        tokens = {learner.name: running.add_learner(learner.name) for learner in learners}
+        yield running, learners, tokens
+    finally:
+        if running is not None:
+            running.stop()
+        for learner in learners:
+            learner.remove()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _lesson_cells() -> list[nbformat.NotebookNode]:
+    lesson = with_answers(nbformat.read(LESSON, as_version=4), "00", "solutions")
+    return [c for c in lesson.cells if c.cell_type == "code"]
+
+
+def _run_lesson(kernel: Kernel, results: dict) -> None:
+    try:
+        verdicts, errors = [], []
+        for cell in _lesson_cells():
+            outputs = kernel.run(cell.source)
+            expected = "raises-exception" in cell.metadata.get("tags", [])
+            raised = [o for o in outputs if o["msg_type"] == "error"]
+            if bool(raised) != expected:
+                errors.append((cell.source[:120], raised[0]["ename"] + ": " + raised[0]["evalue"] if raised else "no error"))
+            verdicts += [o["data"][MIME] for o in outputs if MIME in o.get("data", {})]
+        results[kernel.user] = {"verdicts": verdicts, "errors": errors}
+    except BaseException as error:  # noqa: BLE001 - reported by the test's thread
+        results[kernel.user] = {"failed": repr(error)}
+
+
+def _printed(outputs: list[dict]) -> dict:
+    errors = [o for o in outputs if o["msg_type"] == "error"]
+    assert not errors, f"{errors[0]['ename']}: {errors[0]['evalue']}"
+    text = "".join(o["text"] for o in outputs if o["msg_type"] == "stream" and o["name"] == "stdout")
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def _owned_segments(uid: int) -> list[str]:
+    found = []
+    for entry in shm.SHM_DIR.iterdir():
+        try:
+            if entry.lstat().st_uid == uid:
+                found.append(entry.name)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
+    server, learners, tokens = hub
+    a, b = learners
+    for learner in learners:
+        server.spawn(learner.name)
+    kernels = {learner.name: Kernel(server, learner.name, tokens[learner.name]) for learner in learners}
+
+    # lesson 00 at size ci in both servers at once, through the kernel API
+    results: dict = {}
+    threads = [threading.Thread(target=_run_lesson, args=(k, results)) for k in kernels.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    for learner in learners:
+        outcome = results.get(learner.name, {"failed": "the lesson did not finish"})
+        assert "failed" not in outcome, f"{learner.name}: {outcome}\n{server.log()}"
+        assert not outcome["errors"], (learner.name, outcome["errors"])
+        assert outcome["verdicts"] and all(v["status"] == PASSED for v in outcome["verdicts"]), outcome["verdicts"]
+
+    # each learner's segment, tier file and store: their own
+    placed = {name: _printed(kernel.run(PLACE)) for name, kernel in kernels.items()}
+    for learner in learners:
+        mine = placed[learner.name]
+        assert mine["uid"] == learner.uid
+        for path in (mine["segment"], mine["tier_file"], mine["store_dir"]):
+            info = Path(path).stat()
+            assert info.st_uid == learner.uid and not info.st_mode & 0o077, (path, oct(info.st_mode))
+        assert "WORKBENCH_MAX_MEMORY" in mine["over_cap"], mine["over_cap"]
+        from dask.utils import parse_bytes
+
+        assert 0 < sum(mine["limits"]) <= parse_bytes(CAP), mine["limits"]
+    assert placed[a.name]["segment"] != placed[b.name]["segment"]
+    assert placed[a.name]["store_dir"] != placed[b.name]["store_dir"]
+
+    # b's token reaches neither a's server, a's kernel nor a's dashboard; a's own token does
+    port = placed[a.name]["dashboard_port"]
+    status, _ = server.request("GET", f"/user/{a.name}/proxy/{port}/status", tokens[a.name])
+    assert status == 200, status
+    for path in (f"/user/{a.name}/api/kernels", f"/user/{a.name}/api/kernels/{kernels[a.name].id}",
+                 f"/user/{a.name}/proxy/{port}/status", f"/user/{a.name}/api/contents"):  # fmt: skip
+        status, body = server.request("GET", path, tokens[b.name])
+        assert status in (302, 403, 404), (path, status, body[:200])
+    intruder = Kernel.__new__(Kernel)
+    intruder.hub, intruder.user, intruder.token, intruder.id = server, a.name, tokens[b.name], kernels[a.name].id
+    with pytest.raises(Exception):  # noqa: B017 - the websocket is refused, whatever tornado calls it
+        intruder.run("1 + 1", timeout=60)
+
+    # both learners go idle with a cluster and segments open: the culler stops their servers, and
+    # what their kernels made in /dev/shm goes with them
+    for learner in learners:
+        server.wait_server(learner.name, ready=False, timeout=CULL_WAIT_S)
+    deadline = time.monotonic() + 60
+    while any(_owned_segments(learner.uid) for learner in learners) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for learner in learners:
+        assert not _owned_segments(learner.uid), (learner.name, _owned_segments(learner.uid))
+        assert not learner.processes(), f"{learner.name} still runs {learner.processes()}"
