@@ -79,14 +79,22 @@ class NamespacedSpawner(LocalProcessSpawner):
     def make_preexec_fn(self, name):
         return None
 
-    async def start(self):
+    def wrap(self, command):
         learner = settings["learners"][self.user.name]
-        command = [*self.cmd, *self.get_args()]
         drop = ["setpriv", f"--reuid={learner['uid']}", f"--regid={learner['gid']}", "--init-groups", *command]
         script = settings["namespace"][self.user.name] + f"\ncd {shlex.quote(learner['home'])}\nexec {shlex.join(drop)}"
-        self.cmd = ["unshare", "--mount", "sh", "-c", script]
+        return ["unshare", "--mount", "sh", "-c", script]
+
+    async def start(self):
+        self.cmd = self.wrap([*self.cmd, *self.get_args()])
         self.get_args = lambda: []
         return await super().start()
+
+
+async def clean_after_stop(spawner):
+    from workbench.hub import clean_after_stop as clean
+
+    await clean(spawner, wrap=spawner.wrap)
 
 
 c.JupyterHub.bind_url = settings["bind_url"]
@@ -106,17 +114,95 @@ c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 c.Spawner.environment = settings["environment"]
+c.Spawner.post_stop_hook = clean_after_stop
 c.LocalProcessSpawner.interrupt_timeout = 5
 c.LocalProcessSpawner.term_timeout = 5
 c.JupyterHub.services = settings["services"]
 c.JupyterHub.load_roles = settings["roles"]
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service=dask-gateway"]
 '''
+
+
+GATEWAY_CONFIG = r'''
+import json, os, shlex
+from dask_gateway_server.backends.local import LocalBackend
+
+settings = json.load(open(SETTINGS))
+
+
+class NamespacedBackend(LocalBackend):
+    """dask-gateway's LocalBackend (each cluster's scheduler and workers run as the user who asked),
+    with the hub spawner's wrapper: a mount namespace that reaches the interpreter, then setpriv."""
+
+    def make_preexec_fn(self, cluster):
+        return None
+
+    def setup_working_directory(self, cluster):
+        # LocalBackend's own (2026.3.0) extends its list of paths to chown with each certificate's
+        # path as a *string*, one character at a time: as root that chowns "/" to the user and then
+        # fails on "t". The same directory and files, owned by the user, made here.
+        workdir = os.path.join(self.clusters_directory, cluster.name)
+        certs, logs = self.get_certs_directory(workdir), self.get_logs_directory(workdir)
+        for path in (workdir, certs, logs):
+            os.makedirs(path, 0o700, exist_ok=True)
+        cert_path, key_path = self._get_tls_paths(workdir)
+        for path, data in ((cert_path, cluster.tls_cert), (key_path, cluster.tls_key)):
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                out.write(data)
+        self.set_file_permissions([workdir, certs, logs, cert_path, key_path], cluster.username)
+        return workdir
+
+    async def start_process(self, cluster, cmd, env, name):
+        learner = settings["learners"][cluster.username]
+        drop = ["setpriv", f"--reuid={learner['uid']}", f"--regid={learner['gid']}", "--init-groups", *cmd]
+        script = settings["namespace"][cluster.username] + f"\ncd {shlex.quote(cluster.state['workdir'])}"
+        script += f"\nexec {shlex.join(drop)}"
+        env = {**env, "HOME": learner["home"], "PYTHONDONTWRITEBYTECODE": "1"}
+        return await super().start_process(cluster, ["unshare", "--mount", "sh", "-c", script], env, name)
+
+
+c.DaskGateway.backend_class = NamespacedBackend
+c.DaskGateway.authenticator_class = "dask_gateway_server.auth.JupyterHubAuthenticator"
+c.LocalBackend.clusters_directory = settings["gateway_clusters"]
+c.Proxy.address = settings["gateway_web"]
+c.Proxy.tcp_address = settings["gateway_tcp"]
+c.Proxy.prefix = "/services/dask-gateway"
+c.ClusterConfig.scheduler_cmd = [settings["bin"] + "/dask", "scheduler"]
+c.ClusterConfig.worker_cmd = [settings["bin"] + "/dask", "worker"]
+c.ClusterConfig.worker_memory = "512 M"
+c.ClusterConfig.cluster_max_workers = 2
+'''
+
+
+def gateway_service(base: Path) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """dask-gateway-server as a hub service (its scheduler and worker processes run as the learner
+    who asked), the settings its config reads, and the environment a learner's server needs to use it."""
+    web, tcp = free_port(), free_port()
+    clusters = base / "gateway-clusters"
+    clusters.mkdir(mode=0o755)
+    (base / "gateway_config.py").write_text(f"SETTINGS = {str(base / 'settings.json')!r}\n" + GATEWAY_CONFIG)
+    service = {
+        "name": "dask-gateway",
+        "url": f"http://127.0.0.1:{web}",
+        "command": [str(BIN / "dask-gateway-server"), "-f", str(base / "gateway_config.py")],
+        "cwd": str(base),
+    }
+    settings = {"gateway_web": f"127.0.0.1:{web}", "gateway_tcp": f"127.0.0.1:{tcp}",
+                "gateway_clusters": str(clusters), "bin": str(BIN)}  # fmt: skip
+    return service, settings, {"DASK_GATEWAY__PROXY_ADDRESS": f"gateway://127.0.0.1:{tcp}"}
 
 
 class Hub:
     """A JupyterHub on loopback ports with a service token that can make users, tokens and servers."""
 
-    def __init__(self, base: Path, learners: dict[str, Any], environment: dict[str, str], services: list | None = None):
+    def __init__(
+        self,
+        base: Path,
+        learners: dict[str, Any],
+        environment: dict[str, str],
+        services: list | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         self.base = base
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -128,6 +214,7 @@ class Hub:
             namespaces[name] = _namespace_script(learner.stage)
         services = [{"name": "tester", "api_token": self.token}, *(services or [])]
         roles = [
+            {"name": "user", "scopes": ["self", "access:services!service=dask-gateway"]},
             {
                 "name": "tester",
                 "scopes": ["admin:users", "admin:servers", "tokens", "access:servers", "read:users"],
@@ -150,9 +237,10 @@ class Hub:
                 for name, learner in learners.items()
             },
             "namespace": namespaces,
-            "environment": environment,
+            "environment": {k: v.replace("{hub}", self.url) for k, v in environment.items()},  # {hub}: its address
             "services": services,
             "roles": roles,
+            **(extra or {}),
         }
         (base / "settings.json").write_text(json.dumps(settings))
         (base / "hub_config.py").write_text(f"SETTINGS = {str(base / 'settings.json')!r}\n" + HUB_CONFIG)
@@ -164,14 +252,15 @@ class Hub:
                 cwd=base, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + START_WAIT_S
-        while True:
+        while True:  # the proxy answers 404 until the hub has added its route
             try:
-                self.api("GET", "/hub/api/")
-                break
+                if self.request("GET", "/hub/api/", None)[0] == 200:
+                    break
             except (urllib.error.URLError, ConnectionError, OSError):
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the hub did not start:\n{self.log()}") from None
-                time.sleep(0.2)
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the hub did not start:\n{self.log()}")
+            time.sleep(0.2)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
@@ -204,7 +293,8 @@ class Hub:
 
     def add_learner(self, name: str) -> str:
         """Make the hub user ``name`` and return a token of its own (what its browser session holds)."""
-        self.api("POST", f"/hub/api/users/{name}")
+        status, body = self.request("POST", f"/hub/api/users/{name}", self.token)
+        assert status in (201, 409), (status, body[:300])  # 409: the hub made it already (allowed_users)
         made = self.api("POST", f"/hub/api/users/{name}/tokens", {"note": "test", "expires_in": 3600})
         return made["token"]
 
@@ -221,7 +311,8 @@ class Hub:
             if now == ready and (ready or "" not in servers):
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"{name}'s server {'never became ready' if ready else 'was not stopped'}:\n{self.log()}")
+                state = "never became ready" if ready else "was not stopped"
+                raise AssertionError(f"{name}'s server {state}:\n{self.log()}")
             time.sleep(0.2)
 
     def stop(self) -> None:

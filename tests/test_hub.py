@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from hub_helpers import Hub, Kernel, why_no_hub
+from hub_helpers import Hub, Kernel, gateway_service, why_no_hub
 from test_two_users import Learner, _why_not
 
 from workbench.memory import shm
@@ -85,7 +85,10 @@ def hub():
             "name": "idle-culler",
             "command": [
                 shutil.which("python3", path=str(Path(__import__("sys").executable).parent)) or "python3",
-                "-m", "jupyterhub_idle_culler", f"--timeout={CULL_AFTER_S}", "--cull-every=5",
+                "-m",
+                "jupyterhub_idle_culler",
+                f"--timeout={CULL_AFTER_S}",
+                "--cull-every=5",
             ],  # fmt: skip
             "role": {
                 "name": "idle-culler",
@@ -93,14 +96,20 @@ def hub():
                 "services": ["idle-culler"],
             },
         }
+        gateway, gateway_settings, gateway_env = gateway_service(base)
         environment = {
+            **gateway_env,
+            "DASK_GATEWAY__ADDRESS": "{hub}/services/dask-gateway",  # through the hub's proxy
+            "DASK_GATEWAY__AUTH__TYPE": "jupyterhub",
             "WORKBENCH_MAX_MEMORY": CAP,
             "WORKBENCH_SIZE": "ci",
             "WORKBENCH_DASHBOARD": "1",
             "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is read-only to the learner
             "JUPYTERHUB_ACTIVITY_INTERVAL": "5",
         }
-        running = Hub(base, {learner.name: learner for learner in learners}, environment, services=[culler])
+        running = Hub(
+            base, {x.name: x for x in learners}, environment, services=[culler, gateway], extra=gateway_settings
+        )
         tokens = {learner.name: running.add_learner(learner.name) for learner in learners}
         yield running, learners, tokens
     finally:
@@ -124,7 +133,8 @@ def _run_lesson(kernel: Kernel, results: dict) -> None:
             expected = "raises-exception" in cell.metadata.get("tags", [])
             raised = [o for o in outputs if o["msg_type"] == "error"]
             if bool(raised) != expected:
-                errors.append((cell.source[:120], raised[0]["ename"] + ": " + raised[0]["evalue"] if raised else "no error"))
+                said = f"{raised[0]['ename']}: {raised[0]['evalue']}" if raised else "no error"
+                errors.append((cell.source[:120], said))
             verdicts += [o["data"][MIME] for o in outputs if MIME in o.get("data", {})]
         results[kernel.user] = {"verdicts": verdicts, "errors": errors}
     except BaseException as error:  # noqa: BLE001 - reported by the test's thread
@@ -202,8 +212,88 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     for learner in learners:
         server.wait_server(learner.name, ready=False, timeout=CULL_WAIT_S)
     deadline = time.monotonic() + 60
-    while any(_owned_segments(learner.uid) for learner in learners) and time.monotonic() < deadline:
+    while any(_owned_segments(x.uid) or x.processes() for x in learners) and time.monotonic() < deadline:
         time.sleep(0.2)
     for learner in learners:
-        assert not _owned_segments(learner.uid), (learner.name, _owned_segments(learner.uid))
-        assert not learner.processes(), f"{learner.name} still runs {learner.processes()}"
+        assert not _owned_segments(learner.uid), (learner.name, _owned_segments(learner.uid), server.log())
+        left = [_cmdline(pid) for pid in learner.processes()]
+        assert not left, f"{learner.name} still runs {left}"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return f"{pid} (gone)"
+
+
+GATEWAY_SESSION = r"""
+import json
+import workbench
+from workbench.lab.runner import run_experiment
+
+session = workbench.start(cluster="gateway", n_workers=2, timeout=180)
+experiment = run_experiment(session, "histogram", ["blocks", "split"], size="ci", repeats=1, progress=False)
+print(json.dumps({"name": session.cluster.name, "workers": len(session.workers()),
+                  "variants": sorted(set(experiment.results["variant"]))}))
+"""
+
+INTRUDE = r"""
+import json
+from dask_gateway import Gateway
+
+gateway = Gateway()
+said = {"listed": [c.name for c in gateway.list_clusters()]}
+for what, attempt in (("connect", lambda: gateway.connect(NAME)), ("stop", lambda: gateway.stop_cluster(NAME))):
+    try:
+        attempt()
+        said[what] = "no error"
+    except Exception as error:
+        said[what] = f"{type(error).__name__}: {error}"
+print(json.dumps(said))
+"""
+
+LISTED = r"""
+import json
+from dask_gateway import Gateway
+
+print(json.dumps([c.name for c in Gateway().list_clusters()]))
+"""
+
+
+def test_a_learners_gateway_cluster_runs_a_lesson_app_and_is_theirs_alone(hub):
+    server, learners, tokens = hub
+    a, b = learners
+    for learner in learners:
+        server.spawn(learner.name)
+    mine, theirs = (Kernel(server, x.name, tokens[x.name]) for x in (a, b))
+    started = _printed(mine.run(GATEWAY_SESSION))
+    assert started["workers"] == 2 and started["variants"] == ["blocks", "split"], started
+    name = started["name"]
+
+    intruded = _printed(theirs.run(INTRUDE.replace("NAME", repr(name))))
+    print("the other learner's attempts:", intruded)
+    assert name not in intruded["listed"], intruded
+    assert intruded["connect"] != "no error" and intruded["stop"] != "no error", intruded
+    assert json.loads(_last_line(mine.run(LISTED))) == [name], "the other learner's stop reached the cluster"
+
+    assert not [o for o in mine.run("session.close()") if o["msg_type"] == "error"]
+    assert json.loads(_last_line(mine.run(LISTED))) == [], "the session did not stop its gateway cluster"
+    deadline = time.monotonic() + 60
+    while _gateway_processes(a) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _gateway_processes(a), _gateway_processes(a)
+    for learner in learners:
+        server.api("DELETE", f"/hub/api/users/{learner.name}/server")
+        server.wait_server(learner.name, ready=False)
+
+
+def _last_line(outputs: list[dict]) -> str:
+    errors = [o for o in outputs if o["msg_type"] == "error"]
+    assert not errors, f"{errors[0]['ename']}: {errors[0]['evalue']}"
+    return "".join(o["text"] for o in outputs if o["msg_type"] == "stream").strip().splitlines()[-1]
+
+
+def _gateway_processes(learner) -> list[str]:
+    """The learner's scheduler and worker processes started by the gateway (not the kernel's own)."""
+    return [c for c in map(_cmdline, learner.processes()) if "dask scheduler" in c or "dask worker" in c]

@@ -502,7 +502,7 @@ class GatewayKind(ClusterKind):
         cluster = _gateway_cluster_class()(shutdown_on_close=True)
         try:
             cluster.scale(n_workers)
-            client = cluster.get_client(set_as_default=False)
+            client = cluster.get_client()  # the default client, as the other kinds make
             try:
                 client.wait_for_workers(n_workers, timeout=request.timeout)
             except BaseException:
