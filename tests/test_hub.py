@@ -15,8 +15,13 @@ configurable-http-proxy (``.ci/run`` installs it from npm).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,7 +40,7 @@ from workbench.teach.feedback import MIME
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "00-welcome.ipynb"
 CAP = "1536MiB"
-CULL_AFTER_S = 20  # idle seconds before the culler stops a server (it looks every 5 s)
+CULL_AFTER_S = 10  # idle seconds before the culler stops a server (it looks every 2 s)
 CULL_WAIT_S = 180.0
 
 PLACE = r"""
@@ -81,15 +86,10 @@ def hub():
     running = None
     try:
         learners = [Learner(base, "a"), Learner(base, "b")]
-        culler = {
+        culler_token = secrets.token_hex(16)
+        culler = {  # started by the test once the learners are idle (tests/test_hub.py: _culling)
             "name": "idle-culler",
-            "command": [
-                shutil.which("python3", path=str(Path(__import__("sys").executable).parent)) or "python3",
-                "-m",
-                "jupyterhub_idle_culler",
-                f"--timeout={CULL_AFTER_S}",
-                "--cull-every=5",
-            ],  # fmt: skip
+            "api_token": culler_token,
             "role": {
                 "name": "idle-culler",
                 "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
@@ -111,6 +111,7 @@ def hub():
             base, {x.name: x for x in learners}, environment, services=[culler, gateway], extra=gateway_settings
         )
         tokens = {learner.name: running.add_learner(learner.name) for learner in learners}
+        running.culler_token = culler_token
         yield running, learners, tokens
     finally:
         if running is not None:
@@ -207,10 +208,12 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     with pytest.raises(Exception):  # noqa: B017 - the websocket is refused, whatever tornado calls it
         intruder.run("1 + 1", timeout=60)
 
-    # both learners go idle with a cluster and segments open: the culler stops their servers, and
-    # what their kernels made in /dev/shm goes with them
-    for learner in learners:
-        server.wait_server(learner.name, ready=False, timeout=CULL_WAIT_S)
+    # both learners go idle with a cluster and segments open: the culler (started now, so that it
+    # never stops a server in the middle of a long silent cell) stops their servers, and what their
+    # kernels made in /dev/shm goes with them
+    with _culling(server):
+        for learner in learners:
+            server.wait_server(learner.name, ready=False, timeout=CULL_WAIT_S)
     deadline = time.monotonic() + 60
     while any(_owned_segments(x.uid) or x.processes() for x in learners) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -218,6 +221,29 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
         assert not _owned_segments(learner.uid), (learner.name, _owned_segments(learner.uid), server.log())
         left = [_cmdline(pid) for pid in learner.processes()]
         assert not left, f"{learner.name} still runs {left}"
+
+
+@contextlib.contextmanager
+def _culling(server: Hub):
+    """jupyterhub-idle-culler, as the hub's service ``idle-culler``, while the block runs."""
+    log = server.base / "culler.log"
+    with open(log, "w") as out:
+        culler = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={server.url}/hub/api",
+             f"--timeout={CULL_AFTER_S}", "--cull-every=2"],
+            env={**os.environ, "JUPYTERHUB_API_TOKEN": server.culler_token}, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nthe culler said:\n{log.read_text()[-2000:]}") from None
+    finally:
+        culler.terminate()
+        try:
+            culler.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            culler.kill()
+            culler.wait(timeout=30)
 
 
 def _cmdline(pid: int) -> str:
