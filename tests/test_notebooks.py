@@ -18,6 +18,11 @@ a temporary directory of its own, which must hold nothing of the lesson's once i
 from __future__ import annotations
 
 import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -126,3 +131,38 @@ def test_no_cell_reads_a_learners_answer_after_its_check(notebook: Path):
             if read:
                 readers.append(f"{exercise}: a later cell reads {sorted(read)}:\n{later.source[:200]}")
     assert not readers, "\n\n".join(readers)
+
+
+def readme_nbval_command() -> str:
+    """The nbval command README.md gives instructors for their fork's CI (the line with ``--nbval-lax``)."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```bash\n(.*?)^```", readme, flags=re.MULTILINE | re.DOTALL)
+    commands = [line for block in blocks for line in block.splitlines() if "--nbval-lax" in line]
+    assert len(commands) == 1, f"README.md should give one nbval command in a bash block, found {commands}"
+    return commands[0]
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(900)
+def test_the_readmes_nbval_command_runs_a_lesson():
+    """README's nbval command, as written there, on one short lesson (lesson 00) instead of all ten:
+    it exits 0 and nbval ran every code cell of the lesson."""
+    words = shlex.split(readme_nbval_command(), comments=True)
+    env = dict(os.environ)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    assert env.get("WORKBENCH_SIZE") == "ci", "the README's command runs the lessons at size ci"
+    assert words[-1] == "notebooks/", f"the README's command runs every lesson in notebooks/: {words}"
+    lesson = ROOT / "notebooks" / "00-welcome.ipynb"
+    # .venv/bin/ is the environment running this test; -p no:cacheprovider keeps .pytest_cache out of the tree
+    words = [w.replace(".venv/bin/", f"{Path(sys.prefix) / 'bin'}/", 1) for w in words[:-1]]
+    command = [*words, "-p", "no:cacheprovider", str(lesson.relative_to(ROOT))]
+    with tempfile.TemporaryDirectory(prefix="lwb-nbval-", ignore_cleanup_errors=True) as directory:
+        env["TMPDIR"] = directory  # the kernel's temporary files, removed with the directory
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{command} exited {done.returncode}:\n{output[-4000:]}"
+    cells = [c for c in nbformat.read(lesson, as_version=4).cells if c.cell_type == "code" and c.source.strip()]
+    passed = re.search(r"(\d+) passed", output)
+    assert passed and int(passed.group(1)) == len(cells), f"nbval should run {len(cells)} cells:\n{output[-4000:]}"
