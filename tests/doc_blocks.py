@@ -107,12 +107,18 @@ def close_page(namespace: dict[str, Any]) -> None:
     try:
         for value in list(namespace.values()):
             if isinstance(value, Session):
-                value.close()
+                try:
+                    value.close()
+                except Exception as error:  # the next session and the processes are still to be stopped
+                    problems.append(f"closing a session failed: {error!r}")
         for left in page.left:
             error = error_lines(left.stderr.read_text(errors="replace"))
             if error:
                 problems.append(f"what the bash block at line {left.line} left running wrote:\n{error}")
-            stop_group(left.pgid)
+            try:
+                stop_group(left.pgid)
+            except AssertionError as error:
+                problems.append(str(error))
     finally:
         for name in set(strategies.names()) - page.strategies:
             strategies.unregister(name)
