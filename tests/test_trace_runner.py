@@ -61,7 +61,9 @@ def test_trace_schema_on_a_real_cluster(experiment, session):
     # the sum task fetched every partial (8**5 bins x 8 bytes) computed on the other worker
     sum_worker = compute.loc[compute.task == "sum_counts", "worker"].item()
     remote_partials = ((compute.task == "histogramdd") & (compute.worker != sum_worker)).sum()
-    assert remote_partials > 0 and transfers["bytes"].sum() == remote_partials * 8**5 * 8
+    # at least those partials; on a busy machine Dask's work stealing may also run a block's task
+    # away from its block, which then moves too (a transfer fetches several keys at once: no per-key size)
+    assert remote_partials > 0 and transfers["bytes"].sum() >= remote_partials * 8**5 * 8
     moved = trace.bytes_moved(frame)
     assert moved.to_numpy().sum() == transfers["bytes"].sum() and list(moved.index) == list(moved.columns)
     assert set(trace.summary_by_action(frame).index) == set(frame["action"])

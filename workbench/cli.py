@@ -259,6 +259,11 @@ def _run(args: argparse.Namespace) -> int:
     from workbench.lab.runner import run_declared
 
     declared = _declared(args)
+    if args.cluster is not None:
+        from workbench.runtime.clusters import kind_named
+
+        with _from_user_input(ValueError):  # a kind nobody registered: refused before a directory is made
+            kind_named(args.cluster)
     out = _output_directory(args.out, args.app)
     # The store variants use the session's own store (a throwaway one, or the cluster's when it has
     # one), closed with the session: see workbench.runtime.store.store_for.
