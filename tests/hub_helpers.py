@@ -259,7 +259,9 @@ class Hub:
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the hub did not start:\n{self.log()}")
+                said = self.log()
+                self.stop()  # the caller never gets this hub to stop: it must not outlive the test
+                raise AssertionError(f"the hub did not start:\n{said}")
             time.sleep(0.2)
 
     def log(self) -> str:
