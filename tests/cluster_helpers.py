@@ -5,6 +5,7 @@ nothing is left behind (store registrations, processes) and that RRO made one co
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -171,3 +172,34 @@ def check_rro_made_one_copy_per_node(out: Path, nodes: Sequence[str]) -> None:
         assert len(publishes) > 0 and len(created) == len(publishes), (run_id, len(created), len(publishes))
         per_node = created["node"].value_counts().to_dict()
         assert set(per_node) == set(nodes) and len(set(per_node.values())) == 1, per_node
+
+
+def connects(address: str, connection_args: dict) -> bool:
+    """Whether a Dask connection to ``address`` (with ``connection_args``: the TLS context) gets an answer
+    to an ``identity`` request: what any client does before it asks a worker to run code."""
+    from distributed.comm import connect
+
+    async def identity() -> None:
+        comm = await connect(address, timeout=3, **connection_args)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            await asyncio.wait_for(comm.read(), 10)
+        finally:
+            await comm.close()
+
+    try:
+        asyncio.run(identity())
+    except OSError:  # refused, closed during the handshake, or timed out
+        return False
+    return True
+
+
+def refusal(address: str, connection_args: dict) -> str:
+    """What a Dask connection to ``address`` (with ``connection_args``) fails with, as text; "" when
+    it is answered. A comm, not a ``Client``: a Client whose start fails keeps its event loop, and
+    closes it from ``__del__`` in whichever thread the garbage collector next runs (a later test's
+    new "IO loop" thread, which then misses Dask's 10 s start-up deadline)."""
+    try:
+        return "" if connects(address, connection_args) else "refused (OSError)"
+    except Exception as error:  # a TLS address with no TLS context: TypeError, before any connection
+        return f"{type(error).__name__}: {error}"

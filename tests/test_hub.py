@@ -4,8 +4,10 @@ kernel: a cluster, a shared segment, a tier file and a store object in the defau
 
 - each learner's segments, tier files and store are theirs (owner, private modes, different paths);
 - the per-learner memory cap the spawner's environment sets (``WORKBENCH_MAX_MEMORY``) holds;
-- one learner's token reaches neither the other's server, kernel nor Dask dashboard (served through
-  the learner's authenticated server proxy, ``/user/NAME/proxy/PORT/status``);
+- one learner's token reaches neither the other's server, kernel nor Dask dashboard. The dashboard
+  listens on no TCP port (``WORKBENCH_DASHBOARD=socket``): on a Unix socket only its learner can open,
+  which the learner's own server proxies at ``/user/NAME/lwb-dashboard/status``; no port of a kernel
+  or of its workers answers HTTP;
 - ``jupyterhub-idle-culler`` stops an idle learner's server, and the learner's kernel and cluster
   leave nothing in ``/dev/shm``.
 
@@ -51,6 +53,27 @@ from workbench.memory import shm, tiers
 from workbench.runtime.store import Store
 from workbench.runtime.store.handles import ArrayBlock
 
+from workbench.runtime import dashboard
+
+def http_ports():
+    # the TCP ports this kernel and its workers listen on that answer an HTTP request with a page
+    import http.client, psutil
+    me = psutil.Process()
+    ports = {c.laddr.port for p in (me, *me.children(recursive=True)) for c in p.net_connections(kind="tcp")
+             if c.status == psutil.CONN_LISTEN}
+    answering = []
+    for port in sorted(ports):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        try:
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                answering.append(port)
+        except Exception:
+            pass
+        finally:
+            connection.close()
+    return answering
+
 session = workbench.start(timeout=120)
 readings = shm.share("lesson02-readings", np.arange(1_000.0))
 placed = tiers.place("lesson05-mapped", np.full(256, 5.0), "mapped", replace=True)
@@ -70,8 +93,24 @@ print(json.dumps({
     "store_dir": str(store.directory),
     "over_cap": over_cap,
     "limits": limits,
-    "dashboard_port": session.client.scheduler_info()["services"].get("dashboard"),
+    "dashboard": session.describe()["dashboard"],
+    "dashboard_socket": str(dashboard.socket_path()),
+    "scheduler_id": session.client.scheduler_info()["id"],
+    "http_ports": http_ports(),
 }))
+"""
+
+
+OPEN_SOCKET = r"""
+import json, socket
+probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    probe.connect({path})
+    print(json.dumps("connected"))
+except OSError as error:
+    print(json.dumps(type(error).__name__))
+finally:
+    probe.close()
 """
 
 
@@ -103,7 +142,7 @@ def hub():
             "DASK_GATEWAY__AUTH__TYPE": "jupyterhub",
             "WORKBENCH_MAX_MEMORY": CAP,
             "WORKBENCH_SIZE": "ci",
-            "WORKBENCH_DASHBOARD": "1",
+            "WORKBENCH_DASHBOARD": "socket",  # the dashboard on a Unix socket of the learner's only
             "PYTHONDONTWRITEBYTECODE": "1",  # the checkout is read-only to the learner
             "JUPYTERHUB_ACTIVITY_INTERVAL": "5",
         }
@@ -195,12 +234,20 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     assert placed[a.name]["segment"] != placed[b.name]["segment"]
     assert placed[a.name]["store_dir"] != placed[b.name]["store_dir"]
 
-    # b's token reaches neither a's server, a's kernel nor a's dashboard; a's own token does
-    port = placed[a.name]["dashboard_port"]
-    status, _ = server.request("GET", f"/user/{a.name}/proxy/{port}/status", tokens[a.name])
+    # the dashboard: no TCP port of a kernel or its workers serves HTTP; a's Jupyter server proxies
+    # a's socket to a's token, and b can neither open the socket nor pass the proxy
+    for learner in learners:
+        assert placed[learner.name]["http_ports"] == [], (learner.name, placed[learner.name]["http_ports"])
+    link = placed[a.name]["dashboard"]
+    assert link == f"/user/{a.name}/lwb-dashboard/status", link
+    status, _ = server.request("GET", link, tokens[a.name])
     assert status == 200, status
+    status, identity = server.request("GET", f"/user/{a.name}/lwb-dashboard/json/identity.json", tokens[a.name])
+    assert status == 200 and placed[a.name]["scheduler_id"] in identity.decode(), (status, identity[:200])
+    refused = _printed(kernels[b.name].run(OPEN_SOCKET.format(path=json.dumps(placed[a.name]["dashboard_socket"]))))
+    assert refused == "PermissionError", refused
     for path in (f"/user/{a.name}/api/kernels", f"/user/{a.name}/api/kernels/{kernels[a.name].id}",
-                 f"/user/{a.name}/proxy/{port}/status", f"/user/{a.name}/api/contents"):  # fmt: skip
+                 link, f"/user/{a.name}/api/contents"):  # fmt: skip
         status, body = server.request("GET", path, tokens[b.name])
         assert status in (302, 403, 404), (path, status, body[:200])
     intruder = Kernel.__new__(Kernel)
@@ -323,3 +370,25 @@ def _last_line(outputs: list[dict]) -> str:
 def _gateway_processes(learner) -> list[str]:
     """The learner's scheduler and worker processes started by the gateway (not the kernel's own)."""
     return [c for c in map(_cmdline, learner.processes()) if "dask scheduler" in c or "dask worker" in c]
+
+
+def test_the_clean_waits_for_the_stopped_servers_processes_only():
+    """A server's kernels and workers carry its API token: the clean waits for them to exit (a segment
+    they still map is not free), not for the user's other processes."""
+    import asyncio
+
+    from workbench import hub
+
+    token = secrets.token_hex(8)
+    env = {**os.environ, "JUPYTERHUB_API_TOKEN": token}
+    kernel = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert hub.server_processes(os.getuid(), token) == [kernel.pid]
+        threading.Timer(0.5, kernel.stdin.close).start()  # the kernel exits a moment after its server
+        assert asyncio.run(hub.server_processes_exit(os.getuid(), token)) == []
+        assert kernel.wait(timeout=30) == 0 and other.poll() is None
+    finally:
+        for process in (kernel, other):
+            process.kill()
+            process.wait(timeout=30)

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 CLEAN_SECONDS = 60.0  # the clean reads /dev/shm and /proc: seconds on a busy server, bounded here
+EXIT_SECONDS = 30.0  # for the stopped server's kernels and workers to exit before the clean
+POLL_SECONDS = 0.2
 
 
 def clean_command() -> list[str]:
@@ -43,13 +45,45 @@ def as_user(name: str) -> Callable[[], None]:
     return drop
 
 
+def server_processes(uid: int, token: str) -> list[int]:
+    """The processes of user ``uid`` that a server started with API token ``token`` left running (its
+    kernels, their workers): each inherited the token in ``$JUPYTERHUB_API_TOKEN``."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["uids"]):
+        try:
+            if process.info["uids"].real == uid and process.environ().get("JUPYTERHUB_API_TOKEN") == token:
+                found.append(process.pid)
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or a process whose environment this hub cannot read
+    return found
+
+
+async def server_processes_exit(uid: int, token: str | None) -> list[int]:
+    """Wait, at most :data:`EXIT_SECONDS`, until the stopped server's processes have exited: JupyterHub
+    stops the server, and its kernels and their Dask workers follow it, a moment later. A segment they
+    still map is not free, so a clean before they are gone would keep it. Returns those still running."""
+    if not token:
+        return []
+    clock = asyncio.get_running_loop().time
+    deadline = clock() + EXIT_SECONDS
+    while (left := await asyncio.to_thread(server_processes, uid, token)) and clock() < deadline:
+        await asyncio.sleep(POLL_SECONDS)
+    return left
+
+
 async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
-    """JupyterHub's ``Spawner.post_stop_hook``: run :func:`clean_command` as the stopped server's
-    user, within :data:`CLEAN_SECONDS`; what it removed, or why it failed, goes to the hub's log. A
+    """JupyterHub's ``Spawner.post_stop_hook``: once the stopped server's kernels and workers have
+    exited (:func:`server_processes_exit`), run :func:`clean_command` as its user, within
+    :data:`CLEAN_SECONDS`; what it removed, or why it failed, goes to the hub's log. A
     hub that does not run as root runs it as itself (its single user). ``wrap``: for a spawner whose
     servers start through a command that drops to the user itself (a mount namespace, a container's
     exec), that wrapper around the clean command, which then runs as given."""
     name = spawner.user.name
+    left = await server_processes_exit(pwd.getpwnam(name).pw_uid, getattr(spawner, "api_token", None))
+    if left:
+        spawner.log.warning("%s's processes %s still run %.0f s after their server stopped", name, left, EXIT_SECONDS)
     argv = wrap(clean_command()) if wrap is not None else clean_command()
     drop = as_user(name) if os.geteuid() == 0 and wrap is None else None
     home = pwd.getpwnam(name).pw_dir

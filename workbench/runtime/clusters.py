@@ -52,6 +52,16 @@ from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
 from workbench.memory.tiers import others_could_swap
+from workbench.runtime.dashboard import (
+    NO_WORKER_ROUTES_ENV,
+    OFF,
+    SOCKET,
+    SocketLocalCluster,
+    SocketScheduler,
+    check_socket_path,
+    no_worker_routes,
+    socket_path,
+)
 
 NODE_ID_ENV = "WORKBENCH_NODE_ID"
 CLUSTER_ENV = "WORKBENCH_CLUSTER"  # the kind start() uses when its caller names none
@@ -272,7 +282,7 @@ class ClusterRequest:
     n_workers: int | None
     threads_per_worker: int
     memory_limit: str | int
-    dashboard: bool
+    dashboard: str  # workbench.runtime.dashboard: "off", "port" or "socket"
     timeout: float
     nodes: tuple[str, ...] | None = None
     address: str | None = None
@@ -281,9 +291,11 @@ class ClusterRequest:
 
     @property
     def scheduler_options(self) -> dict[str, Any]:
-        """The scheduler's HTTP server (health, metrics) always runs, on a free port (no clash between
-        clusters); the bokeh dashboard on it only when asked for."""
-        return {"dashboard_address": ":0", "dashboard": self.dashboard}
+        """The scheduler's HTTP server (health, metrics) always runs, on a free port of the loopback
+        interface (no clash between clusters, never on the network) or, for "socket", on the user's
+        dashboard socket instead (:mod:`workbench.runtime.dashboard`); the bokeh dashboard on it only
+        when asked for."""
+        return {"dashboard_address": "127.0.0.1:0", "dashboard": self.dashboard != OFF}
 
 
 class ClusterKind(ABC):
@@ -376,24 +388,30 @@ class LocalKind(ClusterKind):
         return per_worker
 
     def check(self, request: ClusterRequest) -> None:
-        """Refuse a memory request above the per-learner cap."""
+        """Refuse a memory request above the per-learner cap, and a dashboard socket path Unix cannot bind."""
         self.memory_limit(request)
+        if request.dashboard == SOCKET:
+            check_socket_path(socket_path(request.environ))
 
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
         n_workers, memory_limit = self.n_workers(request), self.memory_limit(request)
         env = worker_env(request.threads_per_worker)
+        # with the dashboard on the user's socket, no HTTP route on any worker's port either
+        routes = {"config": no_worker_routes()} if request.dashboard == SOCKET else {}
         security = local_security(request.environ)
         tls = {"security": security, "protocol": "tls://"} if security is not None else {}
         cluster: LocalCluster | SpecCluster
         if request.nodes is None:
-            cluster = LocalCluster(
+            cluster_class = SocketLocalCluster if request.dashboard == SOCKET else LocalCluster
+            cluster = cluster_class(
                 n_workers=n_workers,
                 threads_per_worker=request.threads_per_worker,
                 processes=True,
                 memory_limit=memory_limit,
                 scheduler_kwargs=request.scheduler_options,
                 env=env,
+                **routes,
                 **tls,
             )
         else:  # LocalCluster gives every worker the same environment; a SpecCluster gives each its own
@@ -406,12 +424,14 @@ class LocalKind(ClusterKind):
                         "env": {**env, NODE_ID_ENV: node},
                         "host": "127.0.0.1",
                         "silence_logs": logging.WARNING,
+                        **routes,
                         **tls,
                     },
                 }
                 for i, node in enumerate(request.nodes)
             }
-            scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", **request.scheduler_options, **tls}}
+            scheduler_class = SocketScheduler if request.dashboard == SOCKET else Scheduler
+            scheduler = {"cls": scheduler_class, "options": {"host": "127.0.0.1", **request.scheduler_options, **tls}}
             cluster = SpecCluster(
                 workers=workers, scheduler=scheduler, silence_logs=logging.WARNING, security=security or Security()
             )
@@ -657,6 +677,8 @@ class SlurmKind(ClusterKind):
         from a private directory of the log directory (:func:`shared_security`), removed at close."""
         options, (_, per_job) = self.options(request), self.shape(request)
         env = worker_env(request.threads_per_worker)
+        if request.dashboard == SOCKET:
+            env.update(NO_WORKER_ROUTES_ENV)
         log_directory = self.log_directory(request)
         security, credentials_directory = (
             shared_security(log_directory) if tls_wanted(request.environ) else (None, None)
@@ -676,6 +698,7 @@ class SlurmKind(ClusterKind):
                 job_script_prologue=[f"unset {NODE_ID_ENV}", *(f"export {k}={shlex.quote(v)}" for k, v in env.items())],
                 log_directory=log_directory,
                 scheduler_options=request.scheduler_options,
+                scheduler_cls=SocketScheduler if request.dashboard == SOCKET else Scheduler,
                 silence_logs=logging.WARNING,
                 security=security,
             )

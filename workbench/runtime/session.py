@@ -39,12 +39,12 @@ from workbench.runtime.clusters import (
     kind_named,
     max_memory,
 )
+from workbench.runtime.dashboard import OFF, PORT, SOCKET, dashboard_place, proxy_link
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
 
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
-DASHBOARD_ENV = "WORKBENCH_DASHBOARD"  # "1": every local cluster serves its dashboard (make lab, Binder)
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
 
 T = TypeVar("T")
@@ -113,7 +113,7 @@ class Session:
     client: Client
     cluster: LocalCluster | SpecCluster | None = None
     timeout: float = DEFAULT_TIMEOUT
-    dashboard: bool = False
+    dashboard: str = OFF  # where the dashboard is served (workbench.runtime.dashboard): off, port or socket
     request: ClusterRequest | None = field(default=None, repr=False)  # what start() was asked for
     _closed: bool = field(default=False, repr=False)
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
@@ -307,6 +307,13 @@ class Session:
         wait(futures, timeout=timeout)
         return self.client.gather(futures)
 
+    def dashboard_link(self) -> str | None:
+        """Where a browser opens this cluster's dashboard: JupyterLab's proxy of the user's dashboard
+        socket, Dask's link (``distributed.dashboard.link``) for a port, None when it is off."""
+        if self.dashboard == SOCKET:
+            return proxy_link()
+        return self.client.dashboard_link if self.dashboard == PORT else None
+
     def describe(self) -> dict[str, Any]:
         """Scheduler address, workers with threads and node, and whether the session owns the cluster."""
         info = cluster_identity(self.client)
@@ -314,7 +321,7 @@ class Session:
         return {
             "scheduler": info["address"],
             "owned": self.cluster is not None,
-            "dashboard": self.client.dashboard_link if self.dashboard else None,
+            "dashboard": self.dashboard_link(),
             "workers": [
                 {"address": addr, "threads": w["nthreads"], "node": nodes.get(addr), "memory_limit": w["memory_limit"]}
                 for addr, w in sorted(info["workers"].items())
@@ -331,7 +338,7 @@ def start(
     nodes: Sequence[str] | None = None,
     memory_limit: str | int = "auto",
     slurm: SlurmOptions | None = None,
-    dashboard: bool | None = None,
+    dashboard: bool | str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Session:
     """Start (or join) the cluster for a workbench run and return a :class:`Session`.
@@ -349,9 +356,12 @@ def start(
         cap ``$WORKBENCH_MAX_MEMORY`` (workers x memory limit) when it is set; a request above it is refused.
     slurm: the jobs of a Slurm cluster (:class:`~workbench.runtime.clusters.SlurmOptions`); default
         ``$WORKBENCH_SLURM_*``.
-    dashboard: serve the Dask dashboard on a free port; default ``$WORKBENCH_DASHBOARD`` ("1" turns it
-        on: ``make lab`` and Binder set it, so dask-labextension's panes can show the lesson's cluster;
-        the link follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy).
+    dashboard: where the Dask dashboard is served (:mod:`workbench.runtime.dashboard`): False or "off"
+        (none), True or "port" (a free port of the loopback interface: ``make lab`` and Binder set
+        ``$WORKBENCH_DASHBOARD=1``, so dask-labextension's panes can show the lesson's cluster; the link
+        follows Dask's ``distributed.dashboard.link``, which they point at JupyterLab's proxy), or
+        "socket" (a Unix socket only the user can open, which the user's Jupyter server proxies at
+        ``lwb-dashboard/status``: for a server learners share); default ``$WORKBENCH_DASHBOARD``, else off.
     timeout: seconds for connecting, waiting for workers (Slurm jobs included) and closing.
 
     Every worker, those that join later included, gets a :class:`~workbench.runtime.worker_state.WorkerState`
@@ -362,8 +372,7 @@ def start(
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout}")
-    if dashboard is None:
-        dashboard = os.environ.get(DASHBOARD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    dashboard = dashboard_place(dashboard)
     if threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
@@ -399,7 +408,7 @@ def start(
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         client, owned = kind.open(request)
     try:
-        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else True, request=request)
+        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else PORT, request=request)
     except BaseException:
         if owned is not None:
             owned.close(timeout=timeout)
@@ -433,7 +442,7 @@ def _session(
     client: Client,
     cluster: LocalCluster | SpecCluster | None,
     timeout: float,
-    dashboard: bool,
+    dashboard: str,
     request: ClusterRequest | None = None,
 ) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process

@@ -1,0 +1,143 @@
+"""Where a local cluster serves its dashboard (workbench.runtime.dashboard): never on the network, and
+for a shared server on a Unix socket of the user's own instead of any TCP port.
+
+These tests also pin what the socket mode takes from Dask that is not a public API (how
+``Scheduler.__init__`` builds its HTTP server, and ``LocalCluster`` handing its scheduler spec to
+``SpecCluster``): they fail when Dask changes it."""
+
+from __future__ import annotations
+
+import http.client
+import importlib.metadata
+import socket
+import stat
+from pathlib import Path
+
+import psutil
+import pytest
+
+import workbench
+from workbench.runtime import dashboard
+from workbench.runtime.dashboard import dashboard_place, socket_path
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to a Unix socket (what jupyter-server-proxy opens)."""
+
+    def __init__(self, path: Path, timeout: float = 30):
+        super().__init__("localhost", timeout=timeout)
+        self.path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def get(path: Path, url: str) -> tuple[int, str]:
+    connection = UnixHTTPConnection(path)
+    try:
+        connection.request("GET", url)
+        response = connection.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+def get_tcp(port: int, url: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", url)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def listening_ips(port: int) -> set[str]:
+    """The local addresses this process listens on at TCP ``port``."""
+    return {
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "place"),
+    [(None, "off"), (False, "off"), (True, "port"), ("1", "port"), ("on", "port"), ("socket", "socket")]
+    + [("Off", "off")],
+)
+def test_the_dashboard_place_is_read_from_the_argument_then_the_environment(value, place):
+    assert dashboard_place(value, environ={}) == place
+    if isinstance(value, str):
+        assert dashboard_place(None, environ={dashboard.DASHBOARD_ENV: value}) == place
+
+
+def test_an_unknown_dashboard_place_names_the_choices():
+    with pytest.raises(ValueError, match=r"dashboard is off, port .* or socket .*got 'sockets'"):
+        dashboard_place("sockets")
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_DASHBOARD is off"):
+        dashboard_place(None, environ={dashboard.DASHBOARD_ENV: "yes please"})
+    with pytest.raises(ValueError, match="dashboard is off"):
+        workbench.start(n_workers=1, dashboard="tcp")
+
+
+def test_a_dashboard_on_a_port_listens_on_the_loopback_interface_only():
+    with workbench.start(n_workers=1, dashboard=True, timeout=60) as session:
+        port = session.client.scheduler_info()["services"]["dashboard"]
+        assert listening_ips(port) == {"127.0.0.1"}
+        assert get_tcp(port, "/status") == 200
+        assert session.describe()["dashboard"].endswith(f":{port}/status")
+
+
+@pytest.mark.parametrize("nodes", [None, ["node-a"]], ids=["local", "simulated-nodes"])
+def test_a_socket_dashboard_is_served_to_its_user_alone_and_on_no_tcp_port(tmp_path, monkeypatch, nodes):
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/ada/")
+    path = socket_path()
+    with workbench.start(n_workers=1, nodes=nodes, dashboard="socket", timeout=60) as session:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_ISSOCK(path.stat().st_mode)
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert get(path, "/health") == (200, "ok")
+        status, page = get(path, "/status")
+        assert status == 200 and "bokeh" in page.lower()
+        assert "dashboard" not in session.client.scheduler_info()["services"], "a TCP port serves the dashboard"
+        assert session.describe()["dashboard"] == "/user/ada/lwb-dashboard/status"
+        # the workers' HTTP servers answer no route either (their metrics would tell another user what runs)
+        worker_ports = session.client.run(lambda dask_worker: dask_worker.http_server.port)
+        assert worker_ports and all(get_tcp(port, "/health") == 404 for port in worker_ports.values())
+    assert not path.exists(), "the dashboard socket outlived its session"
+
+
+def test_the_newest_session_owns_the_socket_and_an_older_one_leaves_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))
+    path = socket_path()
+    older = workbench.start(n_workers=1, dashboard="socket", timeout=60)
+    try:
+        with workbench.start(n_workers=1, dashboard="socket", timeout=60) as newer:
+            older.close()
+            assert get(path, "/health") == (200, "ok"), "closing the older session removed the newer's socket"
+            newer_scheduler = newer.client.scheduler_info()["id"]
+            assert newer_scheduler in get(path, "/json/identity.json")[1]
+    finally:
+        older.close()
+    assert not path.exists()
+
+
+def test_a_socket_path_too_long_for_unix_is_refused_before_a_cluster_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path / ("d" * 120)))
+    with pytest.raises(ValueError, match="longer than a Unix socket allows"):
+        workbench.start(n_workers=1, dashboard="socket", timeout=60)
+    assert not (tmp_path / ("d" * 120)).exists()
+
+
+def test_the_learners_jupyter_server_proxies_the_socket_through_the_entry_point(tmp_path, monkeypatch):
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))
+    entries = importlib.metadata.entry_points(group="jupyter_serverproxy_servers")
+    (entry,) = [e for e in entries if e.name == "lwb-dashboard"]
+    config = entry.load()()
+    assert config["unix_socket"] == str(socket_path()) and "command" not in config
+    from jupyter_server_proxy.config import ServerProcess
+
+    handler, _ = ServerProcess(name="lwb-dashboard", **config).make_proxy_handler()
+    assert handler is not None and handler.__mro__[1].__name__ == "NamedLocalProxyHandler"
