@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dask.utils import format_bytes
+
 from workbench import machine
 from workbench.units import size_text
 
@@ -318,6 +320,21 @@ def check_numba_cache(directory: str | None) -> Check:
     return Check("numba cache", True, f"{directory} is writable")
 
 
+def check_gpu(devices: list[tuple[str, int]], simulated: bool) -> Check:
+    """The GPUs numba's CUDA target sees (optional: the device kernels of ``kernels/gpu.py`` need one,
+    or numba's simulator, which gives their answers but not their times)."""
+    if devices:
+        listed = ", ".join(f"{name} ({format_bytes(total)})" for name, total in devices)
+        return Check("GPU", True, f"{listed}: the device kernels (kernels/gpu.py) run on it, measured")
+    how = "this process runs numba's CUDA simulator" if simulated else "none that numba's CUDA target sees"
+    return Check(
+        "GPU",
+        True,
+        f"{how}: the device kernels (kernels/gpu.py) run only in the simulator (NUMBA_ENABLE_CUDASIM=1), "
+        "with right answers and times that are simulated",
+    )
+
+
 def check_lab_extensions(prefixes: list[Path] | None = None) -> Check:
     """The front-end extensions the lessons need are installed where JupyterLab looks."""
     prefixes = prefixes or [Path(sys.prefix) / "share" / "jupyter" / "labextensions"]
@@ -467,6 +484,7 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
     """Every check, in the order a learner would fix them; ``quick`` skips those that start servers.
     ``learners``: also say whether a class of that many fits on this machine (see :func:`check_learners`)."""
     import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+    from kernels import gpu
 
     info = machine.describe()
     checks = [
@@ -477,6 +495,7 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
         check_own_segments(),
         check_learners(info["logical_cores"], info["memory_available"], info["shm"], learners),
         check_numba_cache(os.environ.get("NUMBA_CACHE_DIR")),
+        check_gpu(gpu.devices(), gpu.simulated()),
         check_lab_extensions(),
     ]
     missing = [name for name, version in info["packages"].items() if version is None]
