@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from kernels import histogram as cpu_histogram
+from kernels import kmeans as cpu_kmeans
 from kernels._checks import bin_range, positive_int
 from kernels.histogram import _line_cached, _range_key
 
@@ -96,31 +98,28 @@ def _grid(n: int) -> int:
 
 
 # -- histogram ---------------------------------------------------------------------------------
+# The CPU kernels' own rules, compiled a second time for the device: one definition of each.
+_estimate = cuda.jit(device=True, inline=True)(cpu_histogram._estimate.py_func)
+_numpy_1d_bin = cuda.jit(device=True, inline=True)(cpu_histogram._numpy_1d_bin.py_func)
+_nearest = cuda.jit(device=True, inline=True)(cpu_kmeans._nearest.py_func)
+
+
 @cuda.jit(device=True, inline=True)
-def _bin_of(v, edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, n_bins):
-    """The bin of ``v`` as kernels.histogram's ``_count_values`` finds it; -1 when dropped, -2 when
-    numpy's own indexing would fail on it."""
-    if not (v >= keep_low and v <= keep_high):
-        return -1
-    t = (v - low) * scale
-    tc = t if t > 0.0 else 0.0
-    tc = tc if tc < top else top
-    k = int(tc)
-    if abs(t - k - 0.5) < limit:
-        return k
-    f = ((v - first) / denom) * n_scale
-    if not (f > -1.0 and f < n_bins + 1.0):
-        return -2
-    k = int(f)
-    if k == n_bins:
-        k = n_bins - 1
-    if v < edges[k]:
-        k -= 1
-    if k < 0:
-        return -2
-    if k != n_bins - 1 and v >= edges[k + 1]:
-        k += 1
-    return k
+def _count(x, edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, n_bins, table, failed):
+    """This thread's share of ``x`` (a grid-stride loop) counted into ``table`` as the CPU kernel's
+    ``_count_values`` counts it; a value numpy's own indexing would fail on is counted in ``failed``."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, x.size, stride):
+        v = x[i]
+        if not (v >= keep_low and v <= keep_high):  # numpy's `keep`
+            continue
+        k, sure = _estimate((v - low) * scale, top, limit)
+        if not sure:
+            k = _numpy_1d_bin(v, ((v - first) / denom) * n_scale, edges, n_bins)
+        if k >= 0:
+            cuda.atomic.add(table, k, 1)
+        else:
+            cuda.atomic.add(failed, 0, 1)
 
 
 @cuda.jit
@@ -130,13 +129,7 @@ def _histogram_shared(x, edges, keep_low, keep_high, first, denom, n_scale, low,
     for b in range(cuda.threadIdx.x, n_bins, cuda.blockDim.x):
         table[b] = 0
     cuda.syncthreads()
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, x.size, stride):
-        k = _bin_of(x[i], edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, n_bins)
-        if k >= 0:
-            cuda.atomic.add(table, k, 1)
-        elif k == -2:
-            cuda.atomic.add(failed, 0, 1)
+    _count(x, edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, n_bins, table, failed)
     cuda.syncthreads()
     for b in range(cuda.threadIdx.x, n_bins, cuda.blockDim.x):
         if table[b]:
@@ -145,14 +138,7 @@ def _histogram_shared(x, edges, keep_low, keep_high, first, denom, n_scale, low,
 
 @cuda.jit
 def _histogram_global(x, edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, counts, failed):
-    n_bins = counts.size
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, x.size, stride):
-        k = _bin_of(x[i], edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, n_bins)
-        if k >= 0:
-            cuda.atomic.add(counts, k, 1)
-        elif k == -2:
-            cuda.atomic.add(failed, 0, 1)
+    _count(x, edges, keep_low, keep_high, first, denom, n_scale, low, scale, top, limit, counts.size, counts, failed)
 
 
 def histogram1d(x: Any, bins: int, range: tuple[float, float]) -> np.ndarray:
@@ -184,16 +170,7 @@ def histogram1d(x: Any, bins: int, range: tuple[float, float]) -> np.ndarray:
 def _kmeans_partial(points, centres, sums, counts):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, points.shape[0], stride):
-        best = 0
-        best_d2 = math.inf
-        for k in range(centres.shape[0]):
-            d2 = 0.0
-            for j in range(points.shape[1]):
-                diff = points[i, j] - centres[k, j]
-                d2 += diff * diff
-            if d2 < best_d2:  # False for NaN: such a centre is never taken
-                best_d2 = d2
-                best = k
+        best = _nearest(points, i, centres)  # first of the smallest; a NaN distance never wins
         cuda.atomic.add(counts, best, 1)
         for j in range(points.shape[1]):
             cuda.atomic.add(sums, (best, j), np.float64(points[i, j]))
@@ -202,10 +179,8 @@ def _kmeans_partial(points, centres, sums, counts):
 def kmeans_partial(points: Any, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(sums, counts)`` on the host of the device points (n, d) against ``centres`` (k, d; a host
     array: it changes every iteration and is small), as :func:`kernels.kmeans.kmeans_partial_blocks`."""
-    from kernels.kmeans import _centres
-
     points = device_array("points", points, 2)
-    centres = _centres(centres)
+    centres = cpu_kmeans._centres(centres)
     if centres.shape[1] != points.shape[1]:
         raise ValueError(f"centres must have shape ({centres.shape[0]}, {points.shape[1]}) to match points")
     sums = cuda.to_device(np.zeros(centres.shape))

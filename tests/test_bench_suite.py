@@ -662,34 +662,42 @@ def test_the_sites_escaping_shows_any_text_as_text_in_a_cell_a_heading_and_a_par
 
 
 @st.composite
-def crafted_file(draw) -> bytes:
-    """A results file of bench all's shape, its texts and figures drawn, then 0 to 3 fields replaced
-    (by a value of another type, a text with controls and MyST, a huge or non-finite number, deep
-    nesting) or removed, or the file cut short."""
+def a_goal(draw) -> dict:
+    """One goal of a benchmark, as ``workbench.bench.goals.goal`` makes it, from drawn texts and figures."""
     from workbench.bench.goals import goal
 
-    def a_goal() -> dict:
-        return goal(
-            draw(clean_text),
-            draw(figure),
-            draw(st.floats(1e-3, 1e3)),
-            better=draw(st.sampled_from(("higher", "lower"))),
-            unit=draw(clean_text),
-            peers=draw(st.dictionaries(clean_text, figure, max_size=3)),
-            noise=draw(st.none() | st.floats(0, 2)),
-            bound=draw(st.none() | clean_text),
-        )
+    return goal(
+        draw(clean_text),
+        draw(figure),
+        draw(st.floats(1e-3, 1e3)),
+        better=draw(st.sampled_from(("higher", "lower"))),
+        unit=draw(clean_text),
+        peers=draw(st.dictionaries(clean_text, figure, max_size=3)),
+        noise=draw(st.none() | st.floats(0, 2)),
+        bound=draw(st.none() | clean_text),
+    )
 
-    benchmarks = []
-    for _ in range(draw(st.integers(0, 3))):
-        status = draw(st.sampled_from(suite.STATUSES))
-        goals = [a_goal() for _ in range(draw(st.integers(0, 3)))] if status == "ok" else []
-        benchmarks.append(
-            {"name": draw(clean_text), "mechanism": draw(st.sampled_from(("numba kernels", "RRO")) | clean_text),
-             "size": draw(clean_text), "wall_s": draw(st.floats(0, 1e5)), "status": status,
-             "error": None if status == "ok" else draw(clean_text), "goals": goals, "report": {"goals": goals}}
-        )  # fmt: skip
-    results = suite.strict_json(
+
+@st.composite
+def a_benchmark(draw) -> dict:
+    """One benchmark's entry of ``bench all``'s results: goals only when it ran to the end."""
+    status = draw(st.sampled_from(suite.STATUSES))
+    goals = draw(st.lists(a_goal(), max_size=3)) if status == "ok" else []
+    return {
+        "name": draw(clean_text), "mechanism": draw(st.sampled_from(("numba kernels", "RRO")) | clean_text),
+        "size": draw(clean_text), "wall_s": draw(st.floats(0, 1e5)), "status": status,
+        "error": None if status == "ok" else draw(clean_text), "goals": goals, "report": {"goals": goals},
+    }  # fmt: skip
+
+
+@st.composite
+def a_results_file(draw) -> dict:
+    """A whole results file of ``bench all``'s shape (the machine, the versions, the benchmarks)."""
+    caches = st.lists(
+        st.fixed_dictionaries({"level": st.integers(1, 4), "type": clean_text, "size": st.integers(0, 2**30)}),
+        max_size=3,
+    )
+    return suite.strict_json(
         {
             "size": draw(st.none() | clean_text),
             "workers": draw(st.none() | st.integers(1, 64)),
@@ -701,20 +709,16 @@ def crafted_file(draw) -> bytes:
                 "logical_cores": draw(st.integers(1, 512)),
                 "memory_total": draw(st.integers(0, 2**50)),
                 "tier_directory": draw(clean_text),
-                "caches": draw(
-                    st.lists(
-                        st.fixed_dictionaries(
-                            {"level": st.integers(1, 4), "type": clean_text, "size": st.integers(0, 2**30)}
-                        ),
-                        max_size=3,
-                    )
-                    | clean_text
-                ),  # fmt: skip
+                "caches": draw(caches | clean_text),
             },
             "versions": draw(st.dictionaries(clean_text, st.none() | clean_text, max_size=3)),
-            "benchmarks": benchmarks,
+            "benchmarks": draw(st.lists(a_benchmark(), max_size=3)),
         }
     )
+
+
+def break_fields(draw, results: dict) -> None:
+    """Replace (by a :data:`wrong_value`) or remove 0 to 3 fields anywhere in ``results``, in place."""
     for _ in range(draw(st.integers(0, 3))):
         containers = [([], results)]  # (path, container) of every object and array
         for path, container in containers:
@@ -729,6 +733,11 @@ def crafted_file(draw) -> bytes:
             del container[key]
         else:
             container[key] = draw(wrong_value)
+
+
+def encoded(results: dict) -> bytes:
+    """``results`` as JSON text, each :class:`_Raw` value written as its token (a number JSON cannot
+    hold, nesting deeper than a parser allows) rather than as a string."""
     raws: list[str] = []
 
     def placeholders(value):
@@ -742,7 +751,17 @@ def crafted_file(draw) -> bytes:
     text = json.dumps(placeholders(results))
     for number, token in enumerate(raws):
         text = text.replace(json.dumps(f"\x00raw{number}\x00"), token, 1)
-    data = text.encode()
+    return text.encode()
+
+
+@st.composite
+def crafted_file(draw) -> bytes:
+    """A results file of bench all's shape, its texts and figures drawn, then 0 to 3 fields replaced
+    (by a value of another type, a text with controls and MyST, a huge or non-finite number, deep
+    nesting) or removed, or the file cut short."""
+    results = draw(a_results_file())
+    break_fields(draw, results)
+    data = encoded(results)
     return data[: draw(st.integers(0, len(data)))] if draw(st.integers(0, 9)) == 0 else data
 
 

@@ -106,6 +106,10 @@ def test_a_socket_dashboard_is_served_to_its_user_alone_and_on_no_tcp_port(tmp_p
         # the workers' HTTP servers answer no route either (their metrics would tell another user what runs)
         worker_ports = session.client.run(lambda dask_worker: dask_worker.http_server.port)
         assert worker_ports and all(get_tcp(port, "/health") == 404 for port in worker_ports.values())
+        if nodes is None:  # still a LocalCluster the session owns: the lesson panels may scale it
+            from workbench.viz.panels import ExperimentPanel
+
+            assert not ExperimentPanel(session).workers.disabled
     assert not path.exists(), "the dashboard socket outlived its session"
 
 

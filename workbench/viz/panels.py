@@ -115,7 +115,9 @@ class ExperimentPanel:
         self.variants = widgets.SelectMultiple(description="variants", rows=3)
         self.knobs: dict[str, widgets.SelectionSlider] = {}
         self.knob_box = widgets.VBox()
-        owned_local = session.cluster is not None and type(session.cluster).__name__ == "LocalCluster"
+        from distributed import LocalCluster
+
+        owned_local = isinstance(session.cluster, LocalCluster)  # one the session started (and can scale)
         self.workers = widgets.IntSlider(
             value=len(session.workers()),
             min=1,
