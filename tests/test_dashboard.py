@@ -145,3 +145,16 @@ def test_the_learners_jupyter_server_proxies_the_socket_through_the_entry_point(
 
     handler, _ = ServerProcess(name="lwb-dashboard", **config).make_proxy_handler()
     assert handler is not None and handler.__mro__[1].__name__ == "NamedLocalProxyHandler"
+
+
+def test_a_directory_another_user_could_control_or_a_relative_one_is_refused_before_a_cluster_starts(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))
+    squatted = dashboard.socket_directory()
+    squatted.symlink_to(tmp_path / "elsewhere")  # a link where the private directory should be
+    with pytest.raises(ValueError, match=r"is not a private directory of yours \(l.*WORKBENCH_DASHBOARD_DIR"):
+        workbench.start(n_workers=1, dashboard="socket", timeout=60)
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, "relative/dir")
+    with pytest.raises(ValueError, match="must be an absolute path"):
+        workbench.start(n_workers=1, dashboard="socket", timeout=60)

@@ -60,6 +60,8 @@ from workbench.runtime.dashboard import (
     SocketScheduler,
     check_socket_path,
     no_worker_routes,
+    private_socket_directory,
+    socket_directory,
     socket_path,
 )
 
@@ -390,8 +392,9 @@ class LocalKind(ClusterKind):
     def check(self, request: ClusterRequest) -> None:
         """Refuse a memory request above the per-learner cap, and a dashboard socket path Unix cannot bind."""
         self.memory_limit(request)
-        if request.dashboard == SOCKET:
+        if request.dashboard == SOCKET:  # refused here, not as a scheduler that fails to start
             check_socket_path(socket_path(request.environ))
+            private_socket_directory(socket_directory(request.environ))
 
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""

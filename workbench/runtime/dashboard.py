@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -82,6 +83,8 @@ def socket_directory(environ: Mapping[str, str] = os.environ) -> Path:
     """The directory holding this user's dashboard socket (not made here): ``lwb-UID-dashboard`` in
     ``$WORKBENCH_DASHBOARD_DIR``, else in the temporary directory."""
     parent = environ.get(SOCKET_DIR_ENV) or tempfile.gettempdir()
+    if not os.path.isabs(parent):  # the Jupyter server and the kernel resolve it from different directories
+        raise ValueError(f"${SOCKET_DIR_ENV} must be an absolute path, got {parent!r}")
     return Path(parent) / f"lwb-{os.geteuid()}-dashboard"
 
 
@@ -110,16 +113,23 @@ def proxy_link(environ: Mapping[str, str] = os.environ) -> str:
     return f"{prefix.rstrip('/')}/{PROXY_NAME}/status"
 
 
-def _private_socket_directory(directory: Path) -> None:
-    """Make ``directory`` this user's only, or refuse it (see ``workbench.memory.tiers.private_directory``)."""
+def private_socket_directory(directory: Path) -> None:
+    """Make ``directory`` this user's only (see ``workbench.memory.tiers.private_directory``), or
+    refuse it with a ValueError that says what is there and what to do: another user may have made
+    it first (its name is predictable), or put a link or a file there."""
     from workbench.memory.tiers import TierError, private_directory
 
     try:
         private_directory(directory)
-    except TierError as error:
+    except TierError:
+        try:
+            info = os.lstat(directory)
+            what = f"{stat.filemode(info.st_mode)}, owner {info.st_uid}"
+        except OSError as error:
+            what = error.strerror or str(error)
         raise ValueError(
-            f"the dashboard socket's directory cannot be made private: {error}. Set ${SOCKET_DIR_ENV} to a "
-            "directory of your own"
+            f"the dashboard socket's directory {directory} is not a private directory of yours ({what}): remove "
+            f"it if it is yours, or set ${SOCKET_DIR_ENV} to an absolute path of a directory of your own"
         ) from None
 
 
@@ -141,7 +151,7 @@ def bind_socket(path: Path) -> socket.socket:
     """A listening Unix socket at ``path`` (mode 0600, in a directory of the user's only, made 0700),
     replacing a socket left there (by an older session of the user's, live or dead) atomically."""
     check_socket_path(path)
-    _private_socket_directory(path.parent)
+    private_socket_directory(path.parent)
     fresh = _fresh_name(path)
     listening = bind_unix_socket(str(fresh), mode=0o600)
     try:
