@@ -228,3 +228,31 @@ def tier_files(store) -> list[str]:
     """The names of the files in a store's mapped tier directory (cached objects' files too)."""
     directory = store.directory / "tiers" / "mapped"
     return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+class DeviceBag(Bag):
+    """A :class:`Bag` of numeric arrays on any tier, the ``gpu`` one included: on ``gpu`` an attribute is
+    a device array, read through a host copy and changed by a device kernel where it lies."""
+
+    @active
+    def read(self, name: str):
+        value = getattr(self, name)
+        return value.copy_to_host() if hasattr(value, "copy_to_host") else np.array(value, copy=True)
+
+    @active
+    def on_device(self, name: str) -> bool:
+        from workbench.memory import gpu
+
+        return gpu.is_device_array(getattr(self, name))
+
+    @active(writes=True)
+    def add(self, value: float, *names: str) -> None:
+        for name in names:
+            array = getattr(self, name)
+            if hasattr(array, "copy_to_host"):  # on the device: x = x + value * 1, by a device kernel
+                from kernels import gpu as device_kernels
+
+                ones = device_kernels.cuda.to_device(np.ones(array.shape, dtype=array.dtype))
+                device_kernels.stream_triad(array, array, ones, value)
+            else:
+                array += value

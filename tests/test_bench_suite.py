@@ -9,6 +9,7 @@ the real run's figures.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
 import html.parser
@@ -815,3 +816,23 @@ def test_a_goals_unit_is_joined_when_a_symbol_and_apart_when_words(unit, text):
 def test_a_derived_threshold_is_written_to_three_figures_and_a_whole_one_whole():
     assert "(goal <= 3.15x" in bench_goals.describe(bench_goals.goal("g", 2.6, 3.15348, better="lower"))
     assert "(goal <= 65536B" in bench_goals.describe(bench_goals.goal("g", 0, 65536, better="lower", unit="B"))
+
+
+def test_bench_all_leaves_out_what_this_machine_cannot_run_and_says_why(capsys):
+    planned = cli._planned(argparse.Namespace(only=["kernels", "gpu"], size="ci"))
+    reason = cli.BENCHMARKS["gpu"].why_not()
+    if reason is None:  # a GPU is here: it runs
+        assert [p.name for p in planned] == ["kernels", "gpu"]
+        return
+    assert [p.name for p in planned] == ["kernels"]
+    assert f"bench all: gpu left out: {reason}" in capsys.readouterr().err
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "bench", "gpu", "--size", "ci", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"benchmark": "gpu", "size": "ci", "skipped": reason, "goals": []}
+    assert f"bench gpu: skipped: {reason}" in done.stderr

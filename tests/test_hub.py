@@ -265,7 +265,8 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     while any(_owned_segments(x.uid) or x.processes() for x in learners) and time.monotonic() < deadline:
         time.sleep(0.2)
     for learner in learners:
-        assert not _owned_segments(learner.uid), (learner.name, _owned_segments(learner.uid), server.log())
+        left = _owned_segments(learner.uid)
+        assert not left, f"{learner.name} left {left}, mapped by {_mapping(left)}; the hub said:\n{_hook_lines(server)}"
         left = [_cmdline(pid) for pid in learner.processes()]
         assert not left, f"{learner.name} still runs {left}"
 
@@ -291,6 +292,29 @@ def _culling(server: Hub):
         except subprocess.TimeoutExpired:
             culler.kill()
             culler.wait(timeout=30)
+
+
+def _mapping(names: list[str]) -> dict[str, list[str]]:
+    """The processes that map each of these /dev/shm segments, for a failure message."""
+    import psutil
+
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for process in psutil.process_iter():
+        try:
+            paths = {Path(m.path).name for m in process.memory_maps(grouped=True)}
+        except (psutil.Error, OSError):
+            continue
+        for name in names:
+            if name in paths:
+                found[name].append(_cmdline(process.pid))
+    return found
+
+
+def _hook_lines(server: Hub) -> str:
+    """What the hub's post-stop hook and its spawner logged (the whole log is too long to print)."""
+    text = server.log_path.read_text(errors="replace") if server.log_path.exists() else ""
+    marks = ("shm clean", "still run", "post_stop", "Stopping", "stopped", "Culling", "Error")
+    return "\n".join(line[:300] for line in text.splitlines() if any(m in line for m in marks))[-6000:]
 
 
 def _cmdline(pid: int) -> str:
@@ -373,22 +397,34 @@ def _gateway_processes(learner) -> list[str]:
 
 
 def test_the_clean_waits_for_the_stopped_servers_processes_only():
-    """A server's kernels and workers carry its API token: the clean waits for them to exit (a segment
-    they still map is not free), not for the user's other processes."""
+    """A server's kernels and workers carry its user and server name: the clean waits for them to exit
+    (a segment they still map is not free), not for the user's other processes, another server's, or
+    a zombie's. Their API token is no mark (JupyterLab rewrites it in the server), so a kernel with
+    another token is still waited for."""
     import asyncio
 
     from workbench import hub
 
-    token = secrets.token_hex(8)
-    env = {**os.environ, "JUPYTERHUB_API_TOKEN": token}
-    kernel = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
-    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    user = f"learner-{secrets.token_hex(4)}"
+    env = {**os.environ, "JUPYTERHUB_USER": user, "JUPYTERHUB_SERVER_NAME": "", "JUPYTERHUB_API_TOKEN": "rewritten"}
+    wait = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    kernel = subprocess.Popen(wait, stdin=subprocess.PIPE, env=env)
+    other = subprocess.Popen(wait, stdin=subprocess.PIPE)
+    named = subprocess.Popen(wait, stdin=subprocess.PIPE, env={**env, "JUPYTERHUB_SERVER_NAME": "gpu"})
     try:
-        assert hub.server_processes(os.getuid(), token) == [kernel.pid]
+        assert hub.server_processes(os.getuid(), user, "") == [kernel.pid]
+        assert hub.server_processes(os.getuid(), user, "gpu") == [named.pid]
         threading.Timer(0.5, kernel.stdin.close).start()  # the kernel exits a moment after its server
-        assert asyncio.run(hub.server_processes_exit(os.getuid(), token)) == []
-        assert kernel.wait(timeout=30) == 0 and other.poll() is None
+        assert asyncio.run(hub.server_processes_exit(os.getuid(), user, "")) == []
+        assert kernel.wait(timeout=30) == 0 and other.poll() is None and named.poll() is None
+        exited = subprocess.Popen([sys.executable, "-c", "pass"], env=env)  # not waited for: a zombie once it ends
+        deadline = time.monotonic() + 30
+        while not Path(f"/proc/{exited.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z":
+            assert time.monotonic() < deadline, "the child did not end"
+            time.sleep(0.01)  # a poll interval of a bounded wait on a state
+        assert hub.server_processes(os.getuid(), user, "") == []  # a zombie maps nothing: not waited for
+        exited.wait(timeout=30)
     finally:
-        for process in (kernel, other):
+        for process in (kernel, other, named):
             process.kill()
             process.wait(timeout=30)

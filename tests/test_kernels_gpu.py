@@ -4,30 +4,13 @@ runs here."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from simulator import run_simulated
 
 
 def test_the_device_kernels_agree_with_the_cpu_kernels_in_the_simulator():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "gpu_sim_cases.py")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+    run_simulated("gpu_sim_cases.py")
 
 
 def test_a_host_array_is_refused_before_any_device_is_needed():

@@ -56,12 +56,12 @@ ALLOWED = {
 OUTSIDE = {
     "errors": set(),
     "current": set(),
-    "model": set(),
+    "model": {"workbench.memory.gpu"},  # state_nbytes: a device array is not the process's memory
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "link": set(),
     "catalogue": set(),
     "catalogue_file": set(),
-    "tiering": {"workbench.memory", "workbench.memory.tiers"},
+    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu"},
     "disk": set(),
     "tasks": {"workbench.runtime", "workbench.runtime.failures"},
     "table": set(),

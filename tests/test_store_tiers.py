@@ -132,7 +132,7 @@ def test_dynamic_placement_moves_what_turns_hot_by_itself_and_explains_it(sessio
 def test_bad_tier_requests_are_clear(store):
     proxy = store.make_persistent(ArrayBlock(np.ones(4)))
     try:
-        with pytest.raises(ValueError, match="no tier 'ssd'.*dram, mapped, cached, disk, or the 'dynamic' placement"):
+        with pytest.raises(ValueError, match="no tier 'ssd'.*mapped, cached, disk, gpu, or the 'dynamic' placement"):
             proxy.place("ssd")
         with pytest.raises(ValueError, match="budget is DRAM bytes"):
             store.rebalance(-5)

@@ -126,6 +126,14 @@ WALKS = [  # lesson 09's walks table: seconds of a row and a column walk at two 
     )
 ]
 TILES = [{"order": 1024, "tile": tile, "seconds": s} for tile, s in ((8, 0.01), (64, 0.02), (1024, 0.04))]
+PLACEMENT = {  # lesson 10's gpu_experiments.kmeans_placement at size ci (byte counts: the simulator's are exact)
+    "points_bytes": 16_384,
+    "iterations": 3,
+    "resident_bytes_to_device": 16_384,
+    "copied_bytes_to_device": 49_152,
+}
+STORE_RUN = {"active_bytes_off_device": 0, "non_active_bytes_off_device": 16_384, "values_bytes": 16_384}
+COPIED_FULL = 32_000_000 * 4 * 8 * 10  # size full: points x dims x 8 bytes, once per iteration
 WRONG = {
     "00.1": (dict(per_task_ms=0.002, tasks_to_match_kernel=50, runs=_runs(), kernel_times=KERNEL), "that is seconds"),
     "01.1": (
@@ -181,6 +189,12 @@ WRONG = {
     "09.1": (dict(column_slowdown=7.0, column_stride_bytes=1000, walks=WALKS), "counts elements, not bytes"),
     "09.2": (dict(best_tile=1024, tiled_speedup=1.0, tiles=TILES), "that is the untiled transpose"),
     "09.3": (dict(worker_cores={"tcp://nowhere:1": {0}}, session="session"), "name every worker"),
+    "10.1": (
+        dict(resident_bytes=16_384, copied_bytes=16_384, copied_bytes_full=COPIED_FULL, placement=PLACEMENT),
+        "one copy of the points",
+    ),
+    "10.2": (dict(moves_values="active", bytes_off_device=0, store_run=STORE_RUN), "where the values lie"),
+    "10.3": (dict(make_room="lesson10-points"), "should be a function"),  # the device cases: tests/test_lesson10.py
 }
 
 
@@ -219,6 +233,10 @@ def test_right_answers_pass_for_the_answer_checks():
     ).passed
     assert check("06.2", ratio_at_smallest=1.0, ratio_at_largest=10.0, curves=CURVES).passed
     assert check("07.3", processes_over_threads=4.0, contention=CONTENTION).passed
+    assert check(
+        "10.1", resident_bytes=16_384, copied_bytes=49_152, copied_bytes_full=COPIED_FULL, placement=PLACEMENT
+    ).passed
+    assert check("10.2", moves_values="fetch", bytes_off_device=16_384, store_run=STORE_RUN).passed
 
 
 def test_the_learners_errors_become_not_yet_and_never_raise(session, planted_run):

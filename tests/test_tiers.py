@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import shm_helpers
+from simulator import run_simulated
 
 from workbench.memory import shm, tiers
 
@@ -28,7 +29,7 @@ def _wait_for_file(path: str, process, timeout: float = 60) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize("tier", tiers.TIERS)
+@pytest.mark.parametrize("tier", tiers.HOST_TIERS)  # gpu: tests/gpu_sim_tier_cases.py
 def test_round_trip_on_every_tier(tier, tmp_path):
     data = np.arange(12_345, dtype=">i4")[::3]  # big-endian, strided
     placed = tiers.place("round-trip", data, tier, directory=None if tier == "dram" else tmp_path)
@@ -43,6 +44,38 @@ def test_round_trip_on_every_tier(tier, tmp_path):
     assert not tiers.free("round-trip", tier, directory=None if tier == "dram" else tmp_path)
     if tier != "dram":
         assert list(tmp_path.iterdir()) == []
+
+
+def _device_here() -> bool:
+    from kernels import gpu as device_kernels
+
+    return device_kernels.available()
+
+
+def test_the_tier_list_is_the_host_tiers_and_gpu():
+    assert tiers.TIERS == (*tiers.HOST_TIERS, "gpu")
+    with pytest.raises(tiers.UnknownTier, match="the tiers are dram, mapped, cached, disk, gpu"):
+        tiers.check_tier("vram")
+
+
+@pytest.mark.skipif(_device_here(), reason="a CUDA device is here: tests/gpu_sim_tier_cases.py runs the tier on it")
+def test_the_gpu_tier_without_a_device_says_what_to_do_and_places_nothing():
+    with pytest.raises(tiers.TierError, match="needs a CUDA device.*NUMBA_ENABLE_CUDASIM=1"):
+        tiers.place("nowhere", np.zeros(3), "gpu")
+    with pytest.raises(tiers.TierError, match="needs a CUDA device"):
+        tiers.move(tiers.place("nowhere", np.zeros(3), "dram"), "gpu")
+    assert tiers.names("dram").count("nowhere") == 1  # a refused move keeps the array where it was
+    tiers.free("nowhere", "dram")
+    assert tiers.names("gpu") == [] and not tiers.free("nowhere", "gpu")
+    with pytest.raises(tiers.TierError, match="no gpu array 'nowhere'"):
+        tiers.open_array("nowhere", "gpu")
+
+
+def test_the_gpu_tier_and_the_store_on_it_in_the_simulator():
+    """tests/gpu_sim_tier_cases.py in a pytest process of its own, under numba's CUDA simulator: the
+    tier against a model, odd arrays, a full device, counted copies, store objects on the device, and
+    ``workbench bench gpu`` at size ci."""
+    run_simulated("gpu_sim_tier_cases.py")
 
 
 @pytest.mark.parametrize("tier", FILE_TIERS)

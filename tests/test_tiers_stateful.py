@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from store_helpers import Bag, wait_for_file
 
-from workbench.memory import shm, tiers
+from workbench.memory import gpu, shm, tiers
 from workbench.runtime.store import store_for
 from workbench.runtime.store.protocol import PLUGIN_NAME
 
@@ -39,6 +39,18 @@ SIZES = st.sampled_from([1, 3, 500, 1000])  # 8 B .. 8 kB: a cache of 10 kB hold
 BOUND = 60.0  # the longest wait of a rule (a bound, never a pause)
 
 
+def _tiers_here() -> tuple[str, ...]:
+    """Every tier where a CUDA device (or numba's simulator: tests/gpu_sim_tier_cases.py) runs the gpu
+    tier, the host tiers elsewhere (where placing on gpu is a clear error, tested in test_tiers.py)."""
+    from kernels import gpu as device_kernels
+
+    return tiers.TIERS if device_kernels.available() else tiers.HOST_TIERS
+
+
+TIERS_HERE = _tiers_here()
+DEVICE_LIMITS = st.sampled_from([None, 0, 8_100, 2**30])  # $WORKBENCH_GPU_BYTES: unset, full, one large array, room
+
+
 class TierMachine(RuleBasedStateMachine):
     """``workbench.memory.tiers`` against a dict of numpy arrays."""
 
@@ -52,20 +64,34 @@ class TierMachine(RuleBasedStateMachine):
         self.model: dict[str, np.ndarray] = {}
         self.handles: dict[str, tiers.TierArray] = {}
         self.prefix = f"sm{os.getpid()}-{id(self)}-"
+        self.device_limit: int | None = None
+        os.environ.pop(gpu.GPU_BYTES_ENV, None)
 
     def _name(self, name: str) -> str:
         return self.prefix + name
 
     def _place(self, name: str, data: np.ndarray, tier: str, replace: bool = False) -> tiers.TierArray:
-        directory = None if tier == "dram" else self.dirs[tier]
+        directory = self.dirs.get(tier)  # dram and gpu: none
         return tiers.place(self._name(name), data, tier, directory=directory, cache=self.cache, replace=replace)
 
-    @rule(name=NAMES, size=st.sampled_from([3, 1000]), tier=st.sampled_from(tiers.TIERS), seed=st.integers(0, 9))
+    def _device_full(self, nbytes: int, replacing: str | None = None) -> bool:
+        """Whether the model says ``nbytes`` more on the gpu tier (``replacing`` this name's array
+        there) pass the limit: the tier must then refuse, and change nothing."""
+        if self.device_limit is None:
+            return False
+        held = sum(int(h.nbytes) for n, h in self.handles.items() if h.tier == "gpu" and n != replacing)
+        return held + nbytes > self.device_limit
+
+    @rule(name=NAMES, size=st.sampled_from([3, 1000]), tier=st.sampled_from(TIERS_HERE), seed=st.integers(0, 9))
     def make(self, name, size, tier, seed):
         data = np.random.default_rng(seed).random(size)
         if name in self.handles:
             with pytest.raises(tiers.TierError, match="already"):
                 self._place(name, data, self.handles[name].tier)
+            return
+        if tier == "gpu" and self._device_full(data.nbytes):
+            with pytest.raises(tiers.TierError, match="of device memory"):
+                self._place(name, data, tier)
             return
         self.handles[name] = self._place(name, data, tier)
         self.model[name] = data.copy()
@@ -75,15 +101,22 @@ class TierMachine(RuleBasedStateMachine):
     def write_in_place(self, data, delta):
         name = data.draw(st.sampled_from(sorted(self.handles)))
         handle = self.handles[name]
+        self.model[name] += delta
+        if handle.tier == "gpu":  # in place on the device, by a device kernel: x = x + delta * 1
+            from kernels import gpu as device_kernels
+
+            ones = device_kernels.cuda.to_device(np.ones(handle.device.shape))
+            device_kernels.stream_triad(handle.device, handle.device, ones, float(delta))
+            return
         array = handle.array
         array += delta
-        self.model[name] += delta
         handle.sync()
 
-    @precondition(lambda self: len(self.handles) >= 2)
+    @precondition(lambda self: len([h for h in self.handles.values() if h.tier != "gpu"]) >= 2)
     @rule(data=st.data(), delta=st.integers(1, 4))
     def write_two_then_sync(self, data, delta):
-        first, second = data.draw(st.permutations(sorted(self.handles)))[:2]
+        on_host = sorted(n for n, h in self.handles.items() if h.tier != "gpu")
+        first, second = data.draw(st.permutations(on_host))[:2]
         arrays = [self.handles[first].array, self.handles[second].array]  # both in use at once
         for name, array in zip([first, second], arrays):
             array += delta
@@ -97,16 +130,34 @@ class TierMachine(RuleBasedStateMachine):
     def rebind(self, data, seed):
         name = data.draw(st.sampled_from(sorted(self.handles)))
         new = np.random.default_rng(seed).random(len(self.model[name]))
+        if self.handles[name].tier == "gpu" and self._device_full(new.nbytes, replacing=name):
+            with pytest.raises(tiers.TierError, match="of device memory"):
+                self._place(name, new, "gpu", replace=True)
+            return
         self.handles[name] = self._place(name, new, self.handles[name].tier, replace=True)
         self.model[name] = new.copy()
 
     @precondition(lambda self: self.handles)
-    @rule(data=st.data(), tier=st.sampled_from(tiers.TIERS))
+    @rule(data=st.data(), tier=st.sampled_from(TIERS_HERE))
     def move(self, data, tier):
         name = data.draw(st.sampled_from(sorted(self.handles)))
         handle = self.handles[name]
-        directory = None if tier == "dram" else self.dirs[tier]
+        directory = None if tier in ("dram", "gpu") else self.dirs[tier]
+        if tier == "gpu" and handle.tier != "gpu" and self._device_full(self.model[name].nbytes):
+            with pytest.raises(tiers.TierError, match="of device memory"):
+                tiers.move(handle, tier, replace=True)
+            return  # refused: it stays where it was
         self.handles[name] = tiers.move(handle, tier, directory=directory, replace=True)
+
+    @precondition(lambda self: "gpu" in TIERS_HERE)
+    @rule(limit=DEVICE_LIMITS)
+    def set_device_limit(self, limit):
+        self.device_limit = limit
+        if limit is None:
+            os.environ.pop(gpu.GPU_BYTES_ENV, None)
+        else:
+            os.environ[gpu.GPU_BYTES_ENV] = str(limit) if limit else "1"  # 0 is not a size: 1 byte is full
+            self.device_limit = max(limit, 1)
 
     @precondition(lambda self: self.handles)
     @rule(data=st.data())
@@ -148,14 +199,20 @@ class TierMachine(RuleBasedStateMachine):
         expected = {
             ("disk" if h.tier == "disk" else "mapped", shm.segment_path(h.name, h.directory).name)
             for h in self.handles.values()
-            if h.tier != "dram"
+            if h.tier not in ("dram", "gpu")
         }
         assert files == expected
+
+    @invariant()
+    def the_device_holds_the_gpu_arrays(self):
+        mine = [n for n in tiers.names("gpu") if n.startswith(self.prefix)] if "gpu" in TIERS_HERE else []
+        assert sorted(mine) == sorted(h.name for h in self.handles.values() if h.tier == "gpu")
 
     def teardown(self):
         for handle in self.handles.values():
             tiers.free(handle.name, handle.tier, directory=handle.directory)
         shutil.rmtree(self.root, ignore_errors=True)
+        os.environ.pop(gpu.GPU_BYTES_ENV, None)
 
 
 TestTiers = TierMachine.TestCase

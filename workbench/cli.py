@@ -77,9 +77,19 @@ class Benchmark:
     help: str
     module: str
     mechanism: str  # what it measures, as the brief names the mechanisms (bench all groups by it)
-    # seconds per size on 2 cores, said up front: TIMED_SIZES as measured (AMD EPYC Zen 5, 32 MiB L3), full estimated
+    # seconds per size on 2 cores, said up front: timed_sizes as measured (AMD EPYC Zen 5, 32 MiB L3), others estimated
     expected_s: Mapping[str, float]
     arguments: tuple[Argument, ...] = ()
+    timed_sizes: tuple[str, ...] = ("ci", "lab")
+    # ``workbench.bench.<module>.why_not`` when the module has one: why this machine cannot run it (one
+    # line, read when bench all plans; None: it can)
+    may_skip: bool = False
+
+    def why_not(self) -> str | None:
+        """Why this machine cannot run the benchmark (``bench all`` then leaves it out, saying so), or None."""
+        if not self.may_skip:
+            return None
+        return importlib.import_module(f"workbench.bench.{self.module}").why_not()
 
     @property
     def default_size(self) -> str:
@@ -153,7 +163,7 @@ def _bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"workbench.bench.{benchmark.module}")
     options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
     progress = Progress(benchmark.name)
-    progress.expect(args.size, benchmark.expected_s[args.size], estimated=args.size not in TIMED_SIZES)
+    progress.expect(args.size, benchmark.expected_s[args.size], estimated=args.size not in benchmark.timed_sizes)
     report = module.run(**options, progress=progress)
     print(json.dumps(report, indent=2, default=str) if args.json else module.format_report(report))
     return 0
@@ -166,6 +176,9 @@ def _planned(args: argparse.Namespace) -> list[Any]:
     planned = []
     for name, benchmark in BENCHMARKS.items():
         if args.only and name not in args.only:
+            continue
+        if reason := benchmark.why_not():
+            print(f"bench all: {name} left out: {reason}", file=sys.stderr)
             continue
         size = args.size or benchmark.default_size
         takes_workers = any(a.flags == ("--workers",) for a in benchmark.arguments)
@@ -301,7 +314,10 @@ def _shm(args: argparse.Namespace) -> int:
     if args.action == "clean":
         with _from_user_input(shm.SharedMemoryError):  # --dir is not a segment directory
             removed = shm.clean(args.dir, everything=args.all, prefix=args.prefix)
-        print("\n".join(f"removed {name}" for name in removed) or "nothing to remove")
+            kept = [i for i in shm.list_segments(args.dir) if i.name.startswith(args.prefix) and i.mapped_by]
+        lines = [f"removed {name}" for name in removed]
+        lines += [f"kept {i.name}: in use by process {', '.join(map(str, i.mapped_by))}" for i in kept]
+        print("\n".join(lines) or "nothing to remove")
         return 0
     with _from_user_input(shm.SharedMemoryError):
         infos = shm.list_segments(args.dir)
@@ -371,7 +387,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 # -- the tables ----------------------------------------------------------------------------------
 SIZES = ("ci", "lab", "full")
-TIMED_SIZES = ("ci", "lab")  # a Benchmark's expected_s at these sizes were measured; at full they are estimates
 JSON = arg("--json", action="store_true", help="print the full report as JSON")
 
 
@@ -543,6 +558,19 @@ BENCHMARKS: dict[str, Benchmark] = {
                 ),
                 arg("--cores", type=int, check=at_least(1), help="cores for the application clusters (default: all)"),
             ),
+        ),
+        Benchmark(
+            "gpu",
+            "GPU memory as a tier: bus pinned vs pageable, device floor, histogram, k-means kept vs copied, store",
+            "gpu",
+            "memory tiers (GPU)",
+            {"ci": 20, "lab": 60, "full": 180},
+            (
+                _size("lab", "ci: a smoke run, not a measurement; lab: 128 MB of points, 256 MB bus copies"),
+                _workers("worker processes of the store part (default: one per core)"),
+            ),
+            timed_sizes=(),  # no GPU has run it yet: every expected time is an estimate
+            may_skip=True,
         ),
     )
 }

@@ -325,13 +325,19 @@ def check_gpu(devices: list[tuple[str, int]], simulated: bool) -> Check:
     or numba's simulator, which gives their answers but not their times)."""
     if devices:
         listed = ", ".join(f"{name} ({format_bytes(total)})" for name, total in devices)
-        return Check("GPU", True, f"{listed}: the device kernels (kernels/gpu.py) run on it, measured")
+        return Check(
+            "GPU",
+            True,
+            f"{listed}: the gpu tier and the device kernels (kernels/gpu.py) run on it; lesson 10 and "
+            "'workbench bench gpu' measure it",
+        )
     how = "this process runs numba's CUDA simulator" if simulated else "none that numba's CUDA target sees"
     return Check(
         "GPU",
         True,
-        f"{how}: the device kernels (kernels/gpu.py) run only in the simulator (NUMBA_ENABLE_CUDASIM=1), "
-        "with right answers and times that are simulated",
+        f"{how}: the gpu tier and the device kernels run only in the simulator (NUMBA_ENABLE_CUDASIM=1), with "
+        "right answers and byte counts and times that mean nothing; lesson 10 runs simulated and says so, and "
+        "'workbench bench gpu' is skipped",
     )
 
 

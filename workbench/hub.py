@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 CLEAN_SECONDS = 60.0  # the clean reads /dev/shm and /proc: seconds on a busy server, bounded here
 EXIT_SECONDS = 30.0  # for the stopped server's kernels and workers to exit before the clean
 POLL_SECONDS = 0.2
+KEPT = re.compile(r"kept .*: in use by process (?P<pids>\d+(?:, \d+)*)$")  # workbench shm clean's line
 
 
 def clean_command() -> list[str]:
@@ -45,30 +48,51 @@ def as_user(name: str) -> Callable[[], None]:
     return drop
 
 
-def server_processes(uid: int, token: str) -> list[int]:
-    """The processes of user ``uid`` that a server started with API token ``token`` left running (its
-    kernels, their workers): each inherited the token in ``$JUPYTERHUB_API_TOKEN``."""
+def server_processes(uid: int, user: str, server: str) -> list[int]:
+    """The processes of user ``uid`` that JupyterHub user ``user``'s server named ``server`` ("" for the
+    default one) left running (its kernels, their workers): each inherited ``$JUPYTERHUB_USER`` and
+    ``$JUPYTERHUB_SERVER_NAME`` from it (its API token is no mark: JupyterLab rewrites
+    ``$JUPYTERHUB_API_TOKEN`` in the server, and kernels inherit the new value). A process of the
+    user part-way through exiting counts too, whatever its environment (it reads empty by then), until
+    it is a zombie: its memory, segments included, is unmapped only at the end of its exit."""
     import psutil
 
     found = []
-    for process in psutil.process_iter(["uids"]):
+    for process in psutil.process_iter(["uids", "status"]):
         try:
-            if process.info["uids"].real == uid and process.environ().get("JUPYTERHUB_API_TOKEN") == token:
+            if process.info["uids"].real != uid or process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            environment = process.environ()
+            ours = (environment.get("JUPYTERHUB_USER"), environment.get("JUPYTERHUB_SERVER_NAME", "")) == (user, server)
+            if ours or _exiting(process.pid):
                 found.append(process.pid)
-        except (psutil.Error, OSError):
-            continue  # gone meanwhile, or a process whose environment this hub cannot read
+        except (psutil.Error, OSError):  # gone meanwhile, or not this hub's to read
+            if _exiting(process.pid):
+                found.append(process.pid)
     return found
 
 
-async def server_processes_exit(uid: int, token: str | None) -> list[int]:
-    """Wait, at most :data:`EXIT_SECONDS`, until the stopped server's processes have exited: JupyterHub
-    stops the server, and its kernels and their Dask workers follow it, a moment later. A segment they
-    still map is not free, so a clean before they are gone would keep it. Returns those still running."""
-    if not token:
-        return []
+PF_EXITING = 0x00000004  # the kernel's flag of a process in exit (linux/sched.h), in /proc/PID/stat
+
+
+def _exiting(pid: int) -> bool:
+    """Whether ``pid`` is part-way through exiting (not yet a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state, *fields = stat.read().rsplit(b")", 1)[1].split()
+        return state != b"Z" and bool(int(fields[5]) & PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+async def server_processes_exit(uid: int, user: str, server: str) -> list[int]:
+    """Wait, at most :data:`EXIT_SECONDS`, until the stopped server's processes have exited
+    (:func:`server_processes`): JupyterHub stops the server, and its kernels and their Dask workers
+    follow it, a moment later. A segment they still map is not free, so a clean before they are gone
+    would keep it. Returns those still running."""
     clock = asyncio.get_running_loop().time
     deadline = clock() + EXIT_SECONDS
-    while (left := await asyncio.to_thread(server_processes, uid, token)) and clock() < deadline:
+    while (left := await asyncio.to_thread(server_processes, uid, user, server)) and clock() < deadline:
         await asyncio.sleep(POLL_SECONDS)
     return left
 
@@ -81,7 +105,7 @@ async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] 
     servers start through a command that drops to the user itself (a mount namespace, a container's
     exec), that wrapper around the clean command, which then runs as given."""
     name = spawner.user.name
-    left = await server_processes_exit(pwd.getpwnam(name).pw_uid, getattr(spawner, "api_token", None))
+    left = await server_processes_exit(pwd.getpwnam(name).pw_uid, name, getattr(spawner, "name", "") or "")
     if left:
         spawner.log.warning("%s's processes %s still run %.0f s after their server stopped", name, left, EXIT_SECONDS)
     argv = wrap(clean_command()) if wrap is not None else clean_command()
@@ -99,7 +123,26 @@ async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] 
         spawner.log.warning("workbench shm clean for %s did not finish within %.0f s", name, CLEAN_SECONDS)
         return
     text = said.decode(errors="replace").strip()
+    holders = [pid for line in text.splitlines() if (m := KEPT.match(line)) for pid in m["pids"].split(", ")]
+    if holders:  # kept: say what still held it (a process that outlived the wait)
+        text += "; " + "; ".join(_describe(int(pid)) for pid in holders)
     if process.returncode:
         spawner.log.warning("workbench shm clean for %s failed (%s): %s", name, process.returncode, text[-500:])
     else:
         spawner.log.info("workbench shm clean for %s: %s", name, text[-500:] or "nothing to remove")
+
+
+def _describe(pid: int) -> str:
+    """``pid``'s command, state and the server it came from, for the hub's log."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+        environment = dict(
+            e.decode(errors="replace").split("=", 1)
+            for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"=" in e
+        )
+        came = f"{environment.get('JUPYTERHUB_USER', '?')}/{environment.get('JUPYTERHUB_SERVER_NAME', '')}"
+        return f"process {pid}: state {stat[0].decode()}, flags {int(stat[6]):#x}, server {came}, {command or '?'}"
+    except (OSError, IndexError, ValueError) as error:
+        return f"process {pid}: {type(error).__name__}"

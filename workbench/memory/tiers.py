@@ -1,6 +1,7 @@
 """Memory tiers: where an array's bytes live, and what using them costs.
 
-Four named tiers (thesis ch. 6, with what this machine has instead of Optane):
+Five named tiers: four of the node (thesis ch. 6, with what this machine has instead of Optane),
+:data:`HOST_TIERS`, and the GPU's memory:
 
 * ``dram``: process memory. Fastest, volatile, and what a DRAM budget counts.
 * ``mapped``: a file mapped ``MAP_SHARED`` and used *in place* (no copy into DRAM): the
@@ -13,6 +14,8 @@ Four named tiers (thesis ch. 6, with what this machine has instead of Optane):
 * ``cached``: a transparent DRAM cache with a byte budget in front of a ``mapped`` file (the
   software analogue of Optane's Memory Mode): a hit reads DRAM, a miss copies the file in and
   evicts the least recently used entries (writing dirty ones back).
+* ``gpu``: a CUDA device's memory (:mod:`workbench.memory.gpu`): device kernels compute on the array
+  where it lies, every copy across the bus is counted, and a full device is a clear error.
 
 The files are ``workbench.memory.shm`` segments (one code for a file in a directory: header
 checks, untrusted-file rules, space reserved before mapping, atomic partial-and-rename writes), so
@@ -40,68 +43,16 @@ from typing import Any
 
 import numpy as np
 
-from workbench.memory import shm
+from workbench.memory import gpu, shm
+from workbench.memory.tier_base import TierArray, TierError, UnknownTier, medium
 
-TIERS = ("dram", "mapped", "cached", "disk")  # the one list of tiers (the store adds the "dynamic" policy)
+HOST_TIERS = ("dram", "mapped", "cached", "disk")  # the tiers of the node's memory and storage
+TIERS = (*HOST_TIERS, "gpu")  # the one list of tiers (the store adds the "dynamic" policy)
 PMEM_ENV = "WORKBENCH_PMEM_DIR"
 TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
-MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
-
-
-class TierError(shm.SharedMemoryError):
-    """A tier operation that cannot be done, with what to do instead (a file-tier problem found by
-    ``workbench.memory.shm`` is one too: catch either)."""
-
-
-class UnknownTier(TierError, ValueError):
-    """A tier name that is not one of :data:`TIERS` (bad input: a ``ValueError`` too)."""
 
 
 # -- where files live --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Medium:
-    """What a tier directory sits on: reported with every measurement made there."""
-
-    directory: str
-    filesystem: str
-    device: str
-    mount: str
-    dax: bool
-    memory_backed: bool  # tmpfs/ramfs: the "file" is DRAM, and cannot be made cold
-
-    def describe(self) -> str:
-        """One line for reports: ``/tmp on ext4 (/dev/vda), page cache in front``."""
-        if self.dax:
-            kind = "DAX (persistent memory, MAP_SYNC)"
-        elif self.memory_backed:
-            kind = "memory (no device behind it: never cold)"
-        else:
-            kind = "page cache in front of the device"
-        return f"{self.directory} on {self.filesystem} ({self.device}), {kind}"
-
-
-def medium(directory: str | Path) -> Medium:
-    """The mount ``directory`` lives on, from ``/proc/mounts`` (longest mount point that contains it)."""
-    path = os.path.realpath(directory)
-    best = ("", "?", "?", "")
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                fields = line.split()
-                if len(fields) < 4:
-                    continue
-                device, mount, fstype, options = fields[:4]
-                mount = mount.replace("\\040", " ")
-                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best[0]):
-                    best = (mount, device, fstype, options)
-    except OSError:
-        pass
-    mount, device, fstype, options = best
-    dax = any(o == "dax" or o.startswith("dax=") and o != "dax=never" for o in options.split(","))
-    return Medium(str(directory), fstype, device, mount, dax, fstype in MEMORY_FILESYSTEMS)
-
-
 def default_directory(tier: str) -> Path:
     """Where ``tier``'s files go unless told: ``$WORKBENCH_PMEM_DIR`` for ``mapped`` and ``cached``
     when set, else ``$WORKBENCH_TIER_DIR/<tier>``, else ``<temporary directory>/workbench-tiers-<uid>/<tier>``
@@ -336,46 +287,6 @@ def device_read_bytes() -> int | None:
 # -- arrays on tiers ---------------------------------------------------------------------------
 _DRAM: dict[str, np.ndarray] = {}
 _DRAM_LOCK = threading.Lock()
-
-
-class TierArray:
-    """An array placed on a tier: ``.array`` is what code uses; ``sync()`` makes changes durable."""
-
-    tier = ""
-
-    def __init__(self, name: str, directory: Path | None):
-        self.name = name
-        self.directory = directory
-
-    @property
-    def path(self) -> Path | None:
-        """The file behind the array (None on ``dram``)."""
-        return None if self.directory is None else shm.segment_path(self.name, self.directory)
-
-    @property
-    def array(self) -> np.ndarray:
-        """The array to compute on."""
-        raise NotImplementedError
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the array's data."""
-        return int(self.array.nbytes)
-
-    @property
-    def dram_bytes(self) -> int:
-        """Bytes this placement holds in process memory (what a DRAM budget counts)."""
-        return 0
-
-    def sync(self) -> None:
-        """Make changes to ``array`` durable on the tier (nothing on ``dram``)."""
-
-    def medium(self) -> Medium | None:
-        """What the file sits on (None on ``dram``)."""
-        return None if self.directory is None else medium(self.directory)
-
-    def __repr__(self) -> str:
-        return f"<{self.tier} array {self.name!r} {self.array.shape} {self.array.dtype}>"
 
 
 class DramArray(TierArray):
@@ -743,6 +654,11 @@ def place(
     """
     check_tier(tier)
     shm._check_name(name, "tier array name")
+    if tier == "gpu":
+        check_plain(array, f"array {name!r}", tier)
+        return gpu.GpuArray(name, gpu.DEVICE.put(name, array, replace))
+    if gpu.is_device_array(array):  # off the device: a counted host copy first
+        array = gpu.DEVICE.to_host(array)
     if tier == "dram":
         with _DRAM_LOCK:
             if name in _DRAM and not replace:
@@ -800,6 +716,8 @@ def open_array(
     """Reopen an array placed earlier (after a restart too: the file is the data and its header).
     ``dram`` is volatile: only this process's own placements reopen."""
     check_tier(tier)
+    if tier == "gpu":
+        return gpu.GpuArray(name, gpu.DEVICE.get(name))
     if tier == "dram":
         with _DRAM_LOCK:
             if name not in _DRAM:
@@ -835,7 +753,7 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, r
         raise TierError(
             f"another array {handle.name!r} is on {tier} already: free() it, or move(..., replace=True) to overwrite it"
         )
-    data = handle.array
+    data = handle.array  # off the gpu tier: a counted host copy
     new = place(handle.name, data, tier, directory=directory, replace=True)
     free(handle.name, handle.tier, directory=handle.directory)
     return new
@@ -844,6 +762,8 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, r
 def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
     """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped)."""
     check_tier(tier)
+    if tier == "gpu":
+        return gpu.DEVICE.pop(name)
     if tier == "dram":
         with _DRAM_LOCK:
             return _DRAM.pop(name, None) is not None
@@ -855,6 +775,8 @@ def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
 def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
     """The arrays on ``tier`` (complete files of this user only)."""
     check_tier(tier)
+    if tier == "gpu":
+        return gpu.DEVICE.names()
     if tier == "dram":
         with _DRAM_LOCK:
             return sorted(_DRAM)

@@ -43,6 +43,7 @@ LESSON_MODULES = {
     "07": "lesson07",
     "08": "capstone",
     "09": "lesson09",
+    "10": "lesson10",
 }
 ID_PATTERN = re.compile(r"(\d\d)\.(\d+)")
 

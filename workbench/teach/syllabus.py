@@ -68,12 +68,14 @@ DAYS: tuple[tuple[str, str, tuple[Lesson | Session, ...]], ...] = (
         ),
     ),
     (
-        "Day 2: memory, communication, a pipeline of your own, and a cluster",
+        "Day 2: memory (host and GPU), communication, a pipeline of your own, and a cluster",
         "09:00",
         (
             Lesson("05"),
-            Lesson("06"),
+            Lesson("10"),
             Session("break", 15),
+            Lesson("06"),
+            Session("break", 10),
             Lesson("08", "part 1: find the four problems"),
             Session("lunch", 60),
             Session("Capstone, part 2: fix them together, measure the speed-up; pairs present", 60),
@@ -87,7 +89,9 @@ DAYS: tuple[tuple[str, str, tuple[Lesson | Session, ...]], ...] = (
         ),
     ),
 )
-SHORTER_COURSE_DROPS = ("05", "06")  # the lessons a shorter course leaves out (it keeps the capstone)
+# The lessons a shorter course leaves out (it keeps the capstone); 10 builds on 05's tiers and needs a GPU to
+# show times (without one it runs in numba's simulator: byte counts only).
+SHORTER_COURSE_DROPS = ("05", "06", "10")
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,19 @@ def lesson_info(path: Path) -> LessonInfo:
 
 
 def lessons(notebooks: Path = NOTEBOOKS) -> dict[str, LessonInfo]:
-    """Every lesson notebook's information, by number."""
-    return {p.name[:2]: lesson_info(p) for p in sorted(notebooks.glob("[0-9][0-9]-*.ipynb"))}
+    """Every lesson notebook's information, by number; two notebooks with one number are refused (one of
+    them would be left out of the schedule)."""
+    paths = sorted(notebooks.glob("[0-9][0-9]-*.ipynb"))
+    found: dict[str, LessonInfo] = {}
+    for path in paths:
+        number = path.name[:2]
+        if number in found:
+            raise ValueError(
+                f"{found[number].path.name} and {path.name} share the number {number}: give each lesson a number of "
+                f"its own (the notebooks are {[p.name for p in paths]})"
+            )
+        found[number] = lesson_info(path)
+    return found
 
 
 def _clock(minutes: int) -> str:
@@ -166,7 +181,8 @@ def render(notebooks: Path = NOTEBOOKS) -> str:
                 now += item.minutes
         parts += [f"| {_clock(now)} | end of the day | | |", ""]
     dropped = sum(known[n].minutes for n in SHORTER_COURSE_DROPS)
-    names = " and ".join(known[n].title for n in SHORTER_COURSE_DROPS)
+    titles = [known[n].title for n in SHORTER_COURSE_DROPS]
+    names = " and ".join(titles) if len(titles) < 3 else ", ".join(titles[:-1]) + " and " + titles[-1]
     parts += [
         f"Lesson minutes are teaching / exercises. A shorter course can drop {names} "
         f"({_length(dropped)} together) and keep the capstone.",

@@ -161,14 +161,17 @@ def check_method(class_label: str, methods: dict[str, bool], name: str) -> bool:
 
 
 def state_nbytes(obj: Any) -> int:
-    """Bytes of an object's state: numpy attributes exactly, other attributes by Dask's ``sizeof``."""
+    """Bytes of an object's state in this process's memory: numpy attributes exactly, device arrays
+    (the ``gpu`` tier's) none, other attributes by Dask's ``sizeof``."""
     from dask.sizeof import sizeof
+
+    from workbench.memory.gpu import is_device_array
 
     state = getattr(obj, "__dict__", None)
     if state is None:
         return int(sizeof(obj))
     unique = {id(v): v for v in state.values()}.values()  # two attributes bound to one array count it once
-    return int(sum(v.nbytes if isinstance(v, np.ndarray) else sizeof(v) for v in unique))
+    return int(sum(v.nbytes if isinstance(v, np.ndarray) else 0 if is_device_array(v) else sizeof(v) for v in unique))
 
 
 _STATE_DEPTH = 4  # how deep detach_result looks into an object's state and into a result

@@ -106,7 +106,7 @@ class TierPlacement:
             with self.table.lock:
                 self.table.used_bound += max(0, entry.nbytes - before)
             action = "promote" if tier == "dram" and old != "dram" else "demote" if old == "dram" else "place"
-            moved = entry.placement.tier_bytes or entry.nbytes
+            moved = entry.placement.tier_bytes or entry.placement.device_bytes or entry.nbytes
             self.trace(action, start, moved, f"place {old}->{tier}: {reason or 'asked'}", source=old)
             return {"tier": tier, "from": old, "dram_bytes": entry.nbytes, "seconds": time.time() - start}
         finally:

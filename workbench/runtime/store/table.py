@@ -411,7 +411,21 @@ class ObjectTable(Mapping[Key, Entry]):
         sender releases once the reply is sent. So the copy is all before or all after any write,
         and other readers and copies are not held up."""
         _, entry = self.locked(ObjectRef(oid, int(version)), "get", False, find=self.held, copy=True)
-        return SendLocked(entry.obj, entry)
+        try:
+            return SendLocked(self.leaving(entry, "store-get"), entry)
+        except BaseException:
+            entry.lock.release(False, copy=True)
+            raise
+
+    def leaving(self, entry: Entry, task: str) -> Any:
+        """``entry``'s object as it may be pickled (the caller holds its lock): itself, or for an object
+        on the ``gpu`` tier a copy with host arrays, the bytes copied off the device a transfer event."""
+        if entry.placement.tier != "gpu":
+            return entry.obj
+        start = time.time()
+        obj = tiering.on_host(entry.obj, entry.placement)
+        self.trace("transfer", start, entry.placement.device_bytes, f"gpu-to-host {task}", source="gpu")
+        return obj
 
     def push(self, oid: str, version: int, target: str, move: bool = False) -> int:
         """Send a copy of the object to backend ``target``, which records itself in the catalogue as a
@@ -426,7 +440,12 @@ class ObjectTable(Mapping[Key, Entry]):
         try:
             start = time.time()
             self.link.backend(
-                target, BackendOp.PUT, oid=oid, version=version, obj=to_serialize(entry.obj), announce=True
+                target,
+                BackendOp.PUT,
+                oid=oid,
+                version=version,
+                obj=to_serialize(self.leaving(entry, "store-push")),
+                announce=True,
             )
             self.trace("transfer", start, entry.nbytes, "store-push", source=self.address)
             if move:  # the catalogue first, the table after, as an eviction does
@@ -442,7 +461,7 @@ class ObjectTable(Mapping[Key, Entry]):
         """Copy a version into a new one here (``new_version``), pickled under the object's shared lock."""
         ref, entry = self.locked(ObjectRef(oid, int(version)), "new_version", False, find=self.held, copy=True)
         try:
-            data = cloudpickle.dumps(entry.obj, protocol=pickle.HIGHEST_PROTOCOL)  # arrays in band: a copy
+            data = cloudpickle.dumps(self.leaving(entry, "new_version"), protocol=pickle.HIGHEST_PROTOCOL)  # a copy
         finally:
             entry.lock.release(False, copy=True)
         return self.add(oid, new_version, pickle.loads(data))
@@ -484,7 +503,7 @@ class ObjectTable(Mapping[Key, Entry]):
         if entry.disk_path is None or not Path(entry.disk_path).exists():
             path = disk_path(self.directory, oid, version)
             start = time.time()
-            written = write_object(path, entry.obj)
+            written = write_object(path, self.leaving(entry, "store-flush"))
             self.trace("tier-write", start, written, "store-flush")
             if not self.link.catalogue(CatalogueOp.SET_DISK, oid=oid, version=version, disk_path=str(path)):
                 path.unlink(missing_ok=True)  # deleted meanwhile: no file outlives its object

@@ -10,6 +10,9 @@ An object in a backend's table is on one tier (thesis ch. 6):
   in software): a call swaps in the cached DRAM copies, and a writing call writes through;
 * ``disk``: the object is evicted to the store's disk tier (issue 6's pickle per version) and
   staged back into DRAM when used: one tier among these, through the same ``place`` call;
+* ``gpu``: each numeric attribute is a device array (:mod:`workbench.memory.gpu`), at rest and in
+  calls: an active method hands it to device kernels and the data never crosses the bus; a copy of
+  the object (a non-active fetch, a replica, a disk copy) takes host copies, counted;
 * ``dynamic``: not a place but a manager: the backend's
   :class:`~workbench.memory.placement.DynamicPolicy` moves the object between ``mapped`` and
   ``dram`` by its measured use, under a DRAM budget per backend, each move explained in the trace.
@@ -21,6 +24,7 @@ Files are named ``<oid>-v<version>-<attribute>`` in ``<store>/tiers/mapped`` (or
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from collections.abc import Iterator
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.memory import tiers
+from workbench.memory import gpu, tiers
 
 DYNAMIC = "dynamic"  # not a tier: the placement policy that moves objects between the tiers by their reads
 
@@ -43,6 +47,7 @@ class Placement:
 
     tier: str = "dram"
     arrays: dict[str, tiers.TierArray] = field(default_factory=dict)
+    stem: str = ""  # what its files (or device arrays) are named after
 
     @property
     def handles(self) -> list[tiers.TierArray]:
@@ -53,8 +58,15 @@ class Placement:
     def tier_bytes(self) -> int:
         """Bytes of the object's arrays held in tier files (not counted against DRAM)."""
         return sum(
-            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes) for h in self.handles
+            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes)
+            for h in self.handles
+            if not isinstance(h, gpu.GpuArray)
         )
+
+    @property
+    def device_bytes(self) -> int:
+        """Bytes of the object's arrays held in device memory (the ``gpu`` tier)."""
+        return sum(h.device_bytes for h in self.handles if isinstance(h, gpu.GpuArray))
 
 
 def check_tier(tier: object) -> str:
@@ -145,17 +157,27 @@ def _mapping(handle: tiers.TierArray) -> np.ndarray:
 
 def _stored(handle: tiers.TierArray, value: np.ndarray) -> bool:
     """Whether ``value`` is the handle's own mapping (else it is a new array, not yet in the file)."""
+    if isinstance(handle, gpu.GpuArray):
+        return False
     view = (handle.mapped if isinstance(handle, tiers.CachedArray) else handle)._view  # type: ignore[union-attr]
     return view is not None and value is view
 
 
+def _free(handle: tiers.TierArray) -> None:
+    """Free a handle's file (or its device array)."""
+    if isinstance(handle, gpu.GpuArray):
+        tiers.free(handle.name, "gpu")
+        return
+    tiers.forget_cached(handle.path)
+    tiers.free(handle.name, "mapped", directory=handle.directory)
+
+
 def _free_unused(old: list[tiers.TierArray], kept: dict[str, tiers.TierArray]) -> None:
     """Free the files of ``old`` handles that no attribute in ``kept`` uses any more."""
-    names = {h.name for h in kept.values()}
+    names = {(isinstance(h, gpu.GpuArray), h.name) for h in kept.values()}  # a device array and a file may share a name
     for handle in old:
-        if handle.name not in names:
-            tiers.forget_cached(handle.path)
-            tiers.free(handle.name, "mapped", directory=handle.directory)
+        if (isinstance(handle, gpu.GpuArray), handle.name) not in names:
+            _free(handle)
 
 
 def place_state(
@@ -168,14 +190,23 @@ def place_state(
 
     All or nothing: an attribute that cannot go on a file tier (see :func:`_check_arrays`) is refused
     before any file is made, and any failure on the way frees the files made so far and leaves the
-    object as it was, on its old placement. Attributes that are one array stay one array (one file)."""
+    object as it was, on its old placement. Attributes that are one array stay one array (one file).
+    On ``gpu`` the numeric attributes go to the device (others stay in DRAM); off ``gpu`` each device
+    array comes back as one host copy first (counted)."""
+    if tier == placement.tier == "gpu":
+        return placement
     state = obj.__dict__
+    before = {attr: state[attr] for attr in placement.arrays}
+    if placement.tier == "gpu":
+        state.update(_host_copies(placement))
     arrays = _arrays(obj)
+    before.update({attr: state[attr] for attr in arrays if attr not in before})
+    if tier == "gpu":
+        return _to_device(obj, placement, {a: v for a, v in arrays.items() if _numeric(v)}, stem, before)
     if tier != "dram":
         _check_arrays(arrays, tier)
-    before = {attr: state[attr] for attr in arrays}
     old_names = {h.name for h in placement.handles}
-    new = Placement(tier)
+    new = Placement(tier, stem=stem)
     made: list[str] = []
     try:
         for handle in placement.handles:  # cache copies are stale once the object changes tier
@@ -223,11 +254,66 @@ def place_state(
     return new
 
 
+def _numeric(value: np.ndarray) -> bool:
+    """Whether the gpu tier takes ``value`` (numbers of a fixed size; see :func:`gpu.check_numbers`)."""
+    return value.dtype.kind in gpu.NUMBER_KINDS and value.dtype.fields is None
+
+
+def _host_copies(placement: Placement) -> dict[str, np.ndarray]:
+    """One host copy (counted) of each device array of a ``gpu`` placement, by attribute (attributes
+    that are one device array get one host array)."""
+    copies: dict[int, np.ndarray] = {}
+    for handle in placement.handles:
+        copies[id(handle)] = handle.array
+    return {attr: copies[id(handle)] for attr, handle in placement.arrays.items()}
+
+
+def _to_device(
+    obj: Any, placement: Placement, arrays: dict[str, np.ndarray], stem: str, before: dict[str, Any]
+) -> Placement:
+    """:func:`place_state` onto ``gpu``: each distinct numeric array a device array named after its
+    attribute; all or nothing (a full device frees what was placed and leaves the object as it was)."""
+    state = obj.__dict__
+    new = Placement("gpu", stem=stem)
+    made: list[str] = []
+    try:
+        _check_arrays(arrays, "gpu")
+        groups: dict[tuple[Any, ...], tiers.TierArray] = {}
+        taken = {h.name for h in placement.handles}
+        for attr, value in arrays.items():
+            key = _same_array(value)
+            if key not in groups:
+                name = _unused(file_name(stem, attr), taken)
+                groups[key] = tiers.place(name, value, "gpu", replace=True)
+                made.append(name)
+                taken.add(name)
+            new.arrays[attr] = groups[key]
+        for attr, handle in new.arrays.items():
+            state[attr] = handle.device  # type: ignore[attr-defined]
+    except BaseException:
+        state.update(before)
+        for name in made:
+            tiers.free(name, "gpu")
+        raise
+    _free_unused(placement.handles, new.arrays)
+    return new
+
+
+def on_host(obj: Any, placement: Placement) -> Any:
+    """``obj`` as it may leave this process (pickled for a client, another backend or the disk): the
+    object itself, or for a ``gpu`` placement a shallow copy whose device arrays are host copies
+    (the bytes cross the bus here, counted in :attr:`gpu.DeviceMemory.transfers`)."""
+    if placement.tier != "gpu" or not placement.arrays:
+        return obj
+    leaving = copy.copy(obj)
+    leaving.__dict__.update(_host_copies(placement))
+    return leaving
+
+
 def release(placement: Placement) -> None:
     """Free the tier files of ``placement`` (views still held stay valid until dropped)."""
     for handle in placement.handles:
-        tiers.forget_cached(handle.path)
-        tiers.free(handle.name, "mapped", directory=handle.directory)
+        _free(handle)
     placement.arrays.clear()
 
 
@@ -240,8 +326,17 @@ def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
     the method bound to a *new* array (``self.data = self.data * 2``) is written as a new version of
     its file (a file of its own if it shared one), so the change is kept whatever the tier; one
     bound to an array another attribute was given becomes an alias of it; one bound to anything
-    else (``None``, a list) or deleted keeps that value, and its file is freed."""
+    else (``None``, a list) or deleted keeps that value, and its file is freed. A ``gpu`` object's
+    attributes are its device arrays throughout; after a writing call see :func:`_keep_device_writes`."""
     given: dict[str, np.ndarray] = {}
+    if placement.tier == "gpu":
+        given = {attr: obj.__dict__.get(attr) for attr in placement.arrays}
+        try:
+            yield
+        finally:
+            if writes:
+                _keep_device_writes(obj, placement, given)
+        return
     if placement.tier in ("mapped", "cached"):
         state = obj.__dict__
         copies: dict[int, np.ndarray] = {}
@@ -311,6 +406,49 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
     _free_unused(old, kept)
 
 
+def _keep_device_writes(obj: Any, placement: Placement, given: dict[str, Any]) -> None:
+    """After a writing call on a ``gpu`` object: an attribute still holding its device array keeps it
+    (a kernel changed it in place: nothing to do); one bound to another of the object's device arrays
+    becomes its alias; one bound to a new device array (a kernel's result) or a new numeric host
+    array keeps its name on the device (the host array copied in, counted), and so does a new
+    attribute (the object is on the device: its numeric arrays are); anything else (``None``, a list,
+    a string array) stays as the method left it, in DRAM. Device arrays no attribute holds any more
+    are freed."""
+    state = obj.__dict__
+    owner = {id(array): placement.arrays[attr] for attr, array in given.items() if array is not None}
+    kept: dict[str, tiers.TierArray] = {}
+    taken = {h.name for h in placement.handles}
+    made: dict[int, tiers.TierArray] = {}
+    for attr, value in state.items():  # first the attributes that hold one of the object's device arrays
+        if (handle := owner.get(id(value))) is not None:
+            kept[attr] = handle
+    for attr, value in list(state.items()):
+        if attr in kept:
+            continue
+        if id(value) in made:
+            kept[attr] = made[id(value)]
+            continue
+        previous = placement.arrays.get(attr)
+        on_device = gpu.is_device_array(value)
+        if not on_device and not (_storable(value) and _numeric(value)):
+            continue  # stays what the method made it, in DRAM
+        if previous is not None and previous.name not in {h.name for h in kept.values()}:
+            name = previous.name
+        else:
+            name = _unused(file_name(placement.stem, attr), taken)
+        taken.add(name)
+        if on_device:
+            handle = gpu.GpuArray(name, gpu.DEVICE.adopt(name, value))
+        else:
+            handle = tiers.place(name, value, "gpu", replace=True)
+            state[attr] = handle.device  # type: ignore[attr-defined]
+        made[id(value)] = kept[attr] = handle
+    old = placement.handles
+    placement.arrays.clear()
+    placement.arrays.update(kept)
+    _free_unused(old, kept)
+
+
 def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     """Make the object's files cold: out of the DRAM cache and the page cache. Each attribute is
     swapped for a fresh mapping of its file (mapping reads nothing: no page comes back until a call
@@ -320,6 +458,8 @@ def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     mapping or the new one, never a missing array). A mapping still held elsewhere keeps its pages:
     the eviction then says so."""
     evictions = []
+    if placement.tier == "gpu":
+        return evictions  # device memory has no page cache to drop
     for handle in placement.handles:
         if isinstance(handle, tiers.CachedArray):
             handle.cache.drop(handle)

@@ -1,0 +1,273 @@
+"""The ``gpu`` tier: arrays in a CUDA device's memory, where device kernels compute on them in place.
+
+A GPU's memory is one more place an array can live, with the question the thesis asked of NVM: copy
+the data in for every use, or keep it where the compute is? On this tier an array is a device array
+(numba's, taken by every kernel of :mod:`kernels.gpu`); the bytes cross the bus only when the caller
+says so, and every crossing is counted (:attr:`DeviceMemory.transfers`):
+
+* :meth:`DeviceMemory.put` copies a host array in (host to device, counted);
+* :attr:`GpuArray.array` is a **host copy** (device to host, counted): code that wants the bytes on
+  the host pays for them, every time; :attr:`GpuArray.device` is the array itself, for kernels.
+
+**When the device is full.** The tier's limit is ``$WORKBENCH_GPU_BYTES`` when set, else what the
+device has free plus what this process already holds there (under numba's simulator, which has no
+device memory, the host's available memory). A placement over it is a :class:`TierError` that says
+how much is held, by which arrays, and what to do; the device's own out-of-memory error is one too.
+Nothing is spilled to the host behind the caller's back: moving an array off the device is a
+``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead;
+``workbench bench gpu`` compares the two where dask-cuda is installed).
+
+The arrays are this process's (a CUDA context belongs to one process, as ``dram``'s arrays do): named
+in :data:`DEVICE`, freed by ``tiers.free``. numba is imported on first use, never at import time.
+Under ``NUMBA_ENABLE_CUDASIM=1`` the tier runs in numba's CUDA simulator (how CI, which has no GPU,
+tests it): the same placement rules and counts; its times mean nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.memory.tier_base import TierArray, TierError
+
+GPU_BYTES_ENV = "WORKBENCH_GPU_BYTES"
+NUMBER_KINDS = "biufc"  # booleans, integers, floats, complex: what device kernels compute on
+
+
+def cuda() -> Any:
+    """``numba.cuda``, when a CUDA device (or numba's simulator) can run; a :class:`TierError` saying
+    what to do otherwise."""
+    from kernels import gpu as device_kernels
+
+    if not device_kernels.available():
+        raise TierError(
+            "the gpu tier needs a CUDA device, and numba sees none here (no GPU, or no driver): keep the "
+            "array on a host tier (dram, mapped), or set NUMBA_ENABLE_CUDASIM=1 before starting Python to "
+            "run the gpu tier in numba's simulator (right answers, meaningless times)"
+        )
+    return device_kernels.cuda
+
+
+def is_device_array(value: object) -> bool:
+    """Whether ``value`` is an array in device memory: it exports ``__cuda_array_interface__`` (numba,
+    CuPy, PyTorch), or it is numba's simulator's device array (which exports nothing). Imports nothing."""
+    if isinstance(value, np.ndarray):
+        return False
+    return hasattr(value, "__cuda_array_interface__") or type(value).__module__.startswith("numba.cuda.simulator")
+
+
+def check_numbers(array: Any, what: str) -> None:
+    """A :class:`TierError` unless ``array`` holds numbers (bool, int, float, complex) of a fixed size:
+    what device kernels take. A datetime, string, object or structured array stays on a host tier."""
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in NUMBER_KINDS or dtype.fields is not None:
+        raise TierError(
+            f"{what} has dtype {dtype}, and the gpu tier holds arrays of numbers only (bool, int, float, "
+            "complex): keep it on a host tier, or place a numeric view of it (dates: x.view('int64'))"
+        )
+
+
+def _limit_from_env() -> int | None:
+    text = os.environ.get(GPU_BYTES_ENV, "").strip()
+    if not text:
+        return None
+    from dask.utils import parse_bytes
+
+    try:
+        limit = int(parse_bytes(text))
+    except (ValueError, TypeError):
+        limit = -1
+    if limit <= 0:
+        raise TierError(
+            f"${GPU_BYTES_ENV}={text!r} is not a size: give bytes (such as 2GiB or 500MB), or unset it to use "
+            "the device's free memory"
+        )
+    return limit
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes in the largest binary unit that keeps a number >= 1 (``1.5 GiB``)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+@dataclass
+class Transfers:
+    """Bytes (and copies) that crossed the bus through the tier, each way."""
+
+    to_device: int = 0
+    to_host: int = 0
+    copies_to_device: int = 0
+    copies_to_host: int = 0
+
+    def snapshot(self) -> Transfers:
+        """A copy of the counts now (subtract two to count what one piece of code moved)."""
+        return Transfers(self.to_device, self.to_host, self.copies_to_device, self.copies_to_host)
+
+    def __sub__(self, other: Transfers) -> Transfers:
+        return Transfers(
+            self.to_device - other.to_device,
+            self.to_host - other.to_host,
+            self.copies_to_device - other.copies_to_device,
+            self.copies_to_host - other.copies_to_host,
+        )
+
+
+class DeviceMemory:
+    """The named arrays this process holds on the device, their bytes, the tier's limit and the
+    bytes that crossed the bus."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.transfers = Transfers()
+
+    def used(self) -> int:
+        """Bytes of the arrays held here."""
+        with self.lock:
+            return sum(int(a.nbytes) for a in self.arrays.values())
+
+    def limit(self) -> int:
+        """Bytes the tier may hold: ``$WORKBENCH_GPU_BYTES``, else the device's free memory plus what
+        this process holds (the simulator: the host's available memory)."""
+        configured = _limit_from_env()
+        if configured is not None:
+            return configured
+        free, _ = cuda().current_context().get_memory_info()
+        if free == float("inf"):  # numba's simulator: device arrays are host memory
+            import psutil
+
+            free = psutil.virtual_memory().available
+        return int(free) + self.used()
+
+    def check_room(self, name: str, nbytes: int, replacing: int = 0) -> None:
+        """A :class:`TierError` if ``nbytes`` more (``replacing`` bytes freed) would pass the limit."""
+        limit = self.limit()
+        used = self.used() - replacing
+        if used + nbytes > limit:
+            with self.lock:
+                held = sorted(self.arrays.items(), key=lambda kv: -int(kv[1].nbytes))[:4]
+            listed = ", ".join(f"{n!r} ({fmt_bytes(int(a.nbytes))})" for n, a in held) or "nothing"
+            raise TierError(
+                f"{name!r} needs {fmt_bytes(nbytes)} of device memory, and the gpu tier holds {fmt_bytes(used)} "
+                f"of its {fmt_bytes(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
+                f"first, place a smaller array, or raise ${GPU_BYTES_ENV}. Nothing is spilled to the host for you"
+            )
+
+    def to_device(self, name: str, value: Any) -> Any:
+        """A new device array holding ``value``'s numbers (a host array: copied in and counted; a device
+        array: copied on the device). Big-endian or non-contiguous host arrays are copied in native
+        order, C-contiguous (the values are kept). Nothing is registered: see :meth:`put`."""
+        check_numbers(value, f"array {name!r}")
+        numba_cuda = cuda()
+        try:
+            if is_device_array(value):
+                copy = numba_cuda.device_array(value.shape, dtype=value.dtype)
+                copy.copy_to_device(value)
+                return copy
+            host = np.ascontiguousarray(value, dtype=np.dtype(value.dtype).newbyteorder("="))
+            copy = numba_cuda.to_device(host)
+        except TierError:
+            raise
+        except Exception as error:  # the device's own out-of-memory (CudaAPIError), a lost context ...
+            raise TierError(
+                f"the device could not take {name!r} ({fmt_bytes(int(value.nbytes))}): {error}. Free device "
+                f"memory, or set ${GPU_BYTES_ENV} below what the device has free"
+            ) from None
+        with self.lock:
+            self.transfers.to_device += int(host.nbytes)
+            self.transfers.copies_to_device += 1
+        return copy
+
+    def to_host(self, device: Any) -> np.ndarray:
+        """A host copy of ``device`` (counted)."""
+        host = device.copy_to_host()
+        with self.lock:
+            self.transfers.to_host += int(host.nbytes)
+            self.transfers.copies_to_host += 1
+        return host
+
+    def put(self, name: str, value: Any, replace: bool = False) -> Any:
+        """Place a copy of ``value`` on the device under ``name`` (within the limit); the device array."""
+        with self.lock:
+            there = self.arrays.get(name)
+        if there is not None and not replace:
+            raise TierError(f"{name!r} is on gpu already: free() it, or place(..., replace=True)")
+        check_numbers(value, f"array {name!r}")
+        self.check_room(name, int(value.nbytes), int(there.nbytes) if there is not None else 0)
+        copy = self.to_device(name, value)
+        with self.lock:
+            self.arrays[name] = copy
+        return copy
+
+    def adopt(self, name: str, device: Any) -> Any:
+        """Name an array already on the device (made by a kernel: no bytes move), within the limit."""
+        with self.lock:
+            there = self.arrays.get(name)
+        if there is device:
+            return device
+        check_numbers(device, f"array {name!r}")
+        self.check_room(name, int(device.nbytes), int(there.nbytes) if there is not None else 0)
+        with self.lock:
+            self.arrays[name] = device
+        return device
+
+    def get(self, name: str) -> Any:
+        """The device array named ``name``; a :class:`TierError` if there is none in this process."""
+        with self.lock:
+            if name not in self.arrays:
+                raise TierError(
+                    f"no gpu array {name!r} in this process: device memory is this process's own and does not "
+                    "survive a restart; list them with tiers.names('gpu')"
+                )
+            return self.arrays[name]
+
+    def pop(self, name: str) -> bool:
+        """Forget ``name`` (its memory goes when the last reference does); whether it was here."""
+        with self.lock:
+            return self.arrays.pop(name, None) is not None
+
+    def names(self) -> list[str]:
+        """The names held here, sorted."""
+        with self.lock:
+            return sorted(self.arrays)
+
+
+DEVICE = DeviceMemory()  # this process's device arrays (a CUDA context is per process, as dram is)
+
+
+class GpuArray(TierArray):
+    """An array in device memory: :attr:`device` for kernels, :attr:`array` a counted host copy."""
+
+    tier = "gpu"
+
+    def __init__(self, name: str, device: Any, memory: DeviceMemory = DEVICE):
+        super().__init__(name, None)
+        self.device = device
+        self.memory = memory
+
+    @property
+    def array(self) -> np.ndarray:
+        """A host copy of the array, made now and counted (changing it changes nothing on the device)."""
+        return self.memory.to_host(self.device)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array on the device."""
+        return int(self.device.nbytes)
+
+    @property
+    def device_bytes(self) -> int:
+        """What the placement holds in device memory (all of it)."""
+        return int(self.device.nbytes)
+
+    def __repr__(self) -> str:
+        return f"<gpu array {self.name!r} {tuple(self.device.shape)} {np.dtype(self.device.dtype)}>"
