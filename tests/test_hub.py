@@ -399,8 +399,8 @@ def _gateway_processes(learner) -> list[str]:
 def test_the_clean_waits_for_the_stopped_servers_processes_only():
     """A server's kernels and workers carry its user and server name: the clean waits for them to exit
     (a segment they still map is not free), not for the user's other processes, another server's, or
-    a zombie's. Their API token is no mark (JupyterLab rewrites it in the server), so a kernel with
-    another token is still waited for."""
+    a zombie's. Their API token is no mark (a real hub's kernels were seen with another one), so a
+    kernel with another token is still waited for."""
     import asyncio
 
     from workbench import hub

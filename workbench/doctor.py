@@ -105,7 +105,7 @@ LINUX_ONLY: tuple[LinuxOnly, ...] = (
         "cold tiers (a file's pages evicted for real), the device each tier's files sit on, bytes read from it",
         "lesson 04's disk tier, lesson 05; bench tiers",
         "os.posix_fadvise does not exist: making a file cold raises AttributeError; the device is reported as '?'",
-        ("workbench/memory/tiers.py",),
+        ("workbench/memory/tiers.py", "workbench/memory/tier_base.py"),
     ),
     LinuxOnly(
         "/proc/<pid>/status (VmPTE), /proc/meminfo (PageTables), /proc/self/smaps, mmap.MAP_POPULATE, MADV_HUGEPAGE",
@@ -136,6 +136,14 @@ LINUX_ONLY: tuple[LinuxOnly, ...] = (
         "bench balance",
         "refused with 'slowing a worker needs Linux's sched_setaffinity'",
         ("workbench/lab/imbalance.py",),
+    ),
+    LinuxOnly(
+        "/proc/<pid>/stat (a process's state and flags), /proc/<pid>/environ",
+        "the hub's clean after a learner's server stops: it waits for the server's kernels and workers, "
+        "those part-way through exiting included, then frees the learner's shared memory",
+        "a JupyterHub that runs the course (docs/course/deploy.md)",
+        "no /proc: a process part-way through exiting is not waited for, and a segment it still maps is kept",
+        ("workbench/hub.py",),
     ),
     LinuxOnly(
         "/proc/cpuinfo, /sys/devices/system/cpu/cpu0/cache",

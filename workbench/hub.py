@@ -51,8 +51,9 @@ def as_user(name: str) -> Callable[[], None]:
 def server_processes(uid: int, user: str, server: str) -> list[int]:
     """The processes of user ``uid`` that JupyterHub user ``user``'s server named ``server`` ("" for the
     default one) left running (its kernels, their workers): each inherited ``$JUPYTERHUB_USER`` and
-    ``$JUPYTERHUB_SERVER_NAME`` from it (its API token is no mark: JupyterLab rewrites
-    ``$JUPYTERHUB_API_TOKEN`` in the server, and kernels inherit the new value). A process of the
+    ``$JUPYTERHUB_SERVER_NAME`` from it (its API token is no mark: under a real hub, tests/test_hub.py
+    found kernels whose ``$JUPYTERHUB_API_TOKEN`` was not the spawner's, and the clean then ran while
+    they still mapped a segment). A process of the
     user part-way through exiting counts too, whatever its environment (it reads empty by then), until
     it is a zombie: its memory, segments included, is unmapped only at the end of its exit."""
     import psutil
