@@ -198,6 +198,7 @@ def _moving(*names: str):
 
 def simulated_cases() -> None:
     """The checks and helpers that need a device (run under NUMBA_ENABLE_CUDASIM=1, by the test above)."""
+    from workbench.lab import gpu_experiments
     from workbench.memory import gpu, tiers
     from workbench.viz.gpu import PlacementPanel, kmeans_by_iteration
 
@@ -243,10 +244,12 @@ def simulated_cases() -> None:
 
     # the live panel's measurement: the copied way's bytes grow with the iterations, the resident way's do not
     rows = kmeans_by_iteration("ci", 3)
-    points_bytes = 1_024 * 2 * 8
+    ci = gpu_experiments.size_named("ci")
+    points_bytes = ci.points * ci.dims * 8
     assert [r["bytes_to_device"] for r in rows if r["way"] == "resident"] == [points_bytes] * 3
     assert [r["bytes_to_device"] for r in rows if r["way"] == "copied"] == [points_bytes * i for i in (1, 2, 3)]
     panel = PlacementPanel("ci", simulated=True, iterations=2)
     panel.run()
-    assert "copied 32,768 bytes, resident 16,384 bytes (2x)" in panel.status.value and not panel.button.disabled
+    said = f"copied {2 * points_bytes:,} bytes, resident {points_bytes:,} bytes (2x)"
+    assert said in panel.status.value and not panel.button.disabled
     assert tiers.names("gpu") == []

@@ -48,7 +48,7 @@ class GpuSize:
 
 
 SIZES = {  # points, dims, centres, iterations, bins, bus bytes, stream items, repeats
-    "ci": GpuSize(1_024, 2, 3, 3, 8, 2**16, 2**10, 1),  # the simulator runs each GPU thread as a Python thread
+    "ci": GpuSize(256, 2, 3, 3, 8, 2**16, 2**8, 1),  # the simulator runs each GPU thread as a Python thread
     "lab": GpuSize(4_000_000, 4, 8, 10, 64, 2**28, 2**25, 5),  # 128 MB of points, 256 MB per bus copy
     "full": GpuSize(32_000_000, 4, 8, 10, 64, 2**30, 2**28, 5),  # 1 GB of points, 1 GB per bus copy
 }
