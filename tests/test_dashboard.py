@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import importlib.metadata
+import os
 import socket
 import stat
 from pathlib import Path
@@ -158,3 +159,22 @@ def test_a_directory_another_user_could_control_or_a_relative_one_is_refused_bef
     monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, "relative/dir")
     with pytest.raises(ValueError, match="must be an absolute path"):
         workbench.start(n_workers=1, dashboard="socket", timeout=60)
+
+
+def test_a_slurm_session_refuses_that_directory_before_any_job_is_submitted(tmp_path, monkeypatch):
+    """Slurm's scheduler runs in the kernel: its socket is checked as a local cluster's, in the kind's
+    check, before sbatch is called (Slurm's commands are stand-ins here that record any call)."""
+    from workbench.runtime.clusters import SlurmOptions
+
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for command in ("sbatch", "squeue", "scancel"):
+        (bin_dir / command).write_text(f"#!/bin/sh\necho {command} >> {calls}\nexit 1\n")
+        (bin_dir / command).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))
+    dashboard.socket_directory().symlink_to(tmp_path / "elsewhere")
+    options = SlurmOptions(jobs=1, cores=1, memory="1GiB", interface="lo", log_directory=str(tmp_path / "logs"))
+    with pytest.raises(ValueError, match="is not a private directory of yours"):
+        workbench.start(cluster="slurm", slurm=options, dashboard="socket", timeout=60)
+    assert not calls.exists()  # no job was submitted

@@ -58,10 +58,8 @@ from workbench.runtime.dashboard import (
     SOCKET,
     SocketLocalCluster,
     SocketScheduler,
-    check_socket_path,
+    check_socket_place,
     no_worker_routes,
-    private_socket_directory,
-    socket_directory,
     socket_path,
 )
 
@@ -393,8 +391,7 @@ class LocalKind(ClusterKind):
         """Refuse a memory request above the per-learner cap, and a dashboard socket path Unix cannot bind."""
         self.memory_limit(request)
         if request.dashboard == SOCKET:  # refused here, not as a scheduler that fails to start
-            check_socket_path(socket_path(request.environ))
-            private_socket_directory(socket_directory(request.environ))
+            check_socket_place(socket_path(request.environ))
 
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
@@ -664,6 +661,8 @@ class SlurmKind(ClusterKind):
             )
         _slurm_cluster_class()
         self.shape(request)
+        if request.dashboard == SOCKET:  # its scheduler runs here: refused before any job is submitted
+            check_socket_place(socket_path(request.environ))
 
     def log_directory(self, request: ClusterRequest) -> str:
         """Where the jobs' logs (and the workers' TLS credentials) go, as an absolute path (the job script

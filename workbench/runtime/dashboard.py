@@ -147,11 +147,17 @@ def check_socket_path(path: Path) -> None:
         )
 
 
+def check_socket_place(path: Path) -> None:
+    """ValueError unless a socket can be bound at ``path``: a path Unix allows, in a directory of the
+    user's only (made 0700 here). Start-up checks it before anything starts; the bind again."""
+    check_socket_path(path)
+    private_socket_directory(path.parent)
+
+
 def bind_socket(path: Path) -> socket.socket:
     """A listening Unix socket at ``path`` (mode 0600, in a directory of the user's only, made 0700),
     replacing a socket left there (by an older session of the user's, live or dead) atomically."""
-    check_socket_path(path)
-    private_socket_directory(path.parent)
+    check_socket_place(path)
     fresh = _fresh_name(path)
     listening = bind_unix_socket(str(fresh), mode=0o600)
     try:

@@ -370,32 +370,8 @@ def start(
     :func:`workbench.runtime.frames.byte_view` in this process and, through a worker plugin, on every
     worker of the cluster (a CPython bug crashes a worker otherwise; see that module).
     """
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout}")
-    dashboard = dashboard_place(dashboard)
-    if threads_per_worker < 1:
-        raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
-    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
-        raise ValueError(f"n_workers must be a positive number of worker processes, got {n_workers!r}")
-    if nodes is not None:
-        nodes = [str(n) for n in nodes]
-        if not nodes:
-            raise ValueError("nodes must name at least one node id, got an empty list")
-        if n_workers is not None and n_workers != len(nodes):
-            raise ValueError(f"nodes gives {len(nodes)} node ids but n_workers is {n_workers}; give one per worker")
-    if slurm is not None and not isinstance(slurm, SlurmOptions):
-        raise ValueError(f"slurm must be a SlurmOptions(jobs=..., cores=..., ...), got {slurm!r}")
+    request = _checked_request(address, n_workers, threads_per_worker, nodes, memory_limit, slurm, dashboard, timeout)
     kind = kind_named(_kind_name(cluster, address, slurm))
-    request = ClusterRequest(
-        n_workers=n_workers,
-        threads_per_worker=threads_per_worker,
-        memory_limit=memory_limit,
-        dashboard=dashboard,
-        timeout=timeout,
-        nodes=tuple(nodes) if nodes is not None else None,
-        address=address or os.environ.get(SCHEDULER_ENV) or None,
-        slurm=slurm,
-    )
     kind.check(request)
     # What this user's dead sessions left in /dev/shm (a kernel killed with SIGKILL cannot delete its
     # RRO copies): freed before this session makes its own. Only copies whose owner and maker are both
@@ -408,11 +384,51 @@ def start(
     with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
         client, owned = kind.open(request)
     try:
-        return _session(client, owned, timeout, dashboard=dashboard if kind.owns_cluster else PORT, request=request)
+        dashboard = request.dashboard if kind.owns_cluster else PORT
+        return _session(client, owned, timeout, dashboard=dashboard, request=request)
     except BaseException:
         if owned is not None:
             owned.close(timeout=timeout)
         raise
+
+
+def _checked_request(
+    address: str | None,
+    n_workers: int | None,
+    threads_per_worker: int,
+    nodes: Sequence[str] | None,
+    memory_limit: str | int,
+    slurm: SlurmOptions | None,
+    dashboard: bool | str | None,
+    timeout: float,
+) -> ClusterRequest:
+    """:func:`start`'s arguments as the request every cluster kind takes, each checked first: a
+    ValueError naming the argument, what it got and what it takes (before anything starts)."""
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    place = dashboard_place(dashboard)
+    if threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+        raise ValueError(f"n_workers must be a positive number of worker processes, got {n_workers!r}")
+    if nodes is not None:
+        nodes = [str(n) for n in nodes]
+        if not nodes:
+            raise ValueError("nodes must name at least one node id, got an empty list")
+        if n_workers is not None and n_workers != len(nodes):
+            raise ValueError(f"nodes gives {len(nodes)} node ids but n_workers is {n_workers}; give one per worker")
+    if slurm is not None and not isinstance(slurm, SlurmOptions):
+        raise ValueError(f"slurm must be a SlurmOptions(jobs=..., cores=..., ...), got {slurm!r}")
+    return ClusterRequest(
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        memory_limit=memory_limit,
+        dashboard=place,
+        timeout=timeout,
+        nodes=tuple(nodes) if nodes is not None else None,
+        address=address or os.environ.get(SCHEDULER_ENV) or None,
+        slurm=slurm,
+    )
 
 
 def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None) -> str:
