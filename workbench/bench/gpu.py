@@ -32,7 +32,8 @@ from workbench.runtime.store import Store, registered_directory
 
 NOT_MEASURED = {
     "dask-cuda spilling": "dask-cuda's device-to-host spilling beside the tier's placement is not built: dask-cuda "
-    "was not installable beside this Dask, and no GPU was at hand to check a comparison on"
+    "26.10 pins Dask 2026.7.1 (rapids-dask-dependency), older than the project's, and its LocalCUDACluster needs a "
+    "GPU, which no session that built this had to check a comparison on"
 }
 
 
