@@ -167,3 +167,12 @@ def bin_range(name: str, value: object) -> tuple[Any, Any]:
     if low == high:  # numpy widens an empty range rather than divide by zero
         low, high = low - 0.5, high + 0.5
     return low, high
+
+
+def is_device_array(value: object) -> bool:
+    """Whether ``value`` lives in device memory: it exports ``__cuda_array_interface__`` (numba, CuPy,
+    PyTorch), or it is numba's simulator's device array (which exports nothing). Imports nothing, so the
+    runtime can ask it of any value without loading numba's CUDA module."""
+    if isinstance(value, np.ndarray):
+        return False
+    return hasattr(value, "__cuda_array_interface__") or type(value).__module__.startswith("numba.cuda.simulator")

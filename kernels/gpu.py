@@ -30,7 +30,7 @@ from numba import cuda
 
 from kernels import histogram as cpu_histogram
 from kernels import kmeans as cpu_kmeans
-from kernels._checks import bin_range, positive_int
+from kernels._checks import bin_range, is_device_array, positive_int
 from kernels.histogram import _line_cached, _range_key
 
 THREADS = 256  # threads per block
@@ -64,16 +64,6 @@ def simulated() -> bool:
     from numba.core import config
 
     return bool(config.ENABLE_CUDASIM)
-
-
-def is_device_array(value: object) -> bool:
-    """Whether ``value`` lives in device memory: it exports ``__cuda_array_interface__`` (numba, CuPy,
-    PyTorch), or, in the simulator, it is the simulator's device array (which exports nothing)."""
-    if simulated():
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-        return isinstance(value, FakeCUDAArray)
-    return hasattr(value, "__cuda_array_interface__")
 
 
 def device_array(name: str, value: object, ndim: int) -> Any:

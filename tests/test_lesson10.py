@@ -103,7 +103,7 @@ def test_numba_cuda_imported_first_is_left_alone_and_the_error_says_to_restart()
 
 def test_the_first_line_names_a_real_device_and_its_memory():
     line = lesson10.device_line({"name": "NVIDIA H100 80GB HBM3", "bytes": 80 * 2**30, "simulated": False})
-    assert line == "Device: NVIDIA H100 80GB HBM3, 80.0 GiB of device memory"
+    assert line == "Device: NVIDIA H100 80GB HBM3, 80 GiB of device memory"
 
 
 def test_the_simulator_runs_the_ci_size_whatever_was_asked():

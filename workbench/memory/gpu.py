@@ -14,8 +14,7 @@ device has free plus what this process already holds there (under numba's simula
 device memory, the host's available memory). A placement over it is a :class:`TierError` that says
 how much is held, by which arrays, and what to do; the device's own out-of-memory error is one too.
 Nothing is spilled to the host behind the caller's back: moving an array off the device is a
-``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead;
-``workbench bench gpu`` compares the two where dask-cuda is installed).
+``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead).
 
 The arrays are this process's (a CUDA context belongs to one process, as ``dram``'s arrays do): named
 in :data:`DEVICE`, freed by ``tiers.free``. numba is imported on first use, never at import time.
@@ -32,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from kernels._checks import is_device_array
 from workbench.memory.tier_base import TierArray, TierError
+from workbench.units import size_text
 
 GPU_BYTES_ENV = "WORKBENCH_GPU_BYTES"
 NUMBER_KINDS = "biufc"  # booleans, integers, floats, complex: what device kernels compute on
@@ -50,14 +51,6 @@ def cuda() -> Any:
             "run the gpu tier in numba's simulator (right answers, meaningless times)"
         )
     return device_kernels.cuda
-
-
-def is_device_array(value: object) -> bool:
-    """Whether ``value`` is an array in device memory: it exports ``__cuda_array_interface__`` (numba,
-    CuPy, PyTorch), or it is numba's simulator's device array (which exports nothing). Imports nothing."""
-    if isinstance(value, np.ndarray):
-        return False
-    return hasattr(value, "__cuda_array_interface__") or type(value).__module__.startswith("numba.cuda.simulator")
 
 
 def check_numbers(array: Any, what: str) -> None:
@@ -87,16 +80,6 @@ def _limit_from_env() -> int | None:
             "the device's free memory"
         )
     return limit
-
-
-def fmt_bytes(n: int) -> str:
-    """Bytes in the largest binary unit that keeps a number >= 1 (``1.5 GiB``)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 @dataclass
@@ -155,10 +138,10 @@ class DeviceMemory:
         if used + nbytes > limit:
             with self.lock:
                 held = sorted(self.arrays.items(), key=lambda kv: -int(kv[1].nbytes))[:4]
-            listed = ", ".join(f"{n!r} ({fmt_bytes(int(a.nbytes))})" for n, a in held) or "nothing"
+            listed = ", ".join(f"{n!r} ({size_text(int(a.nbytes))})" for n, a in held) or "nothing"
             raise TierError(
-                f"{name!r} needs {fmt_bytes(nbytes)} of device memory, and the gpu tier holds {fmt_bytes(used)} "
-                f"of its {fmt_bytes(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
+                f"{name!r} needs {size_text(nbytes)} of device memory, and the gpu tier holds {size_text(used)} "
+                f"of its {size_text(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
                 f"first, place a smaller array, or raise ${GPU_BYTES_ENV}. Nothing is spilled to the host for you"
             )
 
@@ -179,7 +162,7 @@ class DeviceMemory:
             raise
         except Exception as error:  # the device's own out-of-memory (CudaAPIError), a lost context ...
             raise TierError(
-                f"the device could not take {name!r} ({fmt_bytes(int(value.nbytes))}): {error}. Free device "
+                f"the device could not take {name!r} ({size_text(int(value.nbytes))}): {error}. Free device "
                 f"memory, or set ${GPU_BYTES_ENV} below what the device has free"
             ) from None
         with self.lock:

@@ -23,6 +23,7 @@ from workbench.memory import gpu, tiers
 from workbench.teach.answers import AnswerError, choice, number
 from workbench.teach.feedback import not_yet, passed
 from workbench.teach.registry import exercise
+from workbench.units import size_text
 
 SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
 
@@ -86,7 +87,7 @@ def device_line(chosen: Mapping[str, Any]) -> str:
             "SIMULATED: no GPU here, so numba's CUDA simulator runs the GPU code. Answers and byte counts are "
             "right; every time and rate below is meaningless (each GPU thread runs as a Python thread)."
         )
-    return f"Device: {chosen['name']}, {gpu.fmt_bytes(int(chosen['bytes']))} of device memory"
+    return f"Device: {chosen['name']}, {size_text(int(chosen['bytes']))} of device memory"
 
 
 def size_for(size: str, chosen: Mapping[str, Any]) -> str:
@@ -131,7 +132,7 @@ def full_device() -> Iterator[dict[str, str]]:
     try:
         for value, (name, (values, _)) in enumerate(FULL_DEVICE.items()):
             tiers.place(name, np.full(values, float(value)), "gpu")
-        yield {name: f"{what} ({gpu.fmt_bytes(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}
+        yield {name: f"{what} ({size_text(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}
     finally:
         if previous is None:
             os.environ.pop(gpu.GPU_BYTES_ENV, None)
@@ -322,8 +323,8 @@ def room_on_the_device(make_room: Any) -> tuple:
         if any(not np.array_equal(tiers.open_array(n, "dram").array, _values_of(n)) for n in moved):
             return not_yet("an array moved to dram holds other values than it had on the device: use tiers.move")
     return passed(
-        f"{' and '.join(moved)} went to host memory ({gpu.fmt_bytes(sum(FULL_DEVICE[n][0] * 8 for n in moved))}), "
-        f"{KEEP} stayed on the device, and {name} ({gpu.fmt_bytes(values * 8)}) fits: the tier refused until you "
+        f"{' and '.join(moved)} went to host memory ({size_text(sum(FULL_DEVICE[n][0] * 8 for n in moved))}), "
+        f"{KEEP} stayed on the device, and {name} ({size_text(values * 8)}) fits: the tier refused until you "
         "chose what to move, and nothing was spilled or lost"
     )
 
