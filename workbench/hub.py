@@ -53,9 +53,9 @@ def server_processes(uid: int, user: str, server: str) -> list[int]:
     default one) left running (its kernels, their workers): each inherited ``$JUPYTERHUB_USER`` and
     ``$JUPYTERHUB_SERVER_NAME`` from it (its API token is no mark: under a real hub, tests/test_hub.py
     found kernels whose ``$JUPYTERHUB_API_TOKEN`` was not the spawner's, and the clean then ran while
-    they still mapped a segment). A process of the
-    user part-way through exiting counts too, whatever its environment (it reads empty by then), until
-    it is a zombie: its memory, segments included, is unmapped only at the end of its exit."""
+    they still mapped a segment). A process of the user part-way through exiting counts too, whatever
+    its environment says, until it is a zombie: its memory, segments included, is unmapped only at the
+    end of its exit."""
     import psutil
 
     found = []
@@ -76,12 +76,17 @@ def server_processes(uid: int, user: str, server: str) -> list[int]:
 PF_EXITING = 0x00000004  # the kernel's flag of a process in exit (linux/sched.h), in /proc/PID/stat
 
 
+def _stat(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (which may hold spaces): state first,
+    flags at index 6."""
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+
+
 def _exiting(pid: int) -> bool:
     """Whether ``pid`` is part-way through exiting (not yet a zombie)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state, *fields = stat.read().rsplit(b")", 1)[1].split()
-        return state != b"Z" and bool(int(fields[5]) & PF_EXITING)
+        fields = _stat(pid)
+        return fields[0] != b"Z" and bool(int(fields[6]) & PF_EXITING)
     except (OSError, IndexError, ValueError):
         return False
 
@@ -136,7 +141,7 @@ async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] 
 def _describe(pid: int) -> str:
     """``pid``'s command, state and the server it came from, for the hub's log."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        stat = _stat(pid)
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
         environment = dict(
             e.decode(errors="replace").split("=", 1)
