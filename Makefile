@@ -1,5 +1,7 @@
 # The two commands: `make lab` and `make test`. Both create .venv and install the project into it
-# when needed (a stamp file makes the install happen again only when pyproject.toml changes).
+# when needed: `make lab` what a learner needs, `make test` the test extra on top (JupyterHub,
+# dask-gateway-server, jupyter-book, Playwright, ruff). A stamp file for each makes its install happen
+# again only when pyproject.toml changes, so `make lab` then `make test` installs the extra once.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -7,14 +9,16 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 # Jupyter refuses to run as root without --allow-root (containers, CI); no browser without a display.
 LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--allow-root,)
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test lint install bench bench-node peers site clean distclean
+.PHONY: lab test lint install install-test bench bench-node peers site clean distclean
 
 install: $(STAMP)
+install-test: $(TEST_STAMP)
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is needed; run: make PYTHON=python3.12 ...")'
@@ -22,8 +26,12 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(TEST_STAMP)
 
 # Every lesson's cluster serves Dask's dashboard, linked through JupyterLab's proxy (jupyter-server-proxy):
 # dask-labextension's sidebar finds it from the notebook's client (docs/course/setup.md).
@@ -33,7 +41,7 @@ lab: $(STAMP)
 	$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
 
 # The linter and the formatter (settings in pyproject.toml: 120 columns) run before the tests.
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
@@ -41,7 +49,7 @@ test: lint
 	$(BIN)/python -m pytest
 
 # The course site: syllabus, guide, setup and every lesson executed at size ci (build/site/index.html).
-site: $(STAMP)
+site: $(TEST_STAMP)
 	$(BIN)/python -m workbench.teach.site
 
 # Every benchmark, each in its own process: build/bench/HOST-TIME/results.json and results.html

@@ -36,6 +36,11 @@ def test_bench_table_names_goals():
     assert (
         "histogram1d" in result.stdout and "goal: histogram1d: numba on all threads faster than numpy" in result.stdout
     )
+    # the time said up front counts numba's compile exactly when the run then compiled the kernel
+    (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("histogram1d ")]
+    said = result.stderr.splitlines()[0]
+    assert said.startswith("bench kernels: size ci, expected about 2 s on 2 cores"), said
+    assert ("compile 1 kernel" in said or "and 1 kernel" in said) == row[1].endswith("c"), (said, row)
 
 
 def test_unknown_kernel_is_a_clear_error():
@@ -43,6 +48,103 @@ def test_unknown_kernel_is_a_clear_error():
     assert result.returncode == 2
     assert "--only: no kernel 'histogram'" in result.stderr and "histogramdd" in result.stderr
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """`workbench datasets --size full | head`: stdout's reader has gone before the first line; the
+    command stops as `cat` does (status 141, nothing on stderr), not with a BrokenPipeError traceback."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written: every write breaks the pipe
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())", "datasets"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback(monkeypatch, capsys):
+    import datasets
+
+    def broken(size):
+        raise BrokenPipeError(32, "a worker's pipe")
+
+    monkeypatch.setattr(datasets, "describe", broken)
+    with pytest.raises(BrokenPipeError, match="a worker's pipe"):  # a bug, not a reader that stopped
+        cli.main(["datasets"])
+
+
+def test_a_benchmark_this_machine_cannot_run_says_why_once(monkeypatch, capsys):
+    from workbench.bench import gpu
+
+    monkeypatch.setattr(gpu, "why_not", lambda: "no device here (a test)")
+    assert cli.main(["bench", "gpu", "--size", "ci"]) == 0
+    out, err = capsys.readouterr()
+    assert (out + err).count("no device here (a test)") == 1 and "expected about" not in err, (out, err)
+    assert cli.main(["bench", "gpu", "--size", "ci", "--json"]) == 0  # stdout is the report: why on stderr
+    out, err = capsys.readouterr()
+    assert json.loads(out)["skipped"] == "no device here (a test)"
+    assert err == "bench gpu: skipped: no device here (a test)\n"
+
+
+def test_the_expected_time_adds_numbas_compile_of_what_its_cache_does_not_hold(monkeypatch):
+    import io
+
+    from workbench.bench.progress import Progress
+
+    monkeypatch.setattr(bench_kernels, "_cached", lambda dispatcher: False)
+    seconds, what = bench_kernels.compile_estimate("ci", 1, None)
+    assert seconds == pytest.approx(sum(bench_kernels.COMPILE_S.values()))
+    assert what.startswith("for numba to compile the streaming read and 9 kernels")
+    assert bench_kernels.compile_estimate("ci", 1, ["prk_reduce"])[0] == pytest.approx(3.0)
+    said = io.StringIO()
+    Progress("kernels", said).expect("ci", 2, extra=(29.2, what))
+    assert said.getvalue() == f"bench kernels: size ci, expected about 2 s on 2 cores, plus about 29 s {what}\n"
+    monkeypatch.setattr(bench_kernels, "_cached", lambda dispatcher: True)
+    assert bench_kernels.to_compile() == [] and bench_kernels.compile_estimate("ci", 1, None) is None
+    assert set(bench_kernels.COMPILE_S) == {bench_kernels.STREAM, *bench_kernels.names()}
+
+
+def test_kernel_ratios_keep_their_digits_and_name_where_numpy_is_faster():
+    assert [bench_kernels.ratio_text(r) for r in (0.0078125, 0.176, 6.694, 34.61, 1911.4)] == [
+        "0.00781",
+        "0.176",
+        "6.69",
+        "34.6",
+        "1911",
+    ]
+    row = dict(
+        kernel="matrix_add",
+        first_call_s=0.03,
+        first_call_compiled=False,
+        numba_s=0.0256,
+        numba_one_thread_s=0.0256,
+        numpy_s=0.0002,
+        GBps=0.24,
+        ratio_numpy=0.0002 / 0.0256,
+        ratio_numpy_one_thread=0.0002 / 0.0256,
+        fraction_of_stream=0.35,
+    )
+    report = dict(
+        size="ci",
+        repeats=1,
+        numba_threads=2,
+        stream_GBps=dict(all_threads=0.7, one_thread=0.6, bytes=2.0**24),
+        kernels=[row, {**row, "kernel": "histogramdd", "ratio_numpy": 6.69, "ratio_numpy_one_thread": 9.0}],
+        machine={},
+        goals=[],
+    )
+    text = bench_kernels.format_report(report)
+    (line,) = [t for t in text.splitlines() if t.startswith("matrix_add ")]
+    assert line.split()[6:8] == ["0.00781", "0.00781"], line  # x numpy, x numpy 1t: not 0.0
+    assert "numpy faster than numba on all threads: matrix_add 128x" in text and "histogramdd 6.69x" not in text
 
 
 def test_datasets_and_machine_commands():
@@ -240,6 +342,7 @@ def test_repeat_is_the_one_spelling():
         (["bench", "nosuch"], ["invalid choice: 'nosuch'", "execution-models"]),
         (["run", "histogram", "--workers", "0"], ["--workers must be at least 1"]),
         (["run", "histogram", "--baseline", "nosuch"], ["no variant 'nosuch'"]),
+        (["run", "kmeans", "--variants", "activ,non-active"], ["no variant 'activ'", "(did you mean 'active'?)"]),
         ([], ["required: COMMAND"]),
     ],
 )
@@ -284,3 +387,39 @@ def test_an_internal_error_prints_a_traceback_from_the_command():
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" in result.stderr and "KeyError: 'no such field'" in result.stderr
+
+
+def test_one_suggestion_for_every_mistyped_name():
+    from workbench.names import did_you_mean
+
+    assert did_you_mean("activ", ["active", "non-active", "dram"]) == "did you mean 'active'?"
+    assert did_you_mean("countr", ["counter", "counted", "zeros"], n=3) == "did you mean 'counter' or 'counted'?"
+    assert did_you_mean("zzz", ["active"]) == "" and did_you_mean(3.2, ["3.2"]) == "did you mean '3.2'?"
+
+
+def test_the_report_page_has_the_bench_pages_look():
+    """`workbench report` and `workbench bench all` pages: the same table style, text width and HTML file."""
+    import pandas as pd
+
+    from workbench.bench import page as bench_page
+    from workbench.viz import page, report
+
+    table = pd.DataFrame(
+        dict(
+            variant=["split"],
+            baseline=["blocks"],
+            runs=[2],
+            time_variant_s=[0.25],
+            time_baseline_s=[1.13],
+            ci_low_s=[-1.48],
+            ci_high_s=[-0.27],
+            ci_low_pct=[-131.2],
+            ci_high_pct=[-24.1],
+            p_value=[0.033],
+            significant=[True],
+        )
+    )
+    shown = report.stats_html(table, [])
+    assert f"<table {page.TABLE}>" in shown and "<table border" not in shown
+    assert bench_page.TABLE is page.TABLE and bench_page.WIDTH == page.WIDTH
+    assert page.text_div("<h1>x</h1>").width == page.WIDTH and page.text_div("$$x$$").disable_math

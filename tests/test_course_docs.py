@@ -161,6 +161,20 @@ def test_readme_and_setup_give_the_clone_and_binder_addresses_of_one_repository(
     assert "WORKBENCH_SIZE" in (ROOT / "binder" / "start").read_text()
 
 
+def test_the_readme_and_setup_commands_run_as_written_after_make_lab():
+    """make lab installs into .venv and activates nothing: each page says how to activate it, and every
+    command of .venv in their shell blocks is typed with its path (a bare `workbench` is "not found")."""
+    venv_command = re.compile(r"^(?:workbench|jupyter|pytest|dask-mpi|pip|python)\b")
+    for page in (ROOT / "README.md", COURSE / "setup.md"):
+        text = page.read_text()
+        assert "source .venv/bin/activate" in text and ".venv/bin/workbench doctor" in text, page.name
+        for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+            for line in block.splitlines():
+                shell = re.sub(r"\b[A-Za-z_]\w*=", " ", line.split("#", 1)[0])  # VAR=value: the value is run
+                for command in re.split(r"&&|\|\||;|\$\(|\||\bexport\b", shell):
+                    assert not venv_command.match(command.strip()), f"{page.name}: {line.strip()}"
+
+
 def test_setup_says_linux_and_names_every_linux_only_interface_the_doctor_knows():
     setup = (COURSE / "setup.md").read_text()
     assert "Linux (x86-64 or arm64)" in setup and "WSL2" in setup and "Binder" in setup

@@ -253,3 +253,17 @@ def simulated_cases() -> None:
     said = f"copied {2 * points_bytes:,} bytes, resident {points_bytes:,} bytes (2x)"
     assert said in panel.status.value and not panel.button.disabled
     assert tiers.names("gpu") == []
+
+
+def test_the_panels_iteration_axis_shows_whole_iterations_only():
+    """The panel's figure ticks its iteration axis at whole iterations (bokeh's own ticker put one at 1.5)."""
+    from workbench.viz.gpu import bytes_figure, iteration_ticks
+
+    rows = [
+        {"way": way, "iteration": i, "bytes_to_device": 8 * i, "seconds": 0.1 * i}
+        for way in ("resident", "copied")
+        for i in (1, 2)
+    ]
+    assert bytes_figure(rows).xaxis[0].ticker.ticks == [1, 2]
+    assert iteration_ticks(np.arange(1, 5)) == [1, 2, 3, 4] and all(type(t) is int for t in iteration_ticks([1, 2]))
+    assert iteration_ticks(range(1, 21)) == list(range(1, 21, 2)) and iteration_ticks([]) == []

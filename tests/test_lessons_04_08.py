@@ -245,3 +245,31 @@ def test_the_eager_baseline_sends_worker_to_worker_and_leaves_nothing(session):
     while any(state != {"actors": 0, "inboxes": 0} for state in session.client.run(_group_state).values()):
         assert time.monotonic() < deadline, session.client.run(_group_state)
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("size", ["ci", "lab", "full"])
+def test_lesson_06s_panel_opens_on_channels_against_eager_over_two_ranks(size):
+    """The panel cell of lesson 06, run as the notebook runs it: the vector reduce over 2 ranks, channels
+    against eager (on 1 rank no vector moves: nothing to tell apart)."""
+    from workbench.viz.panels import ExperimentPanel
+
+    cells = nbformat.read(ROOT / "notebooks" / LESSONS["06"], as_version=4).cells
+    (cell,) = [c for c in cells if c.cell_type == "code" and "ExperimentPanel(" in c.source]
+    session = types.SimpleNamespace(cluster=None, workers=lambda: ["tcp://a:1", "tcp://b:2"])
+    namespace = {"ExperimentPanel": ExperimentPanel, "session": session, "size": size}
+    exec(compile(cell.source, "lesson 06's panel cell", "exec"), namespace)  # noqa: S102 (the lesson's own cell)
+    panel = namespace["panel"]
+    assert panel.app.value == "prk-reduce" and panel.variants.value == ("channels", "eager")
+    assert panel.knobs["ranks"].value >= 2, panel.knobs["ranks"].value
+
+
+def test_a_panel_refuses_a_start_its_application_does_not_offer():
+    from workbench.viz.panels import ExperimentPanel
+
+    session = types.SimpleNamespace(cluster=None, workers=lambda: ["tcp://a:1", "tcp://b:2"])
+    with pytest.raises(ValueError, match=r"prk-reduce's ranks offers \[1, 2, 3, 4\], not 9"):
+        ExperimentPanel(session, "ci", app="prk-reduce", start={"ranks": 9})
+    with pytest.raises(ValueError, match="no knob 'rank'.*'ranks', 'length'"):
+        ExperimentPanel(session, "ci", app="prk-reduce", start={"rank": 2})
+    with pytest.raises(ValueError, match=r"no variants \['mpi'\]; it has \['channels', 'eager'\]"):
+        ExperimentPanel(session, "ci", app="prk-reduce", variants=("channels", "mpi"))

@@ -53,6 +53,44 @@ def test_ci_runs_make_test_and_make_has_the_two_commands():
     assert "make lab" in readme and "make test" in readme
 
 
+def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
+    """The Makefile's installs, with a stand-in for .venv's python that records each call: `make lab`
+    installs the project alone; `make test` after it adds the test extra once; on a fresh clone
+    `make test` installs both."""
+    import shutil
+    import subprocess
+
+    def make(repository: Path, *args: str) -> str:
+        done = subprocess.run(["make", *args], cwd=repository, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    learner, fresh = tmp_path / "learner", tmp_path / "fresh"
+    for repository in (learner, fresh):
+        repository.mkdir()
+        shutil.copy(ROOT / "Makefile", repository)
+        shutil.copy(ROOT / "pyproject.toml", repository)
+    python = learner / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "$*" >> "$(dirname "$0")/calls"\n')
+    python.chmod(0o755)
+    calls = python.parent / "calls"
+    lab = make(learner, "-n", "lab")  # what make lab runs, without running JupyterLab
+    assert "pip install --quiet -e .\n" in lab and "[test]" not in lab and "jupyter lab" in lab
+    make(learner, "install")
+    assert calls.read_text().splitlines() == ["-m pip install --quiet -e ."]
+    assert "pip install" not in make(learner, "-n", "lab")
+    test = make(learner, "-n", "test")
+    assert "pip install" in test and '-e ".[test]"' in test and "-e .\n" not in test
+    make(learner, "install-test")
+    make(learner, "install-test")
+    assert calls.read_text().splitlines() == ["-m pip install --quiet -e .", "-m pip install --quiet -e .[test]"]
+    test = make(learner, "-n", "test")
+    assert "pip install" not in test and "ruff check" in test and "-m pytest" in test
+    fresh_test = make(fresh, "-n", "test")  # a fresh clone: the venv, the project, then the extra
+    assert "-m venv .venv" in fresh_test and "-e .\n" in fresh_test and '-e ".[test]"' in fresh_test
+
+
 def test_kernels_never_import_the_runtime():
     for path in (ROOT / "kernels").rglob("*.py"):
         text = path.read_text()

@@ -88,7 +88,7 @@ def test_a_mistake_in_an_experiment_fails_where_it_is_declared(arguments, error,
 
 
 def test_an_unknown_application_or_size_without_a_grid_is_refused(registered):
-    with pytest.raises(ValueError, match="no application 'histogramm'.*Did you mean 'histogram'"):
+    with pytest.raises(ValueError, match="no application 'histogramm'.*did you mean 'histogram'"):
         declare("histogramm")
     with pytest.raises(TypeError, match="an application name or a registry.Application"):
         declare(42)

@@ -99,7 +99,7 @@ def test_aliases_and_close_match_suggestions(store, counter):
 
 
 def test_missing_method_names_the_class_and_suggests(counter):
-    with pytest.raises(AttributeError, match=r"Counter has no active method 'totl'.*Did you mean 'total'"):
+    with pytest.raises(AttributeError, match=r"Counter has no active method 'totl'.*did you mean 'total'"):
         counter.totl()
 
 

@@ -77,7 +77,7 @@ def test_block_work_and_registries_refuse_bad_declarations(session):
         BlockWork(block=1, merge=sum)
     with pytest.raises(ValueError, match="fan_in must be None"):
         BlockWork(block=len, merge=sum, fan_in=1)
-    with pytest.raises(ValueError, match="no strategy 'splt'.*Did you mean 'split'"):
+    with pytest.raises(ValueError, match="no strategy 'splt'.*did you mean 'split'"):
         strategies.get("splt")
     with pytest.raises(ValueError, match="no strategy 'blocs'"):
         apps.register(

@@ -7,8 +7,10 @@ check that cannot fail would have no entry that passes this test.
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
+import re
 import types
 
 import numpy as np
@@ -16,7 +18,20 @@ import pandas as pd
 import pytest
 
 from workbench.lab import capstone
-from workbench.teach import MIME, NOT_YET, PASSED, Feedback, check, exercise, exercises, get, hint, manual, reveal
+from workbench.teach import (
+    MIME,
+    NOT_YET,
+    PASSED,
+    Feedback,
+    check,
+    exercise,
+    exercises,
+    get,
+    hint,
+    manual,
+    markup,
+    reveal,
+)
 from workbench.teach import registry as teach_registry
 
 
@@ -282,6 +297,34 @@ def test_feedback_renders_for_people_and_for_ci():
     assert "&lt;b&gt;fine" in bundle["text/html"]  # escaped
     assert str(feedback).startswith("✔ exercise 01.1: passed")
     assert "hint: do x" in str(Feedback("01.1", NOT_YET, "no", "do x"))
+    # its Markdown as formatted text in JupyterLab, its marks dropped in the plain form
+    marked = Feedback("01.1", NOT_YET, "`mb` is *bytes*, not MB", "divide by **2\\*\\*20**")
+    page = marked._repr_html_()
+    assert "<code>mb</code> is <em>bytes</em>" in page and "<strong>2**20</strong>" in page
+    assert "<code>hint('01.1')</code>" in page and "`" not in page
+    assert str(marked).splitlines() == [
+        "✘ exercise 01.1: not yet — mb is bytes, not MB",
+        "  hint: divide by 2**20",
+        "  more help: hint('01.1') names what to use; reveal('01.1') shows a solution",
+    ]
+
+
+def test_markdown_becomes_formatted_html_and_readable_plain_text():
+    text = "Read `moved()` *first*:\n\n- one <b>row</b>\n- **two**\n  - nested\n\n1. then\n2. done\n\n"
+    text += "```python\nx = 1\n```"
+    assert markup.to_html(text) == (
+        "<p>Read <code>moved()</code> <em>first</em>:</p>\n<ul>\n<li>one &lt;b&gt;row&lt;/b&gt;</li>\n"
+        "<li><strong>two</strong>\n<ul>\n<li>nested</li>\n</ul>\n</li>\n</ul>\n<ol>\n<li>then</li>\n<li>done</li>\n"
+        '</ol>\n<pre><code class="language-python">x = 1\n</code></pre>'
+    )
+    assert markup.to_plain(text) == (
+        "Read moved() first:\n\n- one <b>row</b>\n- two\n   - nested\n\n1. then\n2. done\n\n    x = 1"
+    )
+    assert markup.to_html("one *line*") == "one <em>line</em>"  # no paragraph around one line of help
+    long = "word " * 30 + "the one-task-per-worker run"
+    assert all(len(line) <= 100 for line in markup.to_plain(long).splitlines())
+    assert "one-task-per-worker" in markup.to_plain(long)  # never broken at a hyphen
+    assert markup.to_plain(long, width=None) == long.strip()
 
 
 def test_every_lesson_has_an_answer_cell_and_a_check_per_exercise_and_no_solution_cells():
@@ -318,16 +361,45 @@ def test_help_is_graded_and_the_code_only_comes_from_reveal(lesson):
             assert not given_away, f"{declared.id}: the hint shows the solution's code {given_away}"
         first = check(declared.id, **{name: ... for name in inspect.signature(declared.function).parameters})
         assert first.hint == declared.concept and f"reveal({declared.id!r})" in first.more
-        assert declared.hint in str(hint(declared.id)) and entry.code in str(reveal(declared.id))
+        assert " ".join(declared.hint.split()) in " ".join(str(hint(declared.id)).split())  # wrapped at 100
+        assert entry.code in str(reveal(declared.id))
 
 
 def test_the_manual_refuses_a_section_without_its_solution_or_wrong_answer():
     page = "## 03.1\nwhy\n```python\nx = 1\n```\n## 03.2\n```python\ny = 2\n```\n```python wrong\ny = 3\n```\n"
     with pytest.raises(manual.ManualError, match=r"03\.1.*found 1 and 0"):
         manual.parse(page)
-    parsed = manual.parse(page.replace("## 03.2", "```python wrong\nx = 2\n```\n## 03.2"))
+    parsed = manual.parse(page.replace("## 03.2", "A wrong answer (x = 2):\n```python wrong\nx = 2\n```\n## 03.2"))
     assert parsed["03.2"] == manual.Solution("03.2", "", "y = 2", "y = 3")
     assert parsed["03.1"].explanation == "why" and parsed["03.1"].wrong == "x = 2"
+    assert parsed["03.1"].wrong_note == "A wrong answer (x = 2):"  # kept apart from the explanation
+    upside_down = "## 03.1\nwhy\n```python wrong\nx = 2\n```\n```python\nx = 1\n```\n"
+    with pytest.raises(manual.ManualError, match=r"03\.1.*wrong block comes before the solution"):
+        manual.parse(upside_down)
+
+
+@pytest.mark.parametrize("lesson", sorted(teach_registry.LESSON_MODULES))
+def test_reveal_shows_the_solution_as_the_solution_and_help_as_formatted_text(lesson):
+    for declared in exercises(lesson):
+        entry = manual.solution(declared.id)
+        shown = reveal(declared.id)
+        plain, page = str(shown), shown._repr_html_()
+        # the manual's words on its wrong answer are kept, apart; reveal shows neither them nor the wrong code
+        assert entry.wrong_note and entry.wrong_note not in entry.explanation, declared.id
+        for form in (plain, page):
+            assert "wrong answer" not in form.lower() and entry.wrong_note[:40] not in form, declared.id
+        if entry.wrong not in entry.code:
+            assert entry.wrong not in plain, declared.id
+        assert plain == f"Exercise {declared.id}: a solution\n{markup.to_plain(entry.explanation)}\n\n{entry.code}"
+        assert markup.to_html(entry.explanation) in page and html.escape(entry.code) in page, declared.id
+        # Markdown formatted: no backtick or ** left outside the code (the manual writes `names`)
+        for help_page in (page, hint(declared.id)._repr_html_()):
+            prose = re.sub(r"<pre>.*?</pre>|<code>.*?</code>", "", help_page, flags=re.DOTALL)
+            assert "`" not in prose and "**" not in prose, (declared.id, prose)
+        assert (
+            "`" not in plain.removesuffix(entry.code)
+            and f"<code>reveal('{declared.id}')</code>" in hint(declared.id)._repr_html_()
+        )
 
 
 def test_each_mode_injects_the_manuals_cell_before_its_check():

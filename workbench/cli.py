@@ -3,17 +3,19 @@
 Every command is declared once, in :data:`COMMANDS` (its name, help, arguments and handler), and every
 benchmark once, in :data:`BENCHMARKS` (its name, help, the ``workbench.bench`` module that runs it and
 the arguments its ``run`` takes); :func:`build_parser` makes the parser from them. A mistake in what
-the user typed is a :class:`UsageError`: one line on stderr, exit status 2. Any other exception is a
-bug and keeps its traceback.
+the user typed is a :class:`UsageError`: one line on stderr, exit status 2. A reader of stdout that
+stops early (``workbench datasets | head``) ends the command quietly, as it ends ``cat``: status 141
+(128 + SIGPIPE), no traceback. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import json
+import os
+import select
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -116,11 +118,12 @@ def one_of(names: Callable[[], Iterable[str]], what: str) -> Check:
     """A check that every name of a list argument is one of ``names()`` (read only when the argument is given)."""
 
     def check(flag: str, given: Sequence[str]) -> None:
+        from workbench.names import did_you_mean
+
         known = list(names())
         for name in given:
             if name not in known:
-                hint = difflib.get_close_matches(name, known, n=1)
-                guess = f" (did you mean {hint[0]!r}?)" if hint else ""
+                guess = f" ({hint})" if (hint := did_you_mean(name, known)) else ""
                 raise UsageError(f"{flag}: no {what} {name!r}{guess}; they are {', '.join(known)}")
 
     return check
@@ -163,8 +166,14 @@ def _bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"workbench.bench.{benchmark.module}")
     options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
     progress = Progress(benchmark.name)
-    progress.expect(args.size, benchmark.expected_s[args.size], estimated=args.size not in benchmark.timed_sizes)
+    if benchmark.why_not() is None:  # one that skips says only why, in its report
+        # a module's compile_estimate(**options): what compiling adds now (numba's cache may hold it all)
+        extra = module.compile_estimate(**options) if hasattr(module, "compile_estimate") else None
+        estimated = args.size not in benchmark.timed_sizes
+        progress.expect(args.size, benchmark.expected_s[args.size], estimated=estimated, extra=extra)
     report = module.run(**options, progress=progress)
+    if args.json and report.get("skipped"):  # stdout is the report: the person watching reads why on stderr
+        progress.say(f"skipped: {report['skipped']}")
     print(json.dumps(report, indent=2, default=str) if args.json else module.format_report(report))
     return 0
 
@@ -712,11 +721,22 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     return parser
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (``| head`` has read its lines and exited)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, ValueError, OSError):  # stdout is no file (a test's capture), or closed
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``workbench`` command; returns the exit status.
 
     A user error (argparse's, or a :class:`UsageError`: a bad value, an unknown name, a missing file)
-    prints one line and gives status 2; any other exception is a bug and propagates with its traceback.
+    prints one line and gives status 2; a closed stdout (``| head``) ends it quietly with status 141;
+    any other exception is a bug and propagates with its traceback.
     """
     args = build_parser().parse_args(argv)
     try:
@@ -724,10 +744,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             value = getattr(args, argument.dest)
             if argument.check is not None and value is not None:
                 argument.check(argument.flags[0], value)
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader that has gone shows here, not in the interpreter's last flush
+        return status
     except UsageError as error:
         print(f"workbench: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if not _stdout_reader_gone():  # another pipe broke (a worker's, a subprocess's): a bug, with its traceback
+            raise
+        # Python's documented way: what stdout still buffers goes nowhere, so exiting prints no second error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -518,7 +518,7 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
             "packages",
             not missing,
             "all installed" if not missing else "missing " + ", ".join(missing),
-            "run 'make lab' (it installs everything into .venv)",
+            "run 'make lab' (it installs them into .venv)",
         )
     )
     if not quick:

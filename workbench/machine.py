@@ -121,5 +121,5 @@ def readiness(info: dict[str, Any] | None = None) -> list[str]:
         )
     missing = [name for name, version in info["packages"].items() if version is None]
     if missing:
-        warnings.append(f"missing packages {missing}: run 'make lab' (it installs everything)")
+        warnings.append(f"missing packages {missing}: run 'make lab' (it installs them)")
     return warnings

@@ -11,12 +11,12 @@ variants and checks every variant's answer against the baseline's (``same_answer
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import Dataset
+from workbench.names import did_you_mean
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
@@ -138,10 +138,10 @@ class Application:
         """A clear error (with a close match) for a parameter this application does not read."""
         for name in names:
             if name not in self.parameters:
-                hint = difflib.get_close_matches(name, list(self.parameters), n=1)
+                hint = did_you_mean(name, self.parameters)
                 raise ValueError(
                     f"application {self.name!r} has no parameter {name!r}"
-                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + (f" ({hint})" if hint else "")
                     + "; its parameters are "
                     + ", ".join(f"{n} ({what})" for n, what in self.parameters.items())
                 )
@@ -150,7 +150,12 @@ class Application:
         """The variant ``name``, checked: one of this application's, and its strategy and this
         application meet each other's needs; else a clear error that says what is missing."""
         if name not in self.strategies:
-            raise ValueError(f"application {self.name!r} has no variant {name!r}; it has {list(self.strategies)}")
+            hint = did_you_mean(name, self.strategies)
+            raise ValueError(
+                f"application {self.name!r} has no variant {name!r}"
+                + (f" ({hint})" if hint else "")
+                + f"; it has {list(self.strategies)}"
+            )
         strategy = strategies.get(name)
         if missing := unmet(strategy.needs, self.gives):
             raise ValueError(

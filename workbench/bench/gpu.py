@@ -61,7 +61,6 @@ def run(
     progress = progress or Progress.quiet()
     reason = why_not()
     if reason and not (allow_simulated and reason.startswith("numba's CUDA simulator")):
-        progress.say(f"skipped: {reason}")
         return {"benchmark": "gpu", "size": size, "skipped": reason, "goals": []}
     try:
         device = experiments.device()

@@ -31,6 +31,23 @@ from workbench.bench.progress import Progress
 from workbench.lab.timing import time_once
 
 GB = 1e9
+STREAM = "streaming read"  # the run's first step, before the kernels
+# Seconds numba takes to compile each step's functions when its cache does not hold them (a first run,
+# or the kernels' source changed since): the CPU time of the first calls at size ci from an empty cache
+# (compiling runs on one core), measured on the project's 2-core AMD EPYC with four other jobs running
+# (load 18-22), so a little high if anything. The expected times (cli.BENCHMARKS) are with a warm cache.
+COMPILE_S = {
+    STREAM: 2.1,
+    "histogram1d": 5.1,
+    "histogramdd": 2.8,  # with the plain loop's
+    "kmeans_partial": 12.7,
+    "matrix_add": 0.9,
+    "multiply_accumulate": 1.1,
+    "prk_nstream": 0.5,
+    "prk_transpose": 1.8,
+    "prk_stencil": 1.3,
+    "prk_reduce": 0.9,
+}
 # Goals from the foundation issue (kernel, figure, threshold); printed next to the figures, never asserted in tests.
 GOALS = (
     ("histogramdd", "ratio_numpy", 20.0),
@@ -232,6 +249,45 @@ def _prk_cases() -> list[Case]:
     ]
 
 
+def _cached(dispatcher: Any) -> bool:
+    """Whether numba's cache holds machine code of ``dispatcher`` for its current source, so that its first
+    call loads it rather than compiles: numba's own index check (a missing index, or one written for
+    another version of the source, reads as empty)."""
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 (no cache for it, or a numba that keeps its cache otherwise: it compiles)
+        return False
+
+
+def to_compile(only: list[str] | None = None) -> list[str]:
+    """The steps of a run (the streaming read, then every kernel or ``only``'s) whose first call will
+    compile: numba's cache holds none of their functions for their current source. (A kernel calls some
+    of its functions only at some sizes, e.g. histogramdd's chunked loop: one whose other functions
+    were cached by a run at another size counts as cached; its compile then costs a fraction.)"""
+    from kernels import stream
+
+    steps = {STREAM: (stream._stream_sum,)}
+    for case in _cases():
+        if not only or case.name in only:
+            steps[case.name] = case.dispatchers + ((_plain_histdd,) if case.plain_call is not None else ())
+    return [name for name, dispatchers in steps.items() if not any(_cached(d) for d in dispatchers)]
+
+
+def compile_estimate(size: str = "lab", repeats: int = 5, only: list[str] | None = None) -> tuple[float, str] | None:
+    """What a run with these arguments adds to its expected time now: the seconds numba takes to
+    compile :func:`to_compile`'s steps (:data:`COMPILE_S`), and what for; None when its cache holds them all."""
+    steps = to_compile(only)
+    if not steps:
+        return None
+    what = "the streaming read and " if STREAM in steps else ""
+    kernels_left = len(steps) - (STREAM in steps)
+    what += f"{kernels_left} kernel{'s' if kernels_left != 1 else ''}" if kernels_left else ""
+    return (
+        sum(COMPILE_S[step] for step in steps),
+        f"for numba to compile {what.removesuffix(' and ')} (not in its cache yet; later runs load them)",
+    )
+
+
 def _compiled_fresh(dispatchers: tuple[Any, ...]) -> bool:
     """True when the first call compiled (a cache miss) rather than loading from the numba cache."""
     return any(sum(d.stats.cache_misses.values()) > 0 for d in dispatchers)
@@ -382,6 +438,14 @@ def run(
     }
 
 
+def ratio_text(ratio: float) -> str:
+    """A ratio with the digits it needs: three significant ones below 10 (``0.00781``, ``0.176``, ``6.69``:
+    a kernel 128x slower than numpy is not ``0.0``), one decimal below 100, none above."""
+    if ratio >= 100:
+        return f"{ratio:.0f}"
+    return f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.3g}"
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The report as a table a person reads: one line per kernel, goals last."""
     stream = report["stream_GBps"]
@@ -395,22 +459,30 @@ def format_report(report: dict[str, Any]) -> str:
     for r in report["kernels"]:
         first = f"{r['first_call_s']:.3f}{'c' if r['first_call_compiled'] else 'l'}"
         one = f"{r['numba_one_thread_s']:.4f}" if r["numba_one_thread_s"] else "-"
-        one_ratio = f"{r['ratio_numpy_one_thread']:.1f}" if r["ratio_numpy_one_thread"] else "-"
+        one_ratio = ratio_text(r["ratio_numpy_one_thread"]) if r["ratio_numpy_one_thread"] else "-"
         rate = f"{r['rate']:.4g} {r['rate_unit']}" if "rate" in r else ""
         lines.append(
             f"{r['kernel']:<20} {first:>11} {r['numba_s']:>9.4f} {one:>9} {r['numpy_s']:>9.4f} "
-            f"{r['GBps']:>6.2f} {r['ratio_numpy']:>8.1f} {one_ratio:>10} {r['fraction_of_stream']:>9.0%}  {rate}"
+            f"{r['GBps']:>6.2f} {ratio_text(r['ratio_numpy']):>8} {one_ratio:>10} "
+            f"{r['fraction_of_stream']:>9.0%}  {rate}"
         )
     for r in report["kernels"]:
         if "plain_loop_s" in r:  # the reference line under the table: same columns, what it is at the end
             same = "same counts" if r["plain_loop_counts_equal_kernel"] else "counts DIFFER"
             lines.append(
                 f"{r['kernel'] + ' plain':<20} {'-':>11} {r['plain_loop_s']:>9.4f} {'-':>9} {'-':>9} "
-                f"{r['bytes'] / r['plain_loop_s'] / GB:>6.2f} {r['plain_loop_ratio_numpy']:>8.1f} {'-':>10} "
+                f"{r['bytes'] / r['plain_loop_s'] / GB:>6.2f} {ratio_text(r['plain_loop_ratio_numpy']):>8} {'-':>10} "
                 f"{r['plain_loop_fraction_of_stream']:>9.0%}  naive loop, no edge correction ({same}); "
                 f"the kernel runs at {r['kernel_speed_vs_plain_loop']:.2f}x its speed"
             )
     lines.append("first call: c = compiled now, l = loaded from the numba cache; times in seconds (medians)")
+    lines.append("x numpy: numpy's time / numba's (all threads; 1t: one thread); below 1 numpy is faster")
+    slower = [r for r in report["kernels"] if r["ratio_numpy"] < 1]
+    if slower:
+        lines.append(
+            "numpy faster than numba on all threads: "
+            + ", ".join(f"{r['kernel']} {ratio_text(1 / r['ratio_numpy'])}x" for r in slower)
+        )
     llc = report["machine"].get("last_level_cache")
     if llc:
         lines.append(

@@ -7,7 +7,8 @@ worse are as long: to the right a goal is met, to the left it is not (for a "low
 the ratio is inverted, so right is always better). A whisker shows the noise seen between repeats,
 a table gives the figures and what bounds an unmet goal, and a goal that compares peers gets a
 small figure with a bar per peer. BokehJS is inlined (the page opens offline), or loaded from one
-file the caller names (the course site's copy).
+file the caller names (the course site's copy). Its look (widths, tables, the HTML file) is the one
+:mod:`workbench.viz.page` gives every standalone page, ``workbench report``'s too.
 """
 
 from __future__ import annotations
@@ -18,29 +19,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bokeh.embed import components, file_html
 from bokeh.layouts import column, gridplot
 from bokeh.models import ColumnDataSource, Div, HoverTool, PlainText, Span, Title, Whisker
 from bokeh.plotting import figure
-from bokeh.resources import INLINE
 
 from workbench.bench.goals import figure_text, threshold_text
 from workbench.bench.progress import run_time
 from workbench.units import size_text
+from workbench.viz.page import TABLE, WIDTH, document, text_div
 
 MET, NOT_MET = "#2ca02c", "#d62728"
 CLIP = 30.0  # bars end at 1/30 and 30 times the threshold; the table gives the figure itself
 ROW_PX = 26
 LABEL_CHARS = 70
-WIDTH = 1000
-TABLE = "style='border-spacing: 14px 2px; text-align: left'"
 
 
 # A results file is untrusted: its text is shown as text. Bokeh typesets TeX between $$ (or \[ \],
 # \( \)) with MathJax in a Div, a title and an axis label unless told not to: hence these three.
 def _div(text: str) -> Div:
-    """A Div of HTML whose untrusted parts were escaped, with no TeX typeset in it."""
-    return Div(text=text, width=WIDTH, disable_math=True)
+    """A Div of HTML whose untrusted parts were escaped, with no TeX typeset in it (the pages' text block)."""
+    return text_div(text)
 
 
 def _title(text: str) -> Title:
@@ -201,16 +199,7 @@ def build(results: Mapping[str, Any]):
 
 def page_html(results: Mapping[str, Any], bokeh_src: str | None = None) -> str:
     """The page as HTML: BokehJS inlined, or loaded from ``bokeh_src`` (one file with the widgets')."""
-    title = f"workbench bench all: {results['machine']['hostname']}"
-    layout = build(results)
-    if bokeh_src is None:
-        return file_html(layout, resources=INLINE, title=title)
-    script, div = components(layout)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
-        f'<script type="text/javascript" src="{html.escape(bokeh_src)}"></script>\n{script}\n</head>\n'
-        f"<body>\n{div}\n</body>\n</html>\n"
-    )
+    return document(build(results), f"workbench bench all: {results['machine']['hostname']}", bokeh_src)
 
 
 def write_page(results: Mapping[str, Any], path: str | Path, bokeh_src: str | None = None) -> Path:

@@ -80,11 +80,15 @@ class Progress:
         """Seconds since the benchmark started."""
         return self.clock() - self.started
 
-    def expect(self, size: str, seconds: float, cores: int = 2, estimated: bool = False) -> None:
+    def expect(
+        self, size: str, seconds: float, cores: int = 2, estimated: bool = False, extra: tuple[float, str] | None = None
+    ) -> None:
         """Say the expected time up front (``seconds``: measured at ``size`` on ``cores`` cores, or
-        ``estimated`` where that size was not timed)."""
+        ``estimated`` where that size was not timed); ``extra``: how many seconds more this run takes,
+        and why (numba compiling what its cache does not hold)."""
         how = " (an estimate: this size was not timed)" if estimated else ""
-        self.say(f"size {size}, expected about {duration(seconds)} on {cores} cores{how}")
+        more = f", plus about {duration(extra[0])} {extra[1]}" if extra else ""
+        self.say(f"size {size}, expected about {duration(seconds)} on {cores} cores{how}{more}")
 
     def phase(self, name: str, total: int) -> Phase:
         """A phase of ``total`` steps, used as ``with progress.phase(...) as p: ... p.step()``."""

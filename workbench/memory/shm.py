@@ -1257,8 +1257,8 @@ def delete_prefix(prefix: str, directory: str | Path | None = None) -> list[str]
 
 
 def _similar(name: str, directory: str | Path | None) -> str:
-    import difflib
+    from workbench.names import did_you_mean
 
     names = [e.name[len(PREFIX) :] for e in _scan(_directory(directory)) if _NAME.fullmatch(e.name[len(PREFIX) :])]
-    close = difflib.get_close_matches(name, names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(name, names)
+    return f" ({hint})" if hint else ""

@@ -1,8 +1,8 @@
 """What a check says to a learner: passed, or "not yet" with what is wrong and a hint.
 
-A :class:`Feedback` renders as a coloured box in JupyterLab and as one line of text elsewhere, and
-carries a machine-readable copy (:data:`MIME`) so that CI can read every check's verdict from an
-executed notebook without parsing prose.
+A :class:`Feedback` renders as a coloured box in JupyterLab (its Markdown formatted: `names` as code)
+and as one line of plain text elsewhere, and carries a machine-readable copy (:data:`MIME`) so that
+CI can read every check's verdict from an executed notebook without parsing prose.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from workbench.teach import markup
 
 MIME = "application/vnd.locality-workbench.check+json"
 PASSED = "passed"
@@ -24,8 +26,8 @@ class Feedback:
 
     exercise: the exercise id ("03.2": lesson 03, exercise 2).
     status: "passed" or "not yet" (a check never raises at the learner: it says what is wrong).
-    message: what was found, in figures where there are figures.
-    hint: the next thing to try (empty when passed).
+    message: what was found, in figures where there are figures (Markdown: `name` for a name in code).
+    hint: the next thing to try (empty when passed; Markdown too).
     """
 
     exercise: str
@@ -43,26 +45,32 @@ class Feedback:
         """Where more help is, after a "not yet" (empty when passed)."""
         if self.passed:
             return ""
-        return f"more help: hint({self.exercise!r}) names what to use; reveal({self.exercise!r}) shows a solution"
+        return f"more help: `hint({self.exercise!r})` names what to use; `reveal({self.exercise!r})` shows a solution"
 
     def __str__(self) -> str:
         mark = "✔" if self.passed else "✘"
-        text = f"{mark} exercise {self.exercise}: {self.status} — {self.message}"
-        return text + (f"\n  hint: {self.hint}" if self.hint else "") + (f"\n  {self.more}" if self.more else "")
+        text = f"{mark} exercise {self.exercise}: {self.status} — {_line(self.message)}"
+        text += f"\n  hint: {_line(self.hint)}" if self.hint else ""
+        return text + (f"\n  {_line(self.more)}" if self.more else "")
 
     def _repr_html_(self) -> str:
         colour, mark = ("#e6f4ea", "✔") if self.passed else ("#fef7e0", "✘")
-        hint = f"<div><b>Hint:</b> {html.escape(self.hint)}</div>" if self.hint else ""
-        hint += f"<div><i>{html.escape(self.more)}</i></div>" if self.more else ""
+        hint = f"<div><b>Hint:</b> {markup.to_html(self.hint)}</div>" if self.hint else ""
+        hint += f"<div><i>{markup.to_html(self.more)}</i></div>" if self.more else ""
         return (
             f'<div class="lwb-check lwb-check-{self.status.replace(" ", "-")}" '
             f'style="background:{colour};border-radius:4px;padding:6px 10px;margin:4px 0">'
             f"<b>{mark} Exercise {html.escape(self.exercise)}: {html.escape(self.status)}</b>"
-            f"<div>{html.escape(self.message)}</div>{hint}</div>"
+            f"<div>{markup.to_html(self.message)}</div>{hint}</div>"
         )
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return {"text/plain": str(self), "text/html": self._repr_html_(), MIME: asdict(self)}
+
+
+def _line(text: str) -> str:
+    """Markdown as one line of plain text (its marks dropped)."""
+    return " ".join(markup.to_plain(text, width=None).split())
 
 
 def passed(message: str) -> tuple[Status, str, str]:

@@ -6,10 +6,11 @@ solution. Each lesson's solutions live in ``workbench/teach/solutions/lessonNN.m
 instructor can read as a solutions manual::
 
     ## 03.2
-    Why this is the answer (prose).
+    Why this is the answer (prose: what reveal shows above the solution).
     ```python
     <the solution: runs in the notebook's namespace, just before the check cell>
     ```
+    A wrong answer a learner might give (prose for instructors: reveal never shows it).
     ```python wrong
     <a wrong but plausible answer: its check must say "not yet">
     ```
@@ -26,6 +27,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from workbench.teach import markup
 from workbench.teach.registry import LESSON_MODULES, get
 
 _SECTION = re.compile(r"^## (\d\d\.\d+)[ \t]*$", re.MULTILINE)
@@ -40,15 +42,17 @@ class ManualError(ValueError):
 class Solution:
     """One exercise's entry in the solutions manual.
 
-    explanation: why the answer is right (Markdown prose, for learners who asked and for instructors).
+    explanation: why the answer is right (Markdown prose before the solution: what :func:`reveal` shows).
     code: the solution cell.
     wrong: a wrong answer a learner might give (the learner run of CI injects it; its check says "not yet").
+    wrong_note: what is wrong in ``wrong`` (the prose after the solution, for instructors reading the page).
     """
 
     exercise: str
     explanation: str
     code: str
     wrong: str
+    wrong_note: str = ""
 
 
 def _page(lesson: str) -> str:
@@ -63,21 +67,31 @@ def _page(lesson: str) -> str:
 
 def parse(text: str, source: str = "the page") -> dict[str, Solution]:
     """The solutions of one manual page, by exercise id; a section without exactly one solution block
-    and one ``wrong`` block is refused (:class:`ManualError`), so CI cannot silently skip an exercise."""
+    and one ``wrong`` block after it is refused (:class:`ManualError`), so CI cannot silently skip an
+    exercise. The prose before the solution is its explanation; the prose after it is about the wrong
+    answer, kept apart (``wrong_note``) so that :func:`reveal` never shows it beside the solution."""
     found: dict[str, Solution] = {}
     heads = list(_SECTION.finditer(text))
     for head, following in zip(heads, heads[1:] + [None], strict=True):
         body = text[head.end() : following.start() if following else len(text)]
         blocks = list(_FENCE.finditer(body))
-        code = [b.group(2) for b in blocks if not b.group(1)]
-        wrong = [b.group(2) for b in blocks if b.group(1)]
+        code = [b for b in blocks if not b.group(1)]
+        wrong = [b for b in blocks if b.group(1)]
         if len(code) != 1 or len(wrong) != 1:
             raise ManualError(
                 f"{source}, exercise {head.group(1)}: needs one ```python block (the solution) and one "
                 f"```python wrong block (a wrong answer); found {len(code)} and {len(wrong)}"
             )
-        explanation = _FENCE.sub("", body).strip()
-        found[head.group(1)] = Solution(head.group(1), explanation, code[0].rstrip(), wrong[0].rstrip())
+        if wrong[0].start() < code[0].start():
+            raise ManualError(
+                f"{source}, exercise {head.group(1)}: the ```python wrong block comes before the solution; "
+                "put the solution first (the prose before it is what reveal shows), then the wrong answer"
+            )
+        explanation = body[: code[0].start()].strip()
+        note = _FENCE.sub("", body[code[0].end() :]).strip()
+        found[head.group(1)] = Solution(
+            head.group(1), explanation, code[0].group(2).rstrip(), wrong[0].group(2).rstrip(), note
+        )
     return found
 
 
@@ -97,20 +111,21 @@ def solution(id: str) -> Solution:
 
 @dataclass(frozen=True)
 class Help:
-    """Help shown in a notebook: a title, Markdown-free prose, and optionally code."""
+    """Help shown in a notebook: a title, prose (Markdown: formatted in JupyterLab, plain text in a
+    terminal) and optionally code."""
 
     title: str
     text: str
     code: str = ""
 
     def __str__(self) -> str:
-        return f"{self.title}\n{self.text}" + (f"\n\n{self.code}" if self.code else "")
+        return f"{self.title}\n{markup.to_plain(self.text)}" + (f"\n\n{self.code}" if self.code else "")
 
     def _repr_html_(self) -> str:
         code = f"<pre><code>{html.escape(self.code)}</code></pre>" if self.code else ""
         return (
             '<div class="lwb-help" style="background:#eef3fb;border-radius:4px;padding:6px 10px;margin:4px 0">'
-            f"<b>{html.escape(self.title)}</b><div>{html.escape(self.text)}</div>{code}</div>"
+            f"<b>{html.escape(self.title)}</b><div>{markup.to_html(self.text)}</div>{code}</div>"
         )
 
 
@@ -120,7 +135,7 @@ def hint(id: str) -> Help:
     declared = get(id)
     return Help(
         f"Exercise {id}: a hint",
-        f"{declared.concept} — {declared.hint}. Still stuck? reveal({id!r}) shows a worked solution.",
+        f"{declared.concept} — {declared.hint}. Still stuck? `reveal({id!r})` shows a worked solution.",
     )
 
 

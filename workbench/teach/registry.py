@@ -19,7 +19,6 @@ use); only :func:`reveal` shows the code, from the solutions manual (``workbench
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import re
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.names import did_you_mean
 from workbench.runtime import failures
 from workbench.teach.answers import AnswerError
 from workbench.teach.feedback import NOT_YET, Feedback, Status
@@ -110,10 +110,8 @@ def get(id: str) -> Exercise:
         _load(match.group(1))
     if id not in _EXERCISES:
         known = [e.id for e in exercises()]
-        close = difflib.get_close_matches(str(id), known, n=1)
-        raise ValueError(
-            f"no exercise {id!r}" + (f"; did you mean {close[0]!r}?" if close else "") + f" Exercises: {known}"
-        )
+        hint = did_you_mean(id, known)
+        raise ValueError(f"no exercise {id!r}" + (f"; {hint}" if hint else "") + f" Exercises: {known}")
     return _EXERCISES[id]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 import pandas as pd
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, FixedTicker, HoverTool
 from bokeh.plotting import figure
 
 from workbench.lab import gpu_experiments
@@ -128,7 +128,16 @@ def bytes_figure(rows: Sequence[Mapping[str, Any]], simulated: bool = False):
     fig.add_tools(HoverTool(tooltips=[("iteration", "@iteration"), ("bytes", "@moved{0,0}"), ("so far", seconds)]))
     fig.legend.location = "top_left"
     fig.y_range.start = 0
+    fig.xaxis.ticker = FixedTicker(ticks=iteration_ticks([r["iteration"] for r in rows]))
     return fig
+
+
+def iteration_ticks(iterations: Sequence[int], most: int = 10) -> list[int]:
+    """Ticks for an axis of iterations: whole iterations only (bokeh's own ticker puts one at 1.5),
+    every one up to ``most`` ticks, else every second, third, ... from the first."""
+    shown = sorted({int(i) for i in iterations})
+    step = -(-len(shown) // most) if shown else 1
+    return shown[::step]
 
 
 class PlacementPanel:

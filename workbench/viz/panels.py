@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -102,9 +102,20 @@ class ExperimentPanel:
     shows the statistics table, the comparison with 95 % confidence intervals, the Gantt of the
     median run of each variant, the bytes moved and where the blocks were.
     ``panel.run()`` does what the button does; ``panel.experiment`` holds the last result.
+
+    It opens on ``app`` with ``variants`` chosen (default: all of them) and each knob at its value in
+    ``start``, else at the first value of the size's grid: a lesson opens it on a case that shows its
+    point (lesson 06: two ranks, where one would move nothing).
     """
 
-    def __init__(self, session: Session, size: str = "ci", app: str = "histogram"):
+    def __init__(
+        self,
+        session: Session,
+        size: str = "ci",
+        app: str = "histogram",
+        variants: Sequence[str] | None = None,
+        start: Mapping[str, Any] | None = None,
+    ):
         import os
 
         from workbench.apps import registry
@@ -133,6 +144,7 @@ class ExperimentPanel:
         self.size = widgets.Dropdown(options=["ci", "lab", "full"], value=size, description="size")
         self.app.observe(lambda _: self._fill_app(), names="value")
         self._fill_app()
+        self._open_at(variants, start or {})
         controls = widgets.HBox(
             [
                 widgets.VBox([self.app, self.variants]),
@@ -160,6 +172,23 @@ class ExperimentPanel:
             for name, choices in app.knobs.items()
         }
         self.knob_box.children = list(self.knobs.values())
+
+    def _open_at(self, variants: Sequence[str] | None, start: Mapping[str, Any]) -> None:
+        """Choose ``variants`` and set each knob named in ``start``; a name or value the application
+        does not offer is refused with what it offers."""
+        app = self.app.value
+        if variants is not None:
+            offered = list(self.variants.options)
+            unknown = [v for v in variants if v not in offered]
+            if unknown or not variants:
+                raise ValueError(f"{app} has no variants {unknown or '(none chosen)'}; it has {offered}")
+            self.variants.value = tuple(variants)
+        for name, value in start.items():
+            if name not in self.knobs:
+                raise ValueError(f"{app} has no knob {name!r} to start at; its knobs are {list(self.knobs)}")
+            if value not in self.knobs[name].options:
+                raise ValueError(f"{app}'s {name} offers {list(self.knobs[name].options)}, not {value!r}")
+            self.knobs[name].value = value
 
     def run(self):
         """Run the experiment with the controls' values and redraw; returns the Experiment."""

@@ -1,4 +1,5 @@
-"""A standalone HTML report of an experiment: opens offline (BokehJS is inlined)."""
+"""A standalone HTML report of an experiment: opens offline (BokehJS is inlined), in the look every
+standalone page of the workbench has (:mod:`workbench.viz.page`, the bench page's too)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,14 @@ import html
 from pathlib import Path
 
 import pandas as pd
-from bokeh.embed import file_html
 from bokeh.layouts import column
-from bokeh.models import Div
-from bokeh.resources import INLINE
 
 from workbench import machine
 from workbench.lab import stats as statistics
 from workbench.lab.runner import Experiment, point_key
 from workbench.viz.gantt import gantt
 from workbench.viz.locality import block_map, bytes_matrix
+from workbench.viz.page import document, spaced_table, text_div
 from workbench.viz.timing import comparison_figure
 
 
@@ -39,7 +38,7 @@ def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
         "(%)",
         "p-value",
     ]
-    return shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0) + (
+    return spaced_table(shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)) + (
         f"<p><small>* p &lt; {statistics.ALPHA} (Welch's t-test); % of the baseline's mean.</small></p>"
     )
 
@@ -47,28 +46,23 @@ def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
 def build(experiment: Experiment):
     """The report's bokeh layout: header, statistics, comparison, Gantts, locality."""
     meta = experiment.metadata
+    e = lambda value: html.escape(str(value))  # noqa: E731 (a results file is read back: every field escaped)
+    *where, software = machine.summary_lines(meta["machine"])
     parts = [
-        Div(
-            text=(
-                f"<h1>{html.escape(meta['app'])}: {html.escape(', '.join(meta['variants']))}</h1>"
-                f"<p>{html.escape(meta.get('description', ''))}</p>"
-                f"<p>size <b>{meta['size']}</b>, {meta['repeats']} repeats per point, seed {meta['seed']}, "
-                f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
-                "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
-            ),
-            width=900,
+        text_div(
+            f"<h1>{e(meta['app'])}: {e(', '.join(meta['variants']))}</h1>"
+            f"<p>{e(meta.get('description', ''))}</p>"
+            f"<p>{'<br>'.join(e(line) for line in where)}</p>"
+            f"<p>size {e(meta['size'])}, {e(meta['repeats'])} repeats per point, seed {e(meta['seed'])}, "
+            f"started {e(meta['started'])}; warm-up runs excluded ({len(experiment.warmups)})</p>"
+            f"<p><small>{e(software)}</small></p>"
         ),
-        Div(
-            text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters),
-            width=900,
-        ),
+        text_div("<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters)),
         comparison_figure(experiment.results, experiment.parameters),
     ]
     last = experiment.points()[-1]
     if experiment.traces:
-        parts.append(
-            Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900)
-        )
+        parts.append(text_div(f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>"))
         for variant in meta["variants"]:
             run_id = experiment.median_run(variant, last)
             parts.append(gantt(experiment.trace_of(run_id), title=f"{variant} ({run_id})"))
@@ -86,5 +80,5 @@ def build(experiment: Experiment):
 def write_report(experiment: Experiment, path: str | Path) -> Path:
     """Write the report to ``path`` (one self-contained HTML file)."""
     path = Path(path)
-    path.write_text(file_html(build(experiment), resources=INLINE, title=f"workbench: {experiment.app}"))
+    path.write_text(document(build(experiment), f"workbench: {experiment.app}"))
     return path

@@ -11,7 +11,6 @@ next used. Clients and backends reach the catalogue through one scheduler handle
 
 from __future__ import annotations
 
-import difflib
 import json
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from workbench.names import did_you_mean
 from workbench.runtime.store.catalogue_file import CatalogueFile, Statement
 from workbench.runtime.store.model import check_alias
 from workbench.runtime.store.protocol import (
@@ -257,14 +257,10 @@ class StoreCatalogue(SchedulerPlugin):
         """The object id of ``alias``; an error with close matches when there is none."""
         if alias in self.aliases:
             return self.aliases[alias]
-        hint = difflib.get_close_matches(alias, list(self.aliases), n=3)
+        hint = did_you_mean(alias, self.aliases, n=3)
         raise KeyError(
             f"no object has alias {alias!r}"
-            + (
-                f"; did you mean {' or '.join(repr(h) for h in hint)}?"
-                if hint
-                else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)"
-            )
+            + (f"; {hint}" if hint else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)")
         )
 
     def op_set_alias(self, alias: str, oid: str) -> None:

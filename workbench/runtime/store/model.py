@@ -13,7 +13,6 @@ store's process-wide state, :mod:`~workbench.runtime.store.current`, to persist 
 from __future__ import annotations
 
 import copy
-import difflib
 import importlib.util
 import os
 import sys
@@ -28,6 +27,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 import workbench.runtime.store.current as current
+from workbench.names import did_you_mean
 
 F = TypeVar("F", bound=Callable[..., Any])
 ACTIVE_ATTRIBUTE = "__workbench_active__"  # on a function: {"writes": bool}
@@ -153,10 +153,10 @@ def check_method(class_label: str, methods: dict[str, bool], name: str) -> bool:
     """Whether active method ``name`` writes; a clear error with a close match when there is none."""
     if name in methods:
         return methods[name]
-    hint = difflib.get_close_matches(name, list(methods), n=1)
+    hint = did_you_mean(name, methods)
     raise AttributeError(
         f"{class_label} has no active method {name!r}; its active methods are {sorted(methods)}"
-        + (f". Did you mean {hint[0]!r}?" if hint else ". Mark a method with @active to call it in the store.")
+        + (f"; {hint}" if hint else ". Mark a method with @active to call it in the store.")
     )
 
 

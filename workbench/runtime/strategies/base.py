@@ -13,13 +13,13 @@ task and :meth:`Plan.reduce` the merged answer. Every variant of every applicati
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from distributed import Future
 
+from workbench.names import did_you_mean
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.failures import sendable
 from workbench.runtime.session import Session
@@ -179,10 +179,8 @@ def unregister(name: str) -> None:
 def named(table: Mapping[str, T], name: str, what: str) -> T:
     """``table[name]``; else a ``ValueError`` that lists the ``what``s there are and a close match."""
     if name not in table:
-        hint = difflib.get_close_matches(name, list(table), n=1)
-        raise ValueError(
-            f"no {what} {name!r}; there are {sorted(table)}" + (f". Did you mean {hint[0]!r}?" if hint else "")
-        )
+        hint = did_you_mean(name, table)
+        raise ValueError(f"no {what} {name!r}; there are {sorted(table)}" + (f"; {hint}" if hint else ""))
     return table[name]
 
 
