@@ -13,6 +13,7 @@ links too).
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -171,6 +172,50 @@ def test_the_link_check_catches_a_broken_link(tmp_path):
         "[../docs/course/gone.md] opens nothing (docs/course/gone.md is not a file of the repository)"
     ]
     assert broken_links(tmp_path / "README.md", tmp_path, carried) == []
+
+
+def doctor_failures() -> set[str]:
+    """The names of the checks ``workbench doctor`` can fail: each ``Check(name, ok, ...)`` made in
+    workbench/doctor.py whose ``ok`` is not the constant True (read from its source, so a new check is
+    found without a list to keep)."""
+    failing = set()
+    for node in ast.walk(ast.parse(Path(doctor.__file__).read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Check":
+            values = [*node.args, *(k.value for k in node.keywords if k.arg in ("name", "ok"))]
+            name, ok = values[0], values[1]
+            assert isinstance(name, ast.Constant), f"line {node.lineno}: a doctor check's name is a literal"
+            if not (isinstance(ok, ast.Constant) and ok.value is True):
+                failing.add(name.value)
+    return failing
+
+
+def test_every_doctor_failure_has_its_section_on_the_troubleshooting_page():
+    page = COURSE / "troubleshooting.md"
+    failing = doctor_failures()
+    assert {"operating system", "memory", "/dev/shm", "numba cache", "JupyterLab", "dashboard in JupyterLab"} <= failing
+    assert "GPU" not in failing and "your segments" not in failing, "a check that never fails needs no section"
+    sections = headings(page)
+    for name in sorted(failing):
+        slug = re.sub(r"[^\w\- ]", "", f"fail {name}".lower()).replace(" ", "-")
+        assert slug in sections, f"{page.name} has no section '### FAIL {name}' for the doctor's failed check"
+    assert doctor.TROUBLESHOOTING == page.relative_to(ROOT).as_posix()
+    for symptom in ("kernel died", "port 8888 is in use", "dashboard not connected", "devshm is full",
+                    "busy machine", "numba compiles", "link opens nothing"):  # fmt: skip
+        assert any(symptom.replace(" ", "-") in s for s in sections), f"{page.name}: no section on '{symptom}'"
+    for linking in ("instructor-guide.md", "setup.md"):
+        assert "troubleshooting.md" in links(COURSE / linking), f"{linking} does not link the troubleshooting page"
+    assert "troubleshooting" in site.PAGES
+
+
+def test_the_instructor_guide_teaches_every_lesson_and_says_where_its_figures_come_from():
+    guide = (COURSE / "instructor-guide.md").read_text()
+    sections = dict(re.findall(r"^## (\d\d) · [^\n]*\n(.*?)(?=^## )", guide, re.MULTILINE | re.DOTALL))
+    assert sorted(sections) == [p.name[:2] for p in LESSONS], "one section per lesson, '## NN · Title'"
+    for number, text in sections.items():
+        bullets = dict(re.findall(r"^- \*\*(\w[\w ]*)\.\*\* (.*?)(?=^- \*\*|^\||^To fill|\Z)", text, re.M | re.S))
+        for part in ("Misconceptions", "Point at", "Expect", "Ask"):
+            assert part in bullets, f"lesson {number}: no **{part}.** bullet"
+        assert re.search(r"\b[Mm]easured\b", bullets["Expect"]), f"lesson {number}: Expect says no figure's source"
 
 
 def glossary_entries() -> dict[str, str]:

@@ -57,6 +57,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "setup",
     "learner-profiles",
     "instructor-guide",
+    "troubleshooting",
     "bench-results",
     "deploy",
     "cluster",
@@ -155,6 +156,8 @@ def _index(notebooks: Sequence[Path]) -> str:
         "capstone in which you find and fix the locality problems of a pipeline.\n\n"
         f"- [Syllabus and schedule]({c}/syllabus.md)\n- [Learner setup]({c}/setup.md)\n"
         f"- [Who the course is for]({c}/learner-profiles.md)\n- [Instructor guide]({c}/instructor-guide.md)\n"
+        f"- [Helpers' troubleshooting]({c}/troubleshooting.md): each `workbench doctor` failure and each common "
+        "symptom, with its fix\n"
         f"- [This machine's benchmarks]({c}/bench-results.md): every goal, as the machine that built the site "
         "measured it\n"
         f"- [Deploying for a class]({c}/deploy.md): one JupyterHub server, an HPC centre with Slurm, Binder\n"
