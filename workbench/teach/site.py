@@ -106,7 +106,10 @@ def executed_lessons(executed: Path = EXECUTED) -> list[Path]:
 
 
 def _config() -> dict:
-    """Jupyter Book's _config.yml: no execution (the copies are executed), nothing fetched from the network."""
+    """Jupyter Book's _config.yml: no execution (the copies are executed), nothing fetched from the network,
+    no link to a page the site does not have (the theme's download button links ``_sources/``, which is
+    not copied), and the pages' ``#heading`` links resolved as GitHub resolves them."""
+    launch = {"notebook_interface": "jupyterlab", "binderhub_url": "", "thebe": False}
     return {
         "title": "Locality Workbench: a course on data locality in HPC Python",
         "author": "Locality Workbench",
@@ -115,7 +118,7 @@ def _config() -> dict:
         # no dollar math: a "$" in prose stays a dollar, and no page loads MathJax from a CDN
         "parse": {"myst_enable_extensions": ["colon_fence", "substitution", "tasklist"]},
         "html": {"use_repository_button": False, "use_issues_button": False, "use_edit_page_button": False},
-        "launch_buttons": {"notebook_interface": "jupyterlab", "binderhub_url": "", "thebe": False},
+        "launch_buttons": launch,
         "sphinx": {
             "config": {
                 # no require.js or widget manager from a CDN: panels are drawn from their saved state
@@ -124,6 +127,9 @@ def _config() -> dict:
                 "html_copy_source": False,
                 "html_extra_path": ["_extra"],
                 "suppress_warnings": ["mystnb.unknown_mime_type", "myst.header"],
+                # replaces the theme options Jupyter Book derives from html: and launch_buttons: above
+                "html_theme_options": {"launch_buttons": launch, "use_download_button": False},
+                "myst_heading_anchors": 3,  # [x](#a-heading): GitHub's anchors, to level 3
             }
         },
     }
@@ -276,7 +282,8 @@ def broken_links(root: Path) -> list[str]:
     link and why (no such file, a file outside the site, no such anchor in the page it opens). Links
     with a scheme (``https:``, ``mailto:``, ``data:``) are not followed."""
     root = root.resolve()
-    pages = {page: _links_of(page) for page in sorted(root.rglob("*.html"))}
+    static = root / "_static"  # the theme's files: its .html there are templates, not pages
+    pages = {page: _links_of(page) for page in sorted(root.rglob("*.html")) if not page.is_relative_to(static)}
     wrong = []
     for page, found in pages.items():
         for target in found.targets:
