@@ -117,7 +117,7 @@ async def server_processes_exit(uid: int, user: str, server: str) -> list[int]:
 async def _as_learner(
     spawner: Any, argv: list[str], seconds: float, wrap: Callable[[list[str]], list[str]] | None
 ) -> tuple[int, str] | None:
-    """Run ``argv`` as the spawner's user (dropped from root, or through ``wrap``), in their home, within
+    """Run ``argv`` as the spawner's user (dropped from root, or through ``wrap``), HOME theirs, within
     ``seconds``: (exit status, what it printed), or None when it ran out of time (then it is killed)."""
     name = spawner.user.name
     argv = wrap(argv) if wrap is not None else argv
