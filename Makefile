@@ -38,7 +38,7 @@ $(TEST_STAMP): $(STAMP)
 LAB_DASK := WORKBENCH_DASHBOARD=1 DASK_DISTRIBUTED__DASHBOARD__LINK=/proxy/{port}/status
 
 lab: $(STAMP)
-	$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
+	$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab --notebook-dir=. --LabApp.default_url=/lab/tree/notebooks --ip=$(IP) --port=$(PORT) $(LAB_FLAGS)
 
 # The linter and the formatter (settings in pyproject.toml: 120 columns) run before the tests.
 lint: $(TEST_STAMP)

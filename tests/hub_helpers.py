@@ -1,5 +1,6 @@
 """A real JupyterHub for the tests, as a class server runs one: the hub and its configurable-http-proxy,
-learners made as Unix users, single-user servers spawned through the hub's REST API, and code run in
+learners made as Unix users, single-user servers spawned through the hub's REST API (each learner's
+copy of the course made before their server starts, as docs/course/deploy.md configures it), and code run in
 a learner's kernel through that server's kernel API (HTTP and its websocket), never by importing
 anything into the learner's process.
 
@@ -27,6 +28,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from workbench.hub import COURSE_URL
 
 BIN = Path(sys.executable).parent
 START_WAIT_S = 120.0  # the hub, its proxy and a single-user server each start within this
@@ -97,6 +100,12 @@ async def clean_after_stop(spawner):
     await clean(spawner, wrap=spawner.wrap)
 
 
+async def copy_course(spawner):
+    from workbench.hub import copy_course_before_start as copy
+
+    await copy(spawner, wrap=spawner.wrap)
+
+
 c.JupyterHub.bind_url = settings["bind_url"]
 c.JupyterHub.hub_bind_url = settings["hub_bind_url"]
 c.JupyterHub.db_url = settings["db_url"]
@@ -110,7 +119,8 @@ c.ConfigurableHTTPProxy.api_url = settings["proxy_api_url"]
 c.ConfigurableHTTPProxy.auth_token = settings["proxy_token"]
 c.JupyterHub.spawner_class = NamespacedSpawner
 c.Spawner.cmd = [settings["singleuser"]]
-c.Spawner.default_url = "/lab"
+c.Spawner.default_url = settings["default_url"]
+c.Spawner.pre_spawn_hook = copy_course
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 c.Spawner.environment = settings["environment"]
@@ -232,6 +242,7 @@ class Hub:
             "proxy_api_url": f"http://127.0.0.1:{free_port()}",
             "proxy_token": secrets.token_hex(16),
             "singleuser": str(BIN / "jupyterhub-singleuser"),
+            "default_url": COURSE_URL,  # the learner's copy of the lessons, which the hub makes before the start
             "learners": {
                 name: {"uid": learner.uid, "gid": learner.gid, "home": str(learner.home)}
                 for name, learner in learners.items()
@@ -286,6 +297,20 @@ class Hub:
                 return response.status, response.read()
         except urllib.error.HTTPError as error:
             return error.code, error.read()
+
+    def redirect(self, path: str, token: str) -> str | None:
+        """Where a GET of ``path`` redirects (its ``Location``), or None when it does not."""
+        request = urllib.request.Request(self.url + path, headers={"Authorization": f"token {token}"})
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        try:
+            with urllib.request.build_opener(NoRedirect).open(request, timeout=60):
+                return None
+        except urllib.error.HTTPError as error:
+            return error.headers.get("Location") if 300 <= error.code < 400 else None
 
     def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         status, data = self.request(method, path, token or self.token, body)

@@ -58,7 +58,7 @@ def test_report_says_ready_only_when_everything_passed():
     assert lines[-1] == "ready for the course"
     lines.clear()
     assert not doctor.report([doctor.Check("a", True, "fine"), doctor.Check("b", False, "bad", "do x")], lines.append)
-    assert lines[-1] == "1 to fix: b" and "fix: do x" in lines[1]
+    assert lines[-1] == "1 to fix: b (more in docs/course/troubleshooting.md)" and "fix: do x" in lines[1]
 
 
 def test_a_terminated_doctor_leaves_no_jupyterlab_behind():

@@ -2,6 +2,10 @@
 run lesson 00 at size ci through their server's kernel API, at the same time. Then, in each learner's
 kernel: a cluster, a shared segment, a tier file and a store object in the default places. Checked:
 
+- each learner's server starts with their own copy of the course (the hub's ``pre_spawn_hook`` runs
+  ``workbench course copy`` as the learner: docs/course/deploy.md), the lessons beside the course
+  pages they link, and opens JupyterLab on it; the lesson run is that copy's, and a second start
+  keeps the copy the learner has;
 - each learner's segments, tier files and store are theirs (owner, private modes, different paths);
 - the per-learner memory cap the spawner's environment sets (``WORKBENCH_MAX_MEMORY``) holds;
 - one learner's token reaches neither the other's server, kernel nor Dask dashboard. The dashboard
@@ -34,13 +38,17 @@ import pytest
 from hub_helpers import Hub, Kernel, gateway_service, why_no_hub
 from test_two_users import Learner, _why_not
 
+from workbench.hub import COURSE_URL
 from workbench.memory import shm
 from workbench.teach import PASSED
+from workbench.teach.course import COPY_NAME
 from workbench.teach.execute import with_answers
 from workbench.teach.feedback import MIME
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "00-welcome.ipynb"
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+LESSON_IN_COPY = "notebooks/00-welcome.ipynb"  # in the learner's copy, as in the repository
 CAP = "1536MiB"
 CULL_AFTER_S = 10  # idle seconds before the culler stops a server (it looks every 2 s)
 CULL_WAIT_S = 180.0
@@ -160,15 +168,15 @@ def hub():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _lesson_cells() -> list[nbformat.NotebookNode]:
-    lesson = with_answers(nbformat.read(LESSON, as_version=4), "00", "solutions")
+def _lesson_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    lesson = with_answers(notebook, "00", "solutions")
     return [c for c in lesson.cells if c.cell_type == "code"]
 
 
-def _run_lesson(kernel: Kernel, results: dict) -> None:
+def _run_lesson(kernel: Kernel, notebook: nbformat.NotebookNode, results: dict) -> None:
     try:
         verdicts, errors = [], []
-        for cell in _lesson_cells():
+        for cell in _lesson_cells(notebook):
             outputs = kernel.run(cell.source)
             expected = "raises-exception" in cell.metadata.get("tags", [])
             raised = [o for o in outputs if o["msg_type"] == "error"]
@@ -206,9 +214,24 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
         server.spawn(learner.name)
     kernels = {learner.name: Kernel(server, learner.name, tokens[learner.name]) for learner in learners}
 
-    # lesson 00 at size ci in both servers at once, through the kernel API
+    # each learner's copy of the course, made by the hub before their server started: the lessons beside
+    # the course pages they link, the learner's own files, and JupyterLab opens on the lessons
+    copies = {}
+    for learner in learners:
+        token, copy = tokens[learner.name], f"/user/{learner.name}/api/contents/{COPY_NAME}"
+        listed = server.api("GET", f"{copy}/notebooks", token=token)["content"]
+        assert sorted(x["name"] for x in listed) == [p.name for p in LESSONS], listed
+        assert server.request("GET", f"{copy}/docs/course/bibliography.md", token)[0] == 200  # the lessons' link
+        for path in (learner.home / COPY_NAME / "notebooks").iterdir():
+            assert path.stat().st_uid == learner.uid, (path, path.stat().st_uid)
+        opens = server.redirect(f"/user/{learner.name}/", token)
+        assert opens is not None and opens.split("?")[0].endswith(f"/user/{learner.name}{COURSE_URL}"), opens
+        copies[learner.name] = nbformat.from_dict(server.api("GET", f"{copy}/{LESSON_IN_COPY}", token=token)["content"])
+    assert nbformat.writes(copies[a.name]) == nbformat.writes(nbformat.read(LESSON, as_version=4))
+
+    # lesson 00 at size ci in both servers at once, through the kernel API, from the learner's copy
     results: dict = {}
-    threads = [threading.Thread(target=_run_lesson, args=(k, results)) for k in kernels.values()]
+    threads = [threading.Thread(target=_run_lesson, args=(k, copies[n], results)) for n, k in kernels.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -363,6 +386,9 @@ def test_a_learners_gateway_cluster_runs_a_lesson_app_and_is_theirs_alone(hub):
     a, b = learners
     for learner in learners:
         server.spawn(learner.name)
+    said = server.log_path.read_text(errors="replace")
+    for learner in learners:  # their second start: the copy they have is kept, file for file
+        assert f"workbench course copy for {learner.name}: 0 file(s) copied" in said, _hook_lines(server)
     mine, theirs = (Kernel(server, x.name, tokens[x.name]) for x in (a, b))
     started = _printed(mine.run(GATEWAY_SESSION))
     assert started["workers"] == 2 and started["variants"] == ["blocks", "split"], started

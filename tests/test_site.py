@@ -255,6 +255,30 @@ def test_bokehjs_comes_once_from_the_sites_static_file(tmp_path):
     assert site_pages.needs_mathjax([tex])
 
 
+def test_the_link_check_names_each_link_that_opens_nothing(tmp_path):
+    (tmp_path / "docs" / "course").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "theme.css").write_text("")
+    (tmp_path / "index.html").write_text(
+        '<link href="_static/theme.css" rel="stylesheet"><a href="docs/course/setup.html#what-you-need">setup</a>'
+        '<a href="notebooks/">lessons</a><a href="https://example.org/x.html">out</a><a href="mailto:x@y">m</a>'
+        '<img src="data:image/png;base64,AA"><script>var s = "<a href=\'nowhere.html\'>";</script>'
+    )
+    (tmp_path / "notebooks" / "index.html").write_text('<a id="top" href="#top">top</a>')
+    (tmp_path / "docs" / "course" / "setup.html").write_text(
+        '<section id="what-you-need"></section><a href="../../notebooks/00-welcome.html">00</a>'
+        '<a href="../../index.html#nope">home</a><img src="../../../outside.png"><a href="#here">x</a>'
+    )
+    assert site.broken_links(tmp_path) == [
+        "docs/course/setup.html: ../../notebooks/00-welcome.html opens nothing "
+        "(notebooks/00-welcome.html is not in the site)",
+        "docs/course/setup.html: ../../index.html#nope names no anchor of index.html",
+        "docs/course/setup.html: ../../../outside.png leaves the site",
+        "docs/course/setup.html: #here names no anchor of docs/course/setup.html",
+    ]
+
+
 # -- the real site ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built_site() -> Path:
@@ -266,8 +290,8 @@ def test_make_site_builds_the_course_offline(built_site):
     root = built_site.parent
     assert built_site.name == "index.html" and built_site.exists()
     for page in site.PAGES:
-        assert (root / f"{page}.html").exists(), page
-    pages = sorted((root / "lessons").glob("*.html"))
+        assert (root / site.COURSE_DIR / f"{page}.html").exists(), page
+    pages = sorted((root / site.LESSON_DIR).glob("*.html"))
     assert [p.stem for p in pages] == [p.stem for p in site.lessons()]
     total = site.size_bytes(root)
     assert total <= site.MAX_BYTES, f"the site is {total / 2**20:.1f} MiB"
@@ -290,11 +314,15 @@ def test_make_site_builds_the_course_offline(built_site):
         assert html.count('class="admonition note workbench-live-panel"') == site_pages.live_panels(executed), page.name
         intended = sum("raises-exception" in c.metadata.get("tags", []) for c in executed.cells)
         assert html.count("workbench-intended-error") == intended, page.name
-    bench_page = (root / "bench-results.html").read_text()
+    bench_page = (root / site.COURSE_DIR / "bench-results.html").read_text()
     if site.latest_bench_results() is None:
         assert "No results of" in bench_page
     else:  # this machine's newest 'bench all' run, its figures beside it
-        assert 'href="bench/results.html"' in bench_page and (root / "bench" / "results.html").is_file()
+        assert 'href="../../bench/results.html"' in bench_page and (root / "bench" / "results.html").is_file()
+    # one relative link works here as in the repository: the site has its layout, and every link opens a page
+    assert site.broken_links(root) == []
+    assert 'href="../docs/course/bibliography.html"' in site.lesson_page(root, "00").read_text()
+    assert 'href="../../notebooks/00-welcome.html' in (root / site.COURSE_DIR / "syllabus.html").read_text()
     lesson02 = site.lesson_page(root, "02").read_text()
     assert "workbench-intended-error" in lesson02 and "ValueError: assignment destination is read-only" in lesson02
     assert "workbench-live-panel" in site.lesson_page(root, "00").read_text()
@@ -318,8 +346,8 @@ def test_every_lesson_page_shows_its_figures_in_a_browser(built_site):
             page.on("console", lambda m: errors.append(m.text) if "BokehJS" in m.text else None)
             page.on("request", lambda r: None if r.url.startswith((url, "data:")) else elsewhere.append(r.url))
             page.goto(f"{url}/index.html")
-            links = page.locator("a[href^='lessons/']").evaluate_all("els => els.map(e => e.getAttribute('href'))")
-            assert sorted(set(links)) == [f"lessons/{p.stem}.html" for p in site.lessons()]
+            links = page.locator("a[href^='notebooks/']").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+            assert sorted(set(links)) == [f"notebooks/{p.stem}.html" for p in site.lessons()]
             for link in sorted(set(links)):
                 page.goto(f"{url}/{link}")
                 page.locator("canvas").first.wait_for(timeout=60_000)  # a bokeh figure drew itself
@@ -357,9 +385,10 @@ def test_screenshots_of_lesson_02_and_of_a_live_panel(built_site, tmp_path):
 
 
 def test_the_benchmark_page_says_what_to_run_when_this_machine_has_no_results(tmp_path):
-    (tmp_path / "bench-results.md").write_text((site.COURSE / "bench-results.md").read_text())
+    (tmp_path / site.COURSE_DIR).mkdir(parents=True)
+    (tmp_path / site.COURSE_DIR / "bench-results.md").write_text((site.COURSE / "bench-results.md").read_text())
     site._bench_results_page(tmp_path, None)
-    text = (tmp_path / "bench-results.md").read_text()
+    text = (tmp_path / site.COURSE_DIR / "bench-results.md").read_text()
     assert text.count(site_pages.NO_BENCH_RESULTS) == 1 and "make bench" in text  # no figures made up
     assert not (tmp_path / "_extra").exists()
     assert site.latest_bench_results(tmp_path / "no-runs") is None

@@ -386,6 +386,15 @@ def _machine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _course(args: argparse.Namespace) -> int:
+    from workbench.teach import course
+
+    with _from_user_input(course.CourseError):
+        done = course.copy_course(args.to, args.source) if args.source else course.copy_course(args.to)
+    print(done.summary())
+    return 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from workbench import doctor
 
@@ -680,6 +689,16 @@ COMMANDS: tuple[Command, ...] = (
     Command("datasets", "list the dataset catalogue", _datasets, (_size("ci"), arg("--json", action="store_true"))),
     Command(
         "machine", "describe this machine and the installed versions", _machine, (arg("--json", action="store_true"),)
+    ),
+    Command(
+        "course",
+        "copy the lessons and the course pages into a folder of yours (a file you have is kept)",
+        _course,
+        (
+            arg("action", choices=("copy",)),
+            arg("--to", type=Path, help="the folder (default ~/locality-workbench)"),
+            arg("--source", type=Path, help="the checkout to copy from (default: the one the workbench runs from)"),
+        ),
     ),
     Command(
         "doctor",

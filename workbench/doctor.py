@@ -66,6 +66,8 @@ LEARNER_NEEDS = {
     "ci": LearnerNeeds(cores=0.5, memory=2 * GIB, shm=256 * MIB),
     "lab": LearnerNeeds(cores=1.0, memory=4 * GIB, shm=1 * GIB),
 }
+# Each check that can fail has a section there, under "FAIL <its name>" (a test holds the two together).
+TROUBLESHOOTING = "docs/course/troubleshooting.md"
 SERVER_START_SECONDS = 90.0  # bounded wait for JupyterLab to answer
 HTTP_SECONDS = 10.0
 
@@ -527,9 +529,11 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
 
 
 def report(checks: list[Check], write: Callable[[str], Any] = print) -> bool:
-    """Print one line per check (and its fix when it failed); True when every check passed."""
+    """Print one line per check (and its fix when it failed), then "ready for the course" or what to fix
+    and the page that says more (:data:`TROUBLESHOOTING`); True when every check passed."""
     for check in checks:
         write(check.line())
     failed = [c.name for c in checks if not c.ok]
-    write("ready for the course" if not failed else f"{len(failed)} to fix: {', '.join(failed)}")
+    said = f"{len(failed)} to fix: {', '.join(failed)} (more in {TROUBLESHOOTING})"
+    write("ready for the course" if not failed else said)
     return not failed

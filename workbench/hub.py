@@ -1,14 +1,22 @@
-"""What a JupyterHub that runs the course configures: the learner's shared memory freed when the
-learner's server stops (culled when idle, stopped by the learner or by an admin).
+"""What a JupyterHub that runs the course configures: each learner's copy of the course made before
+their server starts, and the learner's shared memory freed when the learner's server stops (culled
+when idle, stopped by the learner or by an admin).
 
-A kernel that ends normally closes its session and the workbench removes what the session made; a
+The copy: the hub runs ``workbench course copy`` as the learner (:func:`copy_course_before_start`),
+which copies the lessons and the course pages of the checkout the workbench is installed from into
+``~/locality-workbench/`` (:mod:`workbench.teach.course`; a file the learner has is kept), and
+JupyterLab opens there (:data:`COURSE_URL`).
+
+The clean: a kernel that ends normally closes its session and the workbench removes what the session made; a
 segment the learner made by name (``shm.share("lesson02-readings", ...)``) is kept until deleted, as
 a file would be, and a kernel killed mid-lesson cannot delete anything. ``/dev/shm`` is memory: on a
 class server, what a stopped learner left there would hold RAM until the next reboot. So the hub
 runs ``workbench shm clean --all`` as the learner after their server stops: it removes every segment
 of that user that no live process maps, and nothing of anyone else's. In ``jupyterhub_config.py``::
 
-    from workbench.hub import clean_after_stop
+    from workbench.hub import COURSE_URL, clean_after_stop, copy_course_before_start
+    c.Spawner.pre_spawn_hook = copy_course_before_start
+    c.Spawner.default_url = COURSE_URL
     c.Spawner.post_stop_hook = clean_after_stop
 
 (docs/course/deploy.md; tests/test_hub.py runs it under a real hub.)
@@ -25,6 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.teach.course import COPY_NAME
+
+COPY_SECONDS = 60.0  # the course's files into a learner's home: well under a second, bounded here
 CLEAN_SECONDS = 60.0  # the clean reads /dev/shm and /proc: seconds on a busy server, bounded here
 EXIT_SECONDS = 30.0  # for the stopped server's kernels and workers to exit before the clean
 POLL_SECONDS = 0.2
@@ -103,6 +114,30 @@ async def server_processes_exit(uid: int, user: str, server: str) -> list[int]:
     return left
 
 
+async def _as_learner(
+    spawner: Any, argv: list[str], seconds: float, wrap: Callable[[list[str]], list[str]] | None
+) -> tuple[int, str] | None:
+    """Run ``argv`` as the spawner's user (dropped from root, or through ``wrap``), HOME theirs, within
+    ``seconds``: (exit status, what it printed), or None when it ran out of time (then it is killed)."""
+    name = spawner.user.name
+    argv = wrap(argv) if wrap is not None else argv
+    drop = as_user(name) if os.geteuid() == 0 and wrap is None else None
+    home = pwd.getpwnam(name).pw_dir
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "USER": name}
+    if "PYTHONPATH" in os.environ:  # as JupyterHub's spawners keep it (Spawner.env_keep): the same workbench
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=drop, env=env, cwd="/"
+    )
+    try:
+        said, _ = await asyncio.wait_for(process.communicate(), seconds)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None
+    return process.returncode, said.decode(errors="replace").strip()
+
+
 async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
     """JupyterHub's ``Spawner.post_stop_hook``: once the stopped server's kernels and workers have
     exited (:func:`server_processes_exit`), run :func:`clean_command` as its user, within
@@ -114,28 +149,43 @@ async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] 
     left = await server_processes_exit(pwd.getpwnam(name).pw_uid, name, getattr(spawner, "name", "") or "")
     if left:
         spawner.log.warning("%s's processes %s still run %.0f s after their server stopped", name, left, EXIT_SECONDS)
-    argv = wrap(clean_command()) if wrap is not None else clean_command()
-    drop = as_user(name) if os.geteuid() == 0 and wrap is None else None
-    home = pwd.getpwnam(name).pw_dir
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "USER": name}
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=drop, env=env, cwd="/"
-    )
-    try:
-        said, _ = await asyncio.wait_for(process.communicate(), CLEAN_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    done = await _as_learner(spawner, clean_command(), CLEAN_SECONDS, wrap)
+    if done is None:
         spawner.log.warning("workbench shm clean for %s did not finish within %.0f s", name, CLEAN_SECONDS)
         return
-    text = said.decode(errors="replace").strip()
+    status, text = done
     holders = [pid for line in text.splitlines() if (m := KEPT.match(line)) for pid in m["pids"].split(", ")]
     if holders:  # kept: say what still held it (a process that outlived the wait)
         text += "; " + "; ".join(_describe(int(pid)) for pid in holders)
-    if process.returncode:
-        spawner.log.warning("workbench shm clean for %s failed (%s): %s", name, process.returncode, text[-500:])
+    if status:
+        spawner.log.warning("workbench shm clean for %s failed (%s): %s", name, status, text[-500:])
     else:
         spawner.log.info("workbench shm clean for %s: %s", name, text[-500:] or "nothing to remove")
+
+
+def copy_command(home: str) -> list[str]:
+    """The command the hub runs as the learner before their server starts: the course into their home
+    (``workbench course copy``, :mod:`workbench.teach.course`), at the place :data:`COURSE_URL` opens."""
+    return [sys.executable, "-m", "workbench.cli", "course", "copy", "--to", f"{home}/{COPY_NAME}"]
+
+
+COURSE_URL = f"/lab/tree/{COPY_NAME}/notebooks"  # Spawner.default_url: JupyterLab opens on the lessons
+
+
+async def copy_course_before_start(spawner: Any, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+    """JupyterHub's ``Spawner.pre_spawn_hook``: copy the lessons and the course pages into the learner's
+    home, as the learner (:func:`copy_command`, within :data:`COPY_SECONDS`), before their server starts;
+    a file the learner has is kept. What it copied, or why it failed, goes to the hub's log; a failure
+    does not stop the server (the learner can run ``workbench course copy`` in a terminal). ``wrap``: as
+    for :func:`clean_after_stop`."""
+    name = spawner.user.name
+    done = await _as_learner(spawner, copy_command(pwd.getpwnam(name).pw_dir), COPY_SECONDS, wrap)
+    if done is None:
+        spawner.log.warning("workbench course copy for %s did not finish within %.0f s", name, COPY_SECONDS)
+    elif done[0]:
+        spawner.log.warning("workbench course copy for %s failed (%s): %s", name, done[0], done[1][-500:])
+    else:
+        spawner.log.info("workbench course copy for %s: %s", name, done[1][-500:])
 
 
 def _describe(pid: int) -> str:

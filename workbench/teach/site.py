@@ -11,6 +11,11 @@ executed by the notebook tests (``build/executed/solutions/``) are reused when n
 source; the others are executed here. Jupyter Book 2 (mystmd) fetches its theme at build time,
 which CI cannot reach: hence 1.x.
 
+The site is laid out like the repository: the course pages under ``docs/course/``, the lessons under
+``notebooks/``, the home page at the top. So one relative link works on the site, on GitHub and in
+JupyterLab (served from the repository's root by ``make lab``, Binder and the hub's copy): a lesson's
+``../docs/course/bibliography.md``, a course page's ``../../notebooks/00-welcome.ipynb``.
+
 ``python -m workbench.teach.site [--out build/site]`` builds it and prints its size;
 ``build/site/index.html`` is the home. ``--screenshots docs/course/site-screenshots`` also takes
 the screenshots of lesson 02's page and of a live panel's page in headless Chromium (Playwright).
@@ -21,11 +26,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import html.parser
 import http.server
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -40,6 +48,8 @@ NOTEBOOKS = ROOT / "notebooks"
 COURSE = ROOT / "docs" / "course"
 EXECUTED = ROOT / "build" / "executed" / "solutions"
 SOLUTIONS = ROOT / "workbench" / "teach" / "solutions"  # the solutions manual, one page per lesson
+COURSE_DIR = COURSE.relative_to(ROOT).as_posix()  # where the site puts the course pages: as the repository does
+LESSON_DIR = NOTEBOOKS.relative_to(ROOT).as_posix()  # and the lessons
 SOURCE = ROOT / "build" / "site-source"
 OUT = ROOT / "build" / "site"
 PAGES = (  # every page of docs/course/, in the site's order (a test holds the two equal)
@@ -47,6 +57,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "setup",
     "learner-profiles",
     "instructor-guide",
+    "troubleshooting",
     "bench-results",
     "deploy",
     "cluster",
@@ -95,7 +106,10 @@ def executed_lessons(executed: Path = EXECUTED) -> list[Path]:
 
 
 def _config() -> dict:
-    """Jupyter Book's _config.yml: no execution (the copies are executed), nothing fetched from the network."""
+    """Jupyter Book's _config.yml: no execution (the copies are executed), nothing fetched from the network,
+    no link to a page the site does not have (the theme's download button links ``_sources/``, which is
+    not copied), and the pages' ``#heading`` links resolved as GitHub resolves them."""
+    launch = {"notebook_interface": "jupyterlab", "binderhub_url": "", "thebe": False}
     return {
         "title": "Locality Workbench: a course on data locality in HPC Python",
         "author": "Locality Workbench",
@@ -104,7 +118,7 @@ def _config() -> dict:
         # no dollar math: a "$" in prose stays a dollar, and no page loads MathJax from a CDN
         "parse": {"myst_enable_extensions": ["colon_fence", "substitution", "tasklist"]},
         "html": {"use_repository_button": False, "use_issues_button": False, "use_edit_page_button": False},
-        "launch_buttons": {"notebook_interface": "jupyterlab", "binderhub_url": "", "thebe": False},
+        "launch_buttons": launch,
         "sphinx": {
             "config": {
                 # no require.js or widget manager from a CDN: panels are drawn from their saved state
@@ -113,6 +127,9 @@ def _config() -> dict:
                 "html_copy_source": False,
                 "html_extra_path": ["_extra"],
                 "suppress_warnings": ["mystnb.unknown_mime_type", "myst.header"],
+                # replaces the theme options Jupyter Book derives from html: and launch_buttons: above
+                "html_theme_options": {"launch_buttons": launch, "use_download_button": False},
+                "myst_heading_anchors": 3,  # [x](#a-heading): GitHub's anchors, to level 3
             }
         },
     }
@@ -123,30 +140,37 @@ def _toc(pages: Sequence[str], notebooks: Sequence[Path]) -> dict:
         "format": "jb-book",
         "root": "index",
         "parts": [
-            {"caption": "The course", "chapters": [{"file": page} for page in pages]},
+            {"caption": "The course", "chapters": [{"file": f"{COURSE_DIR}/{page}"} for page in pages]},
             {
                 "caption": "Lessons (executed at size ci)",
-                "chapters": [{"file": f"lessons/{p.stem}"} for p in notebooks],
+                "chapters": [{"file": f"{LESSON_DIR}/{p.stem}"} for p in notebooks],
             },
         ],
     }
 
 
 def _index(notebooks: Sequence[Path]) -> str:
-    rows = "\n".join(f"- [{p.stem}](lessons/{p.stem}.ipynb)" for p in notebooks)
+    """The home page, at the site's top: what the course is, each course page (under ``docs/course/``)
+    and each lesson (under ``notebooks/``)."""
+    c = COURSE_DIR
+    rows = "\n".join(f"- [{p.stem}]({LESSON_DIR}/{p.stem}.ipynb)" for p in notebooks)
     return (
         "# Locality Workbench: the course\n\n"
         "Two days on data locality for data-intensive Python on HPC machines: shared memory and "
         "recurrent read-only arguments, the active object store, SplIter partitions, memory tiers, "
         "in-place array channels and execution models, measured live on a Dask cluster, then a "
         "capstone in which you find and fix the locality problems of a pipeline.\n\n"
-        "- [Syllabus and schedule](syllabus.md)\n- [Learner setup](setup.md)\n"
-        "- [Who the course is for](learner-profiles.md)\n- [Instructor guide](instructor-guide.md)\n"
-        "- [This machine's benchmarks](bench-results.md): every goal, as the machine that built the site measured it\n"
-        "- [Deploying for a class](deploy.md): one JupyterHub server, an HPC centre with Slurm, Binder\n"
-        "- [Going to a cluster](cluster.md) and the [wrap-up](wrap-up.md)\n"
-        "- [Glossary](glossary.md), [bibliography](bibliography.md), [code of conduct](code-of-conduct.md)\n"
-        "- The course material is [CC-BY-4.0](LICENSE.md)\n\n"
+        f"- [Syllabus and schedule]({c}/syllabus.md)\n- [Learner setup]({c}/setup.md)\n"
+        f"- [Who the course is for]({c}/learner-profiles.md)\n- [Instructor guide]({c}/instructor-guide.md)\n"
+        f"- [Helpers' troubleshooting]({c}/troubleshooting.md): each `workbench doctor` failure and each common "
+        "symptom, with its fix\n"
+        f"- [This machine's benchmarks]({c}/bench-results.md): every goal, as the machine that built the site "
+        "measured it\n"
+        f"- [Deploying for a class]({c}/deploy.md): one JupyterHub server, an HPC centre with Slurm, Binder\n"
+        f"- [Going to a cluster]({c}/cluster.md) and the [wrap-up]({c}/wrap-up.md)\n"
+        f"- [Glossary]({c}/glossary.md), [bibliography]({c}/bibliography.md), "
+        f"[code of conduct]({c}/code-of-conduct.md)\n"
+        f"- The course material is [CC-BY-4.0]({c}/LICENSE.md)\n\n"
         "## Lessons\n\nEach page is the lesson executed at the small *ci* size (seconds on a laptop), "
         "its figures computed by that run; the exercises' solutions are shown.\n\n" + rows + "\n"
     )
@@ -178,8 +202,9 @@ def _bench_results_page(source: Path, results_path: Path | None) -> None:
     from workbench.bench.page import write_page
 
     results = None if results_path is None else suite.load(results_path)
-    page = source / "bench-results.md"
-    section = site_pages.bench_results_markdown(results, "bench/results.html")
+    page = source / COURSE_DIR / "bench-results.md"
+    up = "../" * len(Path(COURSE_DIR).parts)  # from the page's folder to the site's top, where _extra/ goes
+    section = site_pages.bench_results_markdown(results, f"{up}bench/results.html")
     page.write_text(site_pages.with_bench_results(page.read_text(), section))
     if results is not None:
         (source / "_extra" / "bench").mkdir(parents=True, exist_ok=True)
@@ -192,17 +217,18 @@ def assemble(source: Path = SOURCE, executed: Path = EXECUTED, bench_results: Pa
     notebooks = executed_lessons(executed)
     if source.exists():
         shutil.rmtree(source)
-    (source / "lessons").mkdir(parents=True)
+    (source / LESSON_DIR).mkdir(parents=True)
+    (source / COURSE_DIR).mkdir(parents=True)
     for page in PAGES:
-        shutil.copy(COURSE / f"{page}.md", source / f"{page}.md")
+        shutil.copy(COURSE / f"{page}.md", source / COURSE_DIR / f"{page}.md")
     _bench_results_page(source, bench_results if bench_results is not None else latest_bench_results())
-    bokeh_src = f"../_static/{site_pages.bokeh_js_name()}"  # from lessons/<page>.html
+    bokeh_src = "../" * len(Path(LESSON_DIR).parts) + f"_static/{site_pages.bokeh_js_name()}"  # from a lesson's page
     pages = [site_pages.for_site(nbformat.read(notebook, as_version=4), bokeh_src) for notebook in notebooks]
     # Into _static/ through html_extra_path: Jupyter Book puts every .js of the source's own _static/
     # into every page's head, the syllabus too; BokehJS is loaded by the lesson pages that draw figures.
     site_pages.write_bokeh_js(source / "_extra" / "_static", mathjax=site_pages.needs_mathjax(pages))
     for notebook, page in zip(notebooks, pages, strict=True):
-        nbformat.write(page, source / "lessons" / notebook.name)
+        nbformat.write(page, source / LESSON_DIR / notebook.name)
     (source / "index.md").write_text(_index(notebooks))
     (source / "_config.yml").write_text(yaml.safe_dump(_config(), sort_keys=False))
     (source / "_toc.yml").write_text(yaml.safe_dump(_toc(PAGES, notebooks), sort_keys=False))
@@ -224,6 +250,58 @@ def build(out: Path = OUT, source: Path = SOURCE, executed: Path = EXECUTED, ben
     # the theme's source maps (3 MB) serve only a browser's developer tools: not shipped
     shutil.copytree(work / "_build" / "html", out, ignore=shutil.ignore_patterns("*.map", ".buildinfo"))
     return out / "index.html"
+
+
+class _Links(html.parser.HTMLParser):
+    """The link targets (``href``, ``src``) and the anchors (``id``, ``<a name>``) of one HTML page."""
+
+    TAGS = ("a", "link", "script", "img", "iframe", "source", "area")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+        self.anchors: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """Record the tag's anchor and its link."""
+        values = {key: value for key, value in attrs if value is not None}
+        self.anchors.update(values[key] for key in ("id", "name") if key in values and (key == "id" or tag == "a"))
+        if tag in self.TAGS:
+            self.targets += [values[key] for key in ("href", "src") if values.get(key)]
+
+
+def _links_of(page: Path) -> _Links:
+    parser = _Links()
+    parser.feed(page.read_text(errors="replace"))
+    parser.close()
+    return parser
+
+
+def broken_links(root: Path) -> list[str]:
+    """Each relative link of the built site under ``root`` that opens nothing there: its page, the
+    link and why (no such file, a file outside the site, no such anchor in the page it opens). Links
+    with a scheme (``https:``, ``mailto:``, ``data:``) are not followed."""
+    root = root.resolve()
+    static = root / "_static"  # the theme's files: its .html there are templates, not pages
+    pages = {page: _links_of(page) for page in sorted(root.rglob("*.html")) if not page.is_relative_to(static)}
+    wrong = []
+    for page, found in pages.items():
+        for target in found.targets:
+            if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^//", target):
+                continue
+            parts = urllib.parse.urlsplit(target)
+            path, anchor = urllib.parse.unquote(parts.path), urllib.parse.unquote(parts.fragment)
+            opened = (page.parent / path).resolve() if path else page
+            if opened.is_dir():
+                opened = opened / "index.html"
+            where = f"{page.relative_to(root)}: {target}"
+            if not opened.is_relative_to(root):
+                wrong.append(f"{where} leaves the site")
+            elif not opened.is_file():
+                wrong.append(f"{where} opens nothing ({opened.relative_to(root)} is not in the site)")
+            elif anchor and opened in pages and anchor not in pages[opened].anchors:
+                wrong.append(f"{where} names no anchor of {opened.relative_to(root)}")
+    return wrong
 
 
 def size_bytes(root: Path) -> int:
@@ -253,9 +331,9 @@ def serve(root: Path) -> Iterator[str]:
 
 def lesson_page(root: Path, number: str) -> Path:
     """The built page of lesson ``number`` ("02"), found by its number, not its title."""
-    found = sorted((root / "lessons").glob(f"{number}-*.html"))
+    found = sorted((root / LESSON_DIR).glob(f"{number}-*.html"))
     if not found:
-        raise FileNotFoundError(f"no page for lesson {number} in {root / 'lessons'}")
+        raise FileNotFoundError(f"no page for lesson {number} in {root / LESSON_DIR}")
     return found[0]
 
 
@@ -289,7 +367,7 @@ def screenshots(root: Path, out: Path = SCREENSHOTS, timeout_ms: int = 60_000) -
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             for name, number, anchor in SHOTS:
-                page.goto(f"{url}/lessons/{lesson_page(root, number).name}")
+                page.goto(f"{url}/{lesson_page(root, number).relative_to(root).as_posix()}")
                 page.locator("canvas").first.wait_for(timeout=timeout_ms)  # bokeh has drawn
                 if anchor is not None:
                     cell = page.locator(".cell", has=page.locator(anchor)).first
@@ -331,10 +409,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     index = build(args.out, bench_results=args.bench_results)
     total = size_bytes(args.out)
     print(f"course site: {index} ({total / 2**20:.1f} MiB in all, the limit is {MAX_BYTES / 2**20:.0f} MiB)")
+    wrong = broken_links(args.out)
+    for line in wrong:
+        print(f"broken link: {line}", file=sys.stderr)
     if args.screenshots is not None:
         for path in screenshots(args.out, args.screenshots):
             print(f"screenshot: {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

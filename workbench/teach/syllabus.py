@@ -173,7 +173,8 @@ def render(notebooks: Path = NOTEBOOKS) -> str:
         for item in items:
             if isinstance(item, Lesson):
                 info = known[item.number]
-                name = f"[{info.title}](lessons/{info.path.stem}.ipynb)" + (f", {item.note}" if item.note else "")
+                link = f"../../notebooks/{info.path.stem}.ipynb"  # from docs/course/, as in the repository
+                name = f"[{info.title}]({link})" + (f", {item.note}" if item.note else "")
                 parts.append(f"| {_clock(now)} | {name} | {info.teaching} / {info.exercises} | {info.question} |")
                 now += info.minutes
             else:
