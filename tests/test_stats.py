@@ -8,7 +8,6 @@ import pytest
 from scipy.stats import t as scipy_t
 
 from workbench.lab import stats
-from workbench.viz.report import claim
 
 # Welch's t-test example from Wikipedia ("Welch's t-test", Examples, 2nd): t = -2.46, df = 24.99, p = 0.021.
 A1 = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
@@ -143,20 +142,42 @@ def test_the_stopping_rule_repeats_until_every_comparison_is_decided_up_to_the_b
 def test_a_claim_says_which_is_faster_with_its_interval_or_that_the_run_cannot_tell():
     times = {"split": [0.1, 0.11, 0.12, 0.1, 0.105], "blocks": [0.6, 0.62, 0.58, 0.7, 0.61]}
     r = stats.time_ratio(times["blocks"], times["split"])
-    text = claim(times, "blocks", "split", where="at 200 blocks per core")
+    text = stats.claim(times, "blocks", "split", where="at 200 blocks per core")
     speed, low, high = r.speedup
     assert text == (
         f"split is {speed:.3g}x faster than blocks at 200 blocks per core (95 % CI {low:.3g}x\u2013{high:.3g}x, "
         "p < 0.001, 5 runs each)"
     )
-    assert claim(times, "blocks", "split", expected="blocks").endswith(
+    assert stats.claim(times, "blocks", "split", expected="blocks").endswith(
         "the opposite of the prediction that blocks is faster"
     )
-    noisy = claim({"a": UNDECIDED[0], "b": UNDECIDED[1]}, "a", "b", where="at 8 blocks")
+    noisy = stats.claim({"a": UNDECIDED[0], "b": UNDECIDED[1]}, "a", "b", where="at 8 blocks")
     assert noisy.startswith("on this machine the difference between a and b at 8 blocks is within the noise (a / b")
     assert "3 runs each" in noisy
-    close = claim({"a": [1.0, 1.01, 0.99, 1.0], "b": [1.0, 0.99, 1.01, 1.0]}, "a", "b")
+    close = stats.claim({"a": [1.0, 1.01, 0.99, 1.0], "b": [1.0, 0.99, 1.01, 1.0]}, "a", "b")
     assert close.startswith("a and b are within 10 % of each other (")
-    assert "cannot say which is faster" in claim({"a": [1.0], "b": [1.0, 2.0]}, "a", "b")
+    assert "cannot say which is faster" in stats.claim({"a": [1.0], "b": [1.0, 2.0]}, "a", "b")
     with pytest.raises(ValueError, match=r"no times of \['c'\]: the times given are of \['a', 'b'\]"):
-        claim({"a": [1.0], "b": [1.0]}, "a", "c")
+        stats.claim({"a": [1.0], "b": [1.0]}, "a", "c")
+
+
+def test_a_claim_reads_an_experiments_runs_at_a_point_and_names_the_point():
+    from workbench.lab.runner import Experiment
+
+    rows = [
+        {"variant": variant, "blocks_per_worker": blocks, "seconds": seconds * (1.0 + 0.02 * repeat)}
+        for blocks, (slow, fast) in ((1, (1.0, 1.0)), (200, (6.0, 1.0)))
+        for repeat in range(4)
+        for variant, seconds in (("blocks", slow), ("split", fast))
+    ]
+    results = pd.DataFrame(rows)
+    experiment = Experiment("histogram", "blocks", ["blocks_per_worker"], results, results.iloc[:0])
+    text = stats.claim(experiment, "blocks", "split", {"blocks_per_worker": 200}, expected="split")
+    assert text.startswith("split is 6x faster than blocks at 200 blocks per worker (95 % CI") and "4 runs each" in text
+    assert "within 10 % of each other at 1 blocks per worker" in stats.claim(
+        experiment, "blocks", "split", {"blocks_per_worker": 1}
+    )
+    with pytest.raises(ValueError, match="this experiment ran at 2 points: give one of"):
+        stats.claim(experiment, "blocks", "split")
+    with pytest.raises(ValueError, match="this experiment has no variant 'splt'"):
+        stats.claim(experiment, "blocks", "splt", {"blocks_per_worker": 1})

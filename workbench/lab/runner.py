@@ -336,7 +336,7 @@ def declare(
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer of at least 1, got {repeats!r}")
     if max_repeats is None:
-        max_repeats = max(repeats, MAX_REPEATS[size]) if repeats >= 2 else repeats
+        max_repeats = default_max_repeats(size, repeats)
     if isinstance(max_repeats, bool) or not isinstance(max_repeats, int) or max_repeats < repeats:
         raise ValueError(
             f"max_repeats must be an integer of at least repeats ({repeats}), got {max_repeats!r}: "
@@ -357,6 +357,12 @@ def declare(
         max_repeats,
         comparisons,
     )
+
+
+def default_max_repeats(size: str, repeats: int) -> int:
+    """The most rounds per point when none is given: ``MAX_REPEATS[size]``, never fewer than
+    ``repeats``; ``repeats`` of 1 stays one run (it asks for no statistics)."""
+    return max(repeats, MAX_REPEATS[size]) if repeats >= 2 else repeats
 
 
 def _checked_comparisons(

@@ -1,10 +1,10 @@
-"""What an experiment says, for people: a claim in one sentence (:func:`claim`), the statistics
-table (:func:`stats_html`) and a standalone HTML report (opens offline: BokehJS is inlined)."""
+"""An experiment for people: the statistics table (:func:`stats_html`) and a standalone HTML report
+(opens offline: BokehJS is inlined). A claim in one sentence is :func:`workbench.lab.stats.claim`."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,90 +21,6 @@ from workbench.units import ratio_text
 from workbench.viz.gantt import gantt
 from workbench.viz.locality import block_map, bytes_matrix
 from workbench.viz.timing import comparison_figure
-
-
-def point_text(point: Mapping[str, Any]) -> str:
-    """A parameter point in words: ``200 blocks per worker``, ``128 dims, 4 centres``."""
-    return ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in point.items())
-
-
-def _p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
-
-
-def _runs_text(r: statistics.Ratio) -> str:
-    return f"{r.n_first} runs each" if r.n_first == r.n_second else f"{r.n_first} and {r.n_second} runs"
-
-
-def claim_text(r: statistics.Ratio, first: str, second: str, where: str = "", expected: str | None = None) -> str:
-    """The sentence a lesson prints for the comparison ``r`` of ``first``'s times over ``second``'s
-    (:func:`workbench.lab.stats.time_ratio`), ``where`` (e.g. "at 200 blocks per worker"): which is
-    faster and by how much, with the interval; that they are close; or, plainly, that this run
-    cannot tell. ``expected``: the variant the lesson (or a paper) predicts to be faster; a run
-    that finds the other one faster says so."""
-    where = f" {where}" if where else ""
-    interval = statistics.interval_text
-    if r.verdict in ("faster", "slower"):
-        fast, slow = (first, second) if r.verdict == "faster" else (second, first)
-        speed, low, high = r.speedup
-        text = (
-            f"{fast} is {ratio_text(speed)} faster than {slow}{where} (95 % CI {interval(low, high)}, "
-            f"{_p_text(r.p_value)}, {_runs_text(r)})"
-        )
-        if expected is not None and expected != fast:
-            text += f": the opposite of the prediction that {expected} is faster"
-        return text
-    measured = (
-        f"{first} / {second} time ratio {ratio_text(r.ratio)}, 95 % CI {interval(r.low, r.high)}, "
-        f"{_p_text(r.p_value)}, {_runs_text(r)}"
-    )
-    if r.verdict == "close":
-        margin = round((statistics.CLOSE - 1) * 100)
-        return f"{first} and {second} are within {margin} % of each other{where} ({measured})"
-    return f"on this machine the difference between {first} and {second}{where} is within the noise ({measured})"
-
-
-def claim(
-    source: Experiment | Mapping[str, Sequence[float]],
-    first: str,
-    second: str,
-    point: Mapping[str, Any] | None = None,
-    *,
-    where: str | None = None,
-    expected: str | None = None,
-) -> str:
-    """The sentence that states what this run measured of ``first`` against ``second`` (see
-    :func:`claim_text`): "split is 5.8x faster than blocks at 200 blocks per worker (95 % CI
-    4.1x–7.9x, p = 0.003, 5 runs each)", or "on this machine the difference between ... is within
-    the noise (...)".
-
-    ``source``: an experiment (the variants' timed runs at ``point``; ``point`` may be left out
-    when the experiment ran one point), or times by name (``{"numpy": [...], "numba": [...]}``).
-    ``where`` says where the comparison was made (by default the point, in words)."""
-    if isinstance(source, Experiment):
-        points = source.points()
-        if point is None:
-            if len(points) > 1:
-                raise ValueError(f"this experiment ran at {len(points)} points: give one of {points}")
-            point = points[0]
-        first_times = source.runs(first, point)["seconds"].to_list()
-        second_times = source.runs(second, point)["seconds"].to_list()
-        where = f"at {point_text(point)}" if where is None and point else where
-    elif isinstance(source, Mapping):
-        missing = [name for name in (first, second) if name not in source]
-        if missing:
-            raise ValueError(f"no times of {missing}: the times given are of {sorted(source)}")
-        first_times, second_times = list(source[first]), list(source[second])
-    else:
-        raise TypeError(f"claim takes an Experiment or a mapping of times by name, got {type(source).__name__}")
-    where = where or ""
-    if min(len(first_times), len(second_times)) < 2:
-        at = f" {where}" if where else ""
-        return (
-            f"with {len(first_times)} run(s) of {first} and {len(second_times)} of {second}{at}, this run cannot "
-            "say which is faster: a comparison needs at least 2 runs of each"
-        )
-    return claim_text(statistics.time_ratio(first_times, second_times), first, second, where, expected)
 
 
 def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
