@@ -174,10 +174,15 @@ def test_a_claim_reads_an_experiments_runs_at_a_point_and_names_the_point():
     experiment = Experiment("histogram", "blocks", ["blocks_per_worker"], results, results.iloc[:0])
     text = stats.claim(experiment, "blocks", "split", {"blocks_per_worker": 200}, expected="split")
     assert text.startswith("split is 6x faster than blocks at 200 blocks per worker (95 % CI") and "4 runs each" in text
-    assert "within 10 % of each other at 1 blocks per worker" in stats.claim(
+    assert "within 10 % of each other at 1 block per worker" in stats.claim(
         experiment, "blocks", "split", {"blocks_per_worker": 1}
     )
     with pytest.raises(ValueError, match="this experiment ran at 2 points: give one of"):
         stats.claim(experiment, "blocks", "split")
     with pytest.raises(ValueError, match="this experiment has no variant 'splt'"):
         stats.claim(experiment, "blocks", "splt", {"blocks_per_worker": 1})
+
+
+def test_a_point_in_words():
+    assert stats.point_text({"blocks_per_worker": 200}) == "200 blocks per worker"
+    assert stats.point_text({"blocks_per_worker": 1, "dims": 64}) == "1 block per worker, 64 dims"

@@ -199,8 +199,16 @@ def claim_text(r: Ratio, first: str, second: str, where: str = "", expected: str
 
 
 def point_text(point: Mapping[str, Any]) -> str:
-    """A parameter point in words: ``200 blocks per worker``, ``128 dims, 4 centres``."""
-    return ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in point.items())
+    """A parameter point in words: ``200 blocks per worker``, ``1 block per worker``, ``128 dims, 4
+    centres``."""
+    return ", ".join(f"{value} {_unit_words(name, value)}" for name, value in point.items())
+
+
+def _unit_words(name: str, value: Any) -> str:
+    words = name.split("_")
+    if value == 1 and words[0].endswith("s"):  # one block, one centre
+        words[0] = words[0][:-1]
+    return " ".join(words)
 
 
 def claim(
