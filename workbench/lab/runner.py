@@ -37,9 +37,9 @@ from workbench.runtime.session import Session, node_id
 
 T = TypeVar("T")
 # The most rounds per point an experiment runs by default, by size, while a comparison is undecided
-# (from ``repeats`` rounds on): at ci none more than the lessons' 3 (CI runs every lesson at ci and is
-# near its time budget); in a classroom up to 8, enough for a 2x effect on a noisy 2-core machine.
-MAX_REPEATS = {"ci": 3, "lab": 8, "full": 10}
+# (from ``repeats`` rounds on). None at ci: CI runs every lesson at ci, is near its time budget and
+# needs a count it can assert; in a classroom up to 8, enough for a 2x effect on a noisy 2-core machine.
+MAX_REPEATS = {"lab": 8, "full": 10}
 # Columns the runner writes in every result row: no application parameter may take these names.
 RESULT_COLUMNS = {
     "run_id",
@@ -322,8 +322,9 @@ def declare(
 
     Rounds: at least ``repeats`` at each point, then more while a comparison of ``settle`` (pairs
     ``(first, second)`` or :class:`Comparison`; None: every variant against the baseline) is
-    undecided there, up to ``max_repeats`` (None: ``MAX_REPEATS[size]``, or ``repeats`` when that is
-    more; ``repeats`` of 1 is one run, no statistics). ``max_repeats=repeats`` is a fixed count.
+    undecided there, up to ``max_repeats`` (None: :func:`default_max_repeats`: ``MAX_REPEATS[size]``,
+    none more at ci; ``repeats`` of 1 is one run, no statistics). ``max_repeats=repeats`` is a fixed
+    count.
 
     The baseline, every other variant's answer is checked against: ``baseline``, else the
     application's own when it is among the variants (or none were named), else the first named;
@@ -360,9 +361,10 @@ def declare(
 
 
 def default_max_repeats(size: str, repeats: int) -> int:
-    """The most rounds per point when none is given: ``MAX_REPEATS[size]``, never fewer than
-    ``repeats``; ``repeats`` of 1 stays one run (it asks for no statistics)."""
-    return max(repeats, MAX_REPEATS[size]) if repeats >= 2 else repeats
+    """The most rounds per point when none is given: ``MAX_REPEATS[size]`` (``repeats`` at a size
+    it does not name), never fewer than ``repeats``; ``repeats`` of 1 stays one run (it asks for no
+    statistics)."""
+    return max(repeats, MAX_REPEATS.get(size, repeats)) if repeats >= 2 else repeats
 
 
 def _checked_comparisons(
@@ -438,7 +440,8 @@ class _Runs:
 
     def point(self, prepared: Any, params: dict[str, Any], index: int) -> None:
         """Grid point ``index``: a warm-up of each variant (answers checked against the baseline's),
-        then ``repeats`` timed rounds of every variant, each run starting from the same holders."""
+        then ``repeats`` timed rounds of every variant, and more while a comparison that matters here is
+        undecided (up to ``max_repeats``), each run starting from the same holders."""
         self.locality[point_key(params)] = prepared.locality()
         holders = prepared.holders()  # copies a run left (steals, fetches) are dropped after each
         answers = {}
