@@ -241,3 +241,17 @@ def test_a_stalled_page_table_child_fails_the_point_within_its_bound_and_every_c
     assert time.monotonic() - start < em.CHILD_TIMEOUT  # not a wait per child
     assert len(started) == 3 and all(child.poll() is not None for child in started)
     assert not [s for s in shm.list_segments() if s.name.startswith(f"pte-{os.getpid()}-")]  # the segment too
+
+
+def test_a_fastest_pick_that_the_run_cannot_tell_from_the_next_says_so():
+    """Rows as application_models makes them, with every run's seconds: a pick decided by noise says so."""
+
+    def row(configuration, runs, pss=100.0):
+        return {"app": "histogram", "configuration": configuration, "seconds": sorted(runs)[len(runs) // 2],
+                "runs_s": runs, "peak_pss_mib": pss}  # fmt: skip
+
+    clear = [row("threads", [1.0, 1.02, 0.98]), row("processes", [2.0, 2.1, 1.9], pss=50.0)]
+    assert em.recommendation(clear, "histogram")["why"] == "fastest (1.000 s)"
+    noisy = [row("threads", [1.0, 1.5, 0.7]), row("processes", [1.2, 0.8, 1.4], pss=50.0)]
+    why = em.recommendation(noisy, "histogram")["why"]
+    assert why == "fastest (1.000 s; on this machine its difference from processes is within the noise)"

@@ -294,9 +294,11 @@ def test_table1_measures_the_centre_point_once_and_shows_it_in_each_sweep(monkey
     def fake_run(session, app, variants, size, grid, repeats, progress):
         calls.append({k: v[0] for k, v in grid.items()})
         stats = pd.DataFrame([{**calls[-1], "variant": "rro", "baseline": "files", "runs": repeats}])
-        for column in ("time_variant_s", "time_baseline_s", "ci_low_s", "ci_high_s", "p_value"):
+        for column in ("time_variant_s", "time_baseline_s", "p_value"):
             stats[column] = 0.1
+        stats["ratio"], stats["ratio_low"], stats["ratio_high"] = 0.75, 0.6, 0.9
         stats["ci_low_pct"], stats["ci_high_pct"], stats["significant"] = -40.0, -10.0, True
+        stats["verdict"] = "1.33x faster"
         return types.SimpleNamespace(stats=lambda: stats)
 
     monkeypatch.setattr(reproduce, "run_experiment", fake_run)

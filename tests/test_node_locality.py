@@ -88,6 +88,8 @@ def test_traversal_measures_both_walks_and_they_agree(rng):
     assert records[3]["total"] == pytest.approx(matrix.sum(), rel=1e-12)
     assert records[2]["total"] == pytest.approx(records[3]["total"], rel=1e-12)
     assert set(nl.slowdowns(records)) == {48, 64}
+    lines = nl.traversal_summary(records).splitlines()
+    assert len(lines) == 2 and "at order 48" in lines[0] and "at order 64" in lines[1] and "2 runs each" in lines[1]
     assert nl.slowdowns(records)[64] == pytest.approx(records[3]["seconds"] / records[2]["seconds"])
 
 
@@ -100,6 +102,7 @@ def test_transposes_time_every_tile_below_the_order_and_verify_the_result():
     assert records[1]["vs_untiled"] == pytest.approx(records[0]["seconds"] / records[1]["seconds"])
     text = nl.tiling_summary(records, {"L1": 48 * 1024, "L2": 2**20})
     assert "order 64: fastest tile" in text and "a power of two" in text and "order 40" in text
+    assert "than untiled" in text or "untiled is" in text or "the difference between tile" in text  # its claim
     slow = [{**r, "seconds": 2 * r["seconds"], "vs_untiled": 0.5} if r["tile"] < r["order"] else r for r in records]
     assert "no tile beat the untiled loop" in nl.tiling_summary(slow, {"L1": 48 * 1024})
     assert "beyond the caches listed" in nl.tiling_summary(records, {"L1": 1024})
@@ -129,6 +132,17 @@ def test_cache_sweep_reads_every_planned_set():
     assert assumed[0]["caches"].startswith("assumed") and [r["where"] for r in assumed][-1] == "memory"
     with pytest.raises(ValueError, match="no size"):
         nl.cache_sweep("huge")
+    assert "this run cannot say which is faster" in nl.sweep_summary(records)  # one run of each
+
+
+def test_sweep_summary_compares_the_fastest_level_with_memory_per_element():
+    rows = [
+        {"where": "in L1", "GB_per_s": 40.0, "runs_ns_per_element": [0.2, 0.22, 0.2 / 1.1]},
+        {"where": "memory", "GB_per_s": 8.0, "runs_ns_per_element": [1.0, 1.1, 1 / 1.1]},
+    ]
+    text = nl.sweep_summary(rows)
+    assert text.startswith("reading from memory (memory): 8.0 GB/s; per element read, reading in L1 is 5x faster")
+    assert nl.sweep_summary(rows[1:]) == "reading from memory (memory): 8.0 GB/s, the fastest of the working sets here"
 
 
 # -- untrusted sysfs text ---------------------------------------------------------------------------
@@ -465,18 +479,33 @@ def test_the_lessons_sizes_keep_one_plain_and_one_power_of_two_order():
         nl.knobs("tiny")
 
 
-def _pinning_rows(own_share: float) -> list[dict]:
+def _pinning_rows(own_share: float, busy_runs: tuple[float, ...] = (0.4, 0.44, 0.4 / 1.1)) -> list[dict]:
     loose, own, busy = nl.CONDITIONS
+    own_runs = [0.2, 0.22, 0.2 / 1.1]
     return [
         {"condition": loose, "core_share": 0.98, "seconds": 0.2, "migrations": 3, "cores_seen": [0, 1]},
-        {"condition": own, "core_share": own_share, "seconds": 0.2, "migrations": 0, "cores_seen": [1]},
-        {"condition": busy, "core_share": 0.5, "seconds": 0.4, "migrations": 0, "cores_seen": [0]},
+        {
+            "condition": own,
+            "core_share": own_share,
+            "seconds": 0.2,
+            "migrations": 0,
+            "cores_seen": [1],
+            "runs": own_runs,
+        },
+        {"condition": busy, "core_share": 0.5, "seconds": 0.4, "migrations": 0, "cores_seen": [0], "runs": busy_runs},
     ]
 
 
 def test_pinning_summary_says_what_was_measured_and_when_the_machine_was_too_busy_to_say_more():
     quiet = nl.pinning_summary(_pinning_rows(0.99))
-    assert "got 0.50 of a core and took 2.00x as long" in quiet and "moved it between cores 3 times" in quiet
+    assert (
+        "got 0.50 of a core, and 0.99 pinned to a core of its own: pinned to a core of its own is 2x faster " in quiet
+    )
+    assert "moved it between cores 3 times" in quiet
+    noisy = nl.pinning_summary(_pinning_rows(0.99, busy_runs=(0.1, 0.4, 0.2)))
+    assert (
+        "the difference between pinned onto the busy core and pinned to a core of its own is within the noise" in noisy
+    )
     assert "pinned, it migrated 0 times" in quiet and "not free" not in quiet
     busy = nl.pinning_summary(_pinning_rows(0.3))
     assert "other programs took 70% of it" in busy and "the times say little" in busy

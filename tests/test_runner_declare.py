@@ -11,6 +11,7 @@ import workbench
 from workbench import cli
 from workbench.apps import histogram, registry
 from workbench.apps.registry import Application
+from workbench.lab import runner
 from workbench.lab.runner import Declared, declare
 from workbench.runtime import strategies
 
@@ -146,3 +147,88 @@ def test_the_run_command_refuses_an_experiment_before_any_cluster_starts(
     assert cli.main(["run", "needs-ranks", *arguments, "--out", str(tmp_path / "out")]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_rounds_are_at_least_repeats_and_at_most_max_repeats_by_size_or_as_given():
+    assert declare("histogram", size="ci", repeats=2).max_repeats == 2  # no round more at ci
+    assert declare("histogram", size="lab", repeats=3, grid={"blocks_per_worker": [1]}).max_repeats == 8
+    assert declare("histogram", size="ci", repeats=5).max_repeats == 5  # never below repeats
+    assert declare("histogram", size="full", repeats=1, grid={"blocks_per_worker": [1]}).max_repeats == 1
+    assert declare("histogram", repeats=3, max_repeats=3).max_repeats == 3  # a fixed count
+    settled = declare("histogram", ["blocks", "split"], settle=[("split", "blocks", {"blocks_per_worker": 1})])
+    assert settled.comparisons_at({"blocks_per_worker": 1}) == [("split", "blocks")]
+    assert settled.comparisons_at({"blocks_per_worker": 2}) == []
+    assert declare("histogram", ["blocks", "split", "fetch"]).comparisons_at({}) == [
+        ("split", "blocks"),
+        ("fetch", "blocks"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        (dict(repeats=3, max_repeats=2), ValueError, "max_repeats must be an integer of at least repeats \\(3\\)"),
+        (dict(settle=[("split", "fech")]), ValueError, "needs two different variants of"),
+        (dict(settle=[("split", "split")]), ValueError, "needs two different variants of"),
+        (dict(settle=[("split", "blocks", {"blocks_per_worker": 999})]), ValueError, "at a point the grid does not"),
+        (dict(settle="split"), TypeError, "settle is a list of \\(first, second\\) pairs"),
+        (dict(settle=["split"]), TypeError, "each comparison to settle is"),
+    ],
+)
+def test_a_bad_bound_or_comparison_to_settle_fails_where_it_is_declared(arguments, error, words):
+    with pytest.raises(error, match=words):
+        declare("histogram", ["blocks", "split"], **arguments)
+
+
+class _Prepared:
+    """What the runner asks of a prepared point, with nothing placed."""
+
+    def locality(self):
+        return {}
+
+    def holders(self):
+        return {}
+
+    def restore(self, holders):
+        pass
+
+
+def _rounds(declared: Declared, times: dict[str, list[float]]) -> dict[str, int]:
+    """Run every point of ``declared`` with each variant's times taken in turn from ``times`` (no
+    cluster, no clock): the rounds the runner ran at each point."""
+    feed = {name: iter(values) for name, values in times.items()}
+    runs = runner._Runs(None, declared, trace=False, nodes={}, bar=runner._progress(1, False))
+    runs.once = lambda name, prepared, params, trace: (
+        {"variant": name, **params, "seconds": next(feed[name])},
+        0,
+        None,
+    )
+    runs.check = lambda answers, prepared, params: None
+    for index, params in enumerate(declared.points):
+        runs.point(_Prepared(), params, index)
+    return runs.rounds
+
+
+# A warm-up then 8 timed runs each: split 2x faster than blocks from the first run on; noise alone.
+TWICE = {"blocks": [1.0] + [2.0, 2.2, 1.8] * 3, "split": [1.0] + [1.0, 1.1, 0.9] * 3}
+NOISE = {"blocks": [1.0] + [1.0, 1.5, 0.7, 1.2] * 2, "split": [1.0] + [1.1, 0.8, 1.4, 0.9] * 2}
+
+
+def test_the_runner_stops_when_the_comparison_is_decided_and_repeats_up_to_the_bound_when_not():
+    one_point = {"blocks_per_worker": [1]}
+    decided = declare("histogram", ["blocks", "split"], size="lab", grid=one_point, repeats=3)
+    assert _rounds(decided, TWICE) == {'{"blocks_per_worker": 1}': 3}
+    assert _rounds(decided, NOISE) == {'{"blocks_per_worker": 1}': 8}
+    fixed = declare("histogram", ["blocks", "split"], size="lab", grid=one_point, repeats=3, max_repeats=3)
+    assert _rounds(fixed, NOISE) == {'{"blocks_per_worker": 1}': 3}
+    elsewhere = declare(
+        "histogram",
+        ["blocks", "split"],
+        size="lab",
+        grid=one_point,
+        repeats=3,
+        settle=[runner.Comparison("split", "blocks", {"blocks_per_worker": 1}), ("blocks", "split")],
+    )
+    assert _rounds(elsewhere, NOISE) == {'{"blocks_per_worker": 1}': 8}
+    unclaimed = declare("histogram", ["blocks", "split"], size="lab", grid=one_point, repeats=3, settle=[])
+    assert _rounds(unclaimed, NOISE) == {'{"blocks_per_worker": 1}': 3}  # nothing to settle: the minimum

@@ -126,7 +126,7 @@ def test_save_load_and_offline_report(experiment, tmp_path):
     pd.testing.assert_frame_equal(loaded.stats(), experiment.stats(), check_dtype=False)
     html = write_report(loaded, tmp_path / "report.html").read_text()
     assert "cdn.bokeh.org" not in html and '<script src="http' not in html  # opens offline
-    assert "Each variant against the baseline" in html and "95% CI of difference" in html
+    assert "Each variant against the baseline" in html and "time ratio variant / baseline (95% CI)" in html
 
 
 def test_runner_refuses_bad_requests(session):
@@ -251,7 +251,7 @@ def test_cli_run_writes_results_traces_and_prints_the_table(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
     assert document["stats"] and document["stats"][0]["variant"] == "fetch"
-    assert "fetch vs blocks" in result.stderr and "95% CI of difference" in result.stderr
+    assert "fetch vs blocks" in result.stderr and "time ratio (95% CI)" in result.stderr
     assert len(list((out / "traces").glob("*.perfetto.json"))) == 4
     report = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "report", str(out)], capture_output=True, text=True, timeout=120

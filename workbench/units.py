@@ -1,5 +1,5 @@
-"""Quantities as people read them: one way to write a number of bytes, for messages, progress steps,
-reports and pages."""
+"""Quantities as people read them: one way to write a number of bytes, and one to write a ratio, for
+messages, progress steps, reports, benchmarks and lessons."""
 
 from __future__ import annotations
 
@@ -13,3 +13,9 @@ def size_text(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.2f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{int(nbytes)} B"
+
+
+def ratio_text(ratio: float) -> str:
+    """A ratio as the benchmarks and lessons print it, three significant digits and an ``x``:
+    ``29.5x``, ``5.81x``, ``1.05x``, ``0.172x``."""
+    return f"{ratio:.3g}x"

@@ -21,6 +21,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from workbench.units import ratio_text
+
 Better = Literal["higher", "lower"]
 
 
@@ -88,8 +90,11 @@ def _unit(g: Mapping[str, Any]) -> str:
 
 
 def figure_text(g: Mapping[str, Any]) -> str:
-    """A goal's figure with its unit and noise: ``29.5x ±2 %``."""
+    """A goal's figure with its unit and noise: ``29.5x ±2 %`` (a ratio as :func:`workbench.units.ratio_text`
+    writes it)."""
     noise = f" ±{g['noise'] * 100:.0f} %" if g.get("noise") and math.isfinite(g["noise"]) else ""
+    if _unit(g) == "x":
+        return ratio_text(g["measured"]) + noise
     return f"{g['measured']:.3g}{_unit(g)}{noise}"
 
 

@@ -439,7 +439,15 @@ def table1_point(session: Session, size: str, repeats: int, progress: Progress) 
     grid = hook_grid(size)
     with progress.phase("Table I", 1) as phase:
         experiment = run_experiment(
-            session, "kmeans", ["files", "rro"], size=size, grid=grid, repeats=repeats, progress=False, baseline="files"
+            session,
+            "kmeans",
+            ["files", "rro"],
+            size=size,
+            grid=grid,
+            repeats=repeats,
+            max_repeats=repeats,
+            progress=False,
+            baseline="files",
         )
         phase.step(f"k-means at {grid['dims'][0]} dims, files and rro")
     samples = {v: [float(t) for t in experiment.runs(v)["seconds"]] for v in ("files", "rro")}

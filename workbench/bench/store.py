@@ -326,6 +326,7 @@ def active_vs_non_active(
                 size=size,
                 grid={k: [v] for k, v in point.items()},
                 repeats=repeats,
+                max_repeats=repeats,  # a fixed count: the benchmark's time is budgeted
                 progress=False,
                 baseline="active",
             )

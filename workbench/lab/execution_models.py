@@ -39,12 +39,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.lab import stats
 from workbench.memory import shm
 
 PAGE = mmap.PAGESIZE
@@ -678,7 +679,7 @@ def application_models(
                 rows.append({
                     "app": app, "configuration": configuration, "variant": variant, "workers": n_workers,
                     "threads": n_threads, "seconds": float(runs["seconds"].median()), "runs": len(runs),
-                    "peak_pss_mib": memory.peak / MiB,
+                    "runs_s": runs["seconds"].to_list(), "peak_pss_mib": memory.peak / MiB,
                 })  # fmt: skip
     for app in apps:
         mine = [r for r in rows if r["app"] == app]
@@ -692,7 +693,9 @@ def application_models(
 
 def recommendation(rows: Sequence[dict[str, Any]], app: str, slack: float = 1.1) -> dict[str, Any]:
     """The configuration to pick for ``app`` from :func:`application_models`' rows: the fastest, unless
-    one within ``slack`` of its time uses less memory (then that one), with the reason."""
+    one within ``slack`` of its time uses less memory (then that one), with the reason. Where the rows
+    keep every run's seconds (``runs_s``), a fastest pick whose time the run cannot tell from the next
+    one's (:func:`workbench.lab.stats.time_ratio`: the interval includes 1) says so."""
     mine = [r for r in rows if r["app"] == app]
     if not mine:
         raise ValueError(f"no rows for {app!r}")
@@ -700,9 +703,20 @@ def recommendation(rows: Sequence[dict[str, Any]], app: str, slack: float = 1.1)
     close = [r for r in mine if r["seconds"] <= fastest["seconds"] * slack]
     pick = min(close, key=lambda r: r["peak_pss_mib"])
     why = (
-        f"fastest ({pick['seconds']:.3f} s)"
+        f"fastest ({pick['seconds']:.3f} s{_tie(pick, mine)})"
         if pick is fastest
         else f"within {slack - 1:.0%} of the fastest ({fastest['configuration']}) and "
         f"{fastest['peak_pss_mib'] / max(pick['peak_pss_mib'], 1e-9):.2f}x less memory"
     )
     return {"app": app, "configuration": pick["configuration"], "why": why}
+
+
+def _tie(pick: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """``"; ..."`` when this run cannot tell ``pick``'s time from the next fastest's, else nothing."""
+    others = sorted((r for r in rows if r is not pick), key=lambda r: r["seconds"])
+    if not others or min(len(pick.get("runs_s", ())), len(others[0].get("runs_s", ()))) < 2:
+        return ""
+    ratio = stats.time_ratio(pick["runs_s"], others[0]["runs_s"])
+    if ratio.significant:
+        return ""
+    return f"; on this machine its difference from {others[0]['configuration']} is within the noise"

@@ -73,8 +73,8 @@ def device() -> dict[str, Any]:
     return {"name": name, "bytes": nbytes, "simulated": False}
 
 
-def _timed(work: Callable[[], Any], repeats: int) -> float:
-    """The median seconds of ``repeats`` runs of ``work``, each between two device synchronisations."""
+def _samples(work: Callable[[], Any], repeats: int) -> list[float]:
+    """The seconds of each of ``repeats`` runs of ``work``, each between two device synchronisations."""
     cuda = gpu.cuda()
     times = []
     for _ in range(max(1, repeats)):
@@ -83,7 +83,12 @@ def _timed(work: Callable[[], Any], repeats: int) -> float:
         work()
         cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def _timed(work: Callable[[], Any], repeats: int) -> float:
+    """The median seconds of ``repeats`` runs of ``work`` (see :func:`_samples`)."""
+    return statistics.median(_samples(work, repeats))
 
 
 def _rate(nbytes: int, seconds: float) -> float:
@@ -94,7 +99,8 @@ def _rate(nbytes: int, seconds: float) -> float:
 def bus(size: str = "ci") -> dict[str, Any]:
     """Host-to-device from pageable memory (what ``cuda.to_device(numpy_array)`` does: the driver
     stages it through a pinned buffer) and from pinned memory (DMA straight from it), and
-    device-to-host, in GB/s, each the median of ``repeats`` copies of ``bus_bytes``."""
+    device-to-host, in GB/s, each the median of ``repeats`` copies of ``bus_bytes``; ``runs_ns_per_byte``:
+    every copy's nanoseconds per byte, by way (what :func:`workbench.lab.stats.claim` compares)."""
     cuda, s = gpu.cuda(), size_named(size)
     items = s.bus_bytes // 8
     pageable = np.ones(items)
@@ -102,22 +108,26 @@ def bus(size: str = "ci") -> dict[str, Any]:
     pinned[:] = 1.0
     target = cuda.device_array(items, dtype=np.float64)
     back = np.empty(items)
-    pageable_s = _timed(lambda: target.copy_to_device(pageable), s.repeats)
-    pinned_s = _timed(lambda: target.copy_to_device(pinned), s.repeats)
-    to_host_s = _timed(lambda: target.copy_to_host(back), s.repeats)
+    runs = {
+        "pageable": _samples(lambda: target.copy_to_device(pageable), s.repeats),
+        "pinned": _samples(lambda: target.copy_to_device(pinned), s.repeats),
+        "to_host": _samples(lambda: target.copy_to_host(back), s.repeats),
+    }
     nbytes = items * 8
     return {
         "bytes": nbytes,
-        "pageable_to_device_gbs": _rate(nbytes, pageable_s),
-        "pinned_to_device_gbs": _rate(nbytes, pinned_s),
-        "to_host_gbs": _rate(nbytes, to_host_s),
+        "pageable_to_device_gbs": _rate(nbytes, statistics.median(runs["pageable"])),
+        "pinned_to_device_gbs": _rate(nbytes, statistics.median(runs["pinned"])),
+        "to_host_gbs": _rate(nbytes, statistics.median(runs["to_host"])),
+        "runs_ns_per_byte": {way: [t / nbytes * 1e9 for t in times] for way, times in runs.items()},
         "simulated": device()["simulated"],
     }
 
 
 def device_floor(size: str = "ci") -> dict[str, Any]:
     """STREAM's triad ``a = b + s*c`` on the device: 3 vectors of ``stream_items`` float64 per run
-    (two read, one written), in GB/s: the device memory bandwidth a kernel can reach."""
+    (two read, one written), in GB/s: the device memory bandwidth a kernel can reach (median), and
+    every run's nanoseconds per byte (``runs_ns_per_byte``)."""
     from kernels import gpu as device_kernels
 
     cuda, s = gpu.cuda(), size_named(size)
@@ -125,9 +135,15 @@ def device_floor(size: str = "ci") -> dict[str, Any]:
     c = cuda.to_device(np.full(s.stream_items, 2.0))
     a = cuda.device_array(s.stream_items, dtype=np.float64)
     device_kernels.stream_triad(a, b, c, 3.0)  # compiled before it is timed
-    seconds = _timed(lambda: device_kernels.stream_triad(a, b, c, 3.0), s.repeats)
+    runs = _samples(lambda: device_kernels.stream_triad(a, b, c, 3.0), s.repeats)
     correct = bool(np.all(a.copy_to_host() == 7.0))
-    return {"bytes": 3 * 8 * s.stream_items, "gbs": _rate(3 * 8 * s.stream_items, seconds), "correct": correct}
+    nbytes = 3 * 8 * s.stream_items
+    return {
+        "bytes": nbytes,
+        "gbs": _rate(nbytes, statistics.median(runs)),
+        "runs_ns_per_byte": [t / nbytes * 1e9 for t in runs],
+        "correct": correct,
+    }
 
 
 def histogram_rate(size: str = "ci", floor_gbs: float | None = None) -> dict[str, Any]:

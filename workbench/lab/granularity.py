@@ -19,7 +19,9 @@ FRAGMENTATION = {"ci": [1, 8, 64], "lab": [1, 2, 4, 8, 16, 48, 200], "full": [1,
 def fragmentation_sweep(
     session: Session, app: str, size: str = "ci", repeats: int = 3, progress: bool = False
 ) -> Experiment:
-    """Every granularity variant of ``app`` at each number of blocks per core; baseline ``blocks``."""
+    """Every granularity variant of ``app`` at each number of blocks per core; baseline ``blocks``.
+    The rounds adapt to the comparison lesson 03 states: split against blocks at the most blocks."""
+    most = {"blocks_per_worker": FRAGMENTATION[size][-1]}
     return run_experiment(
         session,
         app,
@@ -29,6 +31,7 @@ def fragmentation_sweep(
         repeats=repeats,
         progress=progress,
         baseline="blocks",
+        settle=[("split", "blocks", most)],
     )
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from kernels import prk, strides
+from workbench.lab.stats import claim
 from workbench.runtime.session import PinnedCall, Session
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -362,6 +363,7 @@ def cache_sweep(size: str = "ci", repeats: int = 3, caches: Sequence[Cache] | No
                 **row,
                 "GB_per_s": read / seconds / 1e9,
                 "ns_per_element": seconds / (read / ITEM) * 1e9,
+                "runs_ns_per_element": [r / (read / ITEM) * 1e9 for r in runs[row["where"]]],
                 "first_call_s": first[row["where"]],
                 "caches": "sysfs" if cache_levels(caches) else "assumed (no cache information in /sys)",
             }
@@ -851,8 +853,36 @@ def worker_runs(session: Session, passes: int, repeats: int = 3) -> list[dict[st
 
 
 # -- what the measurements say, in words (the lesson prints these) -------------------------------
+def _labels(tiled: Mapping[str, Any]) -> tuple[str, str]:
+    return f"tile {tiled['tile']}", "untiled"
+
+
+def traversal_summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """Per order: the row walk against the column walk, from every timed sample (:func:`traversal`'s
+    ``runs``), as :func:`workbench.lab.stats.claim` says it: which is faster, by how much, with the
+    interval, or that this run cannot tell."""
+    lines = []
+    for order in dict.fromkeys(r["order"] for r in records):
+        runs = {f"by {r['walk']}": r["runs"] for r in records if r["order"] == order}
+        lines.append(claim(runs, "by rows", "by columns", where=f"at order {order}", expected="by rows"))
+    return "\n".join(lines)
+
+
+def sweep_summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """What :func:`cache_sweep` showed, in words: the rate from memory (the last working set), and the
+    fastest level against memory per element read, from every sample (as :func:`workbench.lab.stats.claim`
+    says it)."""
+    memory, fastest = records[-1], max(records, key=lambda r: r["GB_per_s"])
+    text = f"reading from memory ({memory['where']}): {memory['GB_per_s']:.1f} GB/s"
+    if fastest is memory:
+        return text + ", the fastest of the working sets here"
+    per_element = {f"reading {r['where']}": r["runs_ns_per_element"] for r in (fastest, memory)}
+    return f"{text}; per element read, {claim(per_element, *per_element, expected=next(iter(per_element)))}"
+
+
 def tiling_summary(records: Sequence[Mapping[str, Any]], levels: Mapping[str, int]) -> str:
-    """Per order: the fastest tile and its speed-up over untiled, and whether a column's lines fit L1/L2."""
+    """Per order: the fastest tile against untiled (from every timed sample, as
+    :func:`workbench.lab.stats.claim` says it), and whether a column's lines fit L1/L2."""
     lines = []
     for order in dict.fromkeys(r["order"] for r in records):
         at_order = [r for r in records if r["order"] == order]
@@ -869,8 +899,10 @@ def tiling_summary(records: Sequence[Mapping[str, Any]], levels: Mapping[str, in
         where = f"more than {above[-1]}, " if above else ""
         aliased = "; a power of two: they fall into a few cache sets" if order & (order - 1) == 0 else ""
         beaten = "" if best["vs_untiled"] >= 1 else " (no tile beat the untiled loop here)"
+        untiled = next(r for r in at_order if r["tile"] == order)
         lines.append(
-            f"order {order}: fastest tile {best['tile']}, {best['vs_untiled']:.2f}x the untiled speed{beaten}; "
+            f"order {order}: fastest tile {best['tile']}{beaten}: "
+            f"{claim({'tile ' + str(best['tile']): best['runs'], 'untiled': untiled['runs']}, *_labels(best))}; "
             f"the untiled walk down one column of A touches {order} lines, {column // KiB} KiB: "
             f"{where}{within}{aliased}"
         )
@@ -917,10 +949,10 @@ def pinning_summary(records: Sequence[Mapping[str, Any]]) -> str:
     busy, free, loose = by.get(CONDITIONS[2]), by.get(CONDITIONS[1]), by.get(CONDITIONS[0])
     parts = []
     if busy and free:
+        runs = {"pinned onto the busy core": busy["runs"], "pinned to a core of its own": free["runs"]}
         parts.append(
-            f"pinned onto the busy core, the thread got {busy['core_share']:.2f} of a core and took "
-            f"{busy['seconds'] / free['seconds']:.2f}x as long as pinned to a core of its own "
-            f"({free['core_share']:.2f} of a core)"
+            f"pinned onto the busy core, the thread got {busy['core_share']:.2f} of a core, and "
+            f"{free['core_share']:.2f} pinned to a core of its own: {claim(runs, *runs)}"
         )
     elif busy:
         parts.append(f"with one core allowed, the thread shares it with the busy process ({busy['core_share']:.2f})")

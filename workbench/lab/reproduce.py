@@ -144,12 +144,14 @@ def table1(
                     "runs",
                     "time_variant_s",
                     "time_baseline_s",
-                    "ci_low_s",
-                    "ci_high_s",
+                    "ratio",
+                    "ratio_low",
+                    "ratio_high",
                     "ci_low_pct",
                     "ci_high_pct",
                     "p_value",
                     "significant",
+                    "verdict",
                 ]
             ]
         )

@@ -5,6 +5,10 @@ For each parameter point the data is placed once (untimed), each variant runs on
 checked against the baseline's), then the variants run interleaved, A B A B ..., so a noisy
 machine slows all of them alike. Every timed run records its wall time, the application's phases
 and a trace (Dask's task stream, transfer bytes, workbench events).
+
+The rounds adapt: after ``repeats`` rounds at a point, the runner adds rounds while a comparison
+that matters there (:class:`Comparison`; by default every variant against the baseline) is not
+decided yet, up to ``max_repeats`` (:func:`workbench.lab.stats.another_round` is the rule).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pandas as pd
 from distributed import get_task_stream
@@ -32,6 +36,10 @@ from workbench.runtime import trace as tracing
 from workbench.runtime.session import Session, node_id
 
 T = TypeVar("T")
+# The most rounds per point an experiment runs by default, by size, while a comparison is undecided
+# (from ``repeats`` rounds on). None at ci: CI runs every lesson at ci, is near its time budget and
+# needs a count it can assert; in a classroom up to 8, enough for a 2x effect on a noisy 2-core machine.
+MAX_REPEATS = {"lab": 8, "full": 10}
 # Columns the runner writes in every result row: no application parameter may take these names.
 RESULT_COLUMNS = {
     "run_id",
@@ -254,6 +262,19 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, disable=not enabled, desc="runs", unit="run", leave=False)
 
 
+class Comparison(NamedTuple):
+    """A comparison that matters: ``first`` against ``second`` at ``point`` (every point when None).
+    The runner repeats a point until each comparison that applies there is decided."""
+
+    first: str
+    second: str
+    point: Mapping[str, Any] | None = None
+
+    def applies_at(self, point: Mapping[str, Any]) -> bool:
+        """Whether this comparison is one of ``point``'s (its point's values are ``point``'s)."""
+        return self.point is None or all(point.get(name) == value for name, value in self.point.items())
+
+
 @dataclass(frozen=True)
 class Declared:
     """An experiment as declared, every part of it checked once, before any cluster starts: the
@@ -268,11 +289,19 @@ class Declared:
     grid: Mapping[str, tuple[Any, ...]]
     repeats: int
     calls: Mapping[str, registry.Variant]  # variant -> what the runner times (registry.Application.variant's)
+    max_repeats: int = 0  # 0: as many as ``repeats`` (a fixed count)
+    settle: tuple[Comparison, ...] | None = None  # None: every variant against the baseline
 
     @property
     def points(self) -> list[dict[str, Any]]:
         """Every parameter point, in order."""
         return grid_points(self.grid)
+
+    def comparisons_at(self, point: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The pairs of variants whose comparison decides, at ``point``, whether another round runs."""
+        if self.settle is None:
+            return [(name, self.baseline) for name in self.variants if name != self.baseline]
+        return [(c.first, c.second) for c in self.settle if c.applies_at(point)]
 
 
 def declare(
@@ -282,11 +311,20 @@ def declare(
     grid: Mapping[str, Sequence[Any]] | None = None,
     repeats: int = 3,
     baseline: str | None = None,
+    max_repeats: int | None = None,
+    settle: Sequence[Comparison | tuple[Any, ...]] | None = None,
 ) -> Declared:
     """``app`` in ``variants`` (all its own when None) over ``grid`` (the app's grid for ``size``
-    when None), ``repeats`` times, checked here and only here: a misspelt variant or parameter, a
-    strategy whose needs the application does not meet, an empty grid, a bad size or repeat count
-    is a clear ``ValueError`` (``TypeError`` for a wrong type) before anything starts.
+    when None), checked here and only here: a misspelt variant or parameter, a strategy whose needs
+    the application does not meet, an empty grid, a bad size or repeat count, a comparison of a
+    variant or at a point not run is a clear ``ValueError`` (``TypeError`` for a wrong type) before
+    anything starts.
+
+    Rounds: at least ``repeats`` at each point, then more while a comparison of ``settle`` (pairs
+    ``(first, second)`` or :class:`Comparison`; None: every variant against the baseline) is
+    undecided there, up to ``max_repeats`` (None: :func:`default_max_repeats`: ``MAX_REPEATS[size]``,
+    none more at ci; ``repeats`` of 1 is one run, no statistics). ``max_repeats=repeats`` is a fixed
+    count.
 
     The baseline, every other variant's answer is checked against: ``baseline``, else the
     application's own when it is among the variants (or none were named), else the first named;
@@ -298,10 +336,56 @@ def declare(
         raise ValueError(f"size must be one of {datasets.SIZES}, got {size!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer of at least 1, got {repeats!r}")
+    if max_repeats is None:
+        max_repeats = default_max_repeats(size, repeats)
+    if isinstance(max_repeats, bool) or not isinstance(max_repeats, int) or max_repeats < repeats:
+        raise ValueError(
+            f"max_repeats must be an integer of at least repeats ({repeats}), got {max_repeats!r}: "
+            "give max_repeats=repeats for a fixed count"
+        )
     grid = _checked_grid(application, grid, size)
     names, baseline = _chosen_variants(application, variants, baseline)
     calls = {name: application.variant(name) for name in names}  # the one check of each variant
-    return Declared(application, tuple(names), baseline, size, MappingProxyType(grid), repeats, MappingProxyType(calls))
+    comparisons = None if settle is None else _checked_comparisons(settle, names, grid)
+    return Declared(
+        application,
+        tuple(names),
+        baseline,
+        size,
+        MappingProxyType(grid),
+        repeats,
+        MappingProxyType(calls),
+        max_repeats,
+        comparisons,
+    )
+
+
+def default_max_repeats(size: str, repeats: int) -> int:
+    """The most rounds per point when none is given: ``MAX_REPEATS[size]`` (``repeats`` at a size
+    it does not name), never fewer than ``repeats``; ``repeats`` of 1 stays one run (it asks for no
+    statistics)."""
+    return max(repeats, MAX_REPEATS.get(size, repeats)) if repeats >= 2 else repeats
+
+
+def _checked_comparisons(
+    settle: Sequence[Comparison | tuple[Any, ...]], names: list[str], grid: Mapping[str, tuple[Any, ...]]
+) -> tuple[Comparison, ...]:
+    """``settle`` as comparisons, each of two variants that run and at a point of the grid."""
+    if isinstance(settle, (str, bytes)) or not isinstance(settle, Sequence):
+        raise TypeError(f"settle is a list of (first, second) pairs of variants, got {settle!r}")
+    comparisons = []
+    for item in settle:
+        if not isinstance(item, tuple) or not 2 <= len(item) <= 3:
+            raise TypeError(f"each comparison to settle is (first, second) or (first, second, point), got {item!r}")
+        comparison = Comparison(*item)
+        unknown = [v for v in comparison[:2] if v not in names]
+        if unknown or comparison.first == comparison.second:
+            raise ValueError(f"a comparison to settle needs two different variants of {names}, got {item!r}")
+        for name, value in (comparison.point or {}).items():
+            if name not in grid or value not in grid[name]:
+                raise ValueError(f"the comparison {item!r} is at a point the grid does not have: {dict(grid)}")
+        comparisons.append(comparison)
+    return tuple(comparisons)
 
 
 def _chosen_variants(
@@ -352,10 +436,12 @@ class _Runs:
     warmups: list[dict[str, Any]] = field(default_factory=list)
     traces: dict[str, pd.DataFrame] = field(default_factory=dict)
     locality: dict[str, Any] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)  # point key -> rounds run there
 
     def point(self, prepared: Any, params: dict[str, Any], index: int) -> None:
         """Grid point ``index``: a warm-up of each variant (answers checked against the baseline's),
-        then ``repeats`` timed rounds of every variant, each run starting from the same holders."""
+        then ``repeats`` timed rounds of every variant, and more while a comparison that matters here is
+        undecided (up to ``max_repeats``), each run starting from the same holders."""
         self.locality[point_key(params)] = prepared.locality()
         holders = prepared.holders()  # copies a run left (steals, fetches) are dropped after each
         answers = {}
@@ -365,15 +451,26 @@ class _Runs:
             self.warmups.append({**row, "run_id": f"warmup-p{index}-{name}"})
             self.bar.update()
         self.check(answers, prepared, params)
-        for repeat in range(self.declared.repeats):
-            for name in self.declared.variants:
+        declared, times = self.declared, {name: [] for name in self.declared.variants}
+        pairs = declared.comparisons_at(params)
+        rounds = 0
+        while stats.another_round(
+            [(times[a], times[b]) for a, b in pairs], rounds, declared.repeats, declared.max_repeats
+        ):
+            if rounds >= declared.repeats:  # a round beyond the minimum: the bar grows by one round
+                self.bar.total += len(declared.variants)
+                self.bar.refresh()
+            for name in declared.variants:
                 run_id = f"run-{len(self.results):04d}"
                 row, _, frame = self.once(name, prepared, params, trace=self.trace)
                 prepared.restore(holders)
-                self.results.append({"run_id": run_id, **row, "repeat": repeat})
+                self.results.append({"run_id": run_id, **row, "repeat": rounds})
+                times[name].append(row["seconds"])
                 if frame is not None:
                     self.traces[run_id] = frame
                 self.bar.update()
+            rounds += 1
+        self.rounds[point_key(params)] = rounds
 
     def once(
         self, name: str, prepared: Any, params: dict[str, Any], trace: bool
@@ -406,10 +503,14 @@ def run_experiment(
     trace: bool = True,
     progress: bool = True,
     baseline: str | None = None,
+    max_repeats: int | None = None,
+    settle: Sequence[Comparison | tuple[Any, ...]] | None = None,
 ) -> Experiment:
     """Run ``app`` in ``variants`` over ``grid`` (the app's grid for ``size`` by default): the
-    experiment :func:`declare` checks (see it for the baseline), run by :func:`run_declared`."""
-    return run_declared(session, declare(app, variants, size, grid, repeats, baseline), seed, trace, progress)
+    experiment :func:`declare` checks (see it for the baseline and for how ``repeats``,
+    ``max_repeats`` and ``settle`` decide the rounds), run by :func:`run_declared`."""
+    declared = declare(app, variants, size, grid, repeats, baseline, max_repeats, settle)
+    return run_declared(session, declared, seed, trace, progress)
 
 
 def run_declared(
@@ -444,6 +545,8 @@ def run_declared(
         "size": declared.size,
         "seed": seed,
         "repeats": declared.repeats,
+        "max_repeats": max(declared.max_repeats, declared.repeats),
+        "rounds": runs.rounds,
         "variants": list(declared.variants),
         "baseline": declared.baseline,
         "grid": {name: list(values) for name, values in declared.grid.items()},

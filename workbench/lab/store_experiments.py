@@ -26,19 +26,31 @@ KNN_BLOCKS = {"ci": [1, 4], "lab": [1, 4, 16], "full": [1, 8, 48]}
 def store_variants(
     session: Session, app: str, size: str = "ci", repeats: int = 3, blocks_per_worker: int | None = None
 ) -> Experiment:
-    """The store variants of ``app`` against its plain Dask baseline, at one point of its grid."""
+    """The store variants of ``app`` against its plain Dask baseline, at one point of its grid. The
+    rounds adapt to the comparisons lesson 04 states: active against non-active, and against blocks."""
     grid = None
     if blocks_per_worker is not None:
         grid = {"blocks_per_worker": [blocks_per_worker]}
     return run_experiment(
-        session, app, VARIANTS[app], size=size, grid=grid, repeats=repeats, progress=False, baseline="blocks"
+        session,
+        app,
+        VARIANTS[app],
+        size=size,
+        grid=grid,
+        repeats=repeats,
+        progress=False,
+        baseline="blocks",
+        settle=[("active", "non-active"), ("active", "blocks")],
     )
 
 
 def knn_many_to_many(session: Session, size: str = "ci", repeats: int = 3) -> tuple[Experiment, pd.DataFrame]:
     """kNN at more and more blocks per worker: active lookups pay for query blocks that travel to
     every tree; one tree per partition (``active-split``) cuts the trees to one per worker.
-    Returns the experiment and its ``moved()`` table (seconds, tasks, MB moved per point and variant)."""
+    Returns the experiment and its ``moved()`` table (seconds, tasks, MB moved per point and variant).
+    The rounds adapt to the comparisons lesson 04 states, at the most blocks: active and active-split
+    against blocks."""
+    most = {"blocks_per_worker": KNN_BLOCKS[size][-1]}
     experiment = run_experiment(
         session,
         "knn",
@@ -48,5 +60,6 @@ def knn_many_to_many(session: Session, size: str = "ci", repeats: int = 3) -> tu
         repeats=repeats,
         progress=False,
         baseline="blocks",
+        settle=[("active", "blocks", most), ("active-split", "blocks", most)],
     )
     return experiment, experiment.moved()

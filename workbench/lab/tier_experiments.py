@@ -9,13 +9,14 @@ cache at the ``lab`` size). ``workbench bench tiers`` and lesson 05 both use the
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from workbench import machine
-from workbench.lab.runner import Experiment, run_experiment
+from workbench.lab.runner import Experiment, default_max_repeats, run_experiment
 from workbench.runtime import trace
 from workbench.runtime.session import Session
 from workbench.runtime.store import ArrayBlock, Store
@@ -83,9 +84,12 @@ def tier_variants(
     dataset: str = "big",
     repeats: int = 3,
     budget: int | None = None,
+    settle: Sequence[tuple[Any, ...]] | None = None,
 ) -> Experiment:
     """``app`` in tier configurations (all by default) against ``dram``, with ``objects`` ("small" or
-    "big") and a ``dataset`` that fits the DRAM budget ("small") or is 2.5x over it ("big")."""
+    "big") and a ``dataset`` that fits the DRAM budget ("small") or is 2.5x over it ("big"). The
+    rounds adapt (up to ``size``'s bound) until the comparisons of ``settle`` are decided (every
+    configuration against ``dram`` when None; see :func:`workbench.lab.runner.declare`)."""
     if objects not in ("small", "big") or dataset not in ("small", "big"):
         raise ValueError(f"objects and dataset are 'small' or 'big', got {objects!r} and {dataset!r}")
     budget = budget or budget_for(size)
@@ -98,7 +102,16 @@ def tier_variants(
     tier_strategies.configure(dram_budget=budget)
     try:
         experiment = run_experiment(
-            session, app, variants, size="ci", grid=grid, repeats=repeats, progress=False, baseline="dram"
+            session,
+            app,
+            variants,
+            size="ci",
+            grid=grid,
+            repeats=repeats,
+            progress=False,
+            baseline="dram",
+            max_repeats=default_max_repeats(size, repeats),
+            settle=settle,
         )
     finally:
         tier_strategies.configure(dram_budget=previous)

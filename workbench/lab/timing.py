@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
@@ -14,8 +13,8 @@ def time_once(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls: robust to the odd slow run on a shared machine."""
+def sample_seconds(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Wall time of each of ``repeats`` calls (the samples a comparison's interval needs)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    return statistics.median(time_once(fn) for _ in range(repeats))
+    return [time_once(fn) for _ in range(repeats)]

@@ -213,6 +213,7 @@ class ExperimentPanel:
                 size=self.size.value,
                 grid={name: [value] for name, value in point.items()},
                 repeats=self.repeats.value,
+                max_repeats=self.repeats.value,  # the count the learner chose
                 progress=False,
             )
             self.experiment = experiment

@@ -1,10 +1,13 @@
-"""A standalone HTML report of an experiment: opens offline (BokehJS is inlined), in the look every
-standalone page of the workbench has (:mod:`workbench.viz.page`, the bench page's too)."""
+"""An experiment for people: the statistics table (:func:`stats_html`) and a standalone HTML report that
+opens offline (BokehJS is inlined), in the look every standalone page of the workbench has
+(:mod:`workbench.viz.page`, the bench page's too). A claim in one sentence is :func:`workbench.lab.stats.claim`."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from bokeh.layouts import column
@@ -12,6 +15,7 @@ from bokeh.layouts import column
 from workbench import machine
 from workbench.lab import stats as statistics
 from workbench.lab.runner import Experiment, point_key
+from workbench.units import ratio_text
 from workbench.viz.gantt import gantt
 from workbench.viz.locality import block_map, bytes_matrix
 from workbench.viz.page import document, spaced_table, text_div
@@ -19,14 +23,17 @@ from workbench.viz.timing import comparison_figure
 
 
 def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
-    """The statistics table (``Experiment.stats()``) as HTML, the papers' columns; a note when empty."""
+    """The statistics table (``Experiment.stats()``) as HTML: the mean times, the time ratio of the
+    variant over the baseline with its 95 % interval, the verdict and the p-value; a note when empty."""
     if table.empty:
         return "<p>(one variant, or one run of each: nothing to compare; run at least two repeats)</p>"
     shown = table.assign(
-        ci_s=[f"[{a:+.4f}, {b:+.4f}]" for a, b in zip(table.ci_low_s, table.ci_high_s)],
-        ci_pct=[f"[{a:+.1f}%, {b:+.1f}%]" for a, b in zip(table.ci_low_pct, table.ci_high_pct)],
+        ratio_ci=[
+            f"{ratio_text(r)} ({statistics.interval_text(a, b)})"
+            for r, a, b in zip(table.ratio, table.ratio_low, table.ratio_high)
+        ],
         p=[f"{p:.3g}{' *' if s else ''}" for p, s in zip(table.p_value, table.significant)],
-    )[[*parameters, "variant", "baseline", "runs", "time_variant_s", "time_baseline_s", "ci_s", "ci_pct", "p"]]
+    )[[*parameters, "variant", "baseline", "runs", "time_variant_s", "time_baseline_s", "ratio_ci", "verdict", "p"]]
     shown.columns = [
         *parameters,
         "variant",
@@ -34,13 +41,24 @@ def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
         "runs",
         "time variant (s)",
         "time baseline (s)",
-        "95% CI of difference (s)",
-        "(%)",
+        "time ratio variant / baseline (95% CI)",
+        "variant is",
         "p-value",
     ]
     return spaced_table(shown.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)) + (
-        f"<p><small>* p &lt; {statistics.ALPHA} (Welch's t-test); % of the baseline's mean.</small></p>"
+        f"<p><small>Time ratio of the geometric mean times; its interval and * p &lt; {statistics.ALPHA} "
+        "from Welch's t-test on the log times. <i>close</i>: the whole interval within 10 % of 1; "
+        "<i>within the noise</i>: this run cannot tell.</small></p>"
     )
+
+
+def _repeats_text(meta: Mapping[str, Any]) -> str:
+    """The rounds an experiment ran per point: "3 repeats", or "3 to 8 repeats (5 run at most)"."""
+    least, most = meta["repeats"], meta.get("max_repeats", meta["repeats"])
+    if most <= least:
+        return f"{least} repeats"
+    ran = max(meta.get("rounds", {}).values(), default=least)
+    return f"{least} to {most} repeats until each comparison is decided ({ran} at most here)"
 
 
 def build(experiment: Experiment):
@@ -53,7 +71,7 @@ def build(experiment: Experiment):
             f"<h1>{e(meta['app'])}: {e(', '.join(meta['variants']))}</h1>"
             f"<p>{e(meta.get('description', ''))}</p>"
             f"<p>{'<br>'.join(e(line) for line in where)}</p>"
-            f"<p>size {e(meta['size'])}, {e(meta['repeats'])} repeats per point, seed {e(meta['seed'])}, "
+            f"<p>size {e(meta['size'])}, {e(_repeats_text(meta))} per point, seed {e(meta['seed'])}, "
             f"started {e(meta['started'])}; warm-up runs excluded ({len(experiment.warmups)})</p>"
             f"<p><small>{e(software)}</small></p>"
         ),
