@@ -402,23 +402,11 @@ def test_the_report_page_has_the_bench_pages_look():
     import pandas as pd
 
     from workbench.bench import page as bench_page
+    from workbench.lab import stats
     from workbench.viz import page, report
 
-    table = pd.DataFrame(
-        dict(
-            variant=["split"],
-            baseline=["blocks"],
-            runs=[2],
-            time_variant_s=[0.25],
-            time_baseline_s=[1.13],
-            ci_low_s=[-1.48],
-            ci_high_s=[-0.27],
-            ci_low_pct=[-131.2],
-            ci_high_pct=[-24.1],
-            p_value=[0.033],
-            significant=[True],
-        )
-    )
+    results = pd.DataFrame(dict(variant=["split", "split", "blocks", "blocks"], seconds=[0.25, 0.26, 1.13, 1.10]))
+    table = stats.compare(results, "blocks")
     shown = report.stats_html(table, [])
     assert f"<table {page.TABLE}>" in shown and "<table border" not in shown
     assert bench_page.TABLE is page.TABLE and bench_page.WIDTH == page.WIDTH
