@@ -1,4 +1,6 @@
+import logging
 import os
+import re
 import socket
 
 import numpy as np
@@ -233,3 +235,46 @@ def test_size_resolution_order(monkeypatch):
     assert workbench.resolve_size("full") == "full"  # papermill's injected value wins
     with pytest.raises(ValueError, match="size must be one of"):
         workbench.resolve_size("huge")
+
+
+def _double(i):
+    return 2 * i
+
+
+class _Heard(logging.Handler):
+    """Dask's log records of WARNING and above in this process (its loggers do not propagate to the root)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name} - {record.levelname} - {record.getMessage()[:300]}")
+
+
+def test_scaling_down_and_closing_lose_nothing_and_say_nothing(capfd):
+    """Issue 46, item 4: a scale-down closed its workers with the results they held (Dask's
+    SpecCluster retires workers by name, the scheduler takes addresses: nothing was retired), and the
+    scheduler logged each lost key as a WARNING under the lesson ("Removing worker ... caused the
+    cluster to lose already computed task(s)"); a result pinned to the worker that left was never
+    computed again. Scaling down now moves the results first, and neither it nor closing prints a
+    WARNING, ERROR or traceback, here or in a worker process (their stderr is this test's)."""
+    heard = _Heard()
+    logging.getLogger("distributed").addHandler(heard)
+    try:
+        with workbench.start(n_workers=2, timeout=60) as session:
+            workers = session.workers()
+            held = [
+                session.client.submit(_double, i, workers=[workers[i % 2]], pure=False, key=f"held-{i}")
+                for i in range(20)
+            ]
+            session.wait(held)
+            session.scale(1)
+            lost = sorted(key for key, where in session.client.who_has(held).items() if not where)
+            assert not lost, f"scaling down lost the results {lost}"
+            assert session.gather(held) == [2 * i for i in range(20)]
+    finally:
+        logging.getLogger("distributed").removeHandler(heard)
+    printed = capfd.readouterr()
+    stray = [line for line in (printed.out + printed.err).splitlines() if re.search(r"WARNING|ERROR|Traceback", line)]
+    assert not heard.lines + stray, "\n".join(heard.lines + stray)

@@ -264,11 +264,43 @@ class Session:
         growing = n_workers > len(self.workers())
         if share is not None and growing:  # lower the running workers' limits before new ones start
             set_memory_limits(self, share)
+        if not growing:
+            self._retire(n_workers)
         self.cluster.scale(n_workers)
         # scaling down is not awaited by scale() itself
         self._until(lambda: len(self.workers()) == n_workers, f"reach {n_workers} workers")
         if share is not None and not growing:  # raise them once the workers that left are gone
             set_memory_limits(self, share)
+
+    def _retire(self, n_workers: int) -> None:
+        """Before scaling down to ``n_workers``: the workers that go (the cluster's last ones) hand
+        the results they alone hold to the others (Dask's ``retire_workers``), and leave the cluster's
+        spec, so that ``LocalCluster.scale`` closes exactly them.
+
+        ``LocalCluster.scale`` alone closed them with their results: Dask's ``SpecCluster`` asks the
+        scheduler to retire its workers by *name* where the scheduler takes addresses, so nothing was
+        retired; the scheduler then logged every key it lost ("Removing worker ... caused the cluster
+        to lose already computed task(s)", 400 of them under lesson 03's session cell) and a result
+        pinned to the closed worker was never computed again. Retiring moves only Dask's keys: what
+        a worker keeps outside them (the store's objects, its RRO views) goes with it, as before.
+        """
+        assert self.cluster is not None
+        going = list(self.cluster.worker_spec)[n_workers:]
+        if not going:
+            return
+        info = cluster_identity(self.client, timeout=self.timeout)["workers"]
+        addresses = sorted(address for address, worker in info.items() if worker.get("name") in going)
+        if addresses:
+            # close_workers=False, remove=False: the cluster closes them below, as it closes every worker
+            self.bounded(
+                self.client.retire_workers,
+                workers=addresses,
+                close_workers=False,
+                remove=False,
+                where=f"moving the results of {len(addresses)} worker(s) to the others",
+            )
+        for name in going:
+            del self.cluster.worker_spec[name]
 
     def _until(self, condition: Callable[[], bool], what: str) -> None:
         """Wait until ``condition()`` holds, at most the session's timeout; past it, TimeoutError saying ``what``."""
