@@ -278,3 +278,27 @@ def test_scaling_down_and_closing_lose_nothing_and_say_nothing(capfd):
     printed = capfd.readouterr()
     stray = [line for line in (printed.out + printed.err).splitlines() if re.search(r"WARNING|ERROR|Traceback", line)]
     assert not heard.lines + stray, "\n".join(heard.lines + stray)
+
+
+def test_a_closing_workers_heartbeat_failure_is_quiet_and_only_that():
+    """The one log record a closing worker expects (its heartbeat, in flight when its connections
+    close) is dropped; the same failure of a running worker, and every other record, is kept."""
+    from distributed.core import Status
+
+    from workbench.runtime.worker_state import HEARTBEAT_FAILURE, ClosingHeartbeat
+
+    class Worker:
+        status = Status.running
+
+    worker = Worker()
+    quiet = ClosingHeartbeat(worker)
+
+    def record(message):
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, message, (), None)
+
+    assert quiet.filter(record(HEARTBEAT_FAILURE + "."))  # a running worker's: its scheduler is gone
+    for status in (Status.closing, Status.closed):
+        worker.status = status
+        assert not quiet.filter(record(HEARTBEAT_FAILURE + "."))
+        assert quiet.filter(record("Unexpected exception during heartbeat. Closing worker."))
+    assert quiet.of(worker) and not quiet.of(Worker())
