@@ -42,6 +42,7 @@ from workbench.runtime.clusters import (
 )
 from workbench.runtime.dashboard import OFF, PORT, SOCKET, dashboard_place, proxy_link
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
+from workbench.runtime.shutdown import at_kernel_shutdown
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
 
@@ -120,15 +121,22 @@ class Session:
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
     _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
     _exits: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)  # closes them
+    _unhook: Callable[[], None] | None = field(default=None, repr=False)  # cancels the close at kernel shutdown
+
+    def __post_init__(self) -> None:
+        self._unhook = at_kernel_shutdown(self.close, "the workbench session")
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
         """Close what the session opened for itself (:meth:`own`, last first), the client, and the
         cluster when this session started it: its workers first (:meth:`_stop_workers`), then its
-        scheduler. Safe to call twice."""
+        scheduler. Safe to call twice. In a Jupyter kernel it also runs when the kernel shuts down
+        (:mod:`workbench.runtime.shutdown`)."""
         if self._closed:
             return
         self._closed = True
+        if self._unhook is not None:
+            self._unhook()
         try:
             self._exits.close()
         finally:
