@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import html
 import os
 import socket
 import time
@@ -45,8 +46,16 @@ from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 from workbench.runtime.shutdown import at_kernel_shutdown
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
+from workbench.units import size_text
 
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
+# The dashboard pages Session.dashboard_links gives, name -> page (Dask's routes, beside "status")
+DASHBOARD_PAGES = {
+    "Status": "status",
+    "Task Stream": "individual-task-stream",
+    "Workers Memory": "individual-workers-memory",
+    "Progress": "individual-progress",
+}
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
 
 T = TypeVar("T")
@@ -383,6 +392,50 @@ class Session:
             return proxy_link()
         return self.client.dashboard_link if self.dashboard == PORT else None
 
+    def dashboard_links(self) -> dict[str, str]:
+        """The dashboard's pages a learner opens beside a lesson, name -> link: Status, Task Stream,
+        Workers Memory and Progress (each :meth:`dashboard_link` with its page in place of
+        ``status``); empty when the dashboard is off."""
+        link = self.dashboard_link()
+        if not link:
+            return {}
+        base = link.removesuffix("status") if link.endswith("/status") else link.rstrip("/") + "/"
+        return {name: base + page for name, page in DASHBOARD_PAGES.items()}
+
+    def _repr_html_(self) -> str | None:
+        """The session in a notebook: its workers and its dashboard's links, which work while cells
+        still run (a link needs no kernel; dask-labextension's search waits for one)."""
+        if self.closed:
+            return "<p>This workbench session is closed: <code>workbench.start()</code> starts a new one.</p>"
+        try:
+            workers = self.describe()["workers"]
+        except Exception:  # a cluster that stopped answering: the plain repr, never a traceback
+            return None
+        threads = sorted({w["threads"] for w in workers})
+        memory = sorted({w["memory_limit"] for w in workers})
+        shape = f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}"
+        shape += f" x {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
+        if memory and memory[0]:
+            shape += f", {'/'.join(size_text(m) for m in memory)} of memory each"
+        whose = "started by this session" if self.cluster is not None else "joined"
+        lines = [f"<b>Dask cluster</b> ({whose}): {html.escape(shape)}."]
+        links = self.dashboard_links()
+        if links:
+            anchors = " · ".join(
+                f'<a href="{html.escape(url)}" target="_blank">{html.escape(name)}</a>' for name, url in links.items()
+            )
+            lines.append(
+                f"<b>Dashboard</b>: {anchors} (each opens in a browser tab). To see the panes inside "
+                f"JupyterLab, paste <code>{html.escape(self.dashboard_link() or '')}</code> into the box of "
+                "the Dask tab in the left sidebar."
+            )
+        else:
+            lines.append(
+                "Dask's dashboard is off for this cluster: <code>make lab</code> turns it on "
+                "(<code>WORKBENCH_DASHBOARD=1</code>)."
+            )
+        return "<p>" + "<br>".join(lines) + "</p>"
+
     def describe(self) -> dict[str, Any]:
         """Scheduler address, workers with threads and node, and whether the session owns the cluster."""
         info = cluster_identity(self.client)
@@ -531,12 +584,16 @@ def _session(
     request: ClusterRequest | None = None,
 ) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
-    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster; and
-    every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`."""
+    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster;
+    every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`;
+    and, with a dashboard, the scheduler's task stream recorded from the start (Dask begins it when
+    a Task Stream pane first opens, which then showed none of the tasks that ran before)."""
     try:
         install()
         client.register_plugin(FramesPlugin(), name=PLUGIN_NAME)
         client.register_plugin(WorkerState(), name=STATE_PLUGIN_NAME)
+        if dashboard != OFF:  # the scheduler records the task stream now: a pane opened later shows what ran
+            client.get_task_stream(count=0)
     except BaseException:
         client.close(timeout=timeout)
         raise
