@@ -175,11 +175,17 @@ class Session:
             deadline = time.monotonic() + self.timeout
             while self.client.id in scheduler.clients and time.monotonic() < deadline:
                 time.sleep(0.01)  # a poll of a bounded wait on the scheduler's state
+        self._close_nannies(nannies, "workbench-session-close")
+
+    def _close_nannies(self, nannies: list[Nanny], reason: str) -> None:
+        """Close ``nannies`` (and their worker processes), each given the session's timeout to stop its
+        worker before it kills it; Dask's cluster closes them with 5 s (4 for the worker)."""
         timeout = self.timeout
 
         async def stop() -> None:
-            await asyncio.gather(*(n.close(timeout=timeout, reason="workbench-session-close") for n in nannies))
+            await asyncio.gather(*(n.close(timeout=timeout, reason=reason) for n in nannies))
 
+        assert self.cluster is not None
         self.cluster.sync(stop, callback_timeout=2 * timeout)
 
     def own(self, name: str, opener: Callable[[], AbstractContextManager[T]]) -> T:
@@ -329,6 +335,7 @@ class Session:
         to lose already computed task(s)", 400 of them under lesson 03's session cell) and a result
         pinned to the closed worker was never computed again. Retiring moves only Dask's keys: what
         a worker keeps outside them (the store's objects, its RRO views) goes with it, as before.
+        The retired workers are closed here, each given the session's timeout (:meth:`_close_nannies`).
         """
         assert self.cluster is not None
         going = list(self.cluster.worker_spec)[n_workers:]
@@ -337,7 +344,7 @@ class Session:
         info = cluster_identity(self.client, timeout=self.timeout)["workers"]
         addresses = sorted(address for address, worker in info.items() if worker.get("name") in going)
         if addresses:
-            # close_workers=False, remove=False: the cluster closes them below, as it closes every worker
+            # close_workers=False, remove=False: they are closed below, by their nannies
             self.bounded(
                 self.client.retire_workers,
                 workers=addresses,
@@ -345,6 +352,9 @@ class Session:
                 remove=False,
                 where=f"moving the results of {len(addresses)} worker(s) to the others",
             )
+        # closed here with the session's timeout (the cluster's own close would kill them after 4 s)
+        leaving = [self.cluster.workers[n] for n in going if isinstance(self.cluster.workers.get(n), Nanny)]
+        self._close_nannies(leaving, "workbench-scale")
         for name in going:
             del self.cluster.worker_spec[name]
 
