@@ -91,6 +91,37 @@ def test_a_dashboard_on_a_port_listens_on_the_loopback_interface_only():
         assert session.describe()["dashboard"].endswith(f":{port}/status")
 
 
+def test_the_session_shows_its_dashboards_pages_and_the_task_stream_is_recorded_from_the_start():
+    """Issue 46, item 6: the session cell shows the links (they work while cells run, where
+    dask-labextension's search waits for the kernel), through JupyterLab's proxy as ``make lab``
+    sets Dask's link; and a Task Stream pane opened after Run All shows the tasks that ran before it
+    (Dask starts recording the stream only when a pane first opens)."""
+    import dask
+
+    link = dask.config.set({"distributed.dashboard.link": "/proxy/{port}/status"})  # the Makefile's LAB_DASK
+    with link, workbench.start(n_workers=1, dashboard=True, timeout=60) as session:
+        port = session.client.scheduler_info()["services"]["dashboard"]
+        links = session.dashboard_links()
+        assert links["Task Stream"] == f"/proxy/{port}/individual-task-stream"
+        assert links["Status"] == session.dashboard_link() == f"/proxy/{port}/status"
+        for page in links.values():
+            assert get_tcp(port, page.removeprefix(f"/proxy/{port}")) == 200, page
+        shown = session._repr_html_()
+        assert f'<a href="/proxy/{port}/individual-task-stream" target="_blank">Task Stream</a>' in shown
+        assert "1 worker process x 1 thread" in shown
+        assert session.client.submit(sum, [1, 2], key="before-any-pane").result(timeout=30) == 3
+        recorded = session.run_on_scheduler(
+            lambda dask_scheduler: [r["key"] for r in dask_scheduler.plugins["task-stream"].buffer]
+        )
+        assert "before-any-pane" in recorded
+    assert "closed" in session._repr_html_()
+
+
+def test_a_session_without_a_dashboard_says_how_to_turn_it_on(session):
+    assert session.dashboard_links() == {}
+    assert "dashboard is off" in session._repr_html_() and "WORKBENCH_DASHBOARD=1" in session._repr_html_()
+
+
 @pytest.mark.parametrize("nodes", [None, ["node-a"]], ids=["local", "simulated-nodes"])
 def test_a_socket_dashboard_is_served_to_its_user_alone_and_on_no_tcp_port(tmp_path, monkeypatch, nodes):
     monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))

@@ -11,8 +11,12 @@ the rest of the lesson runs the same whatever the learner answered.
 The executed copies are kept in build/executed/both/, and their solutions-only views in
 build/executed/solutions/ (the course site's pages), with outputs; never committed. Cells tagged
 ``raises-exception`` demonstrate an error on purpose: they must raise, and nothing else may.
-(papermill reports any error output, tagged or not, so the check is done here.) The kernel runs with
-a temporary directory of its own, which must hold nothing of the lesson's once its last cell ran.
+(papermill reports any error output, tagged or not, so the check is done here.) No other cell may
+show a Dask log line or a traceback: a ``WARNING``, ``ERROR`` or ``Traceback`` in any output
+(:func:`stray_lines`). The kernel runs with a temporary directory of its own; once papermill has shut
+the kernel down (a lesson's last cell leaves its cluster running: the kernel's shutdown closes it,
+see workbench.teach.teardown), that directory must hold nothing of the lesson's, and /dev/shm no
+segment of the lesson's.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from workbench.memory import shm
 from workbench.teach import NOT_YET, PASSED, exercises
 from workbench.teach.execute import LEARNER_TAGS, check_verdicts, checked_exercise, execute, solutions_view
 from workbench.teach.manual import solutions
@@ -46,11 +51,18 @@ def test_notebook_runs_at_ci_size(notebook: Path, monkeypatch: pytest.MonkeyPatc
     pytest.importorskip("papermill")
     # the kernel's (and its workers') temporary directory, to see what the lesson leaves there; a short
     # path, as /tmp's: a fork server's socket path in it must fit in 107 bytes
+    segments_before = {s.name for s in shm.list_segments()} if shm.SHM_DIR.is_dir() else set()
     with tempfile.TemporaryDirectory(prefix="lwb-nb-", ignore_cleanup_errors=True) as directory:
         scratch = Path(directory)
         monkeypatch.setenv("TMPDIR", directory)
-        output = execute(notebook, EXECUTED / "both", "both")
+        output = execute(notebook, EXECUTED / "both", "both")  # returns once papermill shut the kernel down
         left = sorted(p.name for p in scratch.iterdir() if p.name not in KEPT_BY_DASK)
+    # the lesson's segments: new ones no live process owns (another test's, running beside this one, has a live owner)
+    left_in_shm = sorted(
+        s.name
+        for s in (shm.list_segments() if shm.SHM_DIR.is_dir() else [])
+        if s.name not in segments_before and not s.owner_alive
+    )
     executed = nbformat.read(output, as_version=4)
     unexpected, missing = [], []
     for index, cell in enumerate(executed.cells):
@@ -67,6 +79,9 @@ def test_notebook_runs_at_ci_size(notebook: Path, monkeypatch: pytest.MonkeyPatc
     last = [c for c in executed.cells if c.cell_type == "code"][-1]
     assert last.execution_count is not None, f"the notebook stopped before its last cell ({output})"
     assert not left, f"the lesson left {left} in its temporary directory (a learner's /tmp fills run after run)"
+    assert not left_in_shm, f"the lesson's kernel, shut down, left {left_in_shm} in /dev/shm"
+    stray = stray_lines(executed)
+    assert not stray, "Dask log lines or tracebacks in the lesson's outputs:\n" + "\n".join(stray) + f"\n({output})"
 
     verdicts = check_verdicts(executed)
     lesson = notebook.name[:2]
@@ -83,6 +98,61 @@ def test_notebook_runs_at_ci_size(notebook: Path, monkeypatch: pytest.MonkeyPatc
     view = EXECUTED / "solutions" / notebook.name
     view.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(solutions_view(executed), view)
+
+
+STRAY = re.compile(r"\b(?:WARNING|ERROR)\b|Traceback")  # Dask's log levels, Python's tracebacks
+TEXT_MIMES = ("text/plain", "text/markdown")
+
+
+def stray_lines(executed: nbformat.NotebookNode) -> list[str]:
+    """Every output line with ``WARNING``, ``ERROR`` or ``Traceback`` (a Dask log line, a traceback)
+    outside the cells tagged ``raises-exception``, each as "cell N (its first line): the line", from
+    stream, error and display text."""
+    found = []
+    for index, cell in enumerate(executed.cells):
+        if cell.cell_type != "code" or "raises-exception" in cell.metadata.get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                text = output.text
+            elif output.output_type == "error":
+                text = "\n".join([f"{output.ename}: {output.evalue}", *output.traceback])
+            else:
+                text = "\n".join(str(output.get("data", {}).get(mime, "")) for mime in TEXT_MIMES)
+            first = cell.source.strip().splitlines()[0][:80] if cell.source.strip() else ""
+            found += [
+                f"cell {index} ({first}): {line.strip()[:300]}" for line in text.splitlines() if STRAY.search(line)
+            ]
+    return found
+
+
+def test_stray_lines_finds_log_lines_and_tracebacks_outside_intended_error_cells():
+    """The check above can fail: a Dask warning in a stream, a traceback in an error, an ERROR in a
+    display, each named with its cell; an intended-error cell's traceback and plain text are not."""
+    new_output, cell = nbformat.v4.new_output, nbformat.v4.new_code_cell
+    warned = "2026-01-01 10:00:00,000 - distributed.scheduler - WARNING - Removing worker 'tcp://a' caused ..."
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            cell("session = workbench.start()", outputs=[new_output("stream", name="stderr", text=warned + "\n")]),
+            cell("1 / 0", outputs=[new_output("error", ename="ZeroDivisionError", evalue="", traceback=["Traceback"])]),
+            cell("show()", outputs=[new_output("display_data", data={"text/plain": "x\nERROR - lost"})]),
+            cell(
+                "raise ValueError",
+                metadata={"tags": ["raises-exception"]},
+                outputs=[
+                    new_output("error", ename="ValueError", evalue="", traceback=["Traceback (most recent call last):"])
+                ],
+            ),
+            cell("print('errors: none; warnings off')", outputs=[new_output("stream", name="stdout", text="fine\n")]),
+        ]
+    )
+    found = stray_lines(notebook)
+    assert [line.split(":")[0] for line in found] == [
+        "cell 0 (session = workbench.start())",
+        "cell 1 (1 / 0)",
+        "cell 2 (show())",
+    ]
+    assert "WARNING - Removing worker" in found[0] and found[2].endswith("ERROR - lost")
 
 
 def _bound(code: str) -> set[str]:

@@ -115,7 +115,7 @@ def test_notebook_follows_the_lesson_template(path):
     assert "## Key points" in text and "## Exercise" in text
     assert not [c for c in code if "solution" in c["metadata"].get("tags", [])], "solutions live in the manual"
     assert "hint(" in text and "reveal(" in text, "the exercise intro says how to ask for help"
-    assert "close()" in "".join(code[-1]["source"]), "the last cell closes the session"
+    assert "teardown(session" in "".join(code[-1]["source"]), "the last cell offers to close the session (teardown)"
 
 
 def test_every_jupyterlab_the_project_starts_has_no_news_toast():

@@ -1,4 +1,6 @@
+import logging
 import os
+import re
 import socket
 
 import numpy as np
@@ -233,3 +235,70 @@ def test_size_resolution_order(monkeypatch):
     assert workbench.resolve_size("full") == "full"  # papermill's injected value wins
     with pytest.raises(ValueError, match="size must be one of"):
         workbench.resolve_size("huge")
+
+
+def _double(i):
+    return 2 * i
+
+
+class _Heard(logging.Handler):
+    """Dask's log records of WARNING and above in this process (its loggers do not propagate to the root)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.name} - {record.levelname} - {record.getMessage()[:300]}")
+
+
+def test_scaling_down_and_closing_lose_nothing_and_say_nothing(capfd):
+    """Issue 46, item 4: a scale-down closed its workers with the results they held (Dask's
+    SpecCluster retires workers by name, the scheduler takes addresses: nothing was retired), and the
+    scheduler logged each lost key as a WARNING under the lesson ("Removing worker ... caused the
+    cluster to lose already computed task(s)"); a result pinned to the worker that left was never
+    computed again. Scaling down now moves the results first, and neither it nor closing prints a
+    WARNING, ERROR or traceback, here or in a worker process (their stderr is this test's)."""
+    heard = _Heard()
+    logging.getLogger("distributed").addHandler(heard)
+    try:
+        with workbench.start(n_workers=2, timeout=60) as session:
+            workers = session.workers()
+            held = [
+                session.client.submit(_double, i, workers=[workers[i % 2]], pure=False, key=f"held-{i}")
+                for i in range(20)
+            ]
+            session.wait(held)
+            session.scale(1)
+            lost = sorted(key for key, where in session.client.who_has(held).items() if not where)
+            assert not lost, f"scaling down lost the results {lost}"
+            assert session.gather(held) == [2 * i for i in range(20)]
+    finally:
+        logging.getLogger("distributed").removeHandler(heard)
+    printed = capfd.readouterr()
+    stray = [line for line in (printed.out + printed.err).splitlines() if re.search(r"WARNING|ERROR|Traceback", line)]
+    assert not heard.lines + stray, "\n".join(heard.lines + stray)
+
+
+def test_a_closing_workers_heartbeat_failure_is_quiet_and_only_that():
+    """The one log record a closing worker expects (its heartbeat, in flight when its connections
+    close) is dropped; the same failure of a running worker, and every other record, is kept."""
+    from distributed.core import Status
+
+    from workbench.runtime.worker_state import HEARTBEAT_FAILURE, ClosingHeartbeat
+
+    class Worker:
+        status = Status.running
+
+    worker = Worker()
+    quiet = ClosingHeartbeat(worker)
+
+    def record(message):
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, message, (), None)
+
+    assert quiet.filter(record(HEARTBEAT_FAILURE + "."))  # a running worker's: its scheduler is gone
+    for status in (Status.closing, Status.closed):
+        worker.status = status
+        assert not quiet.filter(record(HEARTBEAT_FAILURE + "."))
+        assert quiet.filter(record("Unexpected exception during heartbeat. Closing worker."))
+    assert quiet.of(worker) and not quiet.of(Worker())

@@ -193,6 +193,7 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
         ]
     )
     progress = widgets.HBox([widgets.HTML("runs: 96%"), widgets.FloatProgress(value=23, max=24)])
+    closing = widgets.VBox([widgets.HTML("<p>Run All stops here</p>"), widgets.Button(description="Close the cluster")])
     lesson = _executed_lesson(
         [
             _code("setup_notebook()", outputs=[_display({"application/javascript": "/* BokehJS */", LOAD: ""})]),
@@ -200,10 +201,11 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
             _code("panel = PageTablePanel()\npanel.widget", outputs=[_view(panel.widget)]),
             _code("panel.run();"),
             _code("panel = ExperimentPanel(session, size)\npanel.widget", outputs=[_view(experiment)]),
+            _code("teardown(session)", outputs=[_view(closing)]),
         ],
-        widget_views=[progress, panel.widget, experiment],
+        widget_views=[progress, panel.widget, experiment, closing],
     )
-    assert site_pages.live_panels(lesson) == 2  # the progress bar is no panel
+    assert site_pages.live_panels(lesson) == 2  # the progress bar is no panel, nor the lesson's teardown
     page = site_pages.for_site(lesson, BOKEH_SRC)
     text = _all_text(page)
     assert site_pages.WIDGET_VIEW not in text and "widgets" not in page.metadata
@@ -213,6 +215,7 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
     assert "workbench-live-panel" in note and "In JupyterLab the panel is live" in note
     assert "segment MiB = <code>64</code>" in note and "most tasks = <code>4</code>" in note
     assert "4 processes: 512 KiB of page tables" in table_panel[1].data["text/html"]
+    assert [o.data["text/html"] for o in page.cells[5].outputs] == ["<p>Run All stops here</p>"]
     assert [list(o.data) for o in table_panel[2:]] == [["text/html"], ["application/javascript", site_pages.BOKEH_EXEC]]
     assert "page tables, 64 MiB segment" in table_panel[3].data["application/javascript"]
     shown = page.cells[4].outputs

@@ -14,8 +14,10 @@ machine for tests and lessons.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import html
 import os
 import socket
 import time
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import dask
-from distributed import Client, Future, LocalCluster, SpecCluster, wait
+from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 
 from workbench.memory import shm
 from workbench.runtime.clusters import (
@@ -41,10 +43,19 @@ from workbench.runtime.clusters import (
 )
 from workbench.runtime.dashboard import OFF, PORT, SOCKET, dashboard_place, proxy_link
 from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
+from workbench.runtime.shutdown import at_kernel_shutdown
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
+from workbench.units import size_text
 
 SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
+# The dashboard pages Session.dashboard_links gives, name -> page (Dask's routes, beside "status")
+DASHBOARD_PAGES = {
+    "Status": "status",
+    "Task Stream": "individual-task-stream",
+    "Workers Memory": "individual-workers-memory",
+    "Progress": "individual-progress",
+}
 DEFAULT_TIMEOUT = 60.0  # seconds for start-up, connections and waits on results
 
 T = TypeVar("T")
@@ -119,14 +130,22 @@ class Session:
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
     _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
     _exits: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)  # closes them
+    _unhook: Callable[[], None] | None = field(default=None, repr=False)  # cancels the close at kernel shutdown
+
+    def __post_init__(self) -> None:
+        self._unhook = at_kernel_shutdown(self.close, "the workbench session")
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
         """Close what the session opened for itself (:meth:`own`, last first), the client, and the
-        cluster when this session started it. Safe to call twice."""
+        cluster when this session started it: its workers first (:meth:`_stop_workers`), then its
+        scheduler. Safe to call twice. In a Jupyter kernel it also runs when the kernel shuts down
+        (:mod:`workbench.runtime.shutdown`)."""
         if self._closed:
             return
         self._closed = True
+        if self._unhook is not None:
+            self._unhook()
         try:
             self._exits.close()
         finally:
@@ -134,7 +153,40 @@ class Session:
                 self.client.close(timeout=self.timeout)
             finally:
                 if self.cluster is not None:
-                    self.cluster.close(timeout=self.timeout)
+                    try:
+                        self._stop_workers()
+                    finally:
+                        self.cluster.close(timeout=self.timeout)
+
+    def _stop_workers(self) -> None:
+        """Stop a local cluster's worker processes before its scheduler, each given the session's
+        timeout to exit, once the scheduler has let go of this session's client.
+
+        Dask's own close gave each worker process 4 s to exit and then killed it with a warning under
+        the lesson ("Worker process still alive after 4.0 seconds, killing", twice per lesson on a
+        loaded 2-core machine, where ending a worker's interpreter took longer). Waiting for the
+        client to be gone first means no worker leaves holding results that someone still wants
+        (the scheduler logs every such key as lost)."""
+        nannies = [w for w in list(getattr(self.cluster, "workers", {}).values()) if isinstance(w, Nanny)]
+        if not nannies:
+            return
+        scheduler = getattr(self.cluster, "scheduler", None)
+        if isinstance(scheduler, Scheduler):  # in this process: its table of clients is readable here
+            deadline = time.monotonic() + self.timeout
+            while self.client.id in scheduler.clients and time.monotonic() < deadline:
+                time.sleep(0.01)  # a poll of a bounded wait on the scheduler's state
+        self._close_nannies(nannies, "workbench-session-close")
+
+    def _close_nannies(self, nannies: list[Nanny], reason: str) -> None:
+        """Close ``nannies`` (and their worker processes), each given the session's timeout to stop its
+        worker before it kills it; Dask's cluster closes them with 5 s (4 for the worker)."""
+        timeout = self.timeout
+
+        async def stop() -> None:
+            await asyncio.gather(*(n.close(timeout=timeout, reason=reason) for n in nannies))
+
+        assert self.cluster is not None
+        self.cluster.sync(stop, callback_timeout=2 * timeout)
 
     def own(self, name: str, opener: Callable[[], AbstractContextManager[T]]) -> T:
         """The resource ``name`` that this session opened for its own use: entered from ``opener()``
@@ -264,11 +316,47 @@ class Session:
         growing = n_workers > len(self.workers())
         if share is not None and growing:  # lower the running workers' limits before new ones start
             set_memory_limits(self, share)
+        if not growing:
+            self._retire(n_workers)
         self.cluster.scale(n_workers)
         # scaling down is not awaited by scale() itself
         self._until(lambda: len(self.workers()) == n_workers, f"reach {n_workers} workers")
         if share is not None and not growing:  # raise them once the workers that left are gone
             set_memory_limits(self, share)
+
+    def _retire(self, n_workers: int) -> None:
+        """Before scaling down to ``n_workers``: the workers that go (the cluster's last ones) hand
+        the results they alone hold to the others (Dask's ``retire_workers``), and leave the cluster's
+        spec, so that ``LocalCluster.scale`` closes exactly them.
+
+        ``LocalCluster.scale`` alone closed them with their results: Dask's ``SpecCluster`` asks the
+        scheduler to retire its workers by *name* where the scheduler takes addresses, so nothing was
+        retired; the scheduler then logged every key it lost ("Removing worker ... caused the cluster
+        to lose already computed task(s)", 400 of them under lesson 03's session cell) and a result
+        pinned to the closed worker was never computed again. Retiring moves only Dask's keys: what
+        a worker keeps outside them (the store's objects, its RRO views) goes with it, as before.
+        The retired workers are closed here, each given the session's timeout (:meth:`_close_nannies`).
+        """
+        assert self.cluster is not None
+        going = list(self.cluster.worker_spec)[n_workers:]
+        if not going:
+            return
+        info = cluster_identity(self.client, timeout=self.timeout)["workers"]
+        addresses = sorted(address for address, worker in info.items() if worker.get("name") in going)
+        if addresses:
+            # close_workers=False, remove=False: they are closed below, by their nannies
+            self.bounded(
+                self.client.retire_workers,
+                workers=addresses,
+                close_workers=False,
+                remove=False,
+                where=f"moving the results of {len(addresses)} worker(s) to the others",
+            )
+        # closed here with the session's timeout (the cluster's own close would kill them after 4 s)
+        leaving = [self.cluster.workers[n] for n in going if isinstance(self.cluster.workers.get(n), Nanny)]
+        self._close_nannies(leaving, "workbench-scale")
+        for name in going:
+            del self.cluster.worker_spec[name]
 
     def _until(self, condition: Callable[[], bool], what: str) -> None:
         """Wait until ``condition()`` holds, at most the session's timeout; past it, TimeoutError saying ``what``."""
@@ -313,6 +401,50 @@ class Session:
         if self.dashboard == SOCKET:
             return proxy_link()
         return self.client.dashboard_link if self.dashboard == PORT else None
+
+    def dashboard_links(self) -> dict[str, str]:
+        """The dashboard's pages a learner opens beside a lesson, name -> link: Status, Task Stream,
+        Workers Memory and Progress (each :meth:`dashboard_link` with its page in place of
+        ``status``); empty when the dashboard is off."""
+        link = self.dashboard_link()
+        if not link:
+            return {}
+        base = link.removesuffix("status") if link.endswith("/status") else link.rstrip("/") + "/"
+        return {name: base + page for name, page in DASHBOARD_PAGES.items()}
+
+    def _repr_html_(self) -> str | None:
+        """The session in a notebook: its workers and its dashboard's links, which work while cells
+        still run (a link needs no kernel; dask-labextension's search waits for one)."""
+        if self.closed:
+            return "<p>This workbench session is closed: <code>workbench.start()</code> starts a new one.</p>"
+        try:
+            workers = self.describe()["workers"]
+        except Exception:  # a cluster that stopped answering: the plain repr, never a traceback
+            return None
+        threads = sorted({w["threads"] for w in workers})
+        memory = sorted({w["memory_limit"] for w in workers})
+        shape = f"{len(workers)} worker process{'es' if len(workers) != 1 else ''}"
+        shape += f" x {'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
+        if memory and memory[0]:
+            shape += f", {'/'.join(size_text(m) for m in memory)} of memory each"
+        whose = "started by this session" if self.cluster is not None else "joined"
+        lines = [f"<b>Dask cluster</b> ({whose}): {html.escape(shape)}."]
+        links = self.dashboard_links()
+        if links:
+            anchors = " · ".join(
+                f'<a href="{html.escape(url)}" target="_blank">{html.escape(name)}</a>' for name, url in links.items()
+            )
+            lines.append(
+                f"<b>Dashboard</b>: {anchors} (each opens in a browser tab). To see the panes inside "
+                f"JupyterLab, paste <code>{html.escape(self.dashboard_link() or '')}</code> into the box of "
+                "the Dask tab in the left sidebar."
+            )
+        else:
+            lines.append(
+                "Dask's dashboard is off for this cluster: <code>make lab</code> turns it on "
+                "(<code>WORKBENCH_DASHBOARD=1</code>)."
+            )
+        return "<p>" + "<br>".join(lines) + "</p>"
 
     def describe(self) -> dict[str, Any]:
         """Scheduler address, workers with threads and node, and whether the session owns the cluster."""
@@ -462,12 +594,16 @@ def _session(
     request: ClusterRequest | None = None,
 ) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
-    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster; and
-    every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`."""
+    and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster;
+    every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`;
+    and, with a dashboard, the scheduler's task stream recorded from the start (Dask begins it when
+    a Task Stream pane first opens, which then showed none of the tasks that ran before)."""
     try:
         install()
         client.register_plugin(FramesPlugin(), name=PLUGIN_NAME)
         client.register_plugin(WorkerState(), name=STATE_PLUGIN_NAME)
+        if dashboard != OFF:  # the scheduler records the task stream now: a pane opened later shows what ran
+            client.get_task_stream(count=0)
     except BaseException:
         client.close(timeout=timeout)
         raise

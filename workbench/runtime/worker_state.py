@@ -19,8 +19,11 @@ module, :mod:`workbench.runtime.store.current`, and nowhere else.
 
 from __future__ import annotations
 
+import logging
 import shutil
+import signal
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +67,13 @@ class WorkerState(WorkerPlugin):
         self.aborted_groups: set[str] = set()
         self.inboxes: dict[tuple[str, int], Any] = {}  # channels.channel.Inbox
 
+    def setup(self, worker: Any) -> None:
+        """Quiet the one failure a closing worker expects (:class:`ClosingHeartbeat`), and keep a
+        nanny's worker process out of its parent's interrupts (:func:`ignore_interrupts`)."""
+        quiet_closing_heartbeat(worker)
+        if getattr(worker, "nanny", None):
+            ignore_interrupts()
+
     def __reduce__(self) -> tuple[type[WorkerState], tuple[()]]:
         """Sent to a worker as a new, empty state (its tables are the worker's own; a lock does not pickle)."""
         return (WorkerState, ())
@@ -80,6 +90,58 @@ class WorkerState(WorkerPlugin):
             self.spills.clear()  # not each buffer's clear(): that unspills every key first, only to delete it
         for space in spaces:
             shutil.rmtree(space.directory, ignore_errors=True)
+
+
+HEARTBEAT_FAILURE = "Failed to communicate with scheduler during heartbeat"  # Dask's words (distributed.worker)
+_CLOSING = ("closing", "closed")  # a worker's Status names once it closes
+
+
+class ClosingHeartbeat(logging.Filter):
+    """Drops Dask's "Failed to communicate with scheduler during heartbeat" (an ERROR with its
+    traceback) from ``worker`` once it is closing, and nothing else.
+
+    A worker's close stops its heartbeat and then closes its connections; a heartbeat already on its
+    way when the connections close fails, and Dask logs it as an error with two tracebacks: under
+    lesson 03's ``session.close()`` at size ``lab``, once per worker. That failure is the close itself.
+    The same message from a running worker (its scheduler went away) still shows, as does every
+    other record.
+    """
+
+    def __init__(self, worker: Any) -> None:
+        super().__init__()
+        self._worker = weakref.ref(worker)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (drop) for the heartbeat failure of this worker while it closes; True otherwise."""
+        if not record.getMessage().startswith(HEARTBEAT_FAILURE):
+            return True
+        worker = self._worker()
+        return worker is not None and getattr(getattr(worker, "status", None), "name", "") not in _CLOSING
+
+    def of(self, worker: Any) -> bool:
+        """Whether this filter is ``worker``'s."""
+        return self._worker() is worker
+
+
+def quiet_closing_heartbeat(worker: Any) -> None:
+    """Put a :class:`ClosingHeartbeat` for ``worker`` on Dask's worker logger, once per worker. It
+    stays until the process ends: the heartbeat it quiets fails during the close, after the plugins
+    are gone."""
+    dask_logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, ClosingHeartbeat) and f.of(worker) for f in dask_logger.filters):
+        dask_logger.addFilter(ClosingHeartbeat(worker))
+
+
+def ignore_interrupts() -> None:
+    """Ignore SIGINT in this worker process (from its main thread; elsewhere nothing is changed).
+
+    A nanny's worker process is in its parent's process group, and Jupyter interrupts a kernel by
+    signalling the whole group (the Stop button, and first thing when it shuts a kernel down): each
+    worker died with a KeyboardInterrupt traceback under the cell, its nanny restarted it with a
+    warning, and the scheduler logged every result it held as lost. The interrupt is for the cell;
+    the workers stop when their session closes (or their parent dies)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def worker_state(worker: Any = None) -> WorkerState:

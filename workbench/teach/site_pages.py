@@ -266,8 +266,8 @@ class _StaticWidget:
             value = _control_value(state)
             if value is not None:
                 self.settings.append((str(state.get("description") or name.removesuffix("Model")), value))
-        elif name == "ButtonModel":
-            self.has_button = True
+        elif name == "ButtonModel":  # a panel's Run button (a lesson's teardown has another: no panel)
+            self.has_button = self.has_button or state.get("description") == "Run"
         elif name in _PROGRESS:
             self.has_progress = True
         elif name in ("HTMLModel", "LabelModel", "HTMLMathModel"):
