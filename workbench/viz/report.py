@@ -15,7 +15,7 @@ from workbench import machine
 from workbench.lab import stats as statistics
 from workbench.lab.runner import Experiment, point_key
 from workbench.viz.gantt import gantt
-from workbench.viz.locality import block_map, bytes_matrix
+from workbench.viz.locality import block_map, bytes_matrices
 from workbench.viz.timing import comparison_figure
 
 
@@ -56,31 +56,34 @@ def build(experiment: Experiment):
                 f"started {meta['started']}; warm-up runs excluded ({len(experiment.warmups)}).</p>"
                 "<pre>" + html.escape("\n".join(machine.summary_lines(meta["machine"]))) + "</pre>"
             ),
-            width=900,
+            sizing_mode="stretch_width",
         ),
         Div(
             text="<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters),
-            width=900,
+            sizing_mode="stretch_width",
         ),
         comparison_figure(experiment.results, experiment.parameters),
     ]
     last = experiment.points()[-1]
     if experiment.traces:
         parts.append(
-            Div(text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>", width=900)
+            Div(
+                text=f"<h2>Traces: the median run of each variant at {html.escape(str(last))}</h2>",
+                sizing_mode="stretch_width",
+            )
         )
         for variant in meta["variants"]:
             run_id = experiment.median_run(variant, last)
             parts.append(gantt(experiment.trace_of(run_id), title=f"{variant} ({run_id})"))
         parts.append(
-            bytes_matrix(
-                experiment.bytes_moved(meta["variants"], last),
-                title="bytes moved in those runs (source -> destination)",
+            bytes_matrices(
+                {variant: experiment.bytes_moved(variant, last) for variant in meta["variants"]},
+                title="bytes moved in those runs (source -> destination), one colour scale",
             )
         )
     if experiment.locality:
         parts.append(block_map(experiment.locality_at(last), title=f"where the blocks were at {point_key(last)}"))
-    return column(*parts)
+    return column(*parts, sizing_mode="stretch_width")
 
 
 def write_report(experiment: Experiment, path: str | Path) -> Path:
