@@ -163,9 +163,14 @@ def test_every_legend_is_outside_the_data_and_names_each_entry_in_its_own_safe_c
             assert set(colours) <= safe, f"{name}: colours outside the colour-blind-safe palette: {colours}"
 
 
-def test_the_palette_is_okabe_ito_first():
+def test_the_palette_is_okabe_ito_first_and_a_variant_keeps_its_colour_across_figures():
     assert set(style.PALETTE) == OKABE_ITO
     assert len(set(style.COLOURS)) == len(style.COLOURS)
+    palette = style.colour_map(["active", "blocks", "non-active", "active-split", "blocks"])
+    assert list(palette) == ["active", "blocks", "non-active", "active-split"] and len(set(palette.values())) == 4
+    table = pd.DataFrame([{"variant": v, "workers": w, "seconds": 1.0} for v in ("blocks", "active") for w in (1, 2)])
+    lines = [r for r in timing.scaling_figure(table, palette=palette).renderers if r.glyph.__class__.__name__ == "Line"]
+    assert {r.glyph.line_color for r in lines} == {palette["blocks"], palette["active"]}
     with pytest.raises(ValueError, match="facet or group"):
         style.colours(len(style.COLOURS) + 1)
 

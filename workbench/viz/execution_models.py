@@ -8,7 +8,7 @@ from typing import Any
 
 from bokeh.models import ColumnDataSource, HoverTool
 
-from workbench.viz.style import colours, legend_outside, new_figure
+from workbench.viz.style import colours, legend_outside, new_figure, ticks_at
 
 
 def spawn_figure(rows: Sequence[dict[str, Any]], title: str = "time to the first useful instruction"):
@@ -69,6 +69,7 @@ def page_table_figure(rows: Sequence[dict[str, Any]], title: str = "page tables 
             legend_label=f"{model}: 8 B per page per process",
         )
     fig.add_tools(HoverTool(tooltips=[("tasks", "@tasks"), ("VmPTE", "@kib KiB"), ("expected", "@expected KiB")]))
+    ticks_at(fig.xaxis, [r["tasks"] for r in rows])
     legend_outside(fig, "below")
     fig.y_range.start = 0
     return fig
@@ -84,6 +85,7 @@ def mmap_figure(report: dict[str, Any], title: str = "mmap + munmap calls per se
         fig.line("tasks", "rate", source=source, line_width=2, color=color, legend_label=label)
         fig.scatter("tasks", "rate", source=source, size=7, color=color, legend_label=label)
     fig.add_tools(HoverTool(tooltips=[("tasks", "@tasks"), ("calls/s", "@rate{0}")]))
+    ticks_at(fig.xaxis, [r["tasks"] for r in rows])
     legend_outside(fig, "right")
     fig.y_range.start = 0
     return fig

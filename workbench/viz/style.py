@@ -54,6 +54,13 @@ def colours(n: int) -> list[str]:
     return list(COLOURS[:n])
 
 
+def colour_map(names: Iterable[str]) -> dict[str, str]:
+    """A distinct colour for each name, in the order first seen: pass the names of every figure shown
+    together, so that a variant has the same colour in each (:func:`colours` refuses too many)."""
+    names = list(dict.fromkeys(str(n) for n in names))
+    return dict(zip(names, colours(len(names)), strict=True))
+
+
 def new_figure(*, height: int = HEIGHT, min_width: int = MIN_WIDTH, **options: Any):
     """A bokeh figure in the workbench's style: as wide as its output (``stretch_width``, no fixed width),
     ``height`` pixels high, the toolbar above the plot while the pointer is over it. ``options`` go to
@@ -135,6 +142,16 @@ def thin_ticks(fig) -> None:
         labels = [str(f[-1] if isinstance(f, tuple) else f) for f in fig.x_range.factors]
         if len(labels) > 6 or max((len(s) for s in labels), default=0) > 8:
             fig.xaxis.major_label_orientation = TURN
+
+
+def ticks_at(axis, values: Iterable[float], most: int = 8) -> None:
+    """Ticks at the values measured (blocks, objects, workers) when there are at most ``most`` of them:
+    on a log axis spanning a decade or two, bokeh's own ticks fall between them or run together."""
+    from bokeh.models import FixedTicker
+
+    values = sorted({float(v) for v in values})
+    if 0 < len(values) <= most:
+        axis.ticker = FixedTicker(ticks=values)
 
 
 def text_colour(fill: str) -> str:

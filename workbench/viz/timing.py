@@ -14,11 +14,13 @@ from workbench.viz.style import (
     COLOURS,
     PALETTE,
     bytes_text,
+    colour_map,
     colours,
     fit_whiskers,
     legend_outside,
     log_byte_ticks,
     new_figure,
+    ticks_at,
     wrap,
 )
 
@@ -72,6 +74,7 @@ def block_sweep_figure(runs: pd.DataFrame, title: str = "one task per block"):
         legend_label="median",
     )
     fig.add_tools(HoverTool(tooltips=[("blocks", "@blocks"), ("seconds", "@seconds{0.000}")]))
+    ticks_at(fig.xaxis, runs["blocks"])
     legend_outside(fig, "right")
     return fig
 
@@ -138,8 +141,12 @@ def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str =
     return wrap(facets, min_width=FACET_MIN_WIDTH, title=title)
 
 
-def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds"):
-    """One line per variant: ``y`` (seconds, or efficiency) against the number of workers."""
+def scaling_figure(
+    table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds", palette: Mapping[str, str] | None = None
+):
+    """One line per variant: ``y`` (seconds, or efficiency) against the number of workers. ``palette``
+    maps variants to colours (:func:`~workbench.viz.style.colour_map`), the same in every figure shown
+    beside this one; by default this figure's own."""
     y_label = {"seconds": "mean seconds per run", "efficiency": "efficiency t(first) / t(n)"}.get(y, y)
     fig = new_figure(
         title=title,
@@ -149,7 +156,9 @@ def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "s
         tooltips=[("variant", "@variant"), ("workers", "@workers"), (y, f"@{y}{{0.000}}")],
     )
     groups = list(table.groupby("variant", sort=False))
-    for colour, (variant, rows) in zip(colours(len(groups)), groups, strict=True):
+    palette = palette or colour_map(variant for variant, _ in groups)
+    for variant, rows in groups:
+        colour = palette[str(variant)]
         rows = rows.sort_values("workers").assign(variant=variant)
         source = _columns(rows, "workers", y, "variant")
         fig.line("workers", y, source=source, line_width=2, color=colour, legend_label=str(variant))
@@ -188,6 +197,7 @@ def store_scale_figure(report: dict, title: str = "the active store as it fills"
         source = ColumnDataSource({"count": list(counts), "ms": list(values), "curve": [name] * len(values)})
         fig.line("count", "ms", source=source, line_width=2, color=colour, legend_label=name)
         fig.scatter("count", "ms", source=source, size=7, color=colour)
+    ticks_at(fig.xaxis, [c for _, counts, _ in series for c in counts])
     legend_outside(fig, "below")
     return fig
 
