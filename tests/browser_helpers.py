@@ -144,7 +144,7 @@ _DRAWN = """() => {
 }"""
 
 
-def open_executed(page, url: str, token: str, name: str, counts: dict[str, int], timeout: float = 120) -> None:
+def open_executed(page, url: str, token: str, name: str, counts: dict[str, int], timeout: float = 300) -> None:
     """Open an executed notebook in JupyterLab and wait until every bokeh figure of its outputs is
     drawn, every saved widget view too, and the outputs' sizes have settled (alike twice in a row,
     half a second apart: bokeh lays figures out again as their outputs get their widths)."""
@@ -163,6 +163,8 @@ def open_executed(page, url: str, token: str, name: str, counts: dict[str, int],
         if now["bokeh"] >= counts["bokeh"] and now["widgets"] >= counts["widgets"] and now == previous:
             return
         if time.monotonic() > deadline:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{name.removesuffix('.ipynb')}-not-drawn.png"))
             pytest.fail(
                 f"{name}: after {timeout:.0f} s, {now['bokeh']} of {counts['bokeh']} bokeh figures drawn, "
                 f"{now['widgets']} widget views ({counts['widgets']} saved)"
