@@ -286,7 +286,7 @@ class PipelinePanel:
             redraw(
                 self.output,
                 stage_bars({"planted": self.planted.stages, "yours": self.last.stages}),
-                self._capstone.compare(self.planted, self.last).round(3),
+                self._capstone.compare(self.planted, self.last).round(3).T,  # one column per stage: it fits
             )
             self.status.value = f"planted {self.planted.seconds:.3f} s, yours {self.last.seconds:.3f} s"
         return self.last
