@@ -5,15 +5,16 @@
   onto the next line where the output is narrow, never past its edge (bokeh's ``row`` does not wrap).
 - Colours come from Okabe and Ito's colour-blind-safe palette (:data:`PALETTE`), then Paul Tol's
   muted one (:data:`MORE`); :func:`colours` gives distinct ones, so every entry a legend names has
-  its own colour.
+  its own colour, and :func:`colour_map` the same colour to a variant in figures shown together.
 - A legend sits beside or below the data (:func:`legend_outside`), never over it.
 - Error whiskers are inside the y range (:func:`fit_whiskers`): bokeh's automatic range stops at the
   bars.
 - Bytes are written as :func:`workbench.units.size_text` writes them (``1.25 MiB``), on cells, ticks
   and tooltips (:func:`byte_ticks`); matrices compared with one another share one colour scale.
 - Text on a coloured cell is light on dark cells and dark on light ones (:func:`text_colour`).
-- Tick labels do not collide: few numeric ticks, and categorical labels turned when there are many
-  or long ones (:func:`thin_ticks`).
+- Tick labels do not collide: few numeric ticks, ticks at the values measured (:func:`ticks_at`), and
+  categorical labels turned when there are many or long ones (:func:`thin_ticks`).
+- A table shown in a lesson wraps its headers and writes bytes in binary units (:func:`readable`).
 
 Each figure function of :mod:`workbench.viz` builds its figures with :func:`new_figure` and these
 helpers; ``tests/test_viz_style.py`` checks the rules on the figure objects.
@@ -21,6 +22,7 @@ helpers; ``tests/test_viz_style.py`` checks the rules on the figure objects.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -119,14 +121,8 @@ def wrap(figures: Sequence[LayoutDOM], min_width: int = MIN_WIDTH, title: str | 
     )
     if title is None:
         return row
-    header = Div(text=f"<b>{_escape(title)}</b>", sizing_mode="stretch_width", styles={"font-size": "11pt"})
+    header = Div(text=f"<b>{html.escape(title)}</b>", sizing_mode="stretch_width", styles={"font-size": "11pt"})
     return column(header, row, sizing_mode="stretch_width")
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 def thin_ticks(fig) -> None:
