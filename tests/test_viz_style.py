@@ -267,6 +267,11 @@ def test_tick_labels_do_not_run_together():
                 assert not labelled or plot.xaxis[0].major_label_orientation != "horizontal", name
 
 
+def test_a_legend_below_puts_long_labels_in_fewer_columns():
+    assert FIGURES["scaling_figure"].below[-1].ncols == 2  # active, non-active
+    assert FIGURES["page_table_figure"].below[-1].ncols == 1  # "processes: 8 B per page per process"
+
+
 def test_new_figure_refuses_a_fixed_width():
     with pytest.raises(TypeError, match="no width"):
         style.new_figure(width=900)

@@ -45,6 +45,7 @@ HEIGHT = 300  # pixels: a figure's height unless it sizes itself by its rows
 MIN_WIDTH = 320  # pixels: narrower than this, a figure stops shrinking (and a wrapped row breaks before it)
 TOOLBAR = "above"  # the toolbar over the figure (shown on hover), not beside it: the plot keeps the width
 NUMERIC_TICKS = 5  # ticks bokeh aims at on a numeric axis: labels like "12000" stay apart at MIN_WIDTH
+LEGEND_CHARACTERS = 60  # characters of legend labels side by side under a figure (about 7 px each, with swatches)
 TURN = math.pi / 4  # categorical labels turned by 45 degrees when many or long
 
 
@@ -80,15 +81,16 @@ def new_figure(*, height: int = HEIGHT, min_width: int = MIN_WIDTH, **options: A
 
 def legend_outside(fig, place: str = "right") -> None:
     """Move the figure's legend out of the data: ``"right"`` (beside the plot) or ``"below"`` (under it,
-    in columns). Does nothing for a figure without a legend."""
+    in up to three columns, fewer where the labels are long). Does nothing for a figure without a legend."""
     if place not in ("right", "below"):
         raise ValueError(f"place must be 'right' or 'below', got {place!r}")
     if not fig.legend:
         return
     legend = fig.legend[0]
-    if place == "below":
+    if place == "below":  # in as many columns as labels of that length fit side by side at MIN_WIDTH
+        longest = max((len(str(item.label.value)) for item in legend.items if item.label), default=1)
         legend.orientation = "horizontal"
-        legend.ncols = min(3, max(1, len(legend.items)))
+        legend.ncols = max(1, min(3, len(legend.items), LEGEND_CHARACTERS // max(1, longest)))
     legend.border_line_alpha = 0
     fig.add_layout(legend, place)  # bokeh moves it there from inside the plot
 
