@@ -184,6 +184,12 @@ def test_a_gantt_gives_put_take_and_wait_three_colours_and_every_action_its_own(
         chosen = gantt.action_colours(every)
         assert len(set(chosen.values())) == len(every) == len(style.COLOURS)
         assert chosen[every[0]] == gantt.ACTION_COLOURS[every[0]]  # the same action, the same colour everywhere
+    runs = [gantt.action_colours(["compute", "transfer", *extra]) for extra in (["file-read"], ["shm-create"])]
+    phases = ["phase:first-iteration", "phase:later-iterations"]
+    assert [gantt.action_colours(["compute", "file-read", *phases])[p] for p in phases] == [
+        gantt.action_colours(["compute", "shm-attach", "table-hit", *phases])[p] for p in phases
+    ], "a lesson's two Gantts draw its phases alike"
+    assert runs[0]["transfer"] == runs[1]["transfer"]
     with pytest.raises(ValueError, match="more than 15 actions"):
         gantt.action_colours([*known, "phase:split"])
 

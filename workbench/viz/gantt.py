@@ -36,15 +36,26 @@ ACTION_COLOURS = {
 }
 PHASE = "phase:"  # the client's own phases (``Recorder.phase``): drawn light, under the events
 PHASE_ALPHA = 0.45
+# The client's phases seen together get two colours of their own (light, under the events): sand, teal.
+PHASE_COLOURS = {
+    "phase:first-iteration": MORE[4],
+    "phase:later-iterations": MORE[3],
+    "phase:compute": MORE[4],
+    "phase:fetch": MORE[3],
+    "phase:split": MORE[4],
+    "phase:rechunk": MORE[4],
+    "phase:group": MORE[4],
+    "phase:cool": MORE[4],
+}
 
 
 def action_colours(actions: Iterable[str]) -> dict[str, str]:
-    """A distinct colour for each action of one figure: its own (:data:`ACTION_COLOURS`) where no action
-    before it took that colour, else the first colour of :data:`~workbench.viz.style.COLOURS` not yet
-    taken (an action the table does not know, a client phase)."""
+    """A distinct colour for each action of one figure: its own (:data:`ACTION_COLOURS`,
+    :data:`PHASE_COLOURS`) where no action before it took that colour, else the first colour of
+    :data:`~workbench.viz.style.COLOURS` not yet taken (an action the tables do not know)."""
     chosen: dict[str, str] = {}
     for action in dict.fromkeys(actions):
-        preferred = ACTION_COLOURS.get(action)
+        preferred = ACTION_COLOURS.get(action) or PHASE_COLOURS.get(action)
         taken = set(chosen.values())
         if preferred is None or preferred in taken:
             free = [c for c in COLOURS if c not in taken]
