@@ -15,7 +15,7 @@ LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--al
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test lint install install-test bench bench-node peers site clean distclean
+.PHONY: lab test test-lab-figures lint install install-test bench bench-node peers site clean distclean
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
@@ -47,6 +47,12 @@ lint: $(TEST_STAMP)
 
 test: lint
 	$(BIN)/python -m pytest
+
+# Lessons 03 and 04 executed at size "lab", then opened in JupyterLab in Chromium: no figure, table or widget
+# wider than its output area, screenshots in build/artifacts/browser/lessons-lab/ (.ci/run runs it after
+# `make test`; the lessons' run at "lab" is most of its time).
+test-lab-figures: $(TEST_STAMP)
+	WORKBENCH_LAB_FIGURES=1 $(BIN)/python -m pytest tests/test_notebooks_in_browser.py -k at_lab
 
 # The course site: syllabus, guide, setup and every lesson executed at size ci (build/site/index.html).
 site: $(TEST_STAMP)

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from bokeh.models import ColumnDataSource, HoverTool
-from bokeh.plotting import figure
 
-from workbench.viz.timing import PALETTE
+from workbench.viz.style import colours, legend_outside, new_figure, ticks_at
 
 
 def spawn_figure(rows: Sequence[dict[str, Any]], title: str = "time to the first useful instruction"):
@@ -22,14 +21,13 @@ def spawn_figure(rows: Sequence[dict[str, Any]], title: str = "time to the first
             ms=[r["seconds"] * 1e3 for r in rows],
             vs=[r["vs_thread"] for r in rows],
             how=[r["how"] for r in rows],
-            color=[PALETTE[i % len(PALETTE)] for i in range(len(rows))],
+            color=colours(len(rows)),
         )
     )
-    fig = figure(
+    fig = new_figure(
         y_range=models,
         x_axis_type="log",
-        height=60 + 34 * len(rows),
-        width=640,
+        height=90 + 34 * len(rows),
         title=title,
         x_axis_label="milliseconds (log)",
         toolbar_location=None,
@@ -44,14 +42,14 @@ def spawn_figure(rows: Sequence[dict[str, Any]], title: str = "time to the first
 def page_table_figure(rows: Sequence[dict[str, Any]], title: str = "page tables for one shared segment"):
     """VmPTE (KiB) against tasks, one line per model (``page_tables`` rows), with the expected
     8 bytes per page per process dashed (PiP's Figure 6)."""
-    fig = figure(
+    fig = new_figure(
         height=320,
-        width=620,
         title=title,
         x_axis_label="tasks (processes or threads)",
         y_axis_label="page tables, KiB (VmPTE growth)",
     )
-    for i, model in enumerate(sorted({r["model"] for r in rows})):
+    models = sorted({r["model"] for r in rows})
+    for color, model in zip(colours(len(models)), models, strict=True):
         mine = sorted((r for r in rows if r["model"] == model), key=lambda r: r["tasks"])
         source = ColumnDataSource(
             dict(
@@ -60,7 +58,6 @@ def page_table_figure(rows: Sequence[dict[str, Any]], title: str = "page tables 
                 expected=[r["expected_kib"] for r in mine],
             )
         )
-        color = PALETTE[i % len(PALETTE)]
         fig.line("tasks", "kib", source=source, line_width=2, color=color, legend_label=model)
         fig.scatter("tasks", "kib", source=source, size=7, color=color, legend_label=model)
         fig.line(
@@ -72,7 +69,8 @@ def page_table_figure(rows: Sequence[dict[str, Any]], title: str = "page tables 
             legend_label=f"{model}: 8 B per page per process",
         )
     fig.add_tools(HoverTool(tooltips=[("tasks", "@tasks"), ("VmPTE", "@kib KiB"), ("expected", "@expected KiB")]))
-    fig.legend.location = "top_left"
+    ticks_at(fig.xaxis, [r["tasks"] for r in rows])
+    legend_outside(fig, "below")
     fig.y_range.start = 0
     return fig
 
@@ -80,12 +78,14 @@ def page_table_figure(rows: Sequence[dict[str, Any]], title: str = "page tables 
 def mmap_figure(report: dict[str, Any], title: str = "mmap + munmap calls per second, all tasks"):
     """Calls per second against tasks, threads of one process and processes (``mmap_contention``)."""
     rows = report["rows"]
-    fig = figure(height=300, width=620, title=title, x_axis_label="tasks", y_axis_label="calls per second")
-    for i, (key, label) in enumerate((("threads_per_s", "threads"), ("processes_per_s", "processes"))):
+    fig = new_figure(title=title, x_axis_label="tasks", y_axis_label="calls per second")
+    ways = (("threads_per_s", "threads"), ("processes_per_s", "processes"))
+    for color, (key, label) in zip(colours(len(ways)), ways, strict=True):
         source = ColumnDataSource(dict(tasks=[r["tasks"] for r in rows], rate=[r[key] for r in rows]))
-        fig.line("tasks", "rate", source=source, line_width=2, color=PALETTE[i], legend_label=label)
-        fig.scatter("tasks", "rate", source=source, size=7, color=PALETTE[i], legend_label=label)
+        fig.line("tasks", "rate", source=source, line_width=2, color=color, legend_label=label)
+        fig.scatter("tasks", "rate", source=source, size=7, color=color, legend_label=label)
     fig.add_tools(HoverTool(tooltips=[("tasks", "@tasks"), ("calls/s", "@rate{0}")]))
-    fig.legend.location = "top_left"
+    ticks_at(fig.xaxis, [r["tasks"] for r in rows])
+    legend_outside(fig, "right")
     fig.y_range.start = 0
     return fig

@@ -19,12 +19,11 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 from bokeh.models import ColumnDataSource, FixedTicker, HoverTool
-from bokeh.plotting import figure
 
 from workbench.lab import gpu_experiments
 from workbench.memory import gpu, tiers
-from workbench.viz.panels import redraw, run_button, running
-from workbench.viz.timing import PALETTE
+from workbench.viz.panels import controls_row, redraw, run_button, running
+from workbench.viz.style import PALETTE, byte_ticks, bytes_text, colours, legend_outside, new_figure
 
 SIMULATED_NOTE = " (SIMULATED: times mean nothing)"
 WAYS = ("resident", "copied")  # points placed on the device once; points copied in at every iteration
@@ -50,11 +49,10 @@ def rate_figure(bus: Mapping[str, Any], floor: Mapping[str, Any], histogram: Map
         )
     )
     smallest = min((v for v in source.data["gbs"] if v > 0), default=1e-6)
-    fig = figure(
+    fig = new_figure(
         y_range=labels[::-1],
         x_axis_type="log",
-        height=240,
-        width=640,
+        height=260,
         title="GB/s, measured now" + (SIMULATED_NOTE if simulated else ""),
         x_axis_label="GB/s (log)",
         toolbar_location=None,
@@ -105,28 +103,30 @@ def kmeans_by_iteration(size: str, iterations: int) -> list[dict[str, Any]]:
 def bytes_figure(rows: Sequence[Mapping[str, Any]], simulated: bool = False):
     """Bytes of points moved to the device against the iteration, one line per way
     (:func:`kmeans_by_iteration` records)."""
-    fig = figure(
-        height=300,
-        width=560,
+    fig = new_figure(
         title="bytes of points moved to the device so far",
         x_axis_label="iteration",
-        y_axis_label="bytes",
+        y_axis_label="bytes moved",
         toolbar_location=None,
     )
-    for colour, way in zip(PALETTE, WAYS, strict=False):
+    for colour, way in zip(colours(len(WAYS)), WAYS, strict=True):
         mine = [r for r in rows if r["way"] == way]
         source = ColumnDataSource(
             dict(
                 iteration=[r["iteration"] for r in mine],
                 moved=[r["bytes_to_device"] for r in mine],
+                moved_text=[bytes_text(r["bytes_to_device"]) for r in mine],
                 seconds=[r["seconds"] for r in mine],
             )
         )
         fig.line("iteration", "moved", source=source, line_width=2, color=colour, legend_label=way)
         fig.scatter("iteration", "moved", source=source, size=7, color=colour)
     seconds = "@seconds{0.000} s" + (" (simulated)" if simulated else "")
-    fig.add_tools(HoverTool(tooltips=[("iteration", "@iteration"), ("bytes", "@moved{0,0}"), ("so far", seconds)]))
-    fig.legend.location = "top_left"
+    fig.add_tools(HoverTool(tooltips=[("iteration", "@iteration"), ("bytes", "@moved_text"), ("so far", seconds)]))
+    ticks, labels = byte_ticks(max((r["bytes_to_device"] for r in rows), default=0))
+    fig.yaxis.ticker = FixedTicker(ticks=ticks)
+    fig.yaxis.major_label_overrides = labels
+    legend_outside(fig, "right")
     fig.y_range.start = 0
     fig.xaxis.ticker = FixedTicker(ticks=iteration_ticks([r["iteration"] for r in rows]))
     return fig
@@ -152,7 +152,7 @@ class PlacementPanel:
         self.button = run_button(self.run)
         self.status = widgets.HTML(value="Choose the number of iterations, then press <b>Run</b>.")
         self.output = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.iterations, self.button]), self.status, self.output])
+        self.widget = widgets.VBox([controls_row([self.iterations, self.button]), self.status, self.output])
 
     def run(self) -> list[dict[str, Any]]:
         """Run both ways for the chosen iterations; show the figure and the last iteration's table."""

@@ -20,6 +20,11 @@ BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 # -- what every panel's Run does ----------------------------------------------------------------
+def controls_row(children: Sequence[widgets.Widget]) -> widgets.HBox:
+    """Controls side by side that wrap onto the next line where the output is narrow (an HBox does not)."""
+    return widgets.HBox(list(children), layout=widgets.Layout(flex_flow="row wrap"))
+
+
 def run_button(run: Callable[[], Any]) -> widgets.Button:
     """The Run button: a click calls ``run()``, the same call a script or a test makes."""
     button = widgets.Button(description="Run", button_style="primary", icon="play")
@@ -75,7 +80,7 @@ class BlockSweepPanel:
         self.button = run_button(self.run)
         self.status = widgets.HTML(value="Choose a number of blocks per worker and press <b>Run</b>.")
         self.output = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.blocks, self.repeats, self.button]), self.status, self.output])
+        self.widget = widgets.VBox([controls_row([self.blocks, self.repeats, self.button]), self.status, self.output])
 
     def run(self) -> pd.DataFrame:
         """Measure the chosen number of blocks per worker, add the runs to the figure, return all runs."""
@@ -145,7 +150,7 @@ class ExperimentPanel:
         self.app.observe(lambda _: self._fill_app(), names="value")
         self._fill_app()
         self._open_at(variants, start or {})
-        controls = widgets.HBox(
+        controls = controls_row(
             [
                 widgets.VBox([self.app, self.variants]),
                 self.knob_box,
@@ -196,7 +201,7 @@ class ExperimentPanel:
 
         from workbench.lab.runner import run_experiment
         from workbench.viz.gantt import gantt
-        from workbench.viz.locality import block_map, bytes_matrix
+        from workbench.viz.locality import block_map, bytes_matrices
         from workbench.viz.report import stats_html
         from workbench.viz.timing import comparison_figure
 
@@ -223,7 +228,12 @@ class ExperimentPanel:
             for variant in variants:
                 run_id = experiment.median_run(variant, point)
                 figures.append(gantt(experiment.trace_of(run_id), title=f"{variant}: median run ({run_id})"))
-            figures.append(bytes_matrix(experiment.bytes_moved(variants, point)))
+            figures.append(
+                bytes_matrices(
+                    {v: experiment.bytes_moved(v, point) for v in variants},
+                    title="bytes moved in the median runs (source -> destination), one colour scale",
+                )
+            )
             figures.append(block_map(experiment.locality_at(point)))
             self.figures.children = [BokehModel(f) for f in figures]
             means = experiment.summary()
@@ -248,7 +258,7 @@ class PageTablePanel:
         self.button = run_button(self.run)
         self.status = widgets.HTML(value="Choose a segment size and the most tasks, then press <b>Run</b>.")
         self.output = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.segment, self.tasks, self.button]), self.status, self.output])
+        self.widget = widgets.VBox([controls_row([self.segment, self.tasks, self.button]), self.status, self.output])
 
     def run(self) -> list[dict]:
         """Measure page tables for processes and threads up to the chosen tasks; show the figure."""
@@ -290,7 +300,7 @@ class PipelinePanel:
         self.output = widgets.Output()
         knobs = [self.blocks, *self.knobs.values()]
         self.widget = widgets.VBox(
-            [widgets.HBox(knobs[:3]), widgets.HBox([*knobs[3:], self.button]), self.status, self.output]
+            [controls_row(knobs[:3]), controls_row([*knobs[3:], self.button]), self.status, self.output]
         )
 
     def run(self) -> object:
@@ -306,7 +316,7 @@ class PipelinePanel:
             redraw(
                 self.output,
                 stage_bars({"planted": self.planted.stages, "yours": self.last.stages}),
-                self._capstone.compare(self.planted, self.last).round(3),
+                self._capstone.compare(self.planted, self.last).round(3).T,  # one column per stage: it fits
             )
             self.status.value = f"planted {self.planted.seconds:.3f} s, yours {self.last.seconds:.3f} s"
         return self.last

@@ -17,7 +17,7 @@ from workbench.lab import stats as statistics
 from workbench.lab.runner import Experiment, point_key
 from workbench.units import ratio_text
 from workbench.viz.gantt import gantt
-from workbench.viz.locality import block_map, bytes_matrix
+from workbench.viz.locality import block_map, bytes_matrices
 from workbench.viz.page import document, spaced_table, text_div
 from workbench.viz.timing import comparison_figure
 
@@ -85,14 +85,14 @@ def build(experiment: Experiment):
             run_id = experiment.median_run(variant, last)
             parts.append(gantt(experiment.trace_of(run_id), title=f"{variant} ({run_id})"))
         parts.append(
-            bytes_matrix(
-                experiment.bytes_moved(meta["variants"], last),
-                title="bytes moved in those runs (source -> destination)",
+            bytes_matrices(
+                {variant: experiment.bytes_moved(variant, last) for variant in meta["variants"]},
+                title="bytes moved in those runs (source -> destination), one colour scale",
             )
         )
     if experiment.locality:
         parts.append(block_map(experiment.locality_at(last), title=f"where the blocks were at {point_key(last)}"))
-    return column(*parts)
+    return column(*parts, sizing_mode="stretch_width")
 
 
 def write_report(experiment: Experiment, path: str | Path) -> Path:

@@ -1,16 +1,36 @@
-"""Timing figures: bars per variant, and time against the number of blocks."""
+"""Timing figures: bars per variant, and time against the number of blocks, in the workbench's one
+figure style (:mod:`workbench.viz.style`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import pandas as pd
-from bokeh.models import ColumnDataSource, HoverTool, Whisker
-from bokeh.plotting import figure
+from bokeh.models import ColumnDataSource, FactorRange, FixedTicker, HoverTool, Whisker
 
 from workbench.lab.stats import mean_ci
+from workbench.viz.style import (
+    COLOURS,
+    PALETTE,
+    bytes_text,
+    colour_map,
+    colours,
+    fit_whiskers,
+    legend_outside,
+    log_byte_ticks,
+    new_figure,
+    ticks_at,
+    wrap,
+)
 
-PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
+FACET_MIN_WIDTH = 240  # pixels: one facet of a comparison (a few bars); four side by side in a lesson's output
+
+
+def _bar_colours(n: int) -> list[str]:
+    """Distinct colours for ``n`` bars named on their axis, or one colour for all when there are more
+    bars than distinct colours (the axis names them anyway)."""
+    return colours(n) if n <= len(COLOURS) else [PALETTE[0]] * n
 
 
 def _columns(table: pd.DataFrame, *names: str) -> ColumnDataSource:
@@ -25,10 +45,10 @@ def timing_bars(seconds: Mapping[str, float], title: str = "time per run", unit:
         dict(
             label=labels,
             seconds=[float(seconds[k]) for k in labels],
-            color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))],
+            color=_bar_colours(len(labels)),
         )
     )
-    fig = figure(x_range=labels, height=280, width=520, title=title, toolbar_location=None, y_axis_label=unit)
+    fig = new_figure(x_range=labels, height=300, title=title, toolbar_location=None, y_axis_label=unit)
     fig.vbar(x="label", top="seconds", width=0.7, color="color", source=source)
     fig.add_tools(HoverTool(tooltips=[("variant", "@label"), ("time", f"@seconds{{0.0000}} {unit}")]))
     fig.y_range.start = 0
@@ -38,10 +58,8 @@ def timing_bars(seconds: Mapping[str, float], title: str = "time per run", unit:
 def block_sweep_figure(runs: pd.DataFrame, title: str = "one task per block"):
     """Seconds per run against the number of blocks (log axis); the line joins the medians."""
     medians = runs.groupby("blocks", as_index=False)["seconds"].median()
-    fig = figure(
+    fig = new_figure(
         x_axis_type="log",
-        height=300,
-        width=560,
         title=title,
         x_axis_label="blocks (= tasks)",
         y_axis_label="seconds",
@@ -56,80 +74,98 @@ def block_sweep_figure(runs: pd.DataFrame, title: str = "one task per block"):
         legend_label="median",
     )
     fig.add_tools(HoverTool(tooltips=[("blocks", "@blocks"), ("seconds", "@seconds{0.000}")]))
-    fig.legend.location = "top_left"
+    ticks_at(fig.xaxis, runs["blocks"])
+    legend_outside(fig, "right")
     return fig
 
 
-def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str = "mean time with 95 % CI"):
-    """Bars of mean seconds per variant at each parameter point, whiskers at the 95 % CI of the mean."""
+def comparison_means(results: pd.DataFrame, parameters: list[str]) -> pd.DataFrame:
+    """Mean seconds and the 95 % CI of the mean per parameter point and variant (``point`` is the
+    point's values joined by commas, ``all`` without parameters), in run order."""
     rows = []
-    group_keys = parameters + ["variant"]
-    for key, group in results.groupby(group_keys, sort=False):
+    for key, group in results.groupby([*parameters, "variant"], sort=False):
         key = key if isinstance(key, tuple) else (key,)
         mean, low, high = mean_ci(group["seconds"])
         point = ", ".join(str(v) for v in key[:-1]) or "all"
         rows.append(dict(point=point, variant=str(key[-1]), mean=mean, low=low, high=high, runs=len(group)))
-    table = pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["point", "variant", "mean", "low", "high", "runs"])
+
+
+def comparison_figure(results: pd.DataFrame, parameters: list[str], title: str = "mean time with 95 % CI"):
+    """Bars of mean seconds per variant, whiskers at the 95 % CI of the mean, one facet per parameter
+    point (titled by it), every facet on one y scale that holds every whisker, the facets wrapping
+    onto the next line where the output is narrow. One point: a single figure."""
+    table = comparison_means(results, parameters)
     variants = list(dict.fromkeys(table["variant"]))
-    factors = [(p, v) for p, v in zip(table["point"], table["variant"])]
-    from bokeh.models import FactorRange
-
-    fig = figure(
-        x_range=FactorRange(*factors),
-        height=320,
-        width=max(420, 60 * len(factors) + 120),
-        title=title,
-        y_axis_label="seconds",
-        x_axis_label=", ".join(parameters) or "variant",
-        tools="hover,save",
-        toolbar_location="right",
-        tooltips=[
-            ("variant", "@variant"),
-            ("mean", "@mean{0.0000} s"),
-            ("95% CI", "@low{0.0000} - @high{0.0000}"),
-            ("runs", "@runs"),
-        ],
-    )
-    source = ColumnDataSource(
-        dict(
-            x=factors,
-            variant=table["variant"].to_list(),
-            mean=table["mean"].to_list(),
-            low=table["low"].to_list(),
-            high=table["high"].to_list(),
-            runs=table["runs"].to_list(),
-            colour=[PALETTE[variants.index(v) % len(PALETTE)] for v in table["variant"]],
+    palette = dict(zip(variants, colours(len(variants)), strict=True))
+    points = list(dict.fromkeys(table["point"]))
+    finite = table[[math.isfinite(v) for v in table["high"]]]
+    name = ", ".join(parameters) or "variant"
+    facets = []
+    for point in points:
+        rows = table[table["point"] == point]
+        fig = new_figure(
+            x_range=FactorRange(*rows["variant"]),
+            height=320,
+            min_width=FACET_MIN_WIDTH,
+            title=title if len(points) == 1 else f"{name} = {point}",
+            y_axis_label="seconds",
+            tools="hover,save",
+            tooltips=[
+                ("variant", "@variant"),
+                ("mean", "@mean{0.0000} s"),
+                ("95% CI", "@low{0.0000} - @high{0.0000}"),
+                ("runs", "@runs"),
+            ],
         )
-    )
-    fig.vbar(x="x", top="mean", width=0.8, color="colour", source=source)
-    fig.add_layout(Whisker(base="x", lower="low", upper="high", source=source, line_width=1.5))
-    fig.y_range.start = 0
-    fig.xaxis.major_label_orientation = 0.8
-    fig.xgrid.grid_line_color = None
-    return fig
+        source = ColumnDataSource(
+            dict(
+                variant=rows["variant"].to_list(),
+                mean=rows["mean"].to_list(),
+                low=rows["low"].to_list(),
+                high=rows["high"].to_list(),
+                runs=rows["runs"].to_list(),
+                colour=[palette[v] for v in rows["variant"]],
+            )
+        )
+        fig.vbar(x="variant", top="mean", width=0.75, color="colour", source=source)
+        fig.add_layout(Whisker(base="variant", lower="low", upper="high", source=source, line_width=1.5))
+        fig.xaxis.major_label_orientation = math.pi / 4  # variant names are long: turned, they never collide
+        fig.xgrid.grid_line_color = None
+        facets.append(fig)
+    shared = fit_whiskers(facets[0], [*finite["low"], *finite["mean"]], [*finite["high"], *finite["mean"]])
+    for fig in facets[1:]:
+        fig.y_range = shared  # one scale: bars of different facets compare by height
+    if len(facets) == 1:
+        return facets[0]
+    return wrap(facets, min_width=FACET_MIN_WIDTH, title=title)
 
 
-def scaling_figure(table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds"):
-    """One line per variant: ``y`` (seconds, or efficiency) against the number of workers."""
+def scaling_figure(
+    table: pd.DataFrame, title: str = "weak scaling", y: str = "seconds", palette: Mapping[str, str] | None = None
+):
+    """One line per variant: ``y`` (seconds, or efficiency) against the number of workers. ``palette``
+    maps variants to colours (:func:`~workbench.viz.style.colour_map`), the same in every figure shown
+    beside this one; by default this figure's own."""
     y_label = {"seconds": "mean seconds per run", "efficiency": "efficiency t(first) / t(n)"}.get(y, y)
-    fig = figure(
-        height=300,
-        width=520,
+    fig = new_figure(
         title=title,
         x_axis_label="workers (points grow with them)",
         y_axis_label=y_label,
         tools="hover,save",
         tooltips=[("variant", "@variant"), ("workers", "@workers"), (y, f"@{y}{{0.000}}")],
     )
-    for i, (variant, rows) in enumerate(table.groupby("variant", sort=False)):
+    groups = list(table.groupby("variant", sort=False))
+    palette = palette or colour_map(variant for variant, _ in groups)
+    for variant, rows in groups:
+        colour = palette[str(variant)]
         rows = rows.sort_values("workers").assign(variant=variant)
         source = _columns(rows, "workers", y, "variant")
-        colour = PALETTE[i % len(PALETTE)]
         fig.line("workers", y, source=source, line_width=2, color=colour, legend_label=str(variant))
         fig.scatter("workers", y, source=source, size=7, color=colour)
     fig.xaxis.ticker = sorted(table["workers"].unique().tolist())
     fig.y_range.start = 0
-    fig.legend.location = "bottom_left"
+    legend_outside(fig, "below")  # under the plot: side by side in a wrapped row, each keeps its width
     return fig
 
 
@@ -143,9 +179,8 @@ def store_scale_figure(report: dict, title: str = "the active store as it fills"
         "locations of all, ms": 1e3 * objects["locations_s"],
         ".value() latency, ms": objects["value_latency_ms"],
     }
-    fig = figure(
+    fig = new_figure(
         height=320,
-        width=560,
         title=title,
         x_axis_type="log",
         y_axis_type="log",
@@ -158,12 +193,12 @@ def store_scale_figure(report: dict, title: str = "the active store as it fills"
     if report.get("blocks"):
         blocks = pd.DataFrame(report["blocks"])
         series.append(("persist_blocks, ms per block", blocks["blocks"], blocks["per_block_ms"]))
-    for i, (name, counts, values) in enumerate(series):
+    for colour, (name, counts, values) in zip(colours(len(series)), series, strict=True):
         source = ColumnDataSource({"count": list(counts), "ms": list(values), "curve": [name] * len(values)})
-        colour = PALETTE[i % len(PALETTE)]
         fig.line("count", "ms", source=source, line_width=2, color=colour, legend_label=name)
         fig.scatter("count", "ms", source=source, size=7, color=colour)
-    fig.legend.location = "top_left"
+    ticks_at(fig.xaxis, [c for _, counts, _ in series for c in counts])
+    legend_outside(fig, "below")
     return fig
 
 
@@ -183,11 +218,10 @@ def tier_bandwidth_figure(bandwidth: dict, title: str = "bandwidth per tier, hot
             medium=[r["medium"] for r in rows],
         )
     )
-    fig = figure(
+    fig = new_figure(
         x_range=tiers,
         y_axis_type="log",
         height=320,
-        width=620,
         title=title,
         y_axis_label="GB/s",
         toolbar_location=None,
@@ -217,7 +251,7 @@ def tier_bandwidth_figure(bandwidth: dict, title: str = "bandwidth per tier, hot
             ]
         )
     )
-    fig.legend.location = "top_right"
+    legend_outside(fig, "right")
     return fig
 
 
@@ -235,10 +269,9 @@ def tier_ratio_figure(ratios: pd.DataFrame, title: str = "time relative to dram 
             color=[PALETTE[0] if v <= 1.1 else PALETTE[1] for v in ratios["vs_dram"]],
         )
     )
-    fig = figure(
+    fig = new_figure(
         y_range=labels[::-1],
-        height=40 + 26 * len(labels),
-        width=560,
+        height=90 + 28 * len(labels),
         title=title,
         x_axis_label="median time / dram's",
         toolbar_location=None,
@@ -254,39 +287,40 @@ def tier_ratio_figure(ratios: pd.DataFrame, title: str = "time relative to dram 
 
 def pingpong_figure(curves: Mapping[str, list], title: str = "ping-pong throughput"):
     """Log-log throughput (MB/s) against payload bytes, one line per variant (``bench channels`` rows)."""
-    fig = figure(
+    fig = new_figure(
         x_axis_type="log",
         y_axis_type="log",
         height=340,
-        width=620,
         title=title,
-        x_axis_label="payload (bytes)",
+        x_axis_label="payload",
         y_axis_label="MB/s (round trips x payload / s)",
     )
-    for i, (name, rows) in enumerate(curves.items()):
+    sizes = [r["nbytes"] for rows in curves.values() for r in rows]
+    ticks, labels = log_byte_ticks(min(sizes, default=1), max(sizes, default=2))
+    fig.xaxis.ticker = FixedTicker(ticks=ticks)
+    fig.xaxis.major_label_overrides = labels
+    for color, (name, rows) in zip(colours(len(curves)), curves.items(), strict=True):
         if not rows:
             continue
         source = ColumnDataSource(
             dict(
                 nbytes=[r["nbytes"] for r in rows],
+                payload=[bytes_text(r["nbytes"]) for r in rows],
                 MBps=[max(r["MBps"], 1e-6) for r in rows],
                 rtt_us=[r["round_trip_s"] * 1e6 for r in rows],
             )
         )
-        color = PALETTE[i % len(PALETTE)]
         fig.line("nbytes", "MBps", source=source, line_width=2, color=color, legend_label=name)
         fig.scatter("nbytes", "MBps", source=source, size=6, color=color, legend_label=name)
     fig.add_tools(
-        HoverTool(tooltips=[("payload", "@nbytes B"), ("MB/s", "@MBps{0.0}"), ("round trip", "@rtt_us{0.0} us")])
+        HoverTool(tooltips=[("payload", "@payload"), ("MB/s", "@MBps{0.0}"), ("round trip", "@rtt_us{0.0} us")])
     )
-    fig.legend.location = "top_left"
+    legend_outside(fig, "right")
     return fig
 
 
 def stage_bars(stages: Mapping[str, pd.DataFrame], column: str = "seconds", title: str = "seconds per stage"):
     """Bars of one column per pipeline stage, one bar per run side by side (capstone: planted vs fixed)."""
-    from bokeh.models import FactorRange
-    from bokeh.palettes import Category10
     from bokeh.transform import factor_cmap
 
     runs = list(stages)
@@ -294,8 +328,8 @@ def stage_bars(stages: Mapping[str, pd.DataFrame], column: str = "seconds", titl
     factors = [(stage, run) for stage in names for run in runs]
     values = [float(stages[run].loc[stage, column]) for stage, run in factors]
     source = ColumnDataSource(dict(x=factors, value=values, run=[run for _, run in factors]))
-    fig = figure(x_range=FactorRange(*factors), height=300, width=640, title=title, tools="hover,save")
-    fig.vbar(x="x", top="value", width=0.8, source=source, fill_color=factor_cmap("x", Category10[10], runs, 1, 2))
+    fig = new_figure(x_range=FactorRange(*factors), title=title, tools="hover,save")
+    fig.vbar(x="x", top="value", width=0.8, source=source, fill_color=factor_cmap("x", colours(len(runs)), runs, 1, 2))
     fig.yaxis.axis_label = column
     fig.hover.tooltips = [("stage, run", "@x"), (column, "@value{0.000}")]
     fig.xgrid.grid_line_color = None
