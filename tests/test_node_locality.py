@@ -141,8 +141,8 @@ def test_sweep_summary_compares_the_fastest_level_with_memory_per_element():
         {"where": "memory", "GB_per_s": 8.0, "runs_ns_per_element": [1.0, 1.1, 1 / 1.1]},
     ]
     text = nl.sweep_summary(rows)
-    assert text.startswith("reading from memory (memory): 8.0 GB/s; per element read, reading in L1 is 5x faster")
-    assert nl.sweep_summary(rows[1:]) == "reading from memory (memory): 8.0 GB/s, the fastest of the working sets here"
+    assert text.startswith("reading from memory: 8.0 GB/s; per element read, reading in L1 is 5x faster")
+    assert nl.sweep_summary(rows[1:]) == "reading from memory: 8.0 GB/s, the fastest of the working sets here"
 
 
 # -- untrusted sysfs text ---------------------------------------------------------------------------

@@ -639,7 +639,12 @@ COMMANDS: tuple[Command, ...] = (
                 "--baseline", help="the variant the others are compared with (default: the app's, else the first named)"
             ),
             _size("ci"),
-            _repeat(5, "timed runs per variant and parameter point", dest="repeat"),
+            _repeat(
+                5,
+                "timed runs per variant and parameter point, at least: at lab and full more while a comparison "
+                "with the baseline is within the noise, up to a bound by size (workbench.lab.runner.MAX_REPEATS)",
+                dest="repeat",
+            ),
             arg("--param", action="append", metavar="NAME=V1,V2", help="override a grid parameter"),
             arg("--out", help="directory for results and traces (default runs/APP-TIMESTAMP)"),
             arg("--json", action="store_true", help="print results.json instead of the table"),

@@ -873,7 +873,7 @@ def sweep_summary(records: Sequence[Mapping[str, Any]]) -> str:
     fastest level against memory per element read, from every sample (as :func:`workbench.lab.stats.claim`
     says it)."""
     memory, fastest = records[-1], max(records, key=lambda r: r["GB_per_s"])
-    text = f"reading from memory ({memory['where']}): {memory['GB_per_s']:.1f} GB/s"
+    text = f"reading from memory: {memory['GB_per_s']:.1f} GB/s"
     if fastest is memory:
         return text + ", the fastest of the working sets here"
     per_element = {f"reading {r['where']}": r["runs_ns_per_element"] for r in (fastest, memory)}
