@@ -144,12 +144,30 @@ _DRAWN = """() => {
 }"""
 
 
+def _menu(page, menu: str, item: str) -> None:
+    """Click ``item`` in JupyterLab's ``menu`` (menus stay put while open: no race with a toast)."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
+
+
 def open_executed(page, url: str, token: str, name: str, counts: dict[str, int], timeout: float = 300) -> None:
-    """Open an executed notebook in JupyterLab and wait until every bokeh figure of its outputs is
-    drawn, every saved widget view too, and the outputs' sizes have settled (alike twice in a row,
-    half a second apart: bokeh lays figures out again as their outputs get their widths)."""
-    page.goto(f"{url}/lab/tree/{name}?reset&token={token}")  # reset: only this notebook open
-    page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
+    """Open an executed notebook in JupyterLab (loaded once per page: later notebooks are opened from
+    the File menu, the one before closed) and wait until every bokeh figure of its outputs is drawn,
+    every saved widget view too, and the outputs' sizes have settled (alike twice in a row, half a
+    second apart: bokeh lays figures out again as their outputs get their widths)."""
+    if "/lab" not in page.url:
+        page.goto(f"{url}/lab?reset&token={token}")  # reset: no notebook of an earlier run reopened
+        page.wait_for_selector(".jp-LabShell .lm-MenuBar", timeout=90_000)
+    elif page.locator(".jp-NotebookPanel").count():
+        _menu(page, "File", "Close All Tabs")
+        closing = page.locator(".jp-Dialog")  # a notebook JupyterLab thinks changed: nothing to keep
+        if closing.count():
+            closing.get_by_role("button", name="Discard").click()
+        page.wait_for_selector(".jp-NotebookPanel", state="detached")
+    _menu(page, "File", "Open from Path")
+    page.locator(".jp-Dialog input").fill(name)
+    page.locator(".jp-Dialog").get_by_role("button", name="Open", exact=True).click()
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=90_000)
     deadline = time.monotonic() + timeout
     previous = None
     while True:
