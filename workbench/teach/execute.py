@@ -176,45 +176,24 @@ def check_verdicts(executed: nbformat.NotebookNode) -> list[tuple[int, dict | No
     return verdicts
 
 
-def run_times(notebooks: list[Path], out_dir: Path, size: str = "lab") -> list[tuple[str, float, int]]:
-    """Execute each lesson with its solutions at ``size`` and time it: (lesson, wall seconds, errors).
-    The instructor guide's run-time table is made with this (``python -m workbench.teach.execute``)."""
-    import time
-
-    rows = []
-    for notebook in notebooks:
-        start = time.perf_counter()
-        output = execute(notebook, out_dir, "solutions", size)
-        seconds = time.perf_counter() - start
-        executed = nbformat.read(output, as_version=4)
-        expected = [c for c in executed.cells if "raises-exception" in c.metadata.get("tags", [])]
-        errors = sum(1 for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error")
-        rows.append((notebook.name, seconds, errors - len(expected)))
-        print(f"{notebook.name}: {seconds:.0f} s", flush=True)
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Command line: time every lesson at a size and print the instructor guide's table (Markdown)."""
+    """Command line: execute lessons at a size with their solutions, say each one's time and any error
+    a cell raised that it is not tagged for (status 1 then). The timing is ``workbench bench lessons``'s,
+    which this runs (its ``--markdown`` prints the instructor guide's table)."""
     import argparse
-    import os
 
-    from workbench import machine
+    from workbench.bench import lessons
+    from workbench.bench.progress import Progress
 
     parser = argparse.ArgumentParser(prog="python -m workbench.teach.execute", description=main.__doc__)
     parser.add_argument("--size", default="lab", help="the size to run at (default lab)")
     parser.add_argument("--out", type=Path, default=Path("build/executed/timed"), help="where the copies go")
     parser.add_argument("lessons", nargs="*", type=Path, help="lesson notebooks (default: every lesson)")
     args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
-    notebooks = args.lessons or sorted((root / "notebooks").glob("[0-9][0-9]-*.ipynb"))
-    rows = run_times(notebooks, args.out, args.size)
-    print(f"\nMeasured on {machine.cpu_model()}, {len(os.sched_getaffinity(0))} cores, size {args.size!r}:\n")
-    print("| lesson | run time (Run All, solutions) |\n|---|---|")
-    for name, seconds, unexpected in rows:
-        flag = " errors!" if unexpected else ""
-        print(f"| {name[:2]} {name[3:].removesuffix('.ipynb')} | {seconds:.0f} s |{flag}")
-    return 1 if any(unexpected for *_, unexpected in rows) else 0
+    only = [path.name[:2] for path in args.lessons]
+    report = lessons.run(args.size, only=only or None, out=str(args.out), progress=Progress("lessons"))
+    print(lessons.format_report(report))
+    return 1 if any(row["status"] != "ok" for row in report["lessons"]) else 0
 
 
 if __name__ == "__main__":
