@@ -12,12 +12,12 @@ from workbench.teach import extension as ext
 NAME = "03 kNN fit sweep"
 
 
-def test_at_ci_the_extension_runs_where_it_stands(monkeypatch):
+def test_at_ci_the_extension_runs_where_it_stands(monkeypatch, capsys):
     shown = []
     monkeypatch.setattr(ext, "display", shown.append)
     table = pd.DataFrame({"x": [1]})
-    assert ext.extension(NAME, lambda: (table, None, "done"), "ci") is None
-    assert shown == [table, "done"]
+    assert ext.extension(NAME, lambda: (table, None, "a report"), "ci") is None
+    assert shown == [table] and capsys.readouterr().out == "a report\n"  # text printed, not its repr
 
 
 @pytest.mark.parametrize("size", ["lab", "full"])
@@ -37,9 +37,10 @@ def test_a_click_shows_what_the_experiment_returns_and_says_when_it_is_done(monk
     monkeypatch.setattr(ext, "display", shown.append)
     monkeypatch.setattr("bokeh.io.show", drawn.append)
     plot = figure()
-    one = ext.Extension(NAME, lambda: (plot, "a table"), 60)
+    table = pd.DataFrame({"x": [1]})
+    one = ext.Extension(NAME, lambda: (plot, table), 60)
     one.run()
-    assert drawn == [plot] and shown == ["a table"]
+    assert drawn == [plot] and shown == [table]
     assert "done in" in one.status.value and not one.button.disabled
 
 

@@ -6,8 +6,8 @@ size lab. :func:`extension` shows them as a button instead: "Run this extension 
 a click runs the experiment and shows its tables and figures below the button. At size ci (CI,
 Binder) it runs at once, so every test run still executes the extension's code.
 
-How long each one takes is said up front (:data:`ABOUT_S`, seconds on 2 cores by size, measured
-with the lesson's cells, the figure rounded up): a learner decides knowing the wait.
+How long each one takes is said up front (:data:`ABOUT_S`, seconds on 2 cores by size): a learner
+decides knowing the wait.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
-# Seconds each extension took on 2 cores, by size (measured at lab on a shared 2-core AMD EPYC VM,
-# whose load inflates them; full is estimated from lab's by the sizes' work, and ci runs at once).
+# Seconds each extension takes on 2 quiet cores, by size: estimates, from the runs each makes and the
+# time of one such run at lab measured on a 2-core VM under a load of 20 to 30 (which stretched every
+# time about tenfold), rounded up; ci runs them at once.
 ABOUT_S: Mapping[str, Mapping[str, float]] = {
     "03 kNN fit sweep": {"lab": 60, "full": 600},
-    "03 weak scaling": {"lab": 40, "full": 300},
+    "03 weak scaling": {"lab": 60, "full": 300},
     "03 balance": {"lab": 60, "full": 300},
-    "04 weak scaling": {"lab": 90, "full": 600},
-    "04 the store as it fills": {"lab": 60, "full": 300},
+    "04 weak scaling": {"lab": 150, "full": 600},
+    "04 the store as it fills": {"lab": 40, "full": 120},
 }
 RUNS_AT_ONCE = ("ci",)  # the sizes at which an extension runs where it stands (tests and Binder)
 
@@ -39,8 +40,8 @@ def about(seconds: float) -> str:
 
 
 def show_result(result: Any) -> None:
-    """Show what an extension returned: a bokeh figure or layout with bokeh's ``show``, a table or text
-    with IPython's ``display``, a tuple or list item by item; None shows nothing."""
+    """Show what an extension returned: a bokeh figure or layout with bokeh's ``show``, text printed, a
+    table (or anything else) with IPython's ``display``, a tuple or list item by item; None shows nothing."""
     from bokeh.io import show
     from bokeh.model import Model
 
@@ -51,6 +52,8 @@ def show_result(result: Any) -> None:
             show_result(item)
     elif isinstance(result, Model):
         show(result)
+    elif isinstance(result, str):
+        print(result)
     else:
         display(result)
 
