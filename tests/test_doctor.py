@@ -121,7 +121,6 @@ LINUX_CALLS = {"posix_fadvise", "POSIX_FADV_DONTNEED", "MAP_POPULATE", "MADV_HUG
 NOT_MEASUREMENTS = {
     "workbench/doctor.py": "names them in its own messages",
     "workbench/cli.py": "names /dev/shm in a help text",
-    "workbench/teach/execute.py": "counts the cores for the instructors' run-time table",
 }
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -86,9 +86,14 @@ class Benchmark:
     # ``workbench.bench.<module>.why_not`` when the module has one: why this machine cannot run it (one
     # line, read when bench all plans; None: it can)
     may_skip: bool = False
+    # why ``bench all`` leaves it out unless its --only names it (one line; None: bench all runs it)
+    only_when_named: str | None = None
 
-    def why_not(self) -> str | None:
-        """Why this machine cannot run the benchmark (``bench all`` then leaves it out, saying so), or None."""
+    def why_not(self, named: bool = False) -> str | None:
+        """Why ``bench all`` leaves the benchmark out (it says so in one line), or None: this machine cannot
+        run it, or it runs long and ``--only`` did not name it (``named``)."""
+        if self.only_when_named and not named:
+            return self.only_when_named
         if not self.may_skip:
             return None
         return importlib.import_module(f"workbench.bench.{self.module}").why_not()
@@ -139,6 +144,12 @@ def _names_in(module: str, attribute: str) -> Callable[[], Iterable[str]]:
     return lambda: getattr(importlib.import_module(f"workbench.bench.{module}"), attribute)
 
 
+def _lesson_numbers() -> list[str]:
+    from workbench.bench import lessons
+
+    return lessons.numbers()
+
+
 def _kernel_names() -> list[str]:
     from workbench.bench import kernels
 
@@ -186,7 +197,7 @@ def _planned(args: argparse.Namespace) -> list[Any]:
     for name, benchmark in BENCHMARKS.items():
         if args.only and name not in args.only:
             continue
-        if reason := benchmark.why_not():
+        if reason := benchmark.why_not(named=bool(args.only) and name in args.only):
             print(f"bench all: {name} left out: {reason}", file=sys.stderr)
             continue
         size = args.size or benchmark.default_size
@@ -589,6 +600,28 @@ BENCHMARKS: dict[str, Benchmark] = {
             ),
             timed_sizes=(),  # no GPU has run it yet: every expected time is an estimate
             may_skip=True,
+        ),
+        Benchmark(
+            "lessons",
+            "every lesson's Run All, headless, timed against its budget (the instructor guide's table)",
+            "lessons",
+            "the course",
+            {"ci": 240, "lab": 1100, "full": 3600},
+            (
+                _size("ci", "lab: the classroom's size, each lesson's budget 150 s; ci: 30 s"),
+                arg(
+                    "--only",
+                    type=comma_separated,
+                    metavar="NN,NN",
+                    check=one_of(_lesson_numbers, "lesson"),
+                    help="comma-separated lesson numbers (default: every lesson)",
+                ),
+                arg("--out", help="keep the executed lessons in this directory (default: a temporary one)"),
+                arg("--markdown", action="store_true", help="print the instructor guide's table (Markdown)"),
+            ),
+            timed_sizes=("ci", "lab"),
+            only_when_named="it executes every lesson, for minutes (a quarter of an hour or more at size lab): run "
+            "'workbench bench lessons' on its own, or name it in --only",
         ),
     )
 }

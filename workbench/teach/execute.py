@@ -12,6 +12,8 @@ decisions): :func:`solutions_view` gives its solutions-only copy, which ``make s
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from pathlib import Path
 
@@ -62,18 +64,77 @@ def with_answers(notebook: nbformat.NotebookNode, lesson: str, mode: str) -> nbf
 
 
 LEARNER_PARAMETERS = {"repeats": 2}  # the learner run checks the feedback, not the statistics: fewer repeats
+ENGINE = "workbench"  # papermill's engine for the lessons: nbclient's, with the Output widget that does not hang
 
 
-def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = "ci") -> Path:
+@functools.cache
+def headless_engine() -> tuple[type, type]:
+    """Papermill's nbclient engine, registered as :data:`ENGINE`, with one change: its stand-in for an
+    Output widget (nbclient's ``OutputWidget``, the browser's part when a cell writes into one, as
+    the live panels do) keeps the outputs it captures but does not send them back to the kernel.
+    Returns (the engine, its Output widget stand-in).
+
+    That send goes out on the shell socket while nbclient waits on the same socket for the cell's
+    reply; the wait may then miss the reply until the cell's time limit runs out, and returns it
+    only then (nbclient issue 312): a panel's Run cell that the kernel finished in 3 s was recorded
+    as 300 s at size lab. Nothing in a lesson reads an Output widget's outputs back in the kernel,
+    so headless the send is not needed."""
+    from nbclient.output_widget import OutputWidget
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, papermill_engines
+    from papermill.utils import merge_kwargs, remove_args
+
+    class HeadlessOutputWidget(OutputWidget):
+        """nbclient's Output widget stand-in, whose captured outputs stay in the client (and the notebook
+        it writes), not sent back to the kernel."""
+
+        def sync_state(self) -> None:
+            pass
+
+    class Client(PapermillNotebookClient):
+        def reset_execution_trackers(self) -> None:
+            super().reset_execution_trackers()
+            self.widget_registry = {"@jupyter-widgets/output": {"OutputModel": HeadlessOutputWidget}}
+
+    class Engine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(
+            cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None, start_timeout=60,
+            execution_timeout=None, **kwargs,
+        ):  # fmt: skip
+            # as papermill's NBClientEngine does (papermill 2.7), with Client for its client
+            kwargs = remove_args(["input_path"], **kwargs)
+            safe_kwargs = remove_args(["timeout", "startup_timeout"], **kwargs)
+            final_kwargs = merge_kwargs(
+                safe_kwargs,
+                timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
+                startup_timeout=start_timeout,
+                kernel_name=kernel_name,
+                log=logging.getLogger("papermill"),
+                log_output=log_output,
+                stdout_file=stdout_file,
+                stderr_file=stderr_file,
+            )
+            return Client(nb_man, **final_kwargs).execute()
+
+    papermill_engines.register(ENGINE, Engine)
+    return Engine, HeadlessOutputWidget
+
+
+def execute(
+    notebook: Path, out_dir: Path, mode: str = "solutions", size: str = "ci", cell_timeout: float = CELL_TIMEOUT
+) -> Path:
     """Execute ``notebook`` with papermill into ``out_dir`` (same file name) and return the copy.
 
     An error in a cell does not raise here: the executed copy holds it, for the caller to judge
-    cell by cell (cells tagged ``raises-exception`` fail on purpose).
+    cell by cell (cells tagged ``raises-exception`` fail on purpose). A cell that runs past
+    ``cell_timeout`` seconds raises nbclient's ``CellTimeoutError``.
     """
     import papermill
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    headless_engine()
     out_dir.mkdir(parents=True, exist_ok=True)
     source = nbformat.read(notebook, as_version=4)
     source = with_answers(source, notebook.name[:2], mode)
@@ -86,7 +147,8 @@ def execute(notebook: Path, out_dir: Path, mode: str = "solutions", size: str = 
             str(output),
             parameters={"size": size, **(LEARNER_PARAMETERS if mode == "learner" else {})},
             cwd=str(notebook.parent),
-            execution_timeout=CELL_TIMEOUT,
+            engine_name=ENGINE,
+            execution_timeout=cell_timeout,
             progress_bar=False,
         )
     except papermill.PapermillExecutionError:
@@ -114,45 +176,24 @@ def check_verdicts(executed: nbformat.NotebookNode) -> list[tuple[int, dict | No
     return verdicts
 
 
-def run_times(notebooks: list[Path], out_dir: Path, size: str = "lab") -> list[tuple[str, float, int]]:
-    """Execute each lesson with its solutions at ``size`` and time it: (lesson, wall seconds, errors).
-    The instructor guide's run-time table is made with this (``python -m workbench.teach.execute``)."""
-    import time
-
-    rows = []
-    for notebook in notebooks:
-        start = time.perf_counter()
-        output = execute(notebook, out_dir, "solutions", size)
-        seconds = time.perf_counter() - start
-        executed = nbformat.read(output, as_version=4)
-        expected = [c for c in executed.cells if "raises-exception" in c.metadata.get("tags", [])]
-        errors = sum(1 for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error")
-        rows.append((notebook.name, seconds, errors - len(expected)))
-        print(f"{notebook.name}: {seconds:.0f} s", flush=True)
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Command line: time every lesson at a size and print the instructor guide's table (Markdown)."""
+    """Command line: execute lessons at a size with their solutions, say each one's time and any error
+    a cell raised that it is not tagged for (status 1 then). The timing is ``workbench bench lessons``'s,
+    which this runs (its ``--markdown`` prints the instructor guide's table)."""
     import argparse
-    import os
 
-    from workbench import machine
+    from workbench.bench import lessons
+    from workbench.bench.progress import Progress
 
     parser = argparse.ArgumentParser(prog="python -m workbench.teach.execute", description=main.__doc__)
     parser.add_argument("--size", default="lab", help="the size to run at (default lab)")
     parser.add_argument("--out", type=Path, default=Path("build/executed/timed"), help="where the copies go")
     parser.add_argument("lessons", nargs="*", type=Path, help="lesson notebooks (default: every lesson)")
     args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
-    notebooks = args.lessons or sorted((root / "notebooks").glob("[0-9][0-9]-*.ipynb"))
-    rows = run_times(notebooks, args.out, args.size)
-    print(f"\nMeasured on {machine.cpu_model()}, {len(os.sched_getaffinity(0))} cores, size {args.size!r}:\n")
-    print("| lesson | run time (Run All, solutions) |\n|---|---|")
-    for name, seconds, unexpected in rows:
-        flag = " errors!" if unexpected else ""
-        print(f"| {name[:2]} {name[3:].removesuffix('.ipynb')} | {seconds:.0f} s |{flag}")
-    return 1 if any(unexpected for *_, unexpected in rows) else 0
+    only = [path.name[:2] for path in args.lessons]
+    report = lessons.run(args.size, only=only or None, out=str(args.out), progress=Progress("lessons"))
+    print(lessons.format_report(report))
+    return 1 if any(row["status"] != "ok" for row in report["lessons"]) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+"""``workbench bench lessons``: each lesson's Run All timed against its budget, and the instructor
+guide's table, which is that benchmark's output (never typed by hand). No time is asserted: a test
+that can fail by timing is a defect; the benchmark prints its goals, met or not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from workbench import cli
+from workbench.bench import lessons
+from workbench.teach import syllabus
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "course" / "instructor-guide.md"
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(600)
+def test_bench_lessons_runs_lesson_00_at_ci_and_prints_it_against_its_budget(tmp_path, capsys):
+    """Through the command line, as an instructor runs it: lesson 00 executed, its time and status, its
+    slowest cells, a goal against the ci budget, the machine, the progress; then the same report as
+    the guide's Markdown table, read back."""
+    status = cli.main(["bench", "lessons", "--only", "00", "--json", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    report = json.loads(out)
+    assert "bench lessons: size ci, expected about" in err and "00-welcome: running at size ci" in err
+    assert "lessons [####################] 1/1 00-welcome" in err  # progress as it goes
+    [row] = report["lessons"]
+    assert (row["lesson"], row["title"], row["status"], row["errors"]) == ("00", "welcome", "ok", [])
+    assert row["seconds"] > 0 and row["minutes"] == syllabus.lessons()["00"].minutes
+    assert 1 <= len(row["slowest"]) <= lessons.SLOWEST
+    assert row["slowest"] == sorted(row["slowest"], key=lambda c: -c["seconds"])
+    assert (tmp_path / "00-welcome.ipynb").exists()  # --out keeps the executed copy
+    [g] = report["goals"]
+    assert g["goal"] == "lesson 00's Run All at size ci <= 30 s" and g["measured"] == row["seconds"]
+    assert g["threshold"] == lessons.BUDGET_S["ci"] and g["better"] == "lower" and g["unit"] == "s"
+    assert g["met"] == (row["seconds"] <= 30)
+    assert report["machine"]["cpu"] and len(report["load"]["before"]) == 3
+    text = lessons.format_report(report)
+    assert "00 welcome" in text and "budget per lesson: 30 s" in text and "goal: lesson 00's Run All" in text
+    table = lessons.read_table(lessons.markdown_table(report))
+    assert table["size"] == "ci" and table["cpu"] == report["machine"]["cpu"]
+    assert table["lessons"] == {"00": {"title": "welcome", "seconds": round(row["seconds"]), "status": "ok"}}
+
+
+def test_the_instructor_guides_run_times_are_the_benchmarks_table_at_lab_on_a_named_machine():
+    table = lessons.read_table(GUIDE.read_text())
+    assert table["size"] == "lab" and table["cpu"].strip() and table["cores"] >= 1
+    assert list(table["lessons"]) == [p.name[:2] for p in lessons.notebooks()], "one row per lesson, in order"
+    for number, row in table["lessons"].items():
+        assert row["title"] == lessons.notebooks([number])[0].stem[3:]
+
+
+def _report(seconds: dict[str, float], status: str = "ok", load: float = 0.5) -> dict:
+    rows = [
+        {"lesson": n, "title": f"lesson-{n}", "seconds": s, "status": status, "errors": [], "minutes": 40,
+         "slowest": [{"cell": 4, "seconds": s / 2, "first_line": "sweep = run(a | b, `x`)"}]}
+        for n, s in seconds.items()
+    ]  # fmt: skip
+    machine = {"cpu": "Some CPU @ 2.0GHz"}
+    load_average = {"before": [load, 0, 0], "after": [load, 0, 0]}
+    return {"size": "lab", "budget_s": 150.0, "lessons": rows, "cores": 2, "markdown": True, "load": load_average,
+            "machine": machine}  # fmt: skip
+
+
+def test_the_table_says_the_machine_its_load_and_each_lesson_and_reads_back():
+    quiet = lessons.format_report(_report({"00": 23.4, "03": 97.0}))
+    assert quiet.startswith(lessons.BEGIN) and quiet.rstrip().endswith(lessons.END)
+    assert "on Some CPU @ 2.0GHz, 2 cores, load average 0.5 at the start, 0.5 at the end (a quiet machine)" in quiet
+    assert "| 03 lesson-03 | 97 s | 150 s | 40 | 48 s: `sweep = run(a / b, x)` |" in quiet  # no stray | or `
+    assert lessons.read_table(quiet)["lessons"]["00"] == {"title": "lesson-00", "seconds": 23.0, "status": "ok"}
+    busy = lessons.format_report(_report({"00": 60.0}, status="timed out", load=9.0))
+    assert "above its 2 cores: other work shared the machine" in busy and "| 60 s (timed out) |" in busy
+    assert lessons.read_table(busy)["lessons"]["00"]["status"] == "timed out"
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda t: t.replace(lessons.BEGIN, ""), "no table of lesson run times"),
+        (lambda t: t.replace("Measured by", "Timed by"), "does not name the machine"),
+        (lambda t: t.replace("| slowest cell |", "| note |"), "header is not the benchmark's"),
+        (lambda t: t.replace("| 23 s |", "| about 23 s |"), "a row is not in the benchmark's shape"),
+    ],
+)
+def test_a_table_not_in_the_benchmarks_shape_is_refused_with_what_is_wrong(edit, words):
+    text = lessons.markdown_table(_report({"00": 23.0}))
+    with pytest.raises(ValueError, match=words):
+        lessons.read_table(edit(text))
+
+
+def test_a_lesson_that_did_not_finish_has_no_figure_and_its_goal_is_not_met(monkeypatch):
+    monkeypatch.setattr(
+        lessons,
+        "time_lesson",
+        lambda path, size, out: {"lesson": path.name[:2], "title": path.stem[3:], "notebook": path.name,
+                                 "seconds": 5.0, "status": "timed out", "errors": ["CellTimeoutError: ..."],
+                                 "slowest": []},
+    )  # fmt: skip
+    report = lessons.run("lab", only=["00", "03"])
+    assert [r["lesson"] for r in report["lessons"]] == ["00", "03"]
+    assert all(math.isnan(g["measured"]) and not g["met"] for g in report["goals"])
+    assert report["goals"][0]["bound"] == "it did not run to its end (timed out)"
+    assert "TIMED OUT" in lessons.format_report({**report, "markdown": False})
+    assert lessons.run("full", only=["00"])["goals"] == []  # full has no budget: no goal
+    with pytest.raises(ValueError, match="no lesson 42: the lessons are 00, 01"):
+        lessons.notebooks(["42"])
+
+
+def test_bench_all_leaves_the_lessons_out_unless_only_names_them(capsys):
+    planned = cli._planned(argparse.Namespace(only=None, size=None))
+    assert "lessons" not in [p.name for p in planned]
+    assert f"bench all: lessons left out: {cli.BENCHMARKS['lessons'].only_when_named}" in capsys.readouterr().err
+    [named] = cli._planned(argparse.Namespace(only=["lessons"], size=None))
+    assert (named.name, named.size) == ("lessons", "ci")
+    assert named.command()[-5:] == ["bench", "lessons", "--json", "--size", "ci"]
+
+
+def test_python_m_execute_times_through_the_benchmark(monkeypatch, capsys):
+    from workbench.teach import execute
+
+    seen = {}
+
+    def run(size, only=None, out=None, markdown=False, progress=None):
+        seen.update(size=size, only=only, out=out)
+        return _report({"03": 97.0}) | {"markdown": False, "total_s": 97.0, "goals": [], "size": size}
+
+    monkeypatch.setattr(lessons, "run", run)
+    assert execute.main(["--size", "ci", "notebooks/03-splitter.ipynb"]) == 0
+    assert seen == {"size": "ci", "only": ["03"], "out": "build/executed/timed"}
+    assert "03 lesson-03" in capsys.readouterr().out
+
+
+def test_the_headless_output_widget_keeps_what_it_captures_and_sends_nothing_on_the_shell_socket():
+    """nbclient's stand-in for an Output widget echoes each captured output to the kernel on the shell
+    socket, on which nbclient is waiting for the cell's reply: a send there can hide the reply until
+    the cell's time limit (a panel's Run cell of 3 s took 300 s). The lessons' engine does not echo."""
+    from types import SimpleNamespace
+
+    from nbclient.output_widget import OutputWidget
+    from papermill.engines import papermill_engines
+
+    from workbench.teach.execute import ENGINE, headless_engine
+
+    engine, headless = headless_engine()
+    assert papermill_engines.get_engine(ENGINE) is engine
+    message = {
+        "msg_type": "stream",
+        "header": {"msg_type": "stream"},
+        "parent_header": {"msg_id": "cell"},
+        "content": {"name": "stdout", "text": "running 32 blocks per worker"},
+    }
+    sends = {}
+    for kind in (OutputWidget, headless):
+        sent: list = []
+        client = SimpleNamespace(
+            shell_channel=SimpleNamespace(send=sent.append),
+            session=SimpleNamespace(msg=lambda kind, content, parent, metadata: {"content": content}),
+        )
+        executor = SimpleNamespace(widget_state={"panel": {}})
+        widget = kind("panel", {"outputs": []}, client, executor)
+        widget.output([], message, None, 0)
+        assert executor.widget_state["panel"]["outputs"][0]["text"] == "running 32 blocks per worker"
+        sends[kind] = len(sent)
+    assert sends == {OutputWidget: 1, headless: 0}
