@@ -606,9 +606,9 @@ BENCHMARKS: dict[str, Benchmark] = {
             "every lesson's Run All, headless, timed against its budget (the instructor guide's table)",
             "lessons",
             "the course",
-            {"ci": 240, "lab": 1100, "full": 3600},
+            {"ci": 300, "lab": 1100, "full": 3600},
             (
-                _size("ci", "lab: the classroom's size, each lesson's budget 150 s; ci: 30 s"),
+                _size("ci", "lab: the classroom's size, each lesson's budget 150 s; ci: 60 s"),
                 arg(
                     "--only",
                     type=comma_separated,
@@ -619,7 +619,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                 arg("--out", help="keep the executed lessons in this directory (default: a temporary one)"),
                 arg("--markdown", action="store_true", help="print the instructor guide's table (Markdown)"),
             ),
-            timed_sizes=("ci", "lab"),
+            timed_sizes=(),  # not timed on a quiet machine yet (ci: the README's nbval run of the eleven)
             only_when_named="it executes every lesson, for minutes (a quarter of an hour or more at size lab): run "
             "'workbench bench lessons' on its own, or name it in --only",
         ),
