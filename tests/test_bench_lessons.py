@@ -50,7 +50,15 @@ def test_bench_lessons_runs_lesson_00_at_ci_and_prints_it_against_its_budget(tmp
 
 
 def test_the_instructor_guides_run_times_are_the_benchmarks_table_at_lab_on_a_named_machine():
-    table = lessons.read_table(GUIDE.read_text())
+    text = GUIDE.read_text()
+    section = text.split("## Lesson run times at size lab", 1)[1]
+    if lessons.BEGIN not in text:
+        # not yet measured on this version: the page says so and names the command, and holds no
+        # hand-typed table in its place
+        assert "Not measured on this version" in section and lessons.COMMAND in section.replace("\n", " ")
+        assert "| lesson |" not in section, "a run-time table that is not the benchmark's output"
+        return
+    table = lessons.read_table(text)
     assert table["size"] == "lab" and table["cpu"].strip() and table["cores"] >= 1
     assert list(table["lessons"]) == [p.name[:2] for p in lessons.notebooks()], "one row per lesson, in order"
     for number, row in table["lessons"].items():

@@ -177,7 +177,7 @@ def _bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(f"workbench.bench.{benchmark.module}")
     options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
     progress = Progress(benchmark.name)
-    if benchmark.why_not() is None:  # one that skips says only why, in its report
+    if benchmark.why_not(named=True) is None:  # one that skips says only why, in its report (named: its own command)
         # a module's compile_estimate(**options): what compiling adds now (numba's cache may hold it all)
         extra = module.compile_estimate(**options) if hasattr(module, "compile_estimate") else None
         estimated = args.size not in benchmark.timed_sizes
