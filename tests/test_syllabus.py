@@ -68,12 +68,15 @@ def test_a_lesson_missing_from_the_schedule_is_refused(tmp_path):
 
 
 def test_the_instructor_guide_gives_each_lessons_measured_lab_run_time_within_its_minutes():
+    from workbench.bench import lessons as bench_lessons
+
     text = GUIDE.read_text()
-    section = text.split("## Lesson run times at size lab", 1)[1].split("\n## ", 1)[0]
-    rows = dict(re.findall(r"^\| (\d\d) [^|]*\| ([\d.]+) s \|", section, re.MULTILINE))
+    if bench_lessons.BEGIN not in text:
+        pytest.skip("the guide's lab run times are not measured on this version (test_bench_lessons checks it says so)")
+    rows = bench_lessons.read_table(text)["lessons"]
     lessons = syllabus.lessons()
     assert sorted(rows) == sorted(lessons), "one measured row per lesson"
-    for number, seconds in rows.items():
-        assert float(seconds) < lessons[number].minutes * 60 / 2, (
-            f"lesson {number} runs {seconds} s at size lab: more than half its {lessons[number].minutes} minutes"
+    for number, row in rows.items():
+        assert row["seconds"] < lessons[number].minutes * 60 / 2, (
+            f"lesson {number} runs {row['seconds']} s at size lab: more than half its {lessons[number].minutes} minutes"
         )
