@@ -145,6 +145,7 @@ def test_every_figure_fills_its_output_and_wraps_rather_than_runs_off(name):
         assert 120 <= plot.height <= 700, (name, plot.height)
     for row in (m for m in layout.references() if isinstance(m, Row)):
         assert (row.styles or {}).get("flex-wrap") == "wrap", f"{name}: a row that does not wrap runs off the edge"
+        assert all(child.max_width <= 2 * child.min_width for child in row.children), f"{name}: a lone facet balloons"
 
 
 @pytest.mark.parametrize("name", list(FIGURES))

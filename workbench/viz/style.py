@@ -111,11 +111,12 @@ def fit_whiskers(fig, lows: Iterable[float], highs: Iterable[float], floor: floa
 
 def wrap(figures: Sequence[LayoutDOM], min_width: int = MIN_WIDTH, title: str | None = None) -> LayoutDOM:
     """Figures side by side as long as each keeps ``min_width`` pixels, wrapping onto the next line where
-    the output is narrower (a CSS flex row that wraps): never wider than the output. ``title`` (if any)
-    goes above them."""
+    the output is narrower (a CSS flex row that wraps): never wider than the output. Each is at most
+    twice ``min_width`` wide (the last one of a row alone would otherwise fill the row: its bars twice
+    as wide as the others'). ``title`` (if any) goes above them."""
     for fig in figures:
         fig.sizing_mode = "stretch_width"
-        fig.min_width = min_width
+        fig.min_width, fig.max_width = min_width, 2 * min_width
     row = Row(
         children=list(figures),
         sizing_mode="stretch_width",
