@@ -277,6 +277,7 @@ def test_tick_labels_do_not_run_together():
 def test_a_legend_below_puts_long_labels_in_fewer_columns():
     assert FIGURES["scaling_figure"].below[-1].ncols == 2  # active, non-active
     assert FIGURES["page_table_figure"].below[-1].ncols == 1  # "processes: 8 B per page per process"
+    assert FIGURES["page_table_figure"].height == 320 + 4 * style.LEGEND_ROW  # the plot keeps its height
 
 
 def test_new_figure_refuses_a_fixed_width():
