@@ -210,7 +210,9 @@ def notebook_screenshot(page, path: Path, most: int = 30_000) -> None:
     scroller = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer").first
     outer = scroller.bounding_box()
     box = {**outer, "y": outer["y"] + 2, "height": int(outer["height"]) - 4}  # inside the panel's edges
-    total = min(most, scroller.evaluate("e => e.scrollHeight"))
+    end = "e => { const c = [...e.querySelectorAll('.jp-Cell')].pop(); return c.getBoundingClientRect().bottom "
+    end += "- e.getBoundingClientRect().top + e.scrollTop + 16; }"  # the last cell's end (no scroll-past-end space)
+    total = int(min(most, scroller.evaluate("e => e.scrollHeight"), scroller.evaluate(end)))
     views = []
     for top in range(0, total, box["height"]):
         shown = scroller.evaluate("(e, top) => { e.scrollTop = top; return e.scrollTop; }", top)  # the end: less

@@ -145,6 +145,7 @@ def test_every_figure_fills_its_output_and_wraps_rather_than_runs_off(name):
         assert 120 <= plot.height <= 700, (name, plot.height)
     for row in (m for m in layout.references() if isinstance(m, Row)):
         assert (row.styles or {}).get("flex-wrap") == "wrap", f"{name}: a row that does not wrap runs off the edge"
+        assert all(child.max_width <= 2 * child.min_width for child in row.children), f"{name}: a lone facet balloons"
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
@@ -276,6 +277,7 @@ def test_tick_labels_do_not_run_together():
 def test_a_legend_below_puts_long_labels_in_fewer_columns():
     assert FIGURES["scaling_figure"].below[-1].ncols == 2  # active, non-active
     assert FIGURES["page_table_figure"].below[-1].ncols == 1  # "processes: 8 B per page per process"
+    assert FIGURES["page_table_figure"].height == 320 + 4 * style.LEGEND_ROW  # the plot keeps its height
 
 
 def test_new_figure_refuses_a_fixed_width():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
 
 from workbench.viz.style import colours, legend_outside, new_figure, ticks_at
 
@@ -85,6 +85,7 @@ def mmap_figure(report: dict[str, Any], title: str = "mmap + munmap calls per se
         fig.line("tasks", "rate", source=source, line_width=2, color=color, legend_label=label)
         fig.scatter("tasks", "rate", source=source, size=7, color=color, legend_label=label)
     fig.add_tools(HoverTool(tooltips=[("tasks", "@tasks"), ("calls/s", "@rate{0}")]))
+    fig.yaxis.formatter = NumeralTickFormatter(format="0,0")  # 100,000, not 1.000e+5
     ticks_at(fig.xaxis, [r["tasks"] for r in rows])
     legend_outside(fig, "right")
     fig.y_range.start = 0

@@ -45,6 +45,7 @@ HEIGHT = 300  # pixels: a figure's height unless it sizes itself by its rows
 MIN_WIDTH = 320  # pixels: narrower than this, a figure stops shrinking (and a wrapped row breaks before it)
 TOOLBAR = "above"  # the toolbar over the figure (shown on hover), not beside it: the plot keeps the width
 NUMERIC_TICKS = 5  # ticks bokeh aims at on a numeric axis: labels like "12000" stay apart at MIN_WIDTH
+LEGEND_ROW = 24  # pixels: a row of a legend under a figure, added to the figure's height
 LEGEND_CHARACTERS = 60  # characters of legend labels side by side under a figure (about 7 px each, with swatches)
 TURN = math.pi / 4  # categorical labels turned by 45 degrees when many or long
 
@@ -81,7 +82,8 @@ def new_figure(*, height: int = HEIGHT, min_width: int = MIN_WIDTH, **options: A
 
 def legend_outside(fig, place: str = "right") -> None:
     """Move the figure's legend out of the data: ``"right"`` (beside the plot) or ``"below"`` (under it,
-    in up to three columns, fewer where the labels are long). Does nothing for a figure without a legend."""
+    in up to three columns, fewer where the labels are long; the figure grows by the legend's rows, so
+    the plot keeps its height). Does nothing for a figure without a legend."""
     if place not in ("right", "below"):
         raise ValueError(f"place must be 'right' or 'below', got {place!r}")
     if not fig.legend:
@@ -91,6 +93,7 @@ def legend_outside(fig, place: str = "right") -> None:
         longest = max((len(str(item.label.value)) for item in legend.items if item.label), default=1)
         legend.orientation = "horizontal"
         legend.ncols = max(1, min(3, len(legend.items), LEGEND_CHARACTERS // max(1, longest)))
+        fig.height += LEGEND_ROW * math.ceil(len(legend.items) / legend.ncols)  # the plot keeps its height
     legend.border_line_alpha = 0
     fig.add_layout(legend, place)  # bokeh moves it there from inside the plot
 
@@ -111,11 +114,12 @@ def fit_whiskers(fig, lows: Iterable[float], highs: Iterable[float], floor: floa
 
 def wrap(figures: Sequence[LayoutDOM], min_width: int = MIN_WIDTH, title: str | None = None) -> LayoutDOM:
     """Figures side by side as long as each keeps ``min_width`` pixels, wrapping onto the next line where
-    the output is narrower (a CSS flex row that wraps): never wider than the output. ``title`` (if any)
-    goes above them."""
+    the output is narrower (a CSS flex row that wraps): never wider than the output. Each is at most
+    twice ``min_width`` wide (the last one of a row alone would otherwise fill the row: its bars twice
+    as wide as the others'). ``title`` (if any) goes above them."""
     for fig in figures:
         fig.sizing_mode = "stretch_width"
-        fig.min_width = min_width
+        fig.min_width, fig.max_width = min_width, 2 * min_width
     row = Row(
         children=list(figures),
         sizing_mode="stretch_width",
