@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -316,6 +317,6 @@ def test_lessons_lay_figures_out_with_the_style_not_bokeh_rows():
             source = "".join(cell["source"])
             if cell["cell_type"] != "code":
                 continue
-            for bad in ("bokeh.layouts import", "row(", "gridplot(", "width="):
-                lines = [line for line in source.splitlines() if bad in line and "min_width=" not in line]
+            for bad in (r"bokeh\.layouts import", r"\brow\(", r"\bgridplot\(", r"(?<!min_)\bwidth="):
+                lines = [line for line in source.splitlines() if re.search(bad, line)]
                 assert not lines, f"{notebook.name}: {lines[0]}"
