@@ -130,21 +130,6 @@ def test_bench_all_leaves_the_lessons_out_unless_only_names_them(capsys):
     assert named.command()[-5:] == ["bench", "lessons", "--json", "--size", "ci"]
 
 
-def test_python_m_execute_times_through_the_benchmark(monkeypatch, capsys):
-    from workbench.teach import execute
-
-    seen = {}
-
-    def run(size, only=None, out=None, markdown=False, progress=None):
-        seen.update(size=size, only=only, out=out)
-        return _report({"03": 97.0}) | {"markdown": False, "total_s": 97.0, "goals": [], "size": size}
-
-    monkeypatch.setattr(lessons, "run", run)
-    assert execute.main(["--size", "ci", "notebooks/03-splitter.ipynb"]) == 0
-    assert seen == {"size": "ci", "only": ["03"], "out": "build/executed/timed"}
-    assert "03 lesson-03" in capsys.readouterr().out
-
-
 def test_the_headless_output_widget_keeps_what_it_captures_and_sends_nothing_on_the_shell_socket():
     """nbclient's stand-in for an Output widget echoes each captured output to the kernel on the shell
     socket, on which nbclient is waiting for the cell's reply: a send there can hide the reply until

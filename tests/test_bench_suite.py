@@ -319,12 +319,13 @@ def test_the_site_page_shows_the_latest_results_of_this_machine(kernels_run, res
     assert site.latest_bench_results(tmp_path / "nothing", host) is None
 
     page = tmp_path / "site"
-    page.mkdir()
-    (page / "bench-results.md").write_text((site.COURSE / "bench-results.md").read_text())
+    (page / site.COURSE_DIR).mkdir(parents=True)  # the site is laid out like the repository
+    (page / site.COURSE_DIR / "bench-results.md").write_text((site.COURSE / "bench-results.md").read_text())
     site._bench_results_page(page, source)
-    text = (page / "bench-results.md").read_text()
+    text = (page / site.COURSE_DIR / "bench-results.md").read_text()
     assert site_pages.NO_BENCH_RESULTS.split(".")[0] not in text
-    assert '<a href="bench/results.html">' in text and f"**{site_pages._cell(host)}**" in text
+    up = "../" * len(Path(site.COURSE_DIR).parts)  # from the page's folder to the site's top
+    assert f'<a href="{up}bench/results.html">' in text and f"**{site_pages._cell(host)}**" in text
     for goal in results["benchmarks"][0]["goals"]:
         assert site_pages._cell(goal["goal"]) in text
     figures = (page / "_extra" / "bench" / "results.html").read_text()

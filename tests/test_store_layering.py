@@ -56,10 +56,10 @@ ALLOWED = {
 OUTSIDE = {
     "errors": set(),
     "current": set(),
-    "model": {"workbench.memory.gpu"},  # state_nbytes: a device array is not the process's memory
+    "model": {"workbench.memory.gpu", "workbench.names"},  # state_nbytes: a device array is not the process's memory
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "link": set(),
-    "catalogue": set(),
+    "catalogue": {"workbench.names"},  # did_you_mean for an unknown alias (names imports nothing of the workbench)
     "catalogue_file": set(),
     "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu"},
     "disk": set(),

@@ -238,8 +238,15 @@ def _time_dask_workers(nanny: bool, repeats: int) -> list[float]:
             process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 client.wait_for_workers(1, timeout=CHILD_TIMEOUT)
-                client.submit(int, 1, workers=[name], pure=False).result(timeout=CHILD_TIMEOUT)
+                probe = client.submit(int, 1, workers=[name], pure=False)
+                probe.result(timeout=CHILD_TIMEOUT)
                 times.append(time.perf_counter() - start)
+                # the probe's result forgotten before its worker stops: a worker stopped while holding it
+                # makes the scheduler warn that it lost a computed task (a log line in the lesson)
+                probe.release()
+                deadline = time.monotonic() + 30
+                while client.who_has() and time.monotonic() < deadline:
+                    time.sleep(0.05)  # a bounded wait for the scheduler to release it
             finally:
                 process.terminate()
                 try:

@@ -174,29 +174,3 @@ def check_verdicts(executed: nbformat.NotebookNode) -> list[tuple[int, dict | No
             found = [o["data"][MIME] for o in cell.get("outputs", []) if MIME in o.get("data", {})]
             verdicts.append((index, found[0] if found else None))
     return verdicts
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: execute lessons at a size with their solutions, say each one's time and any error
-    a cell raised that it is not tagged for (status 1 then). The timing is ``workbench bench lessons``'s,
-    which this runs (its ``--markdown`` prints the instructor guide's table)."""
-    import argparse
-
-    from workbench.bench import lessons
-    from workbench.bench.progress import Progress
-
-    parser = argparse.ArgumentParser(prog="python -m workbench.teach.execute", description=main.__doc__)
-    parser.add_argument("--size", default="lab", help="the size to run at (default lab)")
-    parser.add_argument("--out", type=Path, default=Path("build/executed/timed"), help="where the copies go")
-    parser.add_argument("lessons", nargs="*", type=Path, help="lesson notebooks (default: every lesson)")
-    args = parser.parse_args(argv)
-    only = [path.name[:2] for path in args.lessons]
-    report = lessons.run(args.size, only=only or None, out=str(args.out), progress=Progress("lessons"))
-    print(lessons.format_report(report))
-    return 1 if any(row["status"] != "ok" for row in report["lessons"]) else 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -11,7 +11,7 @@ import html
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from workbench.teach import markup
+from workbench.teach.markup import to_html, to_plain
 
 MIME = "application/vnd.locality-workbench.check+json"
 PASSED = "passed"
@@ -55,13 +55,13 @@ class Feedback:
 
     def _repr_html_(self) -> str:
         colour, mark = ("#e6f4ea", "✔") if self.passed else ("#fef7e0", "✘")
-        hint = f"<div><b>Hint:</b> {markup.to_html(self.hint)}</div>" if self.hint else ""
-        hint += f"<div><i>{markup.to_html(self.more)}</i></div>" if self.more else ""
+        hint = f"<div><b>Hint:</b> {to_html(self.hint)}</div>" if self.hint else ""
+        hint += f"<div><i>{to_html(self.more)}</i></div>" if self.more else ""
         return (
             f'<div class="lwb-check lwb-check-{self.status.replace(" ", "-")}" '
             f'style="background:{colour};border-radius:4px;padding:6px 10px;margin:4px 0">'
             f"<b>{mark} Exercise {html.escape(self.exercise)}: {html.escape(self.status)}</b>"
-            f"<div>{markup.to_html(self.message)}</div>{hint}</div>"
+            f"<div>{to_html(self.message)}</div>{hint}</div>"
         )
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class Feedback:
 
 def _line(text: str) -> str:
     """Markdown as one line of plain text (its marks dropped)."""
-    return " ".join(markup.to_plain(text, width=None).split())
+    return " ".join(to_plain(text, width=None).split())
 
 
 def passed(message: str) -> tuple[Status, str, str]:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from workbench.teach import markup
+from workbench.teach.markup import to_html, to_plain
 from workbench.teach.registry import LESSON_MODULES, get
 
 _SECTION = re.compile(r"^## (\d\d\.\d+)[ \t]*$", re.MULTILINE)
@@ -119,13 +119,13 @@ class Help:
     code: str = ""
 
     def __str__(self) -> str:
-        return f"{self.title}\n{markup.to_plain(self.text)}" + (f"\n\n{self.code}" if self.code else "")
+        return f"{self.title}\n{to_plain(self.text)}" + (f"\n\n{self.code}" if self.code else "")
 
     def _repr_html_(self) -> str:
         code = f"<pre><code>{html.escape(self.code)}</code></pre>" if self.code else ""
         return (
             '<div class="lwb-help" style="background:#eef3fb;border-radius:4px;padding:6px 10px;margin:4px 0">'
-            f"<b>{html.escape(self.title)}</b><div>{markup.to_html(self.text)}</div>{code}</div>"
+            f"<b>{html.escape(self.title)}</b><div>{to_html(self.text)}</div>{code}</div>"
         )
 
 
