@@ -5,13 +5,16 @@ address (another program took the port) says so."""
 
 from __future__ import annotations
 
+import selectors
 import socket
 import threading
 import time
-from typing import Any
+import types
+from typing import Any, ClassVar
 
 import pytest
 
+from workbench.runtime.channels import transport
 from workbench.runtime.channels.transport import (
     HANDSHAKE_SECONDS,
     Answer,
@@ -230,3 +233,78 @@ def test_strangers_holding_connections_open_cannot_use_up_the_ranks_descriptors(
         child.wait()
         for sock in held:
             sock.close()
+
+
+class _FloodBatch(selectors.DefaultSelector):
+    """The selector :func:`accept_links` makes, which, once ``armed``, reports the batch a flood makes:
+    it waits (bounded) until the listener (a new connection) and a pending handshake (its answer's
+    first byte) are both readable, and reports the listener first. The kernel may order them either
+    way; this order is the one in which the oldest handshake gives way before its event is read."""
+
+    made: ClassVar[list[_FloodBatch]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listener: object = None
+        self.armed, self.waiting, self.past_batch = threading.Event(), threading.Event(), threading.Event()
+        self.made.append(self)
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        if self.listener is None:
+            self.listener = fileobj  # accept_links registers its listener first
+        return super().register(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if self.waiting.is_set():  # the loop came back for more after the flood's batch
+            self.past_batch.set()
+        if not self.armed.is_set():
+            return super().select(timeout)
+        self.armed.clear()
+        self.waiting.set()
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            events = super().select(0.01)  # level-triggered: what is ready stays ready until read
+            kinds = {key.fileobj is self.listener for key, _ in events}
+            if kinds == {True, False} or time.monotonic() > deadline:
+                return sorted(events, key=lambda event: event[0].fileobj is not self.listener)
+
+
+def test_a_flood_that_drops_a_handshake_in_the_batch_that_reported_it_only_delays_the_rank(monkeypatch):
+    # Issue 47, item 1: with MAX_PENDING handshakes under way, a new connection makes the oldest give
+    # way; when that handshake's own answer came in the same select() batch, the loop read it back from
+    # the handshakes under way and failed the rank with a bare KeyError (9 of 9 floods, on main).
+    monkeypatch.setattr(transport, "selectors", types.SimpleNamespace(DefaultSelector=_FloodBatch, EVENT_READ=1))
+    _FloodBatch.made.clear()
+    secret = GroupSecret()
+    acceptor = Acceptor(secret)
+    strangers = []
+    try:
+        for _ in range(transport.MAX_PENDING):  # each challenged: the rank holds MAX_PENDING handshakes
+            stranger = socket.create_connection(acceptor.address, timeout=WAIT_S)
+            strangers.append(stranger)
+            assert len(_recv_exactly(stranger, Challenge.FORMAT.size)) == Challenge.FORMAT.size
+        (selector,) = _FloodBatch.made
+        selector.armed.set()
+        assert selector.waiting.wait(WAIT_S), "the rank did not come back to select"
+        strangers.append(socket.create_connection(acceptor.address, timeout=WAIT_S))  # one more: the oldest gives way
+        strangers[0].sendall(b"\x00")  # ...while its answer begins
+        deadline = time.monotonic() + WAIT_S
+        while not selector.past_batch.is_set() and acceptor.thread.is_alive():
+            assert time.monotonic() < deadline, "the rank neither went on nor ended"
+            selector.past_batch.wait(0.05)  # a poll of a bounded wait on a state
+        if not acceptor.thread.is_alive():
+            acceptor.join()  # raises what ended the rank's wait (before the fix: KeyError)
+        assert _closed_by_rank(strangers[0]), "the oldest handshake did not give way"
+        _genuine_pair(acceptor, secret)
+    finally:
+        for stranger in strangers:
+            stranger.close()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock`` (fewer only if it closes)."""
+    sock.settimeout(WAIT_S)
+    got = b""
+    while len(got) < n and (chunk := sock.recv(n - len(got))):
+        got += chunk
+    return got

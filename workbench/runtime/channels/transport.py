@@ -543,7 +543,9 @@ def accept_links(
                         else:  # the worker's descriptors are taken elsewhere: try again after a while
                             time.sleep(POLL_SECONDS)
                     continue
-                entry = pending[key.fileobj]  # type: ignore[index]
+                entry = pending.get(key.fileobj)  # type: ignore[call-overload]
+                if entry is None:  # dropped earlier in this batch (the oldest handshake gave way): nothing to read
+                    continue
                 try:
                     chunk = entry.sock.recv(Answer.FORMAT.size - len(entry.got))
                 except (BlockingIOError, InterruptedError):
