@@ -122,6 +122,18 @@ def test_a_session_without_a_dashboard_says_how_to_turn_it_on(session):
     assert "dashboard is off" in session._repr_html_() and "WORKBENCH_DASHBOARD=1" in session._repr_html_()
 
 
+def test_with_the_dashboard_off_the_schedulers_port_answers_health_and_metrics_only(session):
+    """Issue 47, item 2: the scheduler's loopback port, which every local user can open, served Dask's
+    info pages (a learner's task exceptions, worker logs, call stacks) and JSON pages with the dashboard
+    off; now it answers health and metrics, and nothing else."""
+    port = session.client.scheduler_info()["services"]["dashboard"]
+    assert listening_ips(port) == {"127.0.0.1"}
+    assert get_tcp(port, "/health") == 200
+    assert get_tcp(port, "/metrics") == 200
+    for page in ("/info/main/workers.html", "/info/main/logs.html", "/json/identity.json", "/status", "/statics/"):
+        assert get_tcp(port, page) == 404, page
+
+
 @pytest.mark.parametrize("nodes", [None, ["node-a"]], ids=["local", "simulated-nodes"])
 def test_a_socket_dashboard_is_served_to_its_user_alone_and_on_no_tcp_port(tmp_path, monkeypatch, nodes):
     monkeypatch.setenv(dashboard.SOCKET_DIR_ENV, str(tmp_path))

@@ -275,6 +275,13 @@ class SlurmOptions:
         return cls(**given)
 
 
+# The scheduler's HTTP routes with the dashboard off (Dask's public setting
+# distributed.scheduler.http.routes): health and the Prometheus metrics only. Dask's default adds its
+# info pages (a learner's task exceptions with their messages, worker logs, call stacks), its JSON
+# pages and a proxy to the workers' pages, on a loopback port that every local user can open.
+OFF_SCHEDULER_ROUTES = ("distributed.http.scheduler.prometheus", "distributed.http.health")
+
+
 @dataclass(frozen=True)
 class ClusterRequest:
     """What ``start()`` was asked for, its common arguments already checked; every kind gets the same record."""
@@ -296,6 +303,13 @@ class ClusterRequest:
         dashboard socket instead (:mod:`workbench.runtime.dashboard`); the bokeh dashboard on it only
         when asked for."""
         return {"dashboard_address": "127.0.0.1:0", "dashboard": self.dashboard != OFF}
+
+    @property
+    def scheduler_config(self) -> dict[str, Any]:
+        """Dask's settings for a scheduler started in this process (the local and Slurm kinds; ``start()``
+        sets them while the kind opens its cluster): with the dashboard off, the scheduler's HTTP server
+        answers health and metrics only (:data:`OFF_SCHEDULER_ROUTES`)."""
+        return {"distributed.scheduler.http.routes": list(OFF_SCHEDULER_ROUTES)} if self.dashboard == OFF else {}
 
 
 class ClusterKind(ABC):

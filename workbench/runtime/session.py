@@ -513,7 +513,8 @@ def start(
     # runner restores the blocks to their holders after every run): Dask's active memory manager would drop those
     # replicas every 2 s, and could keep a thief's copy of a block and drop its original, so that the
     # next run splits differently. Its periodic loop is off in clusters the workbench starts.
-    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False}):
+    # With the dashboard off, the scheduler's loopback port answers health and metrics only.
+    with dask.config.set({"distributed.scheduler.active-memory-manager.start": False, **request.scheduler_config}):
         client, owned = kind.open(request)
     try:
         dashboard = request.dashboard if kind.owns_cluster else PORT
