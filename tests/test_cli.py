@@ -243,6 +243,8 @@ def _bad_inputs(tmp_path):
         (["run", "histogram", "--variants", "blocks,nosuch"], ["no variant 'nosuch'"]),
         (["run", "histogrm"], ["no application 'histogrm'", "did you mean 'histogram'"]),
         (["run", "histogram", "--cluster", "nosuch"], ["no cluster kind 'nosuch'", "gateway"]),
+        (["run", "histogram", "--timeout", "nan"], ["--timeout must be a positive, finite number of seconds", "nan"]),
+        (["run", "histogram", "--timeout", "-1"], ["--timeout must be a positive"]),
         (["bench", "tiers", "--apps", "histogram,kmeans"], ["no tier application 'histogram'", "histogram1d"]),
         (["bench", "tiers", "--variants", "dram,nvm"], ["no tier configuration 'nvm'", "mapped"]),
         (["bench", "channels", "--workers", "1"], ["--workers must be at least 2"]),

@@ -81,15 +81,33 @@ def test_joining_a_tls_cluster_without_its_credentials_says_what_to_do(session):
         (dict(timeout=0), "timeout must be positive"),
         (dict(nodes=["a", "b"], n_workers=3), "nodes gives 2 node ids but n_workers is 3"),
         (dict(nodes=[]), "nodes must name at least one node id"),
-        (dict(threads_per_worker=0), "threads_per_worker must be at least 1"),
+        (dict(threads_per_worker=0), "threads_per_worker must be a whole number, at least 1, got 0"),
         (dict(n_workers=0), "n_workers must be a positive number"),  # not "the default", silently
         (dict(n_workers=-2), "n_workers must be a positive number"),
+        # issue 47, item 14: each refused before any process starts (before, a bare TypeError, Dask's
+        # KeyError, two nodes, a Nanny's RuntimeError after the processes started, an AttributeError, accepted)
+        (dict(timeout="5"), "timeout must be positive seconds (a finite number), got '5'"),
+        (dict(timeout=float("nan")), "timeout must be positive seconds (a finite number), got nan"),
+        (dict(timeout=float("inf")), "timeout must be positive seconds"),
+        (dict(nodes="ab"), "nodes must be a list of node ids, one per worker (['ab'] for one), got 'ab'"),
+        (dict(nodes=["a", "b\x00c"]), "a node id must be printable text, without control characters"),
+        (dict(nodes=["a", "b\nc"]), "got 'b\\nc'"),
+        (dict(nodes=[" "]), "a node id must be printable text"),
+        (dict(memory_limit=-5), "memory_limit must be 'auto', an amount per worker"),
+        (dict(memory_limit="-5GiB"), "got '-5GiB'"),
+        (dict(memory_limit=0.5), "memory_limit must be 'auto'"),
+        (dict(memory_limit="lots"), "memory_limit must be 'auto'"),
+        (dict(address=5), "address must be a scheduler's address such as 'tls://host:8786', got 5"),
+        (dict(threads_per_worker=1.5), "threads_per_worker must be a whole number, at least 1, got 1.5"),
+        (dict(threads_per_worker=True), "threads_per_worker must be a whole number"),
     ],
 )
 def test_bad_session_arguments(kwargs, words):
+    before = set(psutil.Process().children(recursive=True))
     with pytest.raises(ValueError) as info:
         workbench.start(**kwargs)
     assert words in str(info.value)
+    assert set(psutil.Process().children(recursive=True)) <= before, "a process started before the refusal"
 
 
 def test_run_on_workers_is_bounded_by_a_timeout(session):

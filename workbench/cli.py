@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import math
 import os
 import select
 import signal
@@ -117,6 +118,12 @@ def at_least(minimum: int, why: str = "") -> Check:
             raise UsageError(f"{flag} must be at least {minimum}{why}, got {value}")
 
     return check
+
+
+def positive_seconds(flag: str, value: float) -> None:
+    """A check that a number of seconds is finite and positive (``float`` reads "nan" and "inf" too)."""
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} must be a positive, finite number of seconds, got {value}")
 
 
 def one_of(names: Callable[[], Iterable[str]], what: str) -> Check:
@@ -690,7 +697,13 @@ COMMANDS: tuple[Command, ...] = (
                 "as Slurm jobs set by $WORKBENCH_SLURM_*, gateway asks a dask-gateway (README)",
             ),
             arg("--seed", type=int, default=0),
-            arg("--timeout", type=float, default=120.0, help="seconds for cluster start-up and each wait"),
+            arg(
+                "--timeout",
+                type=float,
+                default=120.0,
+                check=positive_seconds,
+                help="seconds for cluster start-up and each wait",
+            ),
             arg("--no-trace", action="store_true", help="skip the traces (a little less overhead)"),
         ),
     ),

@@ -18,6 +18,8 @@ import asyncio
 import contextlib
 import dataclasses
 import html
+import math
+import numbers
 import os
 import socket
 import time
@@ -34,6 +36,7 @@ from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecClus
 from workbench.memory import shm
 from workbench.runtime.clusters import (
     CLUSTER_ENV,
+    CONTROL_CHARACTERS,
     NODE_ID_ENV,
     ClusterRequest,
     SlurmOptions,
@@ -537,17 +540,31 @@ def _checked_request(
 ) -> ClusterRequest:
     """:func:`start`'s arguments as the request every cluster kind takes, each checked first: a
     ValueError naming the argument, what it got and what it takes (before anything starts)."""
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds (a finite number), got {timeout!r}")
     place = dashboard_place(dashboard)
-    if threads_per_worker < 1:
-        raise ValueError(f"threads_per_worker must be at least 1, got {threads_per_worker}")
-    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+    if not _is_whole(threads_per_worker) or threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be a whole number, at least 1, got {threads_per_worker!r}")
+    if n_workers is not None and (not _is_whole(n_workers) or n_workers < 1):
         raise ValueError(f"n_workers must be a positive number of worker processes, got {n_workers!r}")
+    if address is not None and not isinstance(address, str):
+        raise ValueError(f"address must be a scheduler's address such as 'tls://host:8786', got {address!r}")
+    if not _memory_limit_ok(memory_limit):
+        raise ValueError(
+            "memory_limit must be 'auto', an amount per worker ('2GiB', or a number of bytes), or 0 or None "
+            f"(no limit), got {memory_limit!r}"
+        )
     if nodes is not None:
+        if isinstance(nodes, (str, bytes)):  # a string is a sequence too: "ab" would be two nodes
+            raise ValueError(f"nodes must be a list of node ids, one per worker ([{nodes!r}] for one), got {nodes!r}")
         nodes = [str(n) for n in nodes]
         if not nodes:
             raise ValueError("nodes must name at least one node id, got an empty list")
+        for node in nodes:  # each becomes a worker's $WORKBENCH_NODE_ID (no NUL there) and a part of its name
+            if not node.strip() or CONTROL_CHARACTERS.search(node):
+                raise ValueError(
+                    f"a node id must be printable text, without control characters (a NUL, a line break), got {node!r}"
+                )
         if n_workers is not None and n_workers != len(nodes):
             raise ValueError(f"nodes gives {len(nodes)} node ids but n_workers is {n_workers}; give one per worker")
     if slurm is not None and not isinstance(slurm, SlurmOptions):
@@ -562,6 +579,27 @@ def _checked_request(
         address=address or os.environ.get(SCHEDULER_ENV) or None,
         slurm=slurm,
     )
+
+
+def _is_number(value: object) -> bool:
+    """Whether ``value`` is a real number (an int, a float, a numpy scalar), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_whole(value: object) -> bool:
+    """Whether ``value`` is an integer (an int, a numpy integer), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _memory_limit_ok(value: object) -> bool:
+    """Whether ``value`` is a ``memory_limit`` Dask takes and the workbench means: "auto", a positive
+    amount (bytes, or text such as "2GiB"), or Dask's "no limit" (0, "0", None). Dask's other readings
+    (a float below 1 as a share of the machine, a negative number) are not amounts of memory here."""
+    if value is None or value == "auto" or (value in (0, "0") and not isinstance(value, bool)):
+        return True
+    if _is_number(value) and value < 1:
+        return False
+    return amount_of_memory(value) > 0
 
 
 def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None) -> str:
