@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
+
+from kernels.cache import cache_directory
 
 
 def _default_numba_cache_dir() -> str:
-    """A writable cache directory, so compiled kernels are reused across processes and runs."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    candidate = base / "locality-workbench" / "numba"
+    """A writable cache directory, so compiled kernels are reused across processes and runs: the
+    user's ``~/.cache/locality-workbench/numba`` (made 0700, :mod:`kernels.cache`), else (a home that
+    cannot hold it) a new private directory in the temporary directory, which this process's workers
+    share: never a fixed name there, which another user could make first and fill with compiled code."""
     try:
-        candidate.mkdir(parents=True, exist_ok=True)
+        candidate = cache_directory("numba")
         if os.access(candidate, os.W_OK):
             return str(candidate)
     except OSError:
         pass
-    return str(Path(tempfile.gettempdir()) / "locality-workbench-numba")
+    return tempfile.mkdtemp(prefix="locality-workbench-numba-")
 
 
 # Set before numba reads its configuration; worker processes inherit the variable.

@@ -4,6 +4,7 @@ starts), and the per-learner memory cap ``$WORKBENCH_MAX_MEMORY`` on a local clu
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shlex
 import stat
@@ -255,6 +256,92 @@ def test_slurm_credentials_are_not_kept_where_another_user_could_swap_them(tmp_p
     with pytest.raises(ValueError, match="lets other users move or replace"):
         clusters.shared_security(str(logs))
     assert not list(logs.iterdir())
+
+
+@pytest.fixture
+def umask_002():
+    """The umask of RHEL-family login nodes and of Ubuntu with user-private groups, for the test."""
+    before = os.umask(0o002)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_under_umask_002_the_cache_directory_is_made_private_and_the_slurm_kind_keeps_its_credentials_there(
+    tmp_path, monkeypatch, umask_002
+):
+    # Issue 47, item 5: the numba cache (at import) and shared_security made ~/.cache/locality-workbench
+    # 0775 under umask 002 (makedirs' mode reaches the last directory only), and shared_security then
+    # refused the Slurm kind's own default log directory.
+    import kernels
+    from kernels.cache import cache_root
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not there yet: every directory made here
+    root = cache_root()
+    assert kernels._default_numba_cache_dir() == str(root / "numba")
+    assert [_mode(p) for p in (tmp_path / "cache", root, root / "numba")] == [0o700] * 3
+    request = _slurm_request(tmp_path, environ={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    request = dataclasses.replace(request, slurm=SlurmOptions(jobs=1))  # the default log directory
+    assert clusters.SlurmKind().log_directory(request) == str(root / "slurm")
+    _, credentials = clusters.shared_security(clusters.SlurmKind().log_directory(request))  # beside numba's
+    assert Path(credentials).parent == root / "slurm" and _mode(root / "slurm") == 0o700
+    # shared_security alone (no numba cache made first) makes them private too
+    elsewhere = tmp_path / "fresh" / "locality-workbench" / "slurm"
+    clusters.shared_security(str(elsewhere))
+    assert [_mode(p) for p in (tmp_path / "fresh", elsewhere.parent, elsewhere)] == [0o700] * 3
+
+
+def test_a_cache_directory_an_older_workbench_left_open_is_made_private_again(tmp_path, monkeypatch, umask_002):
+    from kernels.cache import cache_directory, cache_root
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache_root().mkdir(mode=0o775)  # as `mkdir -p` made it under umask 002
+    assert _mode(cache_root()) == 0o775
+    assert cache_directory("store") == cache_root() / "store"
+    assert _mode(cache_root()) == 0o700 and _mode(cache_root() / "store") == 0o700
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(threads_per_worker=2), "start(cluster='gateway') takes neither threads_per_worker nor memory_limit"),
+        (dict(memory_limit="2GiB"), "got 1 and '2GiB'"),
+    ],
+)
+def test_a_gateway_cluster_refuses_the_shape_it_would_ignore(monkeypatch, kwargs, words):
+    # Issue 47, item 15: before, start(cluster="gateway") dropped them silently
+    import dask
+
+    with dask.config.set({"gateway.address": "http://127.0.0.1:1"}):
+        with pytest.raises(ValueError) as info:
+            workbench.start(cluster="gateway", **kwargs)
+        assert words in str(info.value)
+        clusters.GatewayKind().check(_request(n_workers=None))  # the defaults pass the check
+
+
+def test_a_slurm_cluster_refuses_a_memory_limit_it_would_ignore(fake_slurm_commands):
+    with pytest.raises(ValueError, match=r"a Slurm job's memory is shared by its workers: give it as SlurmOptions"):
+        workbench.start(slurm=SlurmOptions(jobs=1), memory_limit="2GiB")
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("slurm", "a Slurm session's workers are whole jobs"),
+        ("gateway", "a gateway session's workers are the gateway's"),
+    ],
+)
+def test_scaling_a_slurm_or_gateway_session_says_how_that_kind_scales(kind, words):
+    from workbench.runtime.session import Session
+
+    session = Session(client=None, cluster=object(), kind=kind)  # refused before either is used
+    with pytest.raises(ValueError, match=words):
+        session.scale(2)
 
 
 @pytest.mark.parametrize("memory", [True, "GiB", " ", "\u2028"], ids=["True", "a unit alone", "a space", "U+2028"])

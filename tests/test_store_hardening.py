@@ -252,6 +252,30 @@ def test_the_store_directory_is_private_and_its_disk_copies_are_checked(session,
         Store(session, shared)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory of another user needs root")
+def test_a_store_directory_another_user_owns_or_could_swap_is_refused(session, tmp_path):
+    """Issue 47, item 15: only a directory every user may write was refused; one of another user's
+    (who can then swap or delete the learner's disk copies, or plant a pickle), or one in a directory of
+    theirs (they can move it away and put their own in its place), was taken. The check comes before
+    anything is sent, so the session's own store does not stand in the way."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    (theirs / "objects").mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)  # another user's
+    with pytest.raises(StoreError, match=r"theirs belongs to user 65534, who can move or replace what is in it"):
+        Store(session, theirs)
+    inside = theirs / "mine"
+    inside.mkdir(mode=0o700)  # the learner's own, in a directory of theirs
+    with pytest.raises(StoreError, match=r"is not safe from other users: .*theirs belongs to user 65534"):
+        Store(session, inside)
+    group_writable = tmp_path / "group"
+    group_writable.mkdir()
+    group_writable.chmod(0o770)
+    with pytest.raises(StoreError, match=r"\(drwxrwx---\) lets other users move or replace what is in it"):
+        Store(session, group_writable)
+    assert sorted(p.name for p in theirs.iterdir()) == ["mine", "objects"] and not any(inside.iterdir())
+
+
 def test_a_corrupt_catalogue_is_refused_clearly(tmp_path):
     from workbench.runtime.store import catalogue_file
 

@@ -51,6 +51,7 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
+from kernels.cache import cache_root, private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.dashboard import (
     NO_WORKER_ROUTES_ENV,
@@ -135,7 +136,7 @@ def shared_security(parent: str) -> tuple[Security, str]:
             f"digits and @%+=:,./- only), or set {TLS_ENV}=0 on a cluster no other user shares"
         )
     credentials = _temporary_security()
-    os.makedirs(parent, mode=0o700, exist_ok=True)
+    private_directories(parent)  # each directory it makes 0700, whatever the umask (~/.cache/locality-workbench)
     # Dask reads the files by path at every connection: a user who may rename entries of ``parent``
     # (or of a directory above it) could swap the private directory for one holding a key of theirs
     if problem := others_could_swap(parent):
@@ -528,6 +529,13 @@ class GatewayKind(ClusterKind):
             )
         if request.nodes is not None:
             raise ValueError("nodes simulates nodes on a local cluster; a gateway cluster's workers are the gateway's")
+        if request.threads_per_worker != 1 or request.memory_limit != "auto":  # not passed on: refused, not ignored
+            raise ValueError(
+                "a gateway cluster's workers have the cores and memory the gateway gives them (its cluster options, "
+                "such as worker_cores and worker_memory, where the hub offers them): start(cluster='gateway') takes "
+                f"neither threads_per_worker nor memory_limit, got {request.threads_per_worker!r} and "
+                f"{request.memory_limit!r}"
+            )
 
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A new cluster on the gateway, scaled to ``n_workers`` (default :data:`GATEWAY_WORKERS`),
@@ -667,6 +675,11 @@ class SlurmKind(ClusterKind):
         """Slurm's commands on PATH, dask-jobqueue installed, a shape the options can make."""
         if request.nodes is not None:
             raise ValueError("nodes= simulates nodes on one machine; a Slurm worker's node is its job's host")
+        if request.memory_limit != "auto":  # not passed on: refused, not ignored
+            raise ValueError(
+                "a Slurm job's memory is shared by its workers: give it as SlurmOptions(memory=...) or "
+                f"$WORKBENCH_SLURM_MEMORY, not memory_limit (got {request.memory_limit!r})"
+            )
         missing = [c for c in ("sbatch", "squeue", "scancel") if shutil.which(c) is None]
         if missing:
             raise ValueError(
@@ -682,8 +695,7 @@ class SlurmKind(ClusterKind):
         """Where the jobs' logs (and the workers' TLS credentials) go, as an absolute path (the job script
         and the worker command name it): the options' ``log_directory``, else
         ``~/.cache/locality-workbench/slurm`` (``$XDG_CACHE_HOME`` when set)."""
-        cache = request.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        chosen = self.options(request).log_directory or os.path.join(cache, "locality-workbench", "slurm")
+        chosen = self.options(request).log_directory or str(cache_root(request.environ) / "slurm")
         return os.path.abspath(os.path.expanduser(chosen))
 
     def cluster(self, request: ClusterRequest) -> Cluster:

@@ -129,6 +129,7 @@ class Session:
     timeout: float = DEFAULT_TIMEOUT
     dashboard: str = OFF  # where the dashboard is served (workbench.runtime.dashboard): off, port or socket
     request: ClusterRequest | None = field(default=None, repr=False)  # what start() was asked for
+    kind: str = "local"  # the kind of cluster start() chose (workbench.runtime.clusters.KINDS)
     _closed: bool = field(default=False, repr=False)
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
     _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
@@ -304,6 +305,16 @@ class Session:
         """
         if self.cluster is None:
             raise ValueError("this session joined an existing scheduler: scale that cluster where it was started")
+        if self.kind == "slurm":
+            raise ValueError(
+                "a Slurm session's workers are whole jobs of SlurmOptions: start a new session with another "
+                "n_workers (or SlurmOptions(jobs=...)), or scale its jobs yourself: session.cluster.scale(jobs=N)"
+            )
+        if self.kind == "gateway":
+            raise ValueError(
+                "a gateway session's workers are the gateway's: session.cluster.scale(N) asks the gateway for N "
+                "(within its limits), or start a new session with another n_workers"
+            )
         if not isinstance(self.cluster, LocalCluster):
             raise ValueError("a cluster of simulated nodes has a fixed shape: start a new session with other nodes=")
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
@@ -485,10 +496,13 @@ def start(
         default ``$WORKBENCH_CLUSTER``, else "scheduler" with an address, "slurm" with ``slurm``, else "local".
     n_workers: worker processes (default: one per core locally, one per entry of ``nodes``; with Slurm,
         the jobs of ``slurm``).
-    threads_per_worker: threads per worker; 1 keeps one task per core, as the papers' runs do.
+    threads_per_worker: threads per worker; 1 keeps one task per core, as the papers' runs do (a gateway
+        cluster's workers have the gateway's: it refuses another number).
     nodes: one node id per local worker, to simulate several nodes on one machine.
     memory_limit: per local worker; "auto" shares the machine's memory equally, within the per-learner
         cap ``$WORKBENCH_MAX_MEMORY`` (workers x memory limit) when it is set; a request above it is refused.
+        The Slurm kind (a job's memory: ``SlurmOptions(memory=...)``) and the gateway kind refuse anything
+        but "auto".
     slurm: the jobs of a Slurm cluster (:class:`~workbench.runtime.clusters.SlurmOptions`); default
         ``$WORKBENCH_SLURM_*``.
     dashboard: where the Dask dashboard is served (:mod:`workbench.runtime.dashboard`): False or "off"
@@ -521,7 +535,7 @@ def start(
         client, owned = kind.open(request)
     try:
         dashboard = request.dashboard if kind.owns_cluster else PORT
-        return _session(client, owned, timeout, dashboard=dashboard, request=request)
+        return _session(client, owned, timeout, dashboard=dashboard, request=request, kind=kind.name)
     except BaseException:
         if owned is not None:
             owned.close(timeout=timeout)
@@ -631,6 +645,7 @@ def _session(
     timeout: float,
     dashboard: str,
     request: ClusterRequest | None = None,
+    kind: str = "local",
 ) -> Session:
     """The session of a new client: Dask's frames made safe from CPython's gh-77894 in this process
     and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster;
@@ -646,4 +661,4 @@ def _session(
     except BaseException:
         client.close(timeout=timeout)
         raise
-    return Session(client, cluster, timeout, dashboard=dashboard, request=request)
+    return Session(client, cluster, timeout, dashboard=dashboard, request=request, kind=kind)

@@ -21,10 +21,11 @@ persisted in SQLite. See ``docs/architecture.md`` and ``notebooks/04-active-stor
 Trust model. The store directory holds the SQLite catalogue and the disk tier: pickles, which the
 workers load, and loading a pickle runs code. So whoever can write the store directory can run
 code in every worker, as with any pickle-based store (Dask's own spill directory included). The
-store creates its directory 0700 and its files 0600, refuses a directory every user may write,
-loads a disk copy only from its own ``objects`` directory (a catalogue path elsewhere, a symlink,
-or a file owned by another user is refused), deletes no file outside it, and reports a catalogue
-that is not SQLite as such. A directory shared by several nodes must be writable only by the user
+store creates its directory 0700 and its files 0600, refuses a directory another user owns or may
+write, or that sits in one (``workbench.memory.tiers.others_could_swap``), loads a disk copy only
+from its own ``objects`` directory (a catalogue path elsewhere, a symlink, or a file owned by
+another user is refused), deletes no file outside it, and reports a catalogue that is not SQLite
+as such. A directory shared by several nodes must be writable only by the user
 running the cluster.
 """
 

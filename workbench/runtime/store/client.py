@@ -25,6 +25,8 @@ import pandas as pd
 from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
+from kernels.cache import private_directories
+from workbench.memory.tiers import others_could_swap
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend
@@ -128,23 +130,36 @@ def _create_private_directory(directory: Path) -> None:
     the trust model in :mod:`workbench.runtime.store`). A directory the user chose and that exists
     keeps its mode; the store's own ``objects`` directory is made 0700 (an older store made it 0755).
     """
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_directories(directory)  # each directory it makes 0700, whatever the umask (~/.cache/locality-workbench)
     objects = directory / "objects"
     objects.mkdir(mode=0o700, exist_ok=True)
     if objects.is_symlink() or not objects.is_dir():
         raise StoreError(f"{objects} is not a directory of the store's own (a symlink?): use another store directory")
     if objects.stat().st_uid == os.getuid():
         objects.chmod(0o700)
-    _refuse_world_writable(directory)
+    _refuse_untrusted(directory)
 
 
-def _refuse_world_writable(directory: Path) -> None:
-    """A ``StoreError`` if ``directory`` or its ``objects`` exist and every user may write them."""
+def _refuse_untrusted(directory: Path) -> None:
+    """A ``StoreError`` if ``directory`` or its ``objects`` exist and another user could change what is in
+    them: write them (plant a pickle that the workers would load), or own, move or replace them or a
+    directory above them (swap or delete the learner's disk copies). Each must be root's or this user's
+    and writable by nobody else, under directories the same holds for, unless sticky
+    (``workbench.memory.tiers.others_could_swap``)."""
     for path in (directory, directory / "objects"):
-        if path.is_dir() and path.stat().st_mode & stat.S_IWOTH:
+        if not path.is_dir():
+            continue
+        if path.stat().st_mode & stat.S_IWOTH:
             raise StoreError(
                 f"the store directory {path} is writable by every user, who could plant a pickle that the workers "
                 f"would load (and so run code as you): chmod o-w {str(path)!r}, or choose a directory of your own"
+            )
+        if problem := others_could_swap(path):
+            raise StoreError(
+                f"the store directory {path} is not safe from other users: {problem}, and so could swap or delete "
+                "your disk copies, or plant a pickle that the workers would load (and so run code as you). Choose "
+                "a directory of your own (only you, or root, own it and every directory above it; none is "
+                "writable by others unless sticky)"
             )
 
 
@@ -232,7 +247,7 @@ class Store:
             )
         self._cache_bytes = cache_bytes
         if directory is not None:
-            _refuse_world_writable(wanted)  # before anything is sent
+            _refuse_untrusted(wanted)  # before anything is sent
         self._token: str | None = None  # of the registration this Store made, if it made one
         found = _registration(session)
         if found is not None and not found.exists:
