@@ -454,3 +454,42 @@ def test_the_clean_waits_for_the_stopped_servers_processes_only():
         for process in (kernel, other, named):
             process.kill()
             process.wait(timeout=30)
+
+
+def test_the_clean_keeps_what_another_running_server_of_the_learner_shares_by_name(monkeypatch):
+    """Issue 47, item 6: the clean after a stop ran `shm clean --all`, which deleted the segments that
+    another of the learner's running (named) servers shared by name and did not map at that moment. It
+    now adds --all only when no other server of the learner's runs: one whose processes carry the
+    learner's name and another server name, or one the hub holds active. The plain clean frees what the
+    stopped server's kernels left (their owner records name dead processes: tests/test_shm_owners.py)."""
+    import asyncio
+    import logging
+    import pwd
+    import types
+
+    from workbench import hub
+
+    ran: list[list[str]] = []
+
+    async def as_learner(spawner, argv, seconds, wrap):  # noqa: ANN001, ANN202 - what the hub would run
+        ran.append(argv)
+        return 0, ""
+
+    monkeypatch.setattr(hub, "_as_learner", as_learner)
+    me = pwd.getpwuid(os.getuid()).pw_name  # clean_after_stop looks the learner up
+    spawner = types.SimpleNamespace(user=types.SimpleNamespace(name=me), name="", log=logging.getLogger(__name__))
+    env = {**os.environ, "JUPYTERHUB_USER": me, "JUPYTERHUB_SERVER_NAME": "gpu"}
+    named = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    try:
+        assert hub.other_servers(spawner, os.getuid(), me, "") == ["gpu"]
+        asyncio.run(hub.clean_after_stop(spawner))
+        assert ran.pop()[-2:] == ["shm", "clean"]  # no --all
+    finally:
+        named.kill()
+        named.wait(timeout=30)
+    asyncio.run(hub.clean_after_stop(spawner))  # the learner's last server: the segments shared by name go too
+    assert ran.pop()[-3:] == ["shm", "clean", "--all"]
+    spawner.user.spawners = {"": spawner, "gpu": types.SimpleNamespace(active=True), "old": types.SimpleNamespace()}
+    assert hub.other_servers(spawner, os.getuid(), me, "") == ["gpu"]  # the hub's own view counts too
+    asyncio.run(hub.clean_after_stop(spawner))
+    assert "--all" not in ran.pop()

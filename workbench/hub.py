@@ -11,8 +11,12 @@ The clean: a kernel that ends normally closes its session and the workbench remo
 segment the learner made by name (``shm.share("lesson02-readings", ...)``) is kept until deleted, as
 a file would be, and a kernel killed mid-lesson cannot delete anything. ``/dev/shm`` is memory: on a
 class server, what a stopped learner left there would hold RAM until the next reboot. So the hub
-runs ``workbench shm clean --all`` as the learner after their server stops: it removes every segment
-of that user that no live process maps, and nothing of anyone else's. In ``jupyterhub_config.py``::
+runs ``workbench shm clean`` as the learner after their server stops: it removes what the stopped
+server's kernels left (segments whose owners are all dead, channel mailboxes, partial files), and
+nothing of anyone else's. A segment shared by name names no owner: another of the learner's servers
+(JupyterHub's named servers) may share it and attach it again at any time, so ``--all`` (every segment
+of that user that no live process maps) is added only when the learner has no other server running
+(:func:`clean_command`, :func:`other_servers`). In ``jupyterhub_config.py``::
 
     from workbench.hub import COURSE_URL, clean_after_stop, copy_course_before_start
     c.Spawner.pre_spawn_hook = copy_course_before_start
@@ -42,9 +46,10 @@ POLL_SECONDS = 0.2
 KEPT = re.compile(r"kept .*: in use by process (?P<pids>\d+(?:, \d+)*)$")  # workbench shm clean's line
 
 
-def clean_command() -> list[str]:
-    """The command the hub runs as the learner once their server stopped."""
-    return [sys.executable, "-m", "workbench.cli", "shm", "clean", "--all"]
+def clean_command(everything: bool = True) -> list[str]:
+    """The command the hub runs as the learner once their server stopped: ``workbench shm clean``, and
+    with ``everything`` (no other server of the learner's runs) ``--all``: the segments shared by name too."""
+    return [sys.executable, "-m", "workbench.cli", "shm", "clean", *(["--all"] if everything else [])]
 
 
 def as_user(name: str) -> Callable[[], None]:
@@ -82,6 +87,30 @@ def server_processes(uid: int, user: str, server: str) -> list[int]:
             if _exiting(process.pid):
                 found.append(process.pid)
     return found
+
+
+def other_servers(spawner: Any, uid: int, user: str, server: str) -> list[str]:
+    """The names of user ``user``'s servers other than ``server`` that still run ("" for the default
+    one): those the hub holds active (``spawner.user.spawners``), and those whose processes of user
+    ``uid`` still run (their ``$JUPYTERHUB_SERVER_NAME``; a server the hub lost track of still maps and
+    attaches segments)."""
+    import psutil
+
+    running = {
+        name
+        for name, other in (getattr(getattr(spawner, "user", None), "spawners", None) or {}).items()
+        if name != server and getattr(other, "active", False)
+    }
+    for process in psutil.process_iter(["uids", "status"]):
+        try:
+            if process.info["uids"].real != uid or process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            environment = process.environ()
+            if environment.get("JUPYTERHUB_USER") == user and environment.get("JUPYTERHUB_SERVER_NAME", "") != server:
+                running.add(environment.get("JUPYTERHUB_SERVER_NAME", ""))
+        except (psutil.Error, OSError):  # gone meanwhile, or not this hub's to read
+            continue
+    return sorted(running)
 
 
 PF_EXITING = 0x00000004  # the kernel's flag of a process in exit (linux/sched.h), in /proc/PID/stat
@@ -141,15 +170,23 @@ async def _as_learner(
 async def clean_after_stop(spawner: Any, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
     """JupyterHub's ``Spawner.post_stop_hook``: once the stopped server's kernels and workers have
     exited (:func:`server_processes_exit`), run :func:`clean_command` as its user, within
-    :data:`CLEAN_SECONDS`; what it removed, or why it failed, goes to the hub's log. A
-    hub that does not run as root runs it as itself (its single user). ``wrap``: for a spawner whose
-    servers start through a command that drops to the user itself (a mount namespace, a container's
-    exec), that wrapper around the clean command, which then runs as given."""
-    name = spawner.user.name
-    left = await server_processes_exit(pwd.getpwnam(name).pw_uid, name, getattr(spawner, "name", "") or "")
+    :data:`CLEAN_SECONDS`: with ``--all`` only when no other server of the user's runs
+    (:func:`other_servers`), whose segments shared by name it would delete. What it removed, or why it
+    failed, goes to the hub's log. A hub that does not run as root runs it as itself (its single
+    user). ``wrap``: for a spawner whose servers start through a command that drops to the user itself
+    (a mount namespace, a container's exec), that wrapper around the clean command, which then runs as
+    given."""
+    name, server = spawner.user.name, getattr(spawner, "name", "") or ""
+    uid = pwd.getpwnam(name).pw_uid
+    left = await server_processes_exit(uid, name, server)
     if left:
         spawner.log.warning("%s's processes %s still run %.0f s after their server stopped", name, left, EXIT_SECONDS)
-    done = await _as_learner(spawner, clean_command(), CLEAN_SECONDS, wrap)
+    others = await asyncio.to_thread(other_servers, spawner, uid, name, server)
+    if others:
+        spawner.log.info(
+            "%s's segments shared by name are kept: their server(s) %s still run", name, ", ".join(map(repr, others))
+        )
+    done = await _as_learner(spawner, clean_command(everything=not others), CLEAN_SECONDS, wrap)
     if done is None:
         spawner.log.warning("workbench shm clean for %s did not finish within %.0f s", name, CLEAN_SECONDS)
         return
