@@ -413,3 +413,62 @@ def test_the_report_page_has_the_bench_pages_look():
     assert f"<table {page.TABLE}>" in shown and "<table border" not in shown
     assert bench_page.TABLE is page.TABLE and bench_page.WIDTH == page.WIDTH
     assert page.text_div("<h1>x</h1>").width == page.WIDTH and page.text_div("$$x$$").disable_math
+
+
+def test_the_report_escapes_every_field_of_its_results_file_and_refuses_one_it_cannot_read(tmp_path, capsys):
+    """Issue 47, item 3: a results.json is read back (another user may hand one over): every field the
+    report shows as HTML is escaped (the page's Divs and title), and a file without metadata.variants
+    (or a machine record) gives the one-line error or a line saying so, not a traceback."""
+    import html
+
+    import pandas as pd
+    from bokeh.models import Div
+
+    from workbench.lab.runner import Experiment
+    from workbench.viz import report
+
+    mark = "<img src=x onerror=alert(1)>"
+    variants, parameter = [f"a{mark}", f"b{mark}"], f"p{mark}"
+    rows = [
+        {"run_id": f"run-{i}{mark}", "variant": variant, parameter: f"v{mark}", "seconds": 0.1 * (i + 1), "repeat": i}
+        for i in range(3)
+        for variant in variants
+    ]
+    machine = {
+        "hostname": mark, "logical_cores": mark, "memory_total": 2**30, "memory_available": 2**30, "shm": None,
+        "python": mark, "platform": mark, "packages": {mark: mark},
+    }  # fmt: skip
+    metadata = {"app": mark, "variants": variants, "description": mark, "size": mark, "seed": mark}
+    metadata |= {"started": mark, "repeats": mark, "max_repeats": mark, "rounds": mark, "machine": machine}
+    out = Experiment(
+        app=mark,
+        baseline=variants[0],
+        parameters=[parameter],
+        results=pd.DataFrame(rows),
+        warmups=pd.DataFrame(),
+        traces={},
+        locality={},
+        metadata=metadata,
+    ).save(tmp_path / "hostile")
+    assert cli.main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert f"<title>workbench: {html.escape(mark)}</title>" in page
+
+    def shown_in(out) -> list[str]:  # what the page's Divs show: HTML
+        return [div.text for div in report.build(Experiment.load(out)).select({"type": Div})]
+
+    shown = shown_in(out)
+    assert shown and not any(mark in text for text in shown), "a field went into the page's HTML unescaped"
+    assert sum(text.count(html.escape(mark)) for text in shown) >= 12  # each field is shown, escaped
+    document = json.loads((out / "results.json").read_text())
+    del document["metadata"]["machine"]
+    (out / "results.json").write_text(json.dumps(document))
+    assert cli.main(["report", str(out)]) == 0
+    assert any("the machine is not recorded" in text for text in shown_in(out))
+    del document["metadata"]["variants"]
+    (out / "results.json").write_text(json.dumps(document))
+    capsys.readouterr()
+    assert cli.main(["report", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "is not a workbench experiment" in error and "metadata.variants, a list of names" in error
+    assert "Traceback" not in error

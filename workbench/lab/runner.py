@@ -221,12 +221,12 @@ class Experiment:
         missing = [
             k for k in ("metadata", "baseline", "parameters", "results", "warmups", "locality") if k not in document
         ]
-        if not missing and not (isinstance(document["metadata"], dict) and "app" in document["metadata"]):
-            missing = ["metadata.app"]
+        if not missing:
+            missing = _malformed(document)
         if missing:
             raise ValueError(
-                f"{document_path} is not a workbench experiment (it has no {', '.join(missing)}): "
-                "give the --out directory of 'workbench run'"
+                f"{document_path} is not a workbench experiment (missing, or not what 'workbench run' writes: "
+                f"{'; '.join(missing)}): give the --out directory of 'workbench run'"
             )
         traces = {
             p.name.removesuffix(".json"): tracing.read(p)
@@ -243,6 +243,36 @@ class Experiment:
             locality=document["locality"],
             metadata=document["metadata"],
         )
+
+
+def _is_text_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _malformed(document: dict[str, Any]) -> list[str]:
+    """What a results document lacks, or holds in a shape :meth:`Experiment.load` and the report
+    cannot read (a file is read back: it may be damaged or made by hand), as "metadata.variants, a
+    list of names"; empty when it is an experiment's."""
+    metadata = document["metadata"]
+    if not isinstance(metadata, dict):
+        return ["metadata, an object"]
+    variants, parameters = metadata.get("variants"), document["parameters"]
+    checks = {
+        "metadata.app, a name": isinstance(metadata.get("app"), str),
+        "metadata.variants, a list of names": _is_text_list(variants) and bool(variants),
+        "baseline, a variant's name": isinstance(document["baseline"], str),
+        "parameters, a list of names": _is_text_list(parameters),
+        "locality, an object": isinstance(document["locality"], dict),
+    }
+    for table in ("results", "warmups"):
+        rows = document[table]
+        checks[f"{table}, a list of runs"] = isinstance(rows, list) and all(isinstance(row, dict) for row in rows)
+    if checks["results, a list of runs"] and checks["parameters, a list of names"]:
+        columns = ("run_id", "variant", "seconds", *parameters)
+        checks[f"{', '.join(columns)} in every run of results"] = all(
+            all(column in row for column in columns) for row in document["results"]
+        )
+    return [what for what, holds in checks.items() if not holds]
 
 
 def point_key(point: Mapping[str, Any]) -> str:

@@ -53,26 +53,44 @@ def stats_html(table: pd.DataFrame, parameters: list[str]) -> str:
 
 
 def _repeats_text(meta: Mapping[str, Any]) -> str:
-    """The rounds an experiment ran per point: "3 repeats", or "3 to 8 repeats (5 run at most)"."""
-    least, most = meta["repeats"], meta.get("max_repeats", meta["repeats"])
+    """The rounds an experiment ran per point: "3 repeats", or "3 to 8 repeats (5 run at most)"
+    (what a hand-made file holds instead of whole numbers is shown as it is)."""
+    least = meta.get("repeats", "?")
+    most, rounds = meta.get("max_repeats", least), meta.get("rounds", {})
+    numbers = [least, most, *(rounds.values() if isinstance(rounds, dict) else [])]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+        return f"{least} repeats"
     if most <= least:
         return f"{least} repeats"
-    ran = max(meta.get("rounds", {}).values(), default=least)
+    ran = max(rounds.values(), default=least)
     return f"{least} to {most} repeats until each comparison is decided ({ran} at most here)"
+
+
+def _machine_lines(record: object) -> tuple[list[str], str]:
+    """The machine's lines (:func:`workbench.machine.summary_lines`) and its software line; one line
+    saying so for a record that is missing or not the workbench's."""
+    missing = ["the machine is not recorded in this results file"], ""
+    if not isinstance(record, dict):  # (summary_lines(None) would describe this machine, not the run's)
+        return missing
+    try:
+        *where, software = machine.summary_lines(record)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return missing
+    return where, software
 
 
 def build(experiment: Experiment):
     """The report's bokeh layout: header, statistics, comparison, Gantts, locality."""
     meta = experiment.metadata
     e = lambda value: html.escape(str(value))  # noqa: E731 (a results file is read back: every field escaped)
-    *where, software = machine.summary_lines(meta["machine"])
+    where, software = _machine_lines(meta.get("machine"))
     parts = [
         text_div(
             f"<h1>{e(meta['app'])}: {e(', '.join(meta['variants']))}</h1>"
             f"<p>{e(meta.get('description', ''))}</p>"
             f"<p>{'<br>'.join(e(line) for line in where)}</p>"
-            f"<p>size {e(meta['size'])}, {e(_repeats_text(meta))} per point, seed {e(meta['seed'])}, "
-            f"started {e(meta['started'])}; warm-up runs excluded ({len(experiment.warmups)})</p>"
+            f"<p>size {e(meta.get('size', '?'))}, {e(_repeats_text(meta))} per point, seed {e(meta.get('seed', '?'))}, "
+            f"started {e(meta.get('started', '?'))}; warm-up runs excluded ({len(experiment.warmups)})</p>"
             f"<p><small>{e(software)}</small></p>"
         ),
         text_div("<h2>Each variant against the baseline</h2>" + stats_html(experiment.stats(), experiment.parameters)),
