@@ -554,7 +554,7 @@ def _checked_request(
 ) -> ClusterRequest:
     """:func:`start`'s arguments as the request every cluster kind takes, each checked first: a
     ValueError naming the argument, what it got and what it takes (before anything starts)."""
-    if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
+    if not _is_number(timeout) or not _finite(timeout) or timeout <= 0:
         raise ValueError(f"timeout must be positive seconds (a finite number), got {timeout!r}")
     place = dashboard_place(dashboard)
     if not _is_whole(threads_per_worker) or threads_per_worker < 1:
@@ -600,6 +600,17 @@ def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+MAX_MEMORY_BYTES = 2**63 - 1  # the largest byte count the kernel and numpy hold (a signed 64-bit integer)
+
+
+def _finite(value: numbers.Real) -> bool:
+    """Whether ``value`` is a finite number a float holds (not nan, inf, or an int past 1e308)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _is_whole(value: object) -> bool:
     """Whether ``value`` is an integer (an int, a numpy integer), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -609,11 +620,11 @@ def _memory_limit_ok(value: object) -> bool:
     """Whether ``value`` is a ``memory_limit`` Dask takes and the workbench means: "auto", a positive
     amount (bytes, or text such as "2GiB"), or Dask's "no limit" (0, "0", None). Dask's other readings
     (a float below 1 as a share of the machine, a negative number) are not amounts of memory here."""
-    if value is None or value == "auto" or (value in (0, "0") and not isinstance(value, bool)):
+    if value is None or (isinstance(value, str) and value in ("auto", "0")) or (_is_whole(value) and value == 0):
         return True
-    if _is_number(value) and value < 1:
+    if not (isinstance(value, str) or _is_number(value)) or (_is_number(value) and value < 1):
         return False
-    return amount_of_memory(value) > 0
+    return 0 < amount_of_memory(value) <= MAX_MEMORY_BYTES
 
 
 def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None) -> str:
