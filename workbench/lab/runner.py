@@ -257,20 +257,27 @@ def _malformed(document: dict[str, Any]) -> list[str]:
     if not isinstance(metadata, dict):
         return ["metadata, an object"]
     variants, parameters = metadata.get("variants"), document["parameters"]
+    locality = document["locality"]
     checks = {
         "metadata.app, a name": isinstance(metadata.get("app"), str),
         "metadata.variants, a list of names": _is_text_list(variants) and bool(variants),
         "baseline, a variant's name": isinstance(document["baseline"], str),
         "parameters, a list of names": _is_text_list(parameters),
-        "locality, an object": isinstance(document["locality"], dict),
+        "locality, blocks and workers at each point": isinstance(locality, dict)
+        and all(isinstance(where, dict) and _is_text_list([*where.values()]) for where in locality.values()),
     }
     for table in ("results", "warmups"):
         rows = document[table]
         checks[f"{table}, a list of runs"] = isinstance(rows, list) and all(isinstance(row, dict) for row in rows)
     if checks["results, a list of runs"] and checks["parameters, a list of names"]:
         columns = ("run_id", "variant", "seconds", *parameters)
-        checks[f"{', '.join(columns)} in every run of results"] = all(
-            all(column in row for column in columns) for row in document["results"]
+        checks[f"{', '.join(columns)} in every run of results (a name, a name, seconds, values)"] = all(
+            all(column in row for column in columns)
+            and isinstance(row["variant"], str)
+            and isinstance(row["seconds"], (int, float))
+            and not isinstance(row["seconds"], bool)
+            and all(isinstance(row[column], (str, int, float, type(None))) for column in ("run_id", *parameters))
+            for row in document["results"]
         )
     return [what for what, holds in checks.items() if not holds]
 
