@@ -221,12 +221,16 @@ def _null_binary() -> str | None:
 def _time_dask_workers(nanny: bool, repeats: int) -> list[float]:
     """A ``dask worker`` process (with or without its nanny) joining a scheduler, until its first
     task ran; the scheduler lives in this process and every worker is stopped after."""
+    import dask
     from distributed import Client, LocalCluster
 
+    from workbench.runtime.clusters import OFF_SCHEDULER_ROUTES
     from workbench.runtime.session import cluster_identity
 
     times = []
     with (
+        # no dashboard, and only health and metrics on the scheduler's HTTP port, as start() does
+        dask.config.set({"distributed.scheduler.http.routes": list(OFF_SCHEDULER_ROUTES)}),
         LocalCluster(n_workers=0, processes=True, dashboard_address=None) as cluster,
         Client(cluster, timeout=60) as client,
     ):
