@@ -168,6 +168,13 @@ def _from_user_input(*errors: type[Exception]) -> Iterator[None]:
         raise UsageError(str(error)) from error
 
 
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (a terminal's escape sequence, a line break,
+    a bidirectional override) written as its Python escape: names read from a file that another user
+    or program may have written are shown, never obeyed by the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 # -- handlers ------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
     """Run the benchmark ``args.benchmark`` with the arguments given (unset ones keep its run's defaults)."""
@@ -361,7 +368,8 @@ def _shm(args: argparse.Namespace) -> int:
 def _store(args: argparse.Namespace) -> int:
     from workbench.runtime.store import catalogue_file
 
-    with _from_user_input(FileNotFoundError, ValueError):  # no catalogue in --dir, or not a store's
+    # no catalogue in --dir, --dir a file, the catalogue unreadable, or not a store's (a bad row, a FIFO)
+    with _from_user_input(FileNotFoundError, NotADirectoryError, PermissionError, ValueError):
         listing = catalogue_file.read(args.dir)
     if args.json:
         print(json.dumps(listing, indent=2))
@@ -370,9 +378,10 @@ def _store(args: argparse.Namespace) -> int:
     else:
         for o in listing["objects"]:
             where = "disk" if o["disk_path"] else "memory only (lost when its cluster stopped)"
+            aliases = ", ".join(_printable(a) for a in o["aliases"])
             print(
-                f"{o['oid'][:12]} v{o['version']}{' (current)' if o['current'] else ''}  {o['class_label']:<40} "
-                f"{o['nbytes'] / 1e6:>9.3f} MB  {where}  {', '.join(o['aliases'])}"
+                f"{_printable(o['oid'][:12])} v{o['version']}{' (current)' if o['current'] else ''}  "
+                f"{_printable(o['class_label']):<40} {o['nbytes'] / 1e6:>9.3f} MB  {where}  {aliases}"
             )
     return 0
 
