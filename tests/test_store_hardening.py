@@ -308,6 +308,15 @@ def test_store_list_shows_a_crafted_catalogue_safely_or_refuses_it_in_one_line(t
         status, _, err = listing(_crafted_catalogue(tmp_path / f"size-{number}", "Bag", nbytes))
         assert status == 2 and "the size of object 'abc' v1" in err and found in err, err
         assert "not a workbench store catalogue" in err and len(err.splitlines()) == 1
+    endless = _crafted_catalogue(tmp_path / "endless", "Bag", 1)  # a view that never ends its rows
+    with contextlib.closing(sqlite3.connect(endless / "catalogue.sqlite")) as db, db:
+        db.execute("DROP TABLE current")
+        db.execute(
+            "CREATE VIEW current AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT 'abc', x FROM c"
+        )
+    status, _, err = listing(endless)
+    assert status == 2 and "current is a 'view', where the store makes a table" in err
     status, _, err = listing(_crafted_catalogue(tmp_path / "label", b"\x1b[2J" * 100, 1))
     assert status == 2 and "the class of object 'abc' v1 should be str" in err and "\x1b" not in err
     assert len(err) < 400  # a long value is cut short in the message

@@ -296,6 +296,10 @@ def _objects(path: Path) -> list[dict[str, Any]]:
     that is not what the store writes: a text size, a binary name)."""
     # Read-only, and the path quoted: a directory name with "?" or "#" would otherwise end the file name.
     with contextlib.closing(sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)) as db:
+        kinds = dict(db.execute("SELECT name, type FROM sqlite_master WHERE name IN ('objects', 'current', 'aliases')"))
+        for table in ("objects", "current", "aliases"):  # a view could compute rows without end (a recursive one)
+            if kinds.get(table, "table") != "table":
+                raise ValueError(f"{table} is a {_shown(kinds[table])}, where the store makes a table")
         current = {
             _of(str, oid, "an object id"): _of(int, version, f"the current version of {_shown(oid)}")
             for oid, version in db.execute("SELECT oid, version FROM current")
