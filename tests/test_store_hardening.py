@@ -308,6 +308,11 @@ def test_store_list_shows_a_crafted_catalogue_safely_or_refuses_it_in_one_line(t
         status, _, err = listing(_crafted_catalogue(tmp_path / f"size-{number}", "Bag", nbytes))
         assert status == 2 and "the size of object 'abc' v1" in err and found in err, err
         assert "not a workbench store catalogue" in err and len(err.splitlines()) == 1
+    undecodable = _crafted_catalogue(tmp_path / "undecodable", "Bag", 1)  # SQLite's error quotes the bytes
+    with contextlib.closing(sqlite3.connect(undecodable / "catalogue.sqlite")) as db, db:
+        db.execute("UPDATE objects SET class_label = CAST(x'ff1b5b324a' AS TEXT)")
+    status, _, err = listing(undecodable)
+    assert status == 2 and "decode" in err and "\x1b" not in err and r"\x1b[2J" in err
     endless = _crafted_catalogue(tmp_path / "endless", "Bag", 1)  # a view that never ends its rows
     with contextlib.closing(sqlite3.connect(endless / "catalogue.sqlite")) as db, db:
         db.execute("DROP TABLE current")

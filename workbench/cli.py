@@ -168,13 +168,6 @@ def _from_user_input(*errors: type[Exception]) -> Iterator[None]:
         raise UsageError(str(error)) from error
 
 
-def _printable(text: str) -> str:
-    """``text`` with every character that is not printable (a terminal's escape sequence, a line break,
-    a bidirectional override) written as its Python escape: names read from a file that another user
-    or program may have written are shown, never obeyed by the terminal."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
 # -- handlers ------------------------------------------------------------------------------------
 def _bench(args: argparse.Namespace) -> int:
     """Run the benchmark ``args.benchmark`` with the arguments given (unset ones keep its run's defaults)."""
@@ -366,6 +359,7 @@ def _shm(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> int:
+    from workbench.names import printable
     from workbench.runtime.store import catalogue_file
 
     # no catalogue in --dir, --dir a file, the catalogue unreadable, or not a store's (a bad row, a FIFO)
@@ -378,10 +372,10 @@ def _store(args: argparse.Namespace) -> int:
     else:
         for o in listing["objects"]:
             where = "disk" if o["disk_path"] else "memory only (lost when its cluster stopped)"
-            aliases = ", ".join(_printable(a) for a in o["aliases"])
+            aliases = ", ".join(printable(a) for a in o["aliases"])
             print(
-                f"{_printable(o['oid'][:12])} v{o['version']}{' (current)' if o['current'] else ''}  "
-                f"{_printable(o['class_label']):<40} {o['nbytes'] / 1e6:>9.3f} MB  {where}  {aliases}"
+                f"{printable(o['oid'][:12])} v{o['version']}{' (current)' if o['current'] else ''}  "
+                f"{printable(o['class_label']):<40} {o['nbytes'] / 1e6:>9.3f} MB  {where}  {aliases}"
             )
     return 0
 

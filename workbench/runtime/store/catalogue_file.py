@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench.names import printable
 from workbench.runtime.store.errors import StoreError
 
 logger = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ def read(directory: str | Path | None = None) -> dict[str, Any]:
     path = directory / "catalogue.sqlite"
 
     def not_catalogue(why: str) -> ValueError:
+        why = printable(why if len(why) <= 300 else why[:297] + "...")  # SQLite's message may quote a row
         return ValueError(
             f"{path} is not a workbench store catalogue (corrupt, or another program's file: {why}). "
             "Move it away to start an empty store there, or point --dir at the right store directory"
