@@ -14,7 +14,10 @@ array results (matrix add, multiply-accumulate, the STREAM triad) stay on the de
   never wins, as the CPU kernel) and each centre's sums and counts. Counts are exact; sums are
   added with float64 atomics in an order the hardware picks, so they equal the CPU's to rounding.
 - :func:`matrix_add`, :func:`multiply_accumulate` (``C += A @ B``, thesis ch. 6's FMA) and
-  :func:`stream_triad` (``a = b + s * c``: the device memory bandwidth floor).
+  :func:`stream_triad` (``a = b + s * c``: the device memory bandwidth floor). Overlapping operands
+  are treated as the CPU kernels treat them: an output may be an input itself, ``C`` may even overlap
+  ``A`` or ``B`` (the overlapping one is copied on the device first), and an element-wise output that
+  partly overlaps an input is refused (``numpy.shares_memory`` on the device addresses).
 
 Under ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in numba's CUDA simulator (how CI, which has
 no GPU, checks them): right answers, times that mean nothing. :func:`simulated` says which.
@@ -30,7 +33,7 @@ from numba import cuda
 
 from kernels import histogram as cpu_histogram
 from kernels import kmeans as cpu_kmeans
-from kernels._checks import bin_range, is_device_array, positive_int
+from kernels._checks import bin_range, is_device_array, positive_int, require_apart
 from kernels.histogram import _line_cached, _range_key
 
 THREADS = 256  # threads per block
@@ -81,6 +84,45 @@ def device_array(name: str, value: object, ndim: int) -> Any:
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"{name} must hold float32 or float64 values, got {dtype}")
     return array
+
+
+class _Addresses:
+    """The addresses a device array spans, in numpy's array interface: an ndarray made from it is
+    only ever compared (``numpy.shares_memory``), never read or written."""
+
+    def __init__(self, interface: dict[str, Any]):
+        self.__array_interface__ = {
+            "version": 3,
+            "data": (int(interface["data"][0]), True),
+            "shape": tuple(interface["shape"]),
+            "strides": interface.get("strides"),
+            "typestr": interface["typestr"],
+        }
+
+
+def _addresses(array: Any) -> np.ndarray | None:
+    """A host ndarray standing for the device memory ``array`` covers (its start, shape, strides and
+    dtype), to ask numpy whether two device arrays overlap; None for an empty array (it covers none).
+    The simulator's device arrays are host arrays inside: those are used as they are."""
+    if not array.size:
+        return None
+    if simulated():
+        return array._ary
+    return np.asarray(_Addresses(array.__cuda_array_interface__))
+
+
+def _apart(names: tuple[str, str], arrays: tuple[Any, Any], *, same_ok: bool = False) -> None:
+    """:func:`kernels._checks.require_apart` for device arrays: a read operand and a written one that
+    overlap are refused (``same_ok``: unless they are the very same elements, for element-wise kernels)."""
+    read, written = _addresses(arrays[0]), _addresses(arrays[1])
+    if read is not None and written is not None:
+        require_apart(names, (read, written), same_ok=same_ok)
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether device arrays ``a`` and ``b`` share any element's bytes."""
+    first, second = _addresses(a), _addresses(b)
+    return first is not None and second is not None and bool(np.shares_memory(first, second))
 
 
 def _grid(n: int) -> int:
@@ -191,6 +233,15 @@ def _add(a, b, out):
 
 
 @cuda.jit
+def _copy(a, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    columns = a.shape[1]
+    for flat in range(start, a.shape[0] * columns, stride):
+        i, j = flat // columns, flat % columns
+        out[i, j] = a[i, j]
+
+
+@cuda.jit
 def _multiply_accumulate(a, b, c):
     i, j = cuda.grid(2)
     if i < c.shape[0] and j < c.shape[1]:
@@ -207,6 +258,15 @@ def _triad(a, b, c, scalar):
         a[i] = b[i] + scalar * c[i]
 
 
+def _apart_copy(operand: Any, written: Any) -> Any:
+    """``operand`` itself, or a copy of it on the device when it overlaps ``written``."""
+    if not _overlap(operand, written):
+        return operand
+    copy = cuda.device_array(operand.shape, dtype=operand.dtype)
+    _copy[_grid(operand.size), THREADS](operand, copy)
+    return copy
+
+
 def _same(names: tuple[str, ...], arrays: tuple[Any, ...], shape: tuple[int, ...]) -> None:
     for name, array in zip(names, arrays, strict=True):
         if array.shape != shape:
@@ -217,17 +277,24 @@ def _same(names: tuple[str, ...], arrays: tuple[Any, ...], shape: tuple[int, ...
 
 def matrix_add(a: Any, b: Any, out: Any = None) -> Any:
     """``a + b`` of two device matrices of one shape and dtype, into ``out`` (made on the device when
-    not given); returns the device result."""
+    not given); returns the device result. ``out`` may be ``a`` or ``b`` itself (each element is read
+    before it is written); one that partly overlaps either is refused, as the CPU kernel refuses it."""
     a, b = device_array("a", a, 2), device_array("b", b, 2)
     out = cuda.device_array(a.shape, dtype=a.dtype) if out is None else device_array("out", out, 2)
     _same(("a", "b", "out"), (a, b, out), a.shape)
+    _apart(("a", "out"), (a, out), same_ok=True)
+    _apart(("b", "out"), (b, out), same_ok=True)
     if a.size:
         _add[_grid(a.size), THREADS](a, b, out)
     return out
 
 
 def multiply_accumulate(a: Any, b: Any, c: Any) -> Any:
-    """``C += A @ B`` in place on the device matrix ``c`` ((n, m) @ (m, p) into (n, p)); returns ``c``."""
+    """``C += A @ B`` in place on the device matrix ``c`` ((n, m) @ (m, p) into (n, p)); returns ``c``.
+
+    ``c`` may be (or overlap) ``a`` or ``b``, as on the CPU, where ``a @ b`` is made apart first: an
+    operand that overlaps ``c`` is copied on the device first (device memory, no bus crossing), since
+    threads would otherwise read elements of it that other threads have already updated."""
     a, b, c = device_array("a", a, 2), device_array("b", b, 2), device_array("c", c, 2)
     if b.shape[0] != a.shape[1]:
         raise ValueError(f"b must have {a.shape[1]} rows to multiply a of shape {a.shape}, got {b.shape}")
@@ -236,6 +303,9 @@ def multiply_accumulate(a: Any, b: Any, c: Any) -> Any:
     if not (np.dtype(a.dtype) == np.dtype(b.dtype) == np.dtype(c.dtype)):
         raise TypeError(f"a, b and c must share one dtype, got {a.dtype}, {b.dtype} and {c.dtype}")
     if c.size:
+        same = b is a
+        a = _apart_copy(a, c)
+        b = a if same else _apart_copy(b, c)
         side = 16
         blocks = (math.ceil(c.shape[0] / side), math.ceil(c.shape[1] / side))
         _multiply_accumulate[blocks, (side, side)](a, b, c)
@@ -247,6 +317,8 @@ def stream_triad(a: Any, b: Any, c: Any, scalar: float) -> Any:
     moves 3 x 8 bytes per float64 element, the device memory bandwidth floor. Returns ``a``."""
     a, b, c = device_array("a", a, 1), device_array("b", b, 1), device_array("c", c, 1)
     _same(("a", "b", "c"), (a, b, c), a.shape)
+    _apart(("b", "a"), (b, a), same_ok=True)  # a may be b or c itself (element-wise), not partly either
+    _apart(("c", "a"), (c, a), same_ok=True)
     if not np.isfinite(scalar):
         raise ValueError(f"scalar must be a finite number, got {scalar!r}")
     if a.size:

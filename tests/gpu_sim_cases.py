@@ -93,3 +93,56 @@ def test_bad_operands_are_refused_with_what_to_do():
         gpu.matrix_add(cuda.to_device(np.zeros((2, 2))), cuda.to_device(np.zeros((2, 2), np.float32)))
     with pytest.raises(ValueError, match="finite"):
         gpu.stream_triad(*(cuda.to_device(np.zeros(4)) for _ in range(3)), np.nan)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_operands_that_are_the_output_give_the_cpu_kernels_answers(dtype):
+    x = RNG.normal(size=(20, 20)).astype(dtype)
+    y = RNG.normal(size=(20, 20)).astype(dtype)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    for a_is_c, b_is_c in ((True, False), (False, True), (True, True)):
+        c = cuda.to_device(x)
+        a = c if a_is_c else cuda.to_device(x)
+        b = c if b_is_c else cuda.to_device(y)
+        expected = x + (x @ (x if b_is_c else y))
+        np.testing.assert_allclose(
+            gpu.multiply_accumulate(a, b, c).copy_to_host(), expected, rtol=tolerance, atol=tolerance
+        )
+    big = cuda.to_device(RNG.normal(size=(20, 30)).astype(dtype))  # c overlaps a by half: still the CPU's answer
+    host = big.copy_to_host()
+    square_a, square_c = big[:, 0:20], big[:, 10:30]
+    expected = host[:, 10:30] + host[:, 0:20] @ y
+    np.testing.assert_allclose(
+        gpu.multiply_accumulate(square_a, cuda.to_device(y), square_c).copy_to_host(),
+        expected,
+        rtol=tolerance,
+        atol=tolerance,
+    )
+    a, b = cuda.to_device(x), cuda.to_device(y)
+    np.testing.assert_array_equal(gpu.matrix_add(a, b, a).copy_to_host(), x + y)  # out = a: element-wise, fine
+    np.testing.assert_array_equal(gpu.matrix_add(b, a, a[:, :]).copy_to_host(), (x + y) + y)  # the same view
+    v = cuda.to_device(np.arange(50, dtype=dtype))
+    gpu.stream_triad(v, v, v, 2.0)
+    np.testing.assert_array_equal(v.copy_to_host(), np.arange(50, dtype=dtype) * 3)
+
+
+def test_an_output_partly_overlapping_an_input_is_refused_as_on_the_cpu():
+    from kernels.linalg import matrix_add as cpu_matrix_add
+
+    host = RNG.normal(size=(8, 12))
+    with pytest.raises(ValueError, match="a and out overlap in memory"):
+        cpu_matrix_add(host[:, 0:8], host[:, 0:8], host[:, 4:12])
+    device = cuda.to_device(host)
+    before = device.copy_to_host()
+    with pytest.raises(ValueError, match="a and out overlap in memory.*copy"):
+        gpu.matrix_add(device[:, 0:8], cuda.to_device(np.ones((8, 8))), device[:, 4:12])
+    with pytest.raises(ValueError, match="b and out overlap in memory"):
+        gpu.matrix_add(cuda.to_device(np.ones((8, 6))), device[:, 0:12:2], device[:, 0:12:2][:, ::-1])  # reversed
+    vector = cuda.to_device(np.arange(40.0))
+    with pytest.raises(ValueError, match="c and a overlap in memory"):
+        gpu.stream_triad(vector[0:20], cuda.to_device(np.ones(20)), vector[10:30], 1.0)
+    np.testing.assert_array_equal(device.copy_to_host(), before)  # refused before anything ran
+    interleaved_a, interleaved_out = device[:, 0:12:2], device[:, 1:12:2]  # the same bytes' span, no element shared
+    np.testing.assert_array_equal(
+        gpu.matrix_add(interleaved_a, interleaved_a, interleaved_out).copy_to_host(), 2 * before[:, 0:12:2]
+    )

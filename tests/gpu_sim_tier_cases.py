@@ -48,6 +48,8 @@ def test_the_tiers_against_a_model_with_the_gpu_tier():
         np.array([True, False, True]),
         np.arange(6, dtype=np.complex64).reshape(2, 3).T,
         np.frombuffer(np.arange(4.0).tobytes(), dtype=np.float64),  # read-only
+        np.array(2.5),  # 0-d: comes back 0-d
+        np.array(7, dtype=">i4"),
     ],
 )
 def test_odd_arrays_keep_their_values_on_the_device(value):
@@ -92,11 +94,39 @@ def test_a_full_device_is_an_error_that_says_what_holds_it_and_nothing_spills(mo
             tiers.free(name, tier)
 
 
-@pytest.mark.parametrize("text", ["lots", "-5", "0"])
+@pytest.mark.parametrize("text", ["lots", "-5", "0", "1e400", "inf"])
 def test_a_limit_that_is_not_a_size_is_refused(monkeypatch, text):
     monkeypatch.setenv(gpu.GPU_BYTES_ENV, text)
     with pytest.raises(tiers.TierError, match="is not a size"):
         tiers.place("x", np.zeros(3), "gpu")
+
+
+def test_a_list_goes_on_the_device_as_numpy_reads_it_as_on_the_host_tiers():
+    for tier in ("dram", "gpu"):
+        handle = tiers.place("listed", [[1, 2], [3, 4]], tier)
+        try:
+            np.testing.assert_array_equal(handle.array, np.asarray([[1, 2], [3, 4]]), strict=True)
+        finally:
+            assert tiers.free("listed", tier)
+    with pytest.raises(tiers.TierError, match="numbers only"):
+        tiers.place("listed", ["a", "b"], "gpu")
+
+
+def test_a_move_to_gpu_with_a_directory_reaches_the_device(tmp_path):
+    values = np.arange(12.0)
+    mapped = tiers.place("moving", values, "mapped", directory=tmp_path)
+    before = gpu.DEVICE.transfers.snapshot()
+    try:
+        moved = tiers.move(mapped, "gpu", directory=tmp_path)  # a file tier's directory: the device has none
+        assert isinstance(moved, gpu.GpuArray) and tiers.names("gpu") == ["moving"]
+        assert (gpu.DEVICE.transfers - before).to_device == values.nbytes and tiers.names(
+            "mapped", directory=tmp_path
+        ) == []
+        assert tiers.move(moved, "gpu", directory=tmp_path) is moved  # already there: not "another array"
+        assert tiers.move(moved, "gpu", directory=tmp_path, replace=True) is moved
+        np.testing.assert_array_equal(moved.array, values)
+    finally:
+        tiers.free("moving", "gpu")
 
 
 def test_every_copy_across_the_bus_is_counted_and_kernels_use_the_device_array():
@@ -231,9 +261,9 @@ class DeviceStoreMachine(RuleBasedStateMachine):
         self.proxy.add.value(float(delta), name)
         self.model[name] += delta
 
-    @rule(name=st.sampled_from(["a", "b", "c"]), size=st.sampled_from([1, 40]), fill=st.integers(-3, 3))
-    def rebind(self, name, size, fill):
-        value = np.full(size, float(fill))
+    @rule(name=st.sampled_from(["a", "b", "c"]), shape=st.sampled_from([(), (1,), (40,)]), fill=st.integers(-3, 3))
+    def rebind(self, name, shape, fill):
+        value = np.full(shape, float(fill))  # () : a 0-d array stays 0-d on every tier
         self.proxy.bind.value(name, value)
         self.model[name] = value.copy()
 
@@ -249,7 +279,7 @@ class DeviceStoreMachine(RuleBasedStateMachine):
             state = vars(self.proxy.fetch())
             assert all(isinstance(state[k], np.ndarray) for k in self.model)  # host arrays leave the device
             for name, value in self.model.items():
-                np.testing.assert_array_equal(state[name], value)
+                np.testing.assert_array_equal(state[name], value, strict=True)
         elif transfer == "new_version":
             self.proxy = self.proxy.new_version().consolidate()
             self.tier = "dram"  # a new version starts in DRAM
@@ -263,7 +293,7 @@ class DeviceStoreMachine(RuleBasedStateMachine):
     @invariant()
     def reads_equal_the_model(self):
         for name, value in self.model.items():
-            np.testing.assert_array_equal(self.proxy.read.value(name), value)
+            np.testing.assert_array_equal(self.proxy.read.value(name), value, strict=True)  # shape and dtype too
             assert self.proxy.on_device.value(name) == (self.proxy.tier() == "gpu")
         names = sorted(self.model)
         for i, x in enumerate(names):

@@ -252,7 +252,8 @@ class DeviceBag(Bag):
             if hasattr(array, "copy_to_host"):  # on the device: x = x + value * 1, by a device kernel
                 from kernels import gpu as device_kernels
 
-                ones = device_kernels.cuda.to_device(np.ones(array.shape, dtype=array.dtype))
-                device_kernels.stream_triad(array, array, ones, value)
+                flat = array.reshape(array.size)  # a 0-d array too: the triad takes vectors
+                ones = device_kernels.cuda.to_device(np.ones(array.size, dtype=array.dtype))
+                device_kernels.stream_triad(flat, flat, ones, value)
             else:
                 array += value

@@ -8,8 +8,13 @@ plain Dask moves one to every worker but the one it was scattered to.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from workbench.bench import read_floor
@@ -113,6 +118,29 @@ def test_a_short_run_reports_the_floor_and_each_ways_counts(session):
     assert goals["RRO moves no copy of the array between workers"]["met"]
     text = bench_shm.format_report(report)
     assert "read floor: all 2 workers" in text and "msgs/task" in text and "x floor" in text
+
+
+def _joblib_leftovers(pid: int) -> set[str]:
+    """What joblib's pool of process ``pid`` holds in /dev/shm (or the temporary directory, where
+    joblib puts its memmapping folders when /dev/shm is small): semaphores and memmapping folders."""
+    roots = [Path(root) for root in ("/dev/shm", tempfile.gettempdir()) if Path(root).is_dir()]
+    return {
+        str(entry)
+        for root in roots
+        for entry in root.iterdir()
+        if entry.name.startswith((f"sem.loky-{pid}-", f"joblib_memmapping_folder_{pid}_"))
+    }
+
+
+def test_the_joblib_peer_stops_its_pool_and_leaves_nothing_in_dev_shm(session):
+    pytest.importorskip("joblib", reason="joblib is a peer (pip install -e .[peers])")
+    before = _joblib_leftovers(os.getpid())
+    results = bench_shm._joblib(session, np.ones(300_000), 1, bench_shm.Measure())  # 2.4 MB: memory-mapped
+    assert results == [300_000.0] * len(session.workers())
+    assert _joblib_leftovers(os.getpid()) == before  # nothing left while this process lives on (a kernel)
+    pool = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    pool = [command for command in pool if "loky" in command and "resource_tracker" not in command]
+    assert pool == []  # its workers were stopped, not left idle (loky's resource tracker lives on with us)
 
 
 def test_the_floor_measures_every_worker_reading_its_own_array(session):

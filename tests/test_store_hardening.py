@@ -297,6 +297,80 @@ def test_a_corrupt_catalogue_is_refused_clearly(tmp_path):
     assert catalogue_file.read(other)["objects"] == []
 
 
+def _crafted_catalogue(directory: Path, class_label: object, nbytes: object, alias: str = "plain") -> Path:
+    """A catalogue with one object row as another program (or user) could write it."""
+    from workbench.runtime.store import catalogue_file
+
+    directory.mkdir()
+    with contextlib.closing(sqlite3.connect(directory / "catalogue.sqlite")) as db, db:
+        db.executescript(catalogue_file.SCHEMA)
+        db.execute(
+            "INSERT INTO objects VALUES ('abc', 1, ?, 'object', ?, '{}', '{}', NULL, 1.0)", (class_label, nbytes)
+        )
+        db.execute("INSERT INTO current VALUES ('abc', 1)")
+        db.execute("INSERT INTO aliases VALUES (?, 'abc')", (alias,))
+    return directory
+
+
+def test_store_list_shows_a_crafted_catalogue_safely_or_refuses_it_in_one_line(tmp_path, capsys):
+    """``workbench store list`` reads a file anyone may have written: a row's text is shown with its
+    control characters escaped, a row that is not what the store writes is a one-line error, and a
+    FIFO, a symlink or a file in the catalogue's place never hangs it nor gives a traceback."""
+    from workbench import cli
+
+    def listing(directory: Path) -> tuple[int, str, str]:
+        status = cli.main(["store", "list", "--dir", str(directory)])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return status, out, err
+
+    shown = _crafted_catalogue(tmp_path / "escapes", "Evil\x1b[2J\x1b]0;owned\x07\u202e", 10**6, "al\x1bias")
+    status, out, _ = listing(shown)
+    assert status == 0 and "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert r"Evil\x1b[2J\x1b]0;owned\x07\u202e" in out and r"al\x1bias" in out and "1.000 MB" in out
+    for number, (nbytes, found) in enumerate((("lots", "'lots'"), (b"\x00\xff", "b'\\x00\\xff'"), (-5, "at least 0"))):
+        status, _, err = listing(_crafted_catalogue(tmp_path / f"size-{number}", "Bag", nbytes))
+        assert status == 2 and "the size of object 'abc' v1" in err and found in err, err
+        assert "not a workbench store catalogue" in err and len(err.splitlines()) == 1
+    undecodable = _crafted_catalogue(tmp_path / "undecodable", "Bag", 1)  # SQLite's error quotes the bytes
+    with contextlib.closing(sqlite3.connect(undecodable / "catalogue.sqlite")) as db, db:
+        db.execute("UPDATE objects SET class_label = CAST(x'ff1b5b324a' AS TEXT)")
+    status, _, err = listing(undecodable)
+    assert status == 2 and "decode" in err and "\x1b" not in err and r"\x1b[2J" in err
+    endless = _crafted_catalogue(tmp_path / "endless", "Bag", 1)  # a view that never ends its rows
+    with contextlib.closing(sqlite3.connect(endless / "catalogue.sqlite")) as db, db:
+        db.execute("DROP TABLE current")
+        db.execute(
+            "CREATE VIEW current AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT 'abc', x FROM c"
+        )
+    status, _, err = listing(endless)
+    assert status == 2 and "current is a 'view', where the store makes a table" in err
+    status, _, err = listing(_crafted_catalogue(tmp_path / "label", b"\x1b[2J" * 100, 1))
+    assert status == 2 and "the class of object 'abc' v1 should be str" in err and "\x1b" not in err
+    assert len(err) < 400  # a long value is cut short in the message
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "catalogue.sqlite")
+    done: list[tuple[int, str, str]] = []
+    reader = threading.Thread(target=lambda: done.append(listing(fifo)), daemon=True)
+    reader.start()
+    reader.join(60)  # a bound, never a pause: it returns at once
+    if reader.is_alive():  # it hangs in open(): a writer that opens and closes lets it go on
+        os.close(os.open(fifo / "catalogue.sqlite", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(60)
+    assert done and done[0][0] == 2 and "not a regular file" in done[0][2], done
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "catalogue.sqlite").symlink_to(shown / "catalogue.sqlite")
+    status, _, err = listing(linked)
+    assert status == 2 and "without following a link" in err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a store")
+    status, _, err = listing(a_file)
+    assert status == 2 and "is not a directory" in err
+
+
 @pytest.mark.parametrize("alias", ["", "\ud800", "tab\there", "line\nbreak", " padded", 7])
 def test_bad_aliases_are_refused_before_anything_is_sent(session, store, alias):
     before = len(store.objects())

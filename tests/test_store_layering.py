@@ -60,7 +60,7 @@ OUTSIDE = {
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "link": set(),
     "catalogue": {"workbench.names"},  # did_you_mean for an unknown alias (names imports nothing of the workbench)
-    "catalogue_file": set(),
+    "catalogue_file": {"workbench.names"},  # printable: a row's text in an error of store list
     "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu"},
     "disk": set(),
     "tasks": {"workbench.runtime", "workbench.runtime.failures"},

@@ -142,12 +142,16 @@ class TierMachine(RuleBasedStateMachine):
     def move(self, data, tier):
         name = data.draw(st.sampled_from(sorted(self.handles)))
         handle = self.handles[name]
-        directory = None if tier in ("dram", "gpu") else self.dirs[tier]
+        if tier in ("dram", "gpu"):  # no directory of their own: one given (a file tier's) is passed by
+            directory = data.draw(st.sampled_from([None, self.dirs["mapped"]]))
+        else:
+            directory = self.dirs[tier]
         if tier == "gpu" and handle.tier != "gpu" and self._device_full(self.model[name].nbytes):
             with pytest.raises(tiers.TierError, match="of device memory"):
-                tiers.move(handle, tier, replace=True)
+                tiers.move(handle, tier, directory=directory, replace=data.draw(st.booleans()))
             return  # refused: it stays where it was
-        self.handles[name] = tiers.move(handle, tier, directory=directory, replace=True)
+        self.handles[name] = tiers.move(handle, tier, directory=directory, replace=data.draw(st.booleans()))
+        assert self.handles[name].tier == tier
 
     @precondition(lambda self: "gpu" in TIERS_HERE)
     @rule(limit=DEVICE_LIMITS)

@@ -366,9 +366,11 @@ def _shm(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> int:
+    from workbench.names import printable
     from workbench.runtime.store import catalogue_file
 
-    with _from_user_input(FileNotFoundError, ValueError):  # no catalogue in --dir, or not a store's
+    # no catalogue in --dir, --dir a file, the catalogue unreadable, or not a store's (a bad row, a FIFO)
+    with _from_user_input(FileNotFoundError, NotADirectoryError, PermissionError, ValueError):
         listing = catalogue_file.read(args.dir)
     if args.json:
         print(json.dumps(listing, indent=2))
@@ -377,9 +379,10 @@ def _store(args: argparse.Namespace) -> int:
     else:
         for o in listing["objects"]:
             where = "disk" if o["disk_path"] else "memory only (lost when its cluster stopped)"
+            aliases = ", ".join(printable(a) for a in o["aliases"])
             print(
-                f"{o['oid'][:12]} v{o['version']}{' (current)' if o['current'] else ''}  {o['class_label']:<40} "
-                f"{o['nbytes'] / 1e6:>9.3f} MB  {where}  {', '.join(o['aliases'])}"
+                f"{printable(o['oid'][:12])} v{o['version']}{' (current)' if o['current'] else ''}  "
+                f"{printable(o['class_label']):<40} {o['nbytes'] / 1e6:>9.3f} MB  {where}  {aliases}"
             )
     return 0
 

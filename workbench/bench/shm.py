@@ -223,11 +223,29 @@ def _joblib(session: Session, array: np.ndarray, tasks: int, measure: Measure) -
     from joblib import Parallel, delayed
 
     n_jobs = len(session.workers())
-    # joblib's own process pool: it dumps the array once to /dev/shm and workers memory-map it
-    with Parallel(n_jobs=n_jobs, max_nbytes="1M", mmap_mode="r") as parallel:
-        parallel(delayed(_use_plain)(np.ones(4)) for _ in range(n_jobs))  # start the pool: not measured
-        with measure:
-            return parallel(delayed(_use_plain)(array) for _ in range(tasks * n_jobs))
+    try:
+        # joblib's own process pool: it dumps the array once to /dev/shm and workers memory-map it
+        with Parallel(n_jobs=n_jobs, max_nbytes="1M", mmap_mode="r") as parallel:
+            parallel(delayed(_use_plain)(np.ones(4)) for _ in range(n_jobs))  # start the pool: not measured
+            with measure:
+                return parallel(delayed(_use_plain)(array) for _ in range(tasks * n_jobs))
+    finally:
+        _stop_joblib_pool()
+
+
+def _stop_joblib_pool() -> None:
+    """Stop the process pool joblib keeps for reuse after ``Parallel`` ends, and free what it holds in
+    ``/dev/shm``: its named semaphores (``sem.loky-*``) and its memmapping folders
+    (``joblib_memmapping_folder_*``). Left running, its workers idle for minutes beside the next way's
+    memory measurement, and a process killed meanwhile (a kernel, a benchmark stopped) leaves those
+    entries in ``/dev/shm`` for good."""
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(reuse=True)  # the pool Parallel used (it exists: Parallel made it)
+    if hasattr(executor, "terminate"):  # joblib's MemmappingExecutor: shut down, then its folders removed
+        executor.terminate(kill_workers=False)
+    else:
+        executor.shutdown(wait=True)
 
 
 def _ray(session: Session, array: np.ndarray, tasks: int, measure: Measure) -> list[float]:

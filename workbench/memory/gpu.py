@@ -64,6 +64,12 @@ def check_numbers(array: Any, what: str) -> None:
         )
 
 
+def _host_or_device(value: Any) -> Any:
+    """A device array as it is; anything else as ``numpy.asarray`` reads it (a list, a scalar), as the
+    host tiers take it."""
+    return value if is_device_array(value) else np.asarray(value)
+
+
 def _limit_from_env() -> int | None:
     text = os.environ.get(GPU_BYTES_ENV, "").strip()
     if not text:
@@ -72,7 +78,7 @@ def _limit_from_env() -> int | None:
 
     try:
         limit = int(parse_bytes(text))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # OverflowError: a float beyond float64 (1e400), infinite
         limit = -1
     if limit <= 0:
         raise TierError(
@@ -148,7 +154,9 @@ class DeviceMemory:
     def to_device(self, name: str, value: Any) -> Any:
         """A new device array holding ``value``'s numbers (a host array: copied in and counted; a device
         array: copied on the device). Big-endian or non-contiguous host arrays are copied in native
-        order, C-contiguous (the values are kept). Nothing is registered: see :meth:`put`."""
+        order, C-contiguous (the values and the shape are kept, 0-d too); a list or other sequence as
+        ``numpy.asarray`` reads it. Nothing is registered: see :meth:`put`."""
+        value = _host_or_device(value)
         check_numbers(value, f"array {name!r}")
         numba_cuda = cuda()
         try:
@@ -156,7 +164,7 @@ class DeviceMemory:
                 copy = numba_cuda.device_array(value.shape, dtype=value.dtype)
                 copy.copy_to_device(value)
                 return copy
-            host = np.ascontiguousarray(value, dtype=np.dtype(value.dtype).newbyteorder("="))
+            host = np.asarray(value, dtype=np.dtype(value.dtype).newbyteorder("="), order="C")  # 0-d stays 0-d
             copy = numba_cuda.to_device(host)
         except TierError:
             raise
@@ -184,6 +192,7 @@ class DeviceMemory:
             there = self.arrays.get(name)
         if there is not None and not replace:
             raise TierError(f"{name!r} is on gpu already: free() it, or place(..., replace=True)")
+        value = _host_or_device(value)
         check_numbers(value, f"array {name!r}")
         self.check_room(name, int(value.nbytes), int(there.nbytes) if there is not None else 0)
         copy = self.to_device(name, value)

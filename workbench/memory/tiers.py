@@ -48,6 +48,7 @@ from workbench.memory.tier_base import TierArray, TierError, UnknownTier, medium
 
 HOST_TIERS = ("dram", "mapped", "cached", "disk")  # the tiers of the node's memory and storage
 TIERS = (*HOST_TIERS, "gpu")  # the one list of tiers (the store adds the "dynamic" policy)
+FILE_TIERS = ("mapped", "cached", "disk")  # the tiers whose arrays are files in a directory
 PMEM_ENV = "WORKBENCH_PMEM_DIR"
 TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
 
@@ -738,11 +739,14 @@ def open_array(
 
 def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, replace: bool = False) -> TierArray:
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
-    Another array of that name already on ``tier`` is an error unless ``replace=True``."""
+    Another array of that name already on ``tier`` is an error unless ``replace=True``. ``directory`` is
+    a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does."""
     check_tier(tier)
+    if tier not in FILE_TIERS:
+        directory = None
     if tier == handle.tier and (directory is None or handle.directory == Path(directory)):
         return handle
-    if handle.directory is not None and tier != "dram":
+    if handle.directory is not None and tier in FILE_TIERS:
         where = _directory(tier, directory)
         if where.resolve() == handle.directory.resolve():  # the same file serves both tiers: no copy
             handle.sync()

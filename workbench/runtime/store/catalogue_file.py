@@ -15,12 +15,14 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench.names import printable
 from workbench.runtime.store.errors import StoreError
 
 logger = logging.getLogger(__name__)
@@ -45,10 +47,17 @@ CREATE TABLE IF NOT EXISTS aliases (alias TEXT PRIMARY KEY, oid TEXT NOT NULL);
 """
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` (control characters escaped) cut to ``limit`` characters: a value from an
+    untrusted row, in an error message of one line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _of(kind: type, value: Any, what: str) -> Any:
     """``value`` if it is of ``kind``; a ``ValueError`` naming ``what`` otherwise (a catalogue row is untrusted)."""
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise ValueError(f"{what} should be {kind.__name__}, found {value!r}")
+        raise ValueError(f"{what} should be {kind.__name__}, found {_shown(value)}")
     return value
 
 
@@ -233,57 +242,97 @@ SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 d
 
 
 def read(directory: str | Path | None = None) -> dict[str, Any]:
-    """Objects (with current version and aliases) of the store in ``directory``."""
+    """Objects (with current version and aliases) of the store in ``directory``.
+
+    The file and its rows are untrusted (another user's, crafted, damaged): only a regular file is
+    read (opened without blocking and without following a symlink: a FIFO of that name would hang a
+    plain open, as SQLite's own), and every row must hold what the store writes. What fails is a
+    ``ValueError``, ``FileNotFoundError``, ``NotADirectoryError`` or ``PermissionError`` that says what
+    to do (``workbench store list`` prints it as one line)."""
     directory = Path(directory or default_directory()).expanduser()
     path = directory / "catalogue.sqlite"
 
     def not_catalogue(why: str) -> ValueError:
+        why = printable(why if len(why) <= 300 else why[:297] + "...")  # SQLite's message may quote a row
         return ValueError(
             f"{path} is not a workbench store catalogue (corrupt, or another program's file: {why}). "
             "Move it away to start an empty store there, or point --dir at the right store directory"
         )
 
     try:
-        with open(path, "rb") as f:
-            header = f.read(len(SQLITE_HEADER))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{directory} holds no store catalogue (catalogue.sqlite): is it a store directory?"
         ) from None
-    except IsADirectoryError:
-        raise not_catalogue("it is a directory") from None
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            f"{directory} is not a directory (or a path above it is a file): point --dir at a store directory"
+        ) from None
     except PermissionError:
-        raise RuntimeError(f"cannot read {path}: permission denied. List the store as the user who owns it") from None
+        raise PermissionError(
+            f"cannot read {path}: permission denied. List the store as the user who owns it"
+        ) from None
+    except OSError as error:  # ELOOP: a symlink, which the store never makes (and never opens)
+        raise not_catalogue(f"cannot open it without following a link: {error.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise not_catalogue(f"it is {kind}")
+        header = os.read(fd, len(SQLITE_HEADER))
+    finally:
+        os.close(fd)
     if not header:  # created, then the scheduler stopped before it wrote anything: an empty store
         return {"directory": str(directory), "objects": []}
     if header != SQLITE_HEADER:
         raise not_catalogue("no SQLite header")
     try:
         return {"directory": str(directory), "objects": _objects(path)}
-    except sqlite3.DatabaseError as error:
+    except (sqlite3.DatabaseError, ValueError) as error:
         raise not_catalogue(str(error)) from None
 
 
 def _objects(path: Path) -> list[dict[str, Any]]:
+    """Every object row of the catalogue at ``path``, checked (a ``ValueError`` naming the first field
+    that is not what the store writes: a text size, a binary name)."""
     # Read-only, and the path quoted: a directory name with "?" or "#" would otherwise end the file name.
     with contextlib.closing(sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)) as db:
-        current = dict(db.execute("SELECT oid, version FROM current"))
+        kinds = dict(db.execute("SELECT name, type FROM sqlite_master WHERE name IN ('objects', 'current', 'aliases')"))
+        for table in ("objects", "current", "aliases"):  # a view could compute rows without end (a recursive one)
+            if kinds.get(table, "table") != "table":
+                raise ValueError(f"{table} is a {_shown(kinds[table])}, where the store makes a table")
+        current = {
+            _of(str, oid, "an object id"): _of(int, version, f"the current version of {_shown(oid)}")
+            for oid, version in db.execute("SELECT oid, version FROM current")
+        }
         aliases: dict[str, list[str]] = {}
         for alias, oid in db.execute("SELECT alias, oid FROM aliases ORDER BY alias"):
-            aliases.setdefault(oid, []).append(alias)
-        objects = [
-            {
-                "oid": oid,
-                "version": version,
-                "current": current.get(oid) == version,
-                "class_label": cls,
-                "kind": kind,
-                "nbytes": nbytes,
-                "disk_path": disk,
-                "aliases": aliases.get(oid, []),
-            }
-            for oid, version, cls, kind, nbytes, disk in db.execute(
-                "SELECT oid, version, class_label, kind, nbytes, disk_path FROM objects ORDER BY created"
+            aliases.setdefault(_of(str, oid, "an object id"), []).append(_of(str, alias, "an alias"))
+        objects = []
+        for oid, version, cls, kind, nbytes, disk in db.execute(
+            "SELECT oid, version, class_label, kind, nbytes, disk_path FROM objects ORDER BY created"
+        ):
+            where = f"object {_shown(oid)} v{_shown(version)}"
+            _of(str, oid, "an object id")
+            _of(int, version, f"the version of {where}")
+            _of(str, cls, f"the class of {where}")
+            if kind not in ("object", "collection"):
+                raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {_shown(kind)}")
+            if _of(int, nbytes, f"the size of {where}") < 0:
+                raise ValueError(f"the size of {where} should be at least 0, found {nbytes}")
+            if disk is not None:
+                _of(str, disk, f"the disk copy of {where}")
+            objects.append(
+                {
+                    "oid": oid,
+                    "version": version,
+                    "current": current.get(oid) == version,
+                    "class_label": cls,
+                    "kind": kind,
+                    "nbytes": nbytes,
+                    "disk_path": disk,
+                    "aliases": aliases.get(oid, []),
+                }
             )
-        ]
     return objects
