@@ -1,4 +1,4 @@
-"""The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend;
+"""The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend; protocol <- calls <- backend;
 tasks <- handles <- local <- client),
 its wire protocol's dispatch tables, its one process-wide state, and the local-object API of task bodies."""
 
@@ -33,7 +33,8 @@ ALLOWED = {
     "tasks": {"model", "protocol", "errors"},
     "table": {"model", "protocol", "errors", "tiering", "link", "disk"},
     "placing": {"model", "errors", "tiering", "table"},
-    "backend": {"model", "protocol", "tiering", "link", "current", "table", "placing", "tasks"},
+    "calls": {"errors", "protocol"},  # a backend's memory of active calls by id (issue 47: none runs twice)
+    "backend": {"model", "protocol", "errors", "tiering", "link", "current", "table", "placing", "tasks", "calls"},
     "handles": {"model", "protocol", "errors", "tiering", "link", "current", "tasks"},
     "local": {"model", "protocol", "errors", "handles", "current", "table", "tasks"},
     "client": {
@@ -66,6 +67,7 @@ OUTSIDE = {
     "tasks": {"workbench.runtime", "workbench.runtime.failures"},
     "table": set(),
     "placing": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.placement"},
+    "calls": set(),
     "backend": {
         "workbench.runtime",
         "workbench.runtime.trace",

@@ -34,7 +34,7 @@ from workbench.runtime.store.catalogue import StoreCatalogue, release_stuck_call
 from workbench.runtime.store.catalogue_file import CatalogueFile
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, catalogue_entry
-from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, BackendOp, CatalogueOp, Missing, Record, answer
+from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, BackendOp, Call, CatalogueOp, Missing, Record, answer
 
 A, B, GONE = "tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"  # names only: nothing is reached
 TIMEOUT = 30.0  # the stand-in link's timeout: a bound, never waited for unless a test fails
@@ -174,6 +174,12 @@ def put(wire: Wire, obj: Any, worker: str, alias: str | None = None) -> ObjectRe
     return ref
 
 
+def call(link: Link, ref: ObjectRef, worker: str, method: str, writes: bool = False, *args: Any) -> Any:
+    """``method`` of the object ``ref`` run on backend ``worker`` as ``proxy.method.value`` runs it (one
+    :class:`Call`, sent by the link's one loop)."""
+    return link.call(lambda again: (ref, worker), Call.new(method, writes, args, {}))
+
+
 # -- the one error rule ------------------------------------------------------------------------------
 def test_every_error_of_an_operation_becomes_its_reply_and_a_cancellation_passes(wire):
     with pytest.raises(ValueError, match="the store catalogue has no operation 'nope'"):
@@ -289,18 +295,17 @@ def test_a_catalogue_file_that_is_not_one_is_refused(tmp_path):
 # -- the backends ------------------------------------------------------------------------------------
 def test_put_call_and_get_on_a_backend(wire):
     ref = put(wire, Counter(np.arange(4.0)), A)
-    call = {"oid": ref.oid, "version": 0, "args": (), "kwargs": {}}
-    assert wire.client.backend(A, BackendOp.CALL, method="total", writes=False, **call) == 6.0
-    wire.client.backend(A, BackendOp.CALL, method="scale", writes=True, **{**call, "args": (2.0,)})
+    assert call(wire.client, ref, A, "total") == 6.0
+    call(wire.client, ref, A, "scale", True, 2.0)
     copy = wire.client.backend(A, BackendOp.GET, oid=ref.oid, version=0)
     assert isinstance(copy, Counter) and copy.values.tolist() == [0.0, 2.0, 4.0, 6.0]
     lock = wire.backends[A].table[(ref.oid, 0)].lock
     assert lock.acquire(True, timeout=0)  # the copy's shared lock was released once it was sent
     lock.release(True)
     with pytest.raises(ValueError, match="read-only"):  # the method's own error, raised at the caller
-        wire.client.backend(A, BackendOp.CALL, method="sneaky_write", writes=False, **call)
+        call(wire.client, ref, A, "sneaky_write")
     with pytest.raises(AttributeError, match="has no method 'nope'"):
-        wire.client.backend(A, BackendOp.CALL, method="nope", writes=False, **call)
+        call(wire.client, ref, A, "nope")
     with pytest.raises(NotHere):
         wire.client.backend(B, BackendOp.GET, oid=ref.oid, version=0)
     with pytest.raises(BackendUnreachable, match=GONE):
@@ -359,8 +364,7 @@ def test_memory_pressure_sends_objects_to_disk_and_they_come_back(wire):
     totals = []
     for ref in refs:  # each comes back when used (and sends another to disk)
         (resolved,) = wire.client.resolve([ref])
-        call = {"oid": ref.oid, "version": 0, "method": "total", "writes": False, "args": (), "kwargs": {}}
-        totals.append(wire.client.backend(resolved.workers[0], BackendOp.CALL, **call))
+        totals.append(call(wire.client, ref, resolved.workers[0], "total"))
     assert totals == [1000.0 * i for i in range(6)] and len(wire.backends[A].table) <= 3
     with pytest.raises(ValueError, match="memory limit is a number of bytes"):
         wire.client.backend(A, BackendOp.SET_MEMORY_LIMIT, nbytes=-1)
