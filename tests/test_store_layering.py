@@ -1,5 +1,5 @@
-"""The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend; protocol <- calls <- backend;
-tasks <- handles <- local <- client),
+"""The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend;
+protocol <- calls <- backend; tasks <- handles <- local <- client),
 its wire protocol's dispatch tables, its one process-wide state, and the local-object API of task bodies."""
 
 from __future__ import annotations
