@@ -61,8 +61,11 @@ OUTSIDE = {
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "link": set(),
     "catalogue": {"workbench.names"},  # did_you_mean for an unknown alias (names imports nothing of the workbench)
-    "catalogue_file": set(),
-    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu"},
+    "catalogue_file": {
+        "workbench.memory.tiers"
+    },  # the default store directory, which the tier files' reclaim needs too
+    # owners: a tier file's record names the worker process that wrote it (a killed kernel's files are reclaimed)
+    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu", "workbench.memory.owners"},
     "disk": set(),
     "tasks": {"workbench.runtime", "workbench.runtime.failures"},
     "table": set(),

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import shutil
 import sqlite3
+import subprocess
 import tempfile
 import threading
 import time
@@ -31,6 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 from store_helpers import Counter
 
+import workbench.runtime.store.tiering as tiering
+from workbench.memory import owners, shm, tiers
 from workbench.runtime.store import BackendUnreachable, NotHere, StoreError, UnknownAlias, catalogue_file
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue, release_stuck_calls
@@ -431,6 +434,33 @@ def test_an_operation_that_writes_is_answered_once_its_write_is_committed(tmp_pa
         assert row["oid"] == oid and row["disk_path"] == str(tmp_path / "objects" / "x.pkl")
     finally:
         writes.close()
+
+
+def test_tier_files_of_killed_backends_are_freed_and_a_live_backends_are_kept(wire, tmp_path, monkeypatch):
+    """A ``mapped`` object's tier files name the worker process that wrote them: once it is dead (a
+    killed kernel's worker, here a process that has exited) a new backend on the store frees them, as
+    ``workbench.start()`` and ``workbench shm clean`` do; a live backend's files are never touched."""
+    directory = tiering.tier_directory(str(tmp_path))
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    here = owners.this_process()
+    assert here is not None
+    dead = here._replace(pid=exited.pid, start=0)
+    live = put(wire, Counter(np.arange(8.0)), A)
+    wire.client.backend(A, BackendOp.PLACE, oid=live.oid, version=0, tier="mapped")
+    monkeypatch.setattr(owners, "this_process", lambda: dead)  # the next files are written by the dead process
+    killed = put(wire, Counter(np.arange(8.0)), B)
+    wire.client.backend(B, BackendOp.PLACE, oid=killed.oid, version=0, tier="mapped")
+    monkeypatch.undo()
+    files = {s.name: s for s in shm.list_segments(directory)}
+    assert len(files) == 2 and all(s.lifetime == "owner" for s in files.values())
+    dead_files = [n for n, s in files.items() if s.reclaimable]
+    assert len(dead_files) == 1 and killed.oid in dead_files[0]
+    wire.backends[B].table.entries.clear()  # B was killed: its table and mappings are gone, not torn down
+    wire.add_backend(B, str(tmp_path))  # a new backend on the store's directory
+    assert sorted(s.name for s in shm.list_segments(directory)) == sorted(set(files) - set(dead_files))
+    assert tiers.reclaim_store_files(tmp_path) == []  # the live backend's file stays
+    assert call(wire.client, live, A, "total") == 28.0
 
 
 def test_a_read_elsewhere_copies_and_a_write_elsewhere_is_sent_back(wire):

@@ -104,6 +104,9 @@ class StoreBackend(WorkerPlugin):
         as the way to the catalogue and the other backends: the comm handler, the object table and its
         tiers. (Tests attach a backend to a stand-in worker and link, without a cluster.)"""
         self.worker, self.link = worker, link
+        # Tier files that backends of a killed kernel left in this store's tier directory (their
+        # worker processes are dead): freed before this backend makes its own.
+        tiers.reclaim_store_files(self.directory)
         if self.memory_limit is None and worker.memory_manager.memory_limit:
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
         self.table = ObjectTable(self.directory, self.link, worker.address, self.trace, self.memory_limit)

@@ -25,18 +25,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench.memory.tiers import default_store_directory
 from workbench.runtime.store.errors import StoreError
 
 logger = logging.getLogger(__name__)
 Statement = tuple[str, tuple[Any, ...]]  # an SQL statement and its parameters
 Batch = tuple[str, list[tuple[Any, ...]]]  # an SQL statement and the parameters of each of its runs
 
-STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
-
 
 def default_directory() -> Path:
-    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
-    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store`` (where the tier files of
+    its backends are found too: ``workbench.memory.tiers.default_store_directory``)."""
+    return default_store_directory()
 
 
 SCHEMA = """
