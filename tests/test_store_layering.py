@@ -1,5 +1,5 @@
 """The store's layers (current <- model <- protocol <- link <- catalogue; disk, link <- table <- placing <- backend;
-tasks <- handles <- local <- client),
+protocol <- calls <- backend; tasks <- handles <- local <- client),
 its wire protocol's dispatch tables, its one process-wide state, and the local-object API of task bodies."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ ALLOWED = {
     "tasks": {"model", "protocol", "errors"},
     "table": {"model", "protocol", "errors", "tiering", "link", "disk"},
     "placing": {"model", "errors", "tiering", "table"},
-    "backend": {"model", "protocol", "tiering", "link", "current", "table", "placing", "tasks"},
+    "calls": {"errors", "protocol"},  # a backend's memory of active calls by id (issue 47: none runs twice)
+    "backend": {"model", "protocol", "errors", "tiering", "link", "current", "table", "placing", "tasks", "calls"},
     "handles": {"model", "protocol", "errors", "tiering", "link", "current", "tasks"},
     "local": {"model", "protocol", "errors", "handles", "current", "table", "tasks"},
     "client": {
@@ -60,12 +61,17 @@ OUTSIDE = {
     "protocol": {"workbench.runtime", "workbench.runtime.failures"},
     "link": set(),
     "catalogue": {"workbench.names"},  # did_you_mean for an unknown alias (names imports nothing of the workbench)
-    "catalogue_file": {"workbench.names"},  # printable: a row's text in an error of store list
-    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu"},
+    "catalogue_file": {
+        "workbench.names",
+        "workbench.memory.tiers",
+    },  # printable (store list's errors); the default store directory, which the tier files' reclaim needs too
+    # owners: a tier file's record names the worker process that wrote it (a killed kernel's files are reclaimed)
+    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu", "workbench.memory.owners"},
     "disk": set(),
     "tasks": {"workbench.runtime", "workbench.runtime.failures"},
     "table": set(),
     "placing": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.placement"},
+    "calls": set(),
     "backend": {
         "workbench.runtime",
         "workbench.runtime.trace",

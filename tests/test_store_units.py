@@ -12,7 +12,10 @@ import asyncio
 import inspect
 import shutil
 import sqlite3
+import subprocess
 import tempfile
+import threading
+import time
 import types
 import uuid
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import store_helpers
 from distributed.core import Status
 from distributed.protocol import dumps, loads
 from hypothesis import settings
@@ -28,13 +32,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 from store_helpers import Counter
 
-from workbench.runtime.store import BackendUnreachable, NotHere, StoreError, UnknownAlias
+import workbench.runtime.store.tiering as tiering
+from workbench.memory import owners, shm, tiers
+from workbench.runtime.store import BackendUnreachable, NotHere, StoreError, UnknownAlias, catalogue_file
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue, release_stuck_calls
 from workbench.runtime.store.catalogue_file import CatalogueFile
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, catalogue_entry
-from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, BackendOp, CatalogueOp, Missing, Record, answer
+from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, BackendOp, Call, CatalogueOp, Missing, Record, answer
 
 A, B, GONE = "tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"  # names only: nothing is reached
 TIMEOUT = 30.0  # the stand-in link's timeout: a bound, never waited for unless a test fails
@@ -106,29 +112,71 @@ class Endpoint:
     async def workbench_store(self, action: str, **kwargs: Any) -> Any:
         kwargs = loads(dumps(kwargs))
         if self.address is None:
-            return loads(dumps(await self.wire.catalogue.handle(action=action, **kwargs)))
+            handling = asyncio.ensure_future(self.wire.catalogue.handle(action=action, **kwargs))
+            await asyncio.sleep(0)  # one step: a reply that waits for no write is ready now
+            if not handling.done() and self.wire.writes is not None:
+                self.wire.writes.gate.set()  # the reply waits for its write: let the writer commit
+            reply = await handling
+            if self.wire.writes is not None:
+                self.wire.writes.gate.clear()
+            return loads(dumps(reply))
         backend = self.wire.backends.get(self.address)
         if backend is None:
             raise OSError(f"connection to {self.address} refused")
         comm = Comm()
         reply = await backend.handle(comm, action=action, **kwargs)
+        if self.wire.drop_replies.get(action):  # the backend did it; its reply is lost on the way
+            self.wire.drop_replies[action] -= 1
+            raise OSError(f"connection to {self.address} reset before its reply to {action!r} arrived")
         return comm.written if reply is Status.dont_reply else loads(dumps(reply))
+
+
+class GatedWrites:
+    """A catalogue's file written only while a reply waits for it: its writer thread commits a write
+    once :attr:`gate` is set (the stand-in comm sets it for a reply that is not ready without it), the
+    slowest writer a caller can meet. :meth:`kill` ends the catalogue as SIGKILL would: what was not
+    committed is lost."""
+
+    def __init__(self, catalogue: StoreCatalogue):
+        self.gate, self.killed = threading.Event(), threading.Event()
+        file = catalogue.file
+        assert file is not None
+        commit = file._commit
+
+        def gated(*args: Any) -> None:
+            self.gate.wait()
+            if not self.killed.is_set():
+                commit(*args)
+
+        file._commit = gated  # type: ignore[method-assign]
+        self.catalogue = catalogue
+
+    def kill(self) -> None:
+        self.killed.set()
+        self.gate.set()
+        self.catalogue.close_database()  # the writes still queued commit nothing
+
+    def close(self) -> None:
+        self.gate.set()
+        self.catalogue.close_database()
 
 
 class Wire:
     """Messages between a catalogue and backends in this process, each end reached by a :class:`Link`."""
 
-    def __init__(self, catalogue: StoreCatalogue):
+    def __init__(self, catalogue: StoreCatalogue, gated: bool = False):
         self.catalogue = catalogue
         self.backends: dict[str, StoreBackend] = {}
+        self.drop_replies: dict[str, int] = {}  # operation -> how many of its next backend replies are lost
+        self.writes = GatedWrites(catalogue) if gated else None
 
-    def link(self, here: str | None = None, load_here: Any = None) -> Link:
+    def link(self, here: str | None = None, load_here: Any = None, timeout: float = TIMEOUT) -> Link:
         """A link as a client's (``here`` None) or the backend ``here``'s."""
         return Link(
             lambda: Endpoint(self, None),
             lambda address: Endpoint(self, address),
             lambda function: asyncio.run(function()),
-            TIMEOUT,
+            timeout,
             here=here,
             load_here=load_here,
         )
@@ -172,6 +220,12 @@ def put(wire: Wire, obj: Any, worker: str, alias: str | None = None) -> ObjectRe
     ref = register(wire.client, obj, worker, alias)
     wire.client.backend(worker, BackendOp.PUT, oid=ref.oid, version=0, obj=obj)
     return ref
+
+
+def call(link: Link, ref: ObjectRef, worker: str, method: str, writes: bool = False, *args: Any) -> Any:
+    """``method`` of the object ``ref`` run on backend ``worker`` as ``proxy.method.value`` runs it (one
+    :class:`Call`, sent by the link's one loop)."""
+    return link.call(lambda again: (ref, worker), Call.new(method, writes, args, {}))
 
 
 # -- the one error rule ------------------------------------------------------------------------------
@@ -289,22 +343,124 @@ def test_a_catalogue_file_that_is_not_one_is_refused(tmp_path):
 # -- the backends ------------------------------------------------------------------------------------
 def test_put_call_and_get_on_a_backend(wire):
     ref = put(wire, Counter(np.arange(4.0)), A)
-    call = {"oid": ref.oid, "version": 0, "args": (), "kwargs": {}}
-    assert wire.client.backend(A, BackendOp.CALL, method="total", writes=False, **call) == 6.0
-    wire.client.backend(A, BackendOp.CALL, method="scale", writes=True, **{**call, "args": (2.0,)})
+    assert call(wire.client, ref, A, "total") == 6.0
+    call(wire.client, ref, A, "scale", True, 2.0)
     copy = wire.client.backend(A, BackendOp.GET, oid=ref.oid, version=0)
     assert isinstance(copy, Counter) and copy.values.tolist() == [0.0, 2.0, 4.0, 6.0]
     lock = wire.backends[A].table[(ref.oid, 0)].lock
     assert lock.acquire(True, timeout=0)  # the copy's shared lock was released once it was sent
     lock.release(True)
     with pytest.raises(ValueError, match="read-only"):  # the method's own error, raised at the caller
-        wire.client.backend(A, BackendOp.CALL, method="sneaky_write", writes=False, **call)
+        call(wire.client, ref, A, "sneaky_write")
     with pytest.raises(AttributeError, match="has no method 'nope'"):
-        wire.client.backend(A, BackendOp.CALL, method="nope", writes=False, **call)
+        call(wire.client, ref, A, "nope")
     with pytest.raises(NotHere):
         wire.client.backend(B, BackendOp.GET, oid=ref.oid, version=0)
     with pytest.raises(BackendUnreachable, match=GONE):
         wire.client.backend(GONE, BackendOp.NULL)
+
+
+# -- active calls: one id, run once, two budgets -----------------------------------------------------
+def wait_until(condition: Any, what: str) -> None:
+    """Return once ``condition()`` holds; fail after ``TIMEOUT`` seconds saying ``what`` was awaited."""
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {TIMEOUT} s for {what}"
+        time.sleep(0.002)
+
+
+def test_a_reply_lost_after_the_backend_applied_a_write_is_answered_from_memory(wire):
+    """The connection fails after backend A scaled the counter: the link sends the same call again,
+    and A answers it from its memory of the call's id instead of scaling the counter a second time."""
+    ref = put(wire, Counter(np.arange(4.0)), A)
+    wire.drop_replies[BackendOp.CALL] = 1
+    assert call(wire.client, ref, A, "scale", True, 2.0) is None
+    assert wire.backends[A].received[BackendOp.CALL] == 2  # sent twice
+    assert wire.backends[A].table[(ref.oid, 0)].obj.values.tolist() == [0.0, 2.0, 4.0, 6.0]  # applied once
+
+
+def test_a_write_whose_outcome_was_forgotten_is_refused_not_run_again(wire):
+    ref = put(wire, Counter(np.arange(2.0)), A)
+    wire.backends[A].call_memory.keep_seconds = -1.0  # every outcome is forgotten at the next call
+    sent = Call.new("scale", True, (3.0,), {}).at(ref).to_wire()
+    wire.client.backend(A, BackendOp.CALL, call=sent, wait=TIMEOUT)
+    with pytest.raises(StoreError, match="it is not run twice"):
+        wire.client.backend(A, BackendOp.CALL, call=sent, wait=TIMEOUT)
+    assert wire.backends[A].table[(ref.oid, 0)].obj.values.tolist() == [0.0, 3.0]
+    with pytest.raises(ValueError, match="budget is a finite number of seconds"):
+        wire.client.backend(A, BackendOp.CALL, call={**sent, "budget": float("nan")}, wait=0)
+
+
+def test_a_method_longer_than_the_link_timeout_runs_on_and_its_budget_ends_the_wait(wire):
+    """A link whose messages wait 0.2 s: a method that runs until the test meets it is asked about
+    again and again ("still running"), never reported unreachable, and its value arrives; a call past
+    its own budget raises a TimeoutError that says it still runs."""
+    ref = put(wire, Counter(np.ones(2)), A)
+    client, backend, token = wire.link(timeout=0.2), wire.backends[A], uuid.uuid4().hex
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(call(client, ref, A, "meet", False, token, 2, TIMEOUT)))
+    caller.start()
+    wait_until(lambda: backend.received[BackendOp.CALL] >= 4, "the caller to ask about its running call 3 times")
+    store_helpers._BARRIERS.setdefault(token, threading.Barrier(2)).wait(TIMEOUT)  # the method ends now
+    caller.join(TIMEOUT)
+    assert answers == [True]
+    late = uuid.uuid4().hex
+    with pytest.raises(TimeoutError, match=f"ran past its budget of 0.3 s: it still runs on backend {A}"):
+        client.call(lambda again: (ref, A), Call.new("meet", False, (late, 2, TIMEOUT), {}, budget=0.3))
+    store_helpers._BARRIERS.setdefault(late, threading.Barrier(2)).wait(TIMEOUT)
+
+
+def test_an_operation_that_writes_is_answered_once_its_write_is_committed(tmp_path):
+    """``flush()`` returns when the catalogue answers ``set_disk``: the row must be in the file then (a
+    scheduler killed right after loses nothing it acknowledged), however slow the writer thread is."""
+    catalogue = start_catalogue(tmp_path, [A])
+    writes = GatedWrites(catalogue)
+    oid = uuid.uuid4().hex
+
+    async def ask(action: str, **kwargs: Any) -> Any:
+        handling = asyncio.ensure_future(catalogue.handle(action=action, **kwargs))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not handling.done(), f"{action} was answered before its write was committed"
+        writes.gate.set()
+        reply = await handling
+        writes.gate.clear()
+        return reply
+
+    try:
+        asyncio.run(ask(CatalogueOp.REGISTER, entries=[catalogue_entry(Counter, oid, 0, A, 8, None)]))
+        asyncio.run(ask(CatalogueOp.SET_DISK, oid=oid, version=0, disk_path=str(tmp_path / "objects" / "x.pkl")))
+        (row,) = catalogue_file.read(tmp_path)["objects"]  # read as a restarted scheduler would
+        assert row["oid"] == oid and row["disk_path"] == str(tmp_path / "objects" / "x.pkl")
+    finally:
+        writes.close()
+
+
+def test_tier_files_of_killed_backends_are_freed_and_a_live_backends_are_kept(wire, tmp_path, monkeypatch):
+    """A ``mapped`` object's tier files name the worker process that wrote them: once it is dead (a
+    killed kernel's worker, here a process that has exited) a new backend on the store frees them, as
+    ``workbench.start()`` and ``workbench shm clean`` do; a live backend's files are never touched."""
+    directory = tiering.tier_directory(str(tmp_path))
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    here = owners.this_process()
+    assert here is not None
+    dead = here._replace(pid=exited.pid, start=0)
+    live = put(wire, Counter(np.arange(8.0)), A)
+    wire.client.backend(A, BackendOp.PLACE, oid=live.oid, version=0, tier="mapped")
+    monkeypatch.setattr(owners, "this_process", lambda: dead)  # the next files are written by the dead process
+    killed = put(wire, Counter(np.arange(8.0)), B)
+    wire.client.backend(B, BackendOp.PLACE, oid=killed.oid, version=0, tier="mapped")
+    monkeypatch.undo()
+    files = {s.name: s for s in shm.list_segments(directory)}
+    assert len(files) == 2 and all(s.lifetime == "owner" for s in files.values())
+    dead_files = [n for n, s in files.items() if s.reclaimable]
+    assert len(dead_files) == 1 and killed.oid in dead_files[0]
+    wire.backends[B].table.entries.clear()  # B was killed: its table and mappings are gone, not torn down
+    wire.add_backend(B, str(tmp_path))  # a new backend on the store's directory
+    assert sorted(s.name for s in shm.list_segments(directory)) == sorted(set(files) - set(dead_files))
+    assert tiers.reclaim_store_files(tmp_path) == []  # the live backend's file stays
+    assert call(wire.client, live, A, "total") == 28.0
 
 
 def test_a_read_elsewhere_copies_and_a_write_elsewhere_is_sent_back(wire):
@@ -359,8 +515,7 @@ def test_memory_pressure_sends_objects_to_disk_and_they_come_back(wire):
     totals = []
     for ref in refs:  # each comes back when used (and sends another to disk)
         (resolved,) = wire.client.resolve([ref])
-        call = {"oid": ref.oid, "version": 0, "method": "total", "writes": False, "args": (), "kwargs": {}}
-        totals.append(wire.client.backend(resolved.workers[0], BackendOp.CALL, **call))
+        totals.append(call(wire.client, ref, resolved.workers[0], "total"))
     assert totals == [1000.0 * i for i in range(6)] and len(wire.backends[A].table) <= 3
     with pytest.raises(ValueError, match="memory limit is a number of bytes"):
         wire.client.backend(A, BackendOp.SET_MEMORY_LIMIT, nbytes=-1)
@@ -407,16 +562,49 @@ def test_a_write_racing_an_eviction_on_its_own_backend_reads_the_object_back_aga
 
 # -- the catalogue against a model -------------------------------------------------------------------
 class CatalogueMachine(RuleBasedStateMachine):
-    """Registrations, aliases, moves, deletions, departures and restarts of a catalogue against a dict."""
+    """Registrations, aliases, moves, deletions, departures, restarts and kills of a catalogue against a
+    dict; and counters on two backends, written with calls whose reply may be lost after the backend
+    applied them, flushed to disk, and killed with their cluster right after.
+
+    The catalogue's writer commits only while a reply waits for it (:class:`GatedWrites`): a kill
+    loses every write no reply waited for, so the model holds exactly what callers were told is done.
+    """
 
     objects = Bundle("objects")
+    counters = Bundle("counters")
 
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="catalogue-model-"))
-        self.catalogue = start_catalogue(self.directory, [A, B])
-        self.link = Wire(self.catalogue).link()
+        self.wire = Wire(start_catalogue(self.directory, [A, B]), gated=True)
+        self.start_backends()
+        self.link = self.wire.client = self.wire.link()
         self.model: dict[str, dict[str, Any]] = {}  # oid -> {"aliases": set, "holders": set}
+        # counter oid -> {"value": its values' each, "flushed": the value its disk copy holds, or None}
+        self.counters_model: dict[str, dict[str, Any]] = {}
+
+    @property
+    def catalogue(self) -> StoreCatalogue:
+        return self.wire.catalogue
+
+    def start_backends(self) -> None:
+        for backend in self.wire.backends.values():
+            backend.teardown(backend.worker)
+        for address in (A, B):
+            self.wire.add_backend(address, str(self.directory))
+
+    def new_cluster(self) -> None:
+        """A new scheduler on the catalogue's file, and new workers: every location is gone."""
+        self.wire.catalogue = start_catalogue(self.directory, [A, B])
+        self.wire.writes = GatedWrites(self.wire.catalogue)
+        self.start_backends()
+        for m in self.model.values():
+            m["holders"].clear()
+        for oid, c in list(self.counters_model.items()):
+            if c["flushed"] is None:  # memory only: lost with its workers
+                del self.counters_model[oid]
+            else:
+                c["value"] = c["flushed"]
 
     @rule(target=objects, worker=st.sampled_from([A, B]), alias=st.sampled_from([None, "x", "y", "z"]))
     def register(self, worker: str, alias: str | None) -> str:
@@ -466,14 +654,55 @@ class CatalogueMachine(RuleBasedStateMachine):
         for m in self.model.values():
             m["holders"].discard(worker)
 
+    @rule(target=counters, worker=st.sampled_from([A, B]))
+    def store_counter(self, worker: str) -> str:
+        ref = put(self.wire, Counter(np.ones(4)), worker)
+        self.model[ref.oid] = {"aliases": set(), "holders": {worker}}
+        self.counters_model[ref.oid] = {"value": 1.0, "flushed": None}
+        return ref.oid
+
+    def reachable(self, oid: str) -> bool:
+        """Whether the counter can be called: held by a backend the catalogue names, or on disk."""
+        return oid in self.counters_model and bool(self.model[oid]["holders"] or self.counters_model[oid]["flushed"])
+
+    def holder(self, oid: str) -> tuple[ObjectRef, str]:
+        (resolved,) = self.link.resolve([ObjectRef(oid)])  # read back from disk first where it is only there
+        self.model[oid]["holders"] = set(resolved.workers)
+        return resolved.ref, resolved.workers[0]
+
+    @rule(oid=counters, factor=st.sampled_from([2.0, 3.0]), reply_lost=st.booleans())
+    def scale(self, oid: str, factor: float, reply_lost: bool) -> None:
+        """A writing call; with ``reply_lost`` the connection fails after the backend applied it."""
+        if not self.reachable(oid):
+            return
+        self.wire.drop_replies[BackendOp.CALL] = int(reply_lost)
+        self.link.call(lambda again: self.holder(oid), Call.new("scale", True, (factor,), {}))
+        assert self.wire.drop_replies[BackendOp.CALL] == 0
+        counter = self.counters_model[oid]
+        counter["value"] *= factor
+        counter["flushed"] = None  # a write deletes the stale disk copy
+
+    @rule(oid=counters)
+    def flush(self, oid: str) -> None:
+        if not self.reachable(oid):
+            return
+        _, worker = self.holder(oid)
+        self.link.backend(worker, BackendOp.FLUSH, oid=oid, version=0)
+        self.counters_model[oid]["flushed"] = self.counters_model[oid]["value"]
+
     @rule()
     def restart(self) -> None:
         """The cluster restarts: the catalogue reads its file back; locations are gone (new workers)."""
-        self.catalogue.close_database()
-        self.catalogue = start_catalogue(self.directory, [A, B])
-        self.link = Wire(self.catalogue).link()
-        for m in self.model.values():
-            m["holders"].clear()
+        assert self.wire.writes is not None
+        self.wire.writes.close()
+        self.new_cluster()
+
+    @rule()
+    def kill(self) -> None:
+        """Scheduler and workers are killed (SIGKILL: nothing is closed); a new cluster reads the file."""
+        assert self.wire.writes is not None
+        self.wire.writes.kill()
+        self.new_cluster()
 
     @invariant()
     def agrees_with_the_model(self) -> None:
@@ -482,12 +711,23 @@ class CatalogueMachine(RuleBasedStateMachine):
         assert [(r.oid, set(r.aliases), set(r.workers)) for r in records] == [
             (o, self.model[o]["aliases"], self.model[o]["holders"]) for o in oids
         ]
+        assert {r.oid for r in records if r.disk_path} == {o for o, c in self.counters_model.items() if c["flushed"]}
         aliases = {a: o for o, m in self.model.items() for a in m["aliases"]}
         assert self.link.catalogue(CatalogueOp.ALIASES) == aliases
         assert len(self.link.catalogue(CatalogueOp.LIST)) == len(self.model)
 
+    @invariant()
+    def counters_hold_each_write_once(self) -> None:
+        for oid, counter in self.counters_model.items():
+            if self.model[oid]["holders"]:  # (one on disk only is checked when a rule reads it back)
+                total = self.link.call(lambda again, oid=oid: self.holder(oid), Call.new("total", False, (), {}))
+                assert total == 4 * counter["value"]
+
     def teardown(self) -> None:
-        self.catalogue.close_database()
+        for backend in self.wire.backends.values():
+            backend.teardown(backend.worker)
+        if self.wire.writes is not None:
+            self.wire.writes.close()
         shutil.rmtree(self.directory)
 
 

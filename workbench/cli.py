@@ -342,6 +342,10 @@ def _shm(args: argparse.Namespace) -> int:
         with _from_user_input(shm.SharedMemoryError):  # --dir is not a segment directory
             removed = shm.clean(args.dir, everything=args.all, prefix=args.prefix)
             kept = [i for i in shm.list_segments(args.dir) if i.name.startswith(args.prefix) and i.mapped_by]
+        if args.dir is None:  # and what the default store's killed backends left in its tier directory
+            from workbench.memory import tiers
+
+            removed += [f"{name} (a store tier file)" for name in tiers.reclaim_store_files()]
         lines = [f"removed {name}" for name in removed]
         lines += [f"kept {i.name}: in use by process {', '.join(map(str, i.mapped_by))}" for i in kept]
         print("\n".join(lines) or "nothing to remove")

@@ -808,6 +808,7 @@ def replace(
     dtype: object = None,
     directory: str | Path | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    owner: Process | None = None,
 ) -> None:
     """Write a new version of segment ``name`` (made if missing), atomically.
 
@@ -815,7 +816,9 @@ def replace(
     killed half-way leaves the previous version whole and readable (its partial file is what
     ``clean`` removes). Mappings of the previous version stay valid (they keep its old file).
     Give ``array`` (copied in, its shape and dtype), or ``fill`` with ``shape`` and ``dtype``.
+    ``owner``: the process the new version lives for (see :func:`create`; a store backend's tier files).
     """
+    owner = check_owner(owner)
     if (array is None) == (fill is None):
         raise TypeError("replace takes an array, or a fill function with shape and dtype (one of them)")
     if array is not None:
@@ -840,7 +843,7 @@ def replace(
     if info is not None and (reason := _not_ours(info)) is not None:
         raise _refusal(path, reason)  # another user's file: never replaced (a sticky /dev/shm refuses it anyway)
     with _writer_lock(path, _check_timeout(timeout)):
-        _write_new(path, layout, content, directory)
+        _write_new(path, layout, content, directory, owner)
 
 
 def attach_or_create(

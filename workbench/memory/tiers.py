@@ -645,13 +645,16 @@ def place(
     directory: str | Path | None = None,
     cache: DramCache | None = None,
     replace: bool = False,
+    owner: shm.Process | None = None,
 ) -> TierArray:
     """Put a copy of ``array`` on ``tier`` under ``name`` and return its handle.
 
     File tiers write an ``.npy`` segment (atomically; the space reserved first, so a full file
     system is a ``TierError`` and nothing is left behind). ``replace=True`` writes a new version
     over an existing one (a killed writer leaves the previous one readable); otherwise an existing
-    name is an error.
+    name is an error. ``owner`` (file tiers): the process the file lives for; it ends with an owner
+    record, and once that process is dead ``shm.reclaim`` of its directory frees it (a store
+    backend's files: see :func:`reclaim_store_files`).
     """
     check_tier(tier)
     shm._check_name(name, "tier array name")
@@ -672,12 +675,12 @@ def place(
     exists = TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
     try:
         if replace:
-            shm.replace(name, array, directory=where)
+            shm.replace(name, array, directory=where, owner=owner)
             forget_cached(shm.segment_path(name, where))
         elif shm.exists(name, where):
             raise exists
         else:  # made under the name's writer lock, renamed into place whole: one of two racing callers makes it
-            view, created = shm.copy_in(name, array, directory=where)
+            view, created = shm.copy_in(name, array, directory=where, owner=owner)
             del view
             if not created:
                 raise exists
@@ -785,3 +788,40 @@ def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
         with _DRAM_LOCK:
             return sorted(_DRAM)
     return sorted(s.name for s in shm.list_segments(_directory(tier, directory)) if s.state == "complete")
+
+
+# -- the active object store's tier files ------------------------------------------------------
+STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
+
+
+def default_store_directory() -> Path:
+    """The active object store's directory unless told: ``$WORKBENCH_STORE_DIR``, else
+    ``~/.cache/locality-workbench/store``."""
+    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+
+
+def store_tier_path(store_directory: str | os.PathLike[str]) -> Path:
+    """Where the store in ``store_directory`` keeps its ``mapped`` (and ``cached``) files:
+    ``$WORKBENCH_PMEM_DIR/store-<its name>`` when set, else ``<store>/tiers/mapped`` (not made here)."""
+    pmem = os.environ.get(PMEM_ENV)
+    if pmem:
+        return Path(pmem) / f"store-{Path(store_directory).name}"
+    return Path(store_directory) / "tiers" / "mapped"
+
+
+def reclaim_store_files(store_directory: str | os.PathLike[str] | None = None) -> list[str]:
+    """Free the tier files that dead store backends left in the store's tier directory (default: the
+    default store's); the names removed.
+
+    A backend's tier file ends with an owner record naming the worker process that made it: a kernel
+    killed with SIGKILL (its workers with it) cannot remove them, so the next ``workbench.start()``,
+    a new backend on that store and ``workbench shm clean`` call this. Only what ``shm.reclaim``
+    removes goes: files of this user whose every recorded process is surely dead and that no live
+    process maps; nothing in a directory that is missing or that other users could write."""
+    path = store_tier_path(store_directory if store_directory is not None else default_store_directory())
+    try:
+        if not path.is_dir() or path.is_symlink() or others_could_swap(path) is not None:
+            return []
+    except OSError:
+        return []
+    return shm.reclaim(path)

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 
-from workbench.memory import shm
+from workbench.memory import shm, tiers
 from workbench.runtime.clusters import (
     CLUSTER_ENV,
     CONTROL_CHARACTERS,
@@ -526,6 +526,7 @@ def start(
     # RRO copies): freed before this session makes its own. Only copies whose owner and maker are both
     # dead and that no live process maps (workbench.memory.shm.reclaim); never another user's.
     shm.reclaim()
+    tiers.reclaim_store_files()  # and the tier files of the default store's killed backends
     # The workbench decides where blocks live (strategies make replicas on purpose and drop them; the
     # runner restores the blocks to their holders after every run): Dask's active memory manager would drop those
     # replicas every 2 s, and could keep a thief's copy of a block and drop its original, so that the

@@ -20,6 +20,7 @@ What a backend asks of the catalogue and of other backends goes through its
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections import Counter
@@ -34,7 +35,9 @@ from distributed.protocol import to_serialize
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy
+from workbench.runtime.store.calls import CallMemory, CallRecord
 from workbench.runtime.store.current import install_persister
+from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, StoredHandle, detach_result, set_arrays_writeable
 from workbench.runtime.store.placing import TierPlacement
@@ -43,6 +46,8 @@ from workbench.runtime.store.protocol import (
     PLUGIN_NAME,
     RESULT_KEY,
     BackendOp,
+    Call,
+    CallAnswer,
     answer,
     error_reply,
     handler_for,
@@ -51,7 +56,6 @@ from workbench.runtime.store.protocol import (
 from workbench.runtime.store.table import ObjectTable, SendLocked, release_unsent
 from workbench.runtime.trace import EVENT_TOPIC, record
 
-PLAIN = (type(None), bool, int, float, str)  # replies msgpack carries as they are
 COPY_THREADS = 32  # a backend's threads for copies of its objects (each may wait for its object's lock)
 
 
@@ -100,6 +104,9 @@ class StoreBackend(WorkerPlugin):
         as the way to the catalogue and the other backends: the comm handler, the object table and its
         tiers. (Tests attach a backend to a stand-in worker and link, without a cluster.)"""
         self.worker, self.link = worker, link
+        # Tier files that backends of a killed kernel left in this store's tier directory (their
+        # worker processes are dead): freed before this backend makes its own.
+        tiers.reclaim_store_files(self.directory)
         if self.memory_limit is None and worker.memory_manager.memory_limit:
             self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
         self.table = ObjectTable(self.directory, self.link, worker.address, self.trace, self.memory_limit)
@@ -113,6 +120,9 @@ class StoreBackend(WorkerPlugin):
         # threads of their own, so they do not hold up the other operations (a fetch of another
         # object, a put, a load) until COPY_THREADS copies wait at once.
         self.copies = ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="workbench-store-copy")
+        # The active calls sent here, by id: a re-sent call is answered from here, never run twice
+        # (outcomes kept well past the time a caller takes to send again: its link's timeout).
+        self.call_memory = CallMemory(keep_seconds=max(60.0, 4 * self.link.timeout))
         worker.handlers[HANDLER] = self.handle
         if self.persister is not None:
             install_persister(self.persister)
@@ -158,16 +168,15 @@ class StoreBackend(WorkerPlugin):
         run on a thread of its kind: calls, copies, the rest."""
         handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
         self.received[action] += 1
-        pool = self.calls if action == BackendOp.CALL else self.copies if action in COPIES else self.io
+        if inspect.iscoroutinefunction(handler):  # an active call: it runs on a call thread of its own
+            return await handler(self, **kwargs)
+        pool = self.copies if action in COPIES else self.io
         running = pool.submit(handler, self, **kwargs)
         try:
-            result = await asyncio.wrap_future(running)
+            return await asyncio.wrap_future(running)
         except asyncio.CancelledError:  # the worker is closing: a lock the thread still takes is given back
             running.add_done_callback(release_unsent)
             raise
-        if action == BackendOp.CALL and not isinstance(result, PLAIN):
-            result = to_serialize(result)  # numpy buffers travel as frames, the rest pickled
-        return result
 
     async def send_locked(self, comm: Any, serializers: Any, held: SendLocked) -> Any:
         """Write ``held``'s object as the reply on ``comm``, then release its shared lock.
@@ -189,10 +198,23 @@ class StoreBackend(WorkerPlugin):
         return Status.dont_reply
 
     # -- running methods -------------------------------------------------------------------------
-    def invoke(self, ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved."""
-        args, kwargs = self.resolve_arguments(args, kwargs, method)
-        ref, entry = self.table.locked(ref, method, writes)
+    def invoke(
+        self,
+        ref: ObjectRef,
+        method: str,
+        writes: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call: CallRecord | None = None,
+    ) -> Any:
+        """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved.
+
+        ``call``: the record of an active call (``BackendOp.CALL``): its deadline bounds the wait for the
+        lock, the object and the arguments are found in one try each (its caller's loop tries again),
+        and it is marked started just before the method runs. Without it (a task), they are found by
+        the link's one rule and the lock waited for ``LOCK_WAIT_SECONDS``."""
+        args, kwargs = self.resolve_arguments(args, kwargs, method, once=call is not None)
+        ref, entry = self.table.locked(ref, method, writes, deadline=None if call is None else call.deadline)
         was_hot = self.placing.dynamic.hot(entry.reads, entry.writes)
         try:
             if writes:
@@ -204,6 +226,8 @@ class StoreBackend(WorkerPlugin):
                 set_arrays_writeable(entry.obj, True)
             else:
                 entry.reads += 1
+            if call is not None:
+                call.started()
             try:
                 with tiering.in_use(entry.obj, entry.placement, writes):
                     return detach_result(bound(*args, **kwargs), entry.obj)
@@ -215,31 +239,50 @@ class StoreBackend(WorkerPlugin):
             self.placing.after_call(entry, was_hot)
 
     def resolve_arguments(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], task: str, once: bool = False
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Proxies among the arguments become their objects (this backend's, or a fetched copy)."""
+        """Proxies among the arguments become their objects (this backend's, or a fetched copy;
+        ``once``: one try each, see :meth:`ObjectTable.obtain`)."""
 
         def resolve(value: Any) -> Any:
             if isinstance(value, StoredHandle):
-                _, entry = self.table.obtain(value.ref, task, for_write=False)
+                _, entry = self.table.obtain(value.ref, task, for_write=False, once=once)
                 return entry.obj
             return value
 
         return tuple(resolve(a) for a in args), {k: resolve(v) for k, v in kwargs.items()}
 
     # -- operations (BackendOp.X is handled by op_x, see BACKEND_HANDLERS) --------------------------
-    def op_call(
-        self,
-        oid: str,
-        version: int,
-        method: str,
-        writes: bool,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        pinned: bool = False,
-    ) -> Any:
-        """Run an active method here (a direct message from a client)."""
-        return self.invoke(ObjectRef(oid, version, pinned=pinned), method, writes, tuple(args), dict(kwargs))
+    async def op_call(self, call: dict[str, Any], wait: float = 0.0) -> dict[str, Any]:
+        """Run an active method here (a direct message from a client): the :class:`Call` ``call``,
+        started on a call thread unless this backend has it already (a re-send, answered from
+        :attr:`call_memory`: never run twice); its :class:`CallAnswer` once it ended, or "still
+        running" after ``wait`` seconds (the caller asks again with the same call)."""
+        sent = Call.from_wire(call)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+            raise ValueError(f"a call's wait is seconds >= 0, got {wait!r}")
+        record = self.call_memory.begin(sent, lambda r: self.calls.submit(self._run_call, r))
+        if not await self.call_memory.wait(record, min(float(wait), max(0.0, record.deadline - time.monotonic()))):
+            return CallAnswer(sent.call_id, done=False).to_wire()
+        return CallAnswer(sent.call_id, done=True, value=self.call_memory.outcome(record)).to_wire()
+
+    def _run_call(self, record: CallRecord) -> None:
+        """Run ``record``'s call (on a call thread) and end it with its value or error."""
+        call = record.call
+        try:
+            if time.monotonic() > record.deadline:
+                raise TimeoutError(
+                    f"{call.label()} waited past its budget of {call.budget:g} s to start (it did not run)"
+                )
+            args, kwargs = call.args, call.kwargs
+            value = self.invoke(call.ref, call.method, call.writes, tuple(args), dict(kwargs), call=record)
+        except Exception as error:
+            self.call_memory.end(record, error=error)
+        except BaseException as error:  # the thread is ending (the worker closes): its callers are told
+            self.call_memory.end(record, error=StoreError(f"{call.label()} was interrupted ({type(error).__name__})"))
+            raise
+        else:
+            self.call_memory.end(record, value=value)
 
     def op_put(self, oid: str, version: int, obj: Any, announce: bool = False) -> int:
         """Take a copy of an object (a move or a replica); ``announce``: record this backend as a holder."""

@@ -7,6 +7,8 @@ memory: a restarted cluster has new workers, and an object comes back from its d
 next used. Clients and backends reach the catalogue through one scheduler handler,
 ``workbench_store``, whose operations are :class:`~workbench.runtime.store.protocol.CatalogueOp`
 (handled by :data:`CATALOGUE_HANDLERS`); a worker that leaves is dropped from every location at once.
+An operation that changes the file is answered once its change is committed (see
+:mod:`~workbench.runtime.store.catalogue_file`): what a caller was told is done survives a killed scheduler.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from workbench.names import did_you_mean
-from workbench.runtime.store.catalogue_file import CatalogueFile, Statement
+from workbench.runtime.store.catalogue_file import Batch, CatalogueFile, Statement
 from workbench.runtime.store.model import check_alias
 from workbench.runtime.store.protocol import (
     ACTIVE_KEY_MARK,
@@ -89,6 +92,7 @@ class StoreCatalogue(SchedulerPlugin):
         # Messages the catalogue was sent, by operation (issue 36: counts that predict scale)
         self.received: Counter[str] = Counter()
         self.file: CatalogueFile | None = None  # the SQLite file, open from start() to close()
+        self._written: Future[None] | None = None  # the last write the operation running now handed over
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, scheduler: Any) -> None:
@@ -134,10 +138,23 @@ class StoreCatalogue(SchedulerPlugin):
     def run(self, action: str, kwargs: dict[str, Any]) -> Any:
         """The result of the catalogue operation ``action`` (a :class:`CatalogueOp`, by
         :data:`CATALOGUE_HANDLERS`), run on the scheduler's event loop: one operation at a time, so
-        each is atomic (``claim_load`` relies on it)."""
+        each is atomic (``claim_load`` relies on it). An operation that wrote to the file gives an
+        awaitable of its result, done once that write is committed (the reply waits for it; the
+        event loop does not)."""
         handler = handler_for(CATALOGUE_HANDLERS, action, "the store catalogue")
         self.received[action] += 1
-        return handler(self, **kwargs)
+        self._written = None
+        result = handler(self, **kwargs)
+        written, self._written = self._written, None
+        if written is None:
+            return result
+        return self._when_committed(written, result)
+
+    async def _when_committed(self, written: Future[None], result: Any) -> Any:
+        """``result`` once ``written`` is committed (a ``StoreError`` if it could not be)."""
+        assert self.file is not None
+        await self.file.committed(written)
+        return result
 
     def _set_alias(self, alias: str, oid: str) -> None:
         """``alias`` names ``oid`` (in both maps; an alias names one object)."""
@@ -147,10 +164,13 @@ class StoreCatalogue(SchedulerPlugin):
         self.aliases[alias] = oid
         self.aliases_of.setdefault(oid, set()).add(alias)
 
-    def _commit(self, statements: list[Statement]) -> None:
-        """Write ``statements`` to the SQLite file as one transaction, off the event loop (in order)."""
+    def _commit(self, statements: Sequence[Statement] = (), batches: Sequence[Batch] = ()) -> None:
+        """Write ``statements`` then ``batches`` to the SQLite file as one transaction, off the event
+        loop (in order); the operation's reply waits until it is committed (see :meth:`run`)."""
         assert self.file is not None
-        self.file.write(statements)
+        written = self.file.write(statements, batches)
+        if written is not None:
+            self._written = written
 
     def _live_workers(self) -> list[str]:
         return sorted(self.scheduler.workers)
@@ -243,8 +263,7 @@ class StoreCatalogue(SchedulerPlugin):
                 if e.get("alias") is not None:
                     self._set_alias(e["alias"], key[0])
                     alias_rows.append((e["alias"], key[0]))
-        assert self.file is not None
-        self.file.write(  # one transaction
+        self._commit(  # one transaction
             batches=[
                 ("INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?,?,?,?)", object_rows),
                 ("INSERT OR REPLACE INTO current VALUES (?,?)", current_rows),
@@ -420,8 +439,7 @@ class StoreCatalogue(SchedulerPlugin):
                     del self.aliases[alias]
                     aliases.append((alias,))
             current = [(oid,) for oid in oids]
-        assert self.file is not None
-        self.file.write(  # one transaction
+        self._commit(  # one transaction
             batches=[
                 (DELETE_OBJECT, objects),
                 ("DELETE FROM current WHERE oid=?", current),

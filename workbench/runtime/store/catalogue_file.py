@@ -5,11 +5,15 @@ The catalogue (a scheduler plugin) keeps every object in memory and writes each 
 so that it survives a cluster restart. Its writes run on one thread of their own
 (:class:`CatalogueFile`), in the order they were made: a commit of 10^5 rows takes the scheduler's
 event loop no longer than it takes to hand the rows over, and every client of the scheduler goes on
-being answered meanwhile. Closing the file waits for every write handed over.
+being answered meanwhile. A reply that a caller waits for is sent only once its write is committed
+(:meth:`CatalogueFile.committed`, awaited without holding up the event loop): when ``proxy.flush()``
+returns, its row is in the file, and a scheduler killed right after loses nothing it acknowledged.
+Closing the file waits for every write handed over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench.memory.tiers import default_store_directory
 from workbench.names import printable
 from workbench.runtime.store.errors import StoreError
 
@@ -29,12 +34,11 @@ logger = logging.getLogger(__name__)
 Statement = tuple[str, tuple[Any, ...]]  # an SQL statement and its parameters
 Batch = tuple[str, list[tuple[Any, ...]]]  # an SQL statement and the parameters of each of its runs
 
-STORE_DIR_ENV = "WORKBENCH_STORE_DIR"
-
 
 def default_directory() -> Path:
-    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store``."""
-    return Path(os.environ.get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+    """``$WORKBENCH_STORE_DIR``, else ``~/.cache/locality-workbench/store`` (where the tier files of
+    its backends are found too: ``workbench.memory.tiers.default_store_directory``)."""
+    return default_store_directory()
 
 
 SCHEMA = """
@@ -107,9 +111,10 @@ def _checked_record(
 class CatalogueFile:
     """The catalogue's open SQLite file: read once when opened, then written by one thread, in order.
 
-    ``write`` hands a transaction to the writer thread and returns at once; a write that failed
-    (disk full, the file removed) makes the next ``write`` and ``close`` raise a ``StoreError`` saying
-    so, since the catalogue in memory then holds changes its file lost.
+    ``write`` hands a transaction to the writer thread and returns at once (its future, which
+    :meth:`committed` awaits); a write that failed (disk full, the file removed) makes the next
+    ``write``, ``committed`` and ``close`` raise a ``StoreError`` saying so, since the catalogue in
+    memory then holds changes its file lost.
     """
 
     def __init__(self, directory: str | Path):
@@ -151,14 +156,25 @@ class CatalogueFile:
             raise not_a_catalogue(self.path, error) from None
         return objects, current, aliases
 
-    def write(self, statements: Sequence[Statement] = (), batches: Sequence[Batch] = ()) -> None:
+    def write(self, statements: Sequence[Statement] = (), batches: Sequence[Batch] = ()) -> Future[None] | None:
         """Commit ``statements`` and then ``batches`` (a statement run with each of many parameters) as
         one transaction on the writer thread, after every earlier write; returns before it is committed
-        (the rows are grouped there, off the event loop)."""
+        (the rows are grouped there, off the event loop): the write's future (None: nothing to write),
+        for :meth:`committed`."""
         self._check()
-        if statements or batches:
-            self._last = self._writer.submit(self._commit, list(statements), list(batches))
-            self._last.add_done_callback(self._note_failure)
+        if not (statements or batches):
+            return None
+        self._last = self._writer.submit(self._commit, list(statements), list(batches))
+        self._last.add_done_callback(self._note_failure)
+        return self._last
+
+    async def committed(self, written: Future[None]) -> None:
+        """Return once ``written`` (a :meth:`write`'s future), and so every write before it, is
+        committed; a ``StoreError`` if a write failed. Awaited on the event loop without blocking it;
+        a cancelled wait (the scheduler closing) leaves the write to finish (``close`` waits for it)."""
+        with contextlib.suppress(Exception):  # its failure is noted by _note_failure, raised by _check
+            await asyncio.shield(asyncio.wrap_future(written))
+        self._check()
 
     def flush(self) -> None:
         """Wait until every write handed over is committed; a ``StoreError`` if one failed."""

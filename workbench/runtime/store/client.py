@@ -50,6 +50,7 @@ from workbench.runtime.store.model import (
     state_nbytes,
 )
 from workbench.runtime.store.protocol import (
+    CALL_SECONDS,
     HANDLER,
     PLUGIN_NAME,
     BackendOp,
@@ -57,6 +58,7 @@ from workbench.runtime.store.protocol import (
     Missing,
     Record,
     Resolved,
+    check_budget,
     found,
     without_gc,
 )
@@ -219,6 +221,9 @@ class Store:
         :mod:`workbench.runtime.store.tiering`); ``proxy.place(tier)`` moves one object.
     cache_bytes: the byte budget of each backend's DRAM cache for ``cached`` objects (default:
         ``memory_limit``).
+    call_timeout: seconds an active method called with ``proxy.method.value()`` may take on its
+        backend, waiting for the object's lock included (default an hour); reaching the backend has
+        the session's timeout per message, so a long method is never taken for an unreachable backend.
     """
 
     read_blocks = staticmethod(block_arrays)  # task-side reader of a collection's blocks (travels to workers)
@@ -230,8 +235,11 @@ class Store:
         memory_limit: int | None = None,
         tier: str = "dram",
         cache_bytes: int | None = None,
+        call_timeout: float = CALL_SECONDS,
     ):
         self.session = session
+        #: Seconds an active method called with ``.value()`` may take (its calls' budget).
+        self.call_timeout = check_budget(call_timeout)
         self.client = session.client
         self._closed = False
         #: How this store's messages (and its handles') reach the catalogue and the backends.

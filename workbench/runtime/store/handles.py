@@ -37,18 +37,19 @@ from workbench.runtime.store.model import (
     class_name,
     ship_by_value,
 )
-from workbench.runtime.store.protocol import BackendOp, CatalogueOp, Resolved, call_task_name, found
+from workbench.runtime.store.protocol import BackendOp, Call, CatalogueOp, Resolved, call_task_name, found
 from workbench.runtime.store.tasks import local_backend, run_active, run_non_active
 from workbench.runtime.trace import task_key
 
 
 class Owner(Protocol):
     """What a handle needs of the store it belongs to (a :class:`~workbench.runtime.store.client.Store`
-    is one): the link its messages go through, the session its tasks go to, the reader of a
+    is one): the link its messages go through, the session its tasks go to, its calls' budget, the reader of a
     collection's blocks inside a task, and the store's deletion (which also removes disk copies)."""
 
     link: Link
     session: Session
+    call_timeout: float  # seconds an active method called with .value() may take
 
     @property
     def read_blocks(self) -> Callable[[list[Any]], list[np.ndarray]]:
@@ -77,20 +78,21 @@ class ActiveMethod:
         return submit_active(store, resolved.ref, resolved.workers, self.name, self.writes, args, kwargs)
 
     def value(self, *args: Any, **kwargs: Any) -> Any:
-        """Run on the backend holding the object and return the plain value (one direct round trip;
-        asked again where the object moved or its backend left meanwhile, by the link's one rule)."""
-        link = self.proxy.store.link
-        args, kwargs = gather_futures(self.proxy.store.session, args, kwargs)
-        message = {"method": self.name, "writes": self.writes, "args": as_message(args), "kwargs": as_message(kwargs)}
+        """Run on the backend holding the object and return the plain value (one direct round trip
+        while the method runs under half the link's timeout). One call, one id: sent again where the
+        object moved, its backend did not answer, or the method still runs, and never run twice
+        (:meth:`Link.call <workbench.runtime.store.link.Link.call>`); the method may take the store's
+        ``call_timeout``."""
+        store = self.proxy.store
+        args, kwargs = gather_futures(store.session, args, kwargs)
+        call = Call.new(self.name, self.writes, as_message(args), as_message(kwargs), store.call_timeout)
 
-        def call(again: bool) -> Any:
+        def locate(again: bool) -> tuple[ObjectRef, str]:
             ref, workers = self.proxy._resolved(refresh=again)
             check_writable(ref, workers, self.name, self.writes)
-            return link.backend(
-                workers[0], BackendOp.CALL, oid=ref.oid, version=ref.version, pinned=ref.pinned, **message
-            )
+            return ref, workers[0]
 
-        return link.retrying(call)
+        return store.link.call(locate, call)
 
     def local(self, *args: Any, **kwargs: Any) -> Any:
         """Non-active: fetch a copy of the object to this process and run the method here."""

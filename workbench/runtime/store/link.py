@@ -14,6 +14,11 @@ rpc to an address, how to run a coroutine from a thread. The rest is one rule ea
 * one retry (:meth:`Link.retrying`): an attempt that finds the object moved (``NotHere``) or its
   holder gone (``BackendUnreachable``) is made again, the catalogue asked afresh, until ``timeout``
   seconds have passed since the first;
+* one way to call an active method (:meth:`Link.call`): the same :class:`~workbench.runtime.store.protocol.Call`
+  (one id) sent until it is answered, so a re-sent call is answered from the backend's memory, never
+  run twice; reaching the backend has the link's ``timeout`` per message, running the method has
+  the call's own budget (a long method is "still running", not unreachable). The one retry loop of
+  a call: the backend tries nothing again on its behalf;
 * one way to find an object (:meth:`Link.resolve`): its record, and its disk copy read back on the
   one backend the catalogue chooses when no backend holds it in memory.
 """
@@ -31,6 +36,8 @@ from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreErr
 from workbench.runtime.store.model import ObjectRef
 from workbench.runtime.store.protocol import (
     BackendOp,
+    Call,
+    CallAnswer,
     CatalogueOp,
     LoadClaim,
     Missing,
@@ -227,3 +234,54 @@ class Link:
                     raise
             time.sleep(pause)
             pause, again = min(LONGEST_PAUSE, pause * 2), True
+
+    def call(self, locate: Callable[[bool], tuple[ObjectRef, str]], call: Call) -> Any:
+        """The value of the active call ``call``, sent to the backend ``locate(again)`` names (the
+        object's version and its holder; ``again``: ask the catalogue afresh), by one loop:
+
+        * each message waits for the backend's answer at most the link's :attr:`timeout`, plus the
+          time the backend is asked to hold its answer while the method runs (half the timeout);
+        * "still running": the same call is sent again (the backend answers from its memory of the
+          call's id), until the call's ``budget`` has passed: then a ``TimeoutError`` saying the
+          method still runs there;
+        * ``NotHere`` (the backend answered that it does not hold the object: the call did not run
+          there) or ``BackendUnreachable`` (no answer: it may have run, and answers from memory when
+          reached again): the same call again, the catalogue asked afresh, until :attr:`timeout`
+          seconds have passed without an answer; then that error is raised.
+        """
+        self._check_open()
+        started = time.monotonic()
+        run_until, reach_until = started + call.budget, started + self.timeout
+        pause, again = FIRST_PAUSE, False
+        target: tuple[ObjectRef, str] | None = None
+        while True:
+            try:
+                if target is None:
+                    target = locate(again)
+                ref, address = target
+                hold = max(0.0, min(self.timeout / 2, run_until - time.monotonic()))
+                reply = self.backend(
+                    address, BackendOp.CALL, timeout=self.timeout + hold, call=call.at(ref).to_wire(), wait=hold
+                )
+                answer = CallAnswer.from_wire(reply, call)
+                if answer.done:
+                    return answer.value
+                if time.monotonic() >= run_until:
+                    raise TimeoutError(
+                        f"{call.label()} on {ref.label()} ran past its budget of {call.budget:g} s: it still runs on "
+                        f"backend {address} (its value will not be waited for). Give long methods a larger budget "
+                        "(Store(..., call_timeout=seconds))"
+                    )
+                reach_until = time.monotonic() + self.timeout  # it answered: reaching it again starts afresh
+                pause = FIRST_PAUSE
+                continue
+            except (NotHere, BackendUnreachable) as error:
+                if time.monotonic() + pause > reach_until:
+                    if isinstance(error, BackendUnreachable) and call.writes:
+                        raise BackendUnreachable(
+                            f"{error}; the writing {call.label()} may have run there before the connection failed"
+                        ) from error
+                    raise
+            target, again = None, True
+            time.sleep(pause)
+            pause = min(LONGEST_PAUSE, pause * 2)

@@ -11,6 +11,11 @@ has one table from operation to handler (``CATALOGUE_HANDLERS`` in
       -> link.backend(worker, BackendOp.CALL, ...)    # link.Link.backend (the proxy's store's link)
       -> BACKEND_HANDLERS[BackendOp.CALL]             # = StoreBackend.op_call, on the worker
 
+An active call (``BackendOp.CALL``) is a :class:`Call`: an id, the method and its arguments, and a
+budget (seconds the method may take, waiting for the object's lock included). Its reply is a
+:class:`CallAnswer`: the value, or "still running" (the caller asks again with the same call, which
+the backend answers from its memory of that id: a re-sent call is never run twice).
+
 Messages are msgpack: plain values, lists and dicts (Dask turns tuples into lists). The records
 here are built from those at the receiving end (``from_wire``) and turned into them at the sending
 end (``to_wire``), in this module only. Every reply is :func:`result_reply` or :func:`error_reply`;
@@ -23,9 +28,11 @@ import array
 import contextlib
 import gc
 import inspect
+import math
 import pickle
+import uuid
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -42,6 +49,8 @@ ERROR_KEY = "__workbench_error__"  # a reply carrying an exception for the calle
 RESULT_KEY = "__workbench_result__"  # a reply carrying a result (a bare None means: no store handler there)
 DELETED = 65535  # in a compact locations reply: the object was deleted
 ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see call_task_name); the catalogue looks for it
+CALL_SECONDS = 3600.0  # an active call's default budget: how long its method may take (lock wait included)
+PLAIN = (type(None), bool, int, float, str)  # values msgpack carries as they are
 
 
 class CatalogueOp(StrEnum):
@@ -283,6 +292,101 @@ class LoadClaim:
             reply.get("disk_path"),
             tuple(reply.get("lost_from") or ()),
         )
+
+
+# -- active calls -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """One active call of ``method`` on object ``oid`` (``BackendOp.CALL``), as the caller sends it and
+    sends it again: the same ``call_id`` every time, so the backend runs it once.
+
+    ``budget``: seconds the method may take on the backend, waiting for the object's lock included,
+    counted from when the backend first gets the call (clocks of two hosts are never compared).
+    Reaching the backend has its own budget, the link's timeout, per message.
+    """
+
+    call_id: str
+    oid: str
+    version: int
+    pinned: bool
+    method: str
+    writes: bool
+    args: Any  # a message part (as_message of the tuple)
+    kwargs: Any
+    budget: float
+
+    @classmethod
+    def new(cls, method: str, writes: bool, args: Any, kwargs: Any, budget: float = CALL_SECONDS) -> Call:
+        """A call with a fresh id, for the object named later (:meth:`at`); ``budget`` checked."""
+        return cls(uuid.uuid4().hex, "", 0, False, method, writes, args, kwargs, check_budget(budget))
+
+    def at(self, ref: ObjectRef) -> Call:
+        """This call (same id) addressed to the object version ``ref`` names."""
+        return replace(self, oid=ref.oid, version=int(ref.version or 0), pinned=bool(ref.pinned))
+
+    @property
+    def ref(self) -> ObjectRef:
+        """The object version this call is addressed to."""
+        return ObjectRef(self.oid, self.version, pinned=self.pinned)
+
+    def label(self) -> str:
+        """The call as messages name it."""
+        return f"call {self.call_id[:8]} of {self.method!r} ({'writes' if self.writes else 'read-only'})"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The call as a message part."""
+        return dict(vars(self))
+
+    @classmethod
+    def from_wire(cls, message: Mapping[str, Any]) -> Call:
+        """The call a message carries, every field checked (a ``ValueError`` naming the wrong one)."""
+        if not isinstance(message, Mapping):
+            raise ValueError(f"a call is a mapping of its fields, got {type(message).__name__}")
+        call_id = message.get("call_id")
+        if not isinstance(call_id, str) or not 0 < len(call_id) <= 64:
+            raise ValueError(f"a call's id is a string of 1 to 64 characters, got {call_id!r}")
+        for name, kind in (("oid", str), ("method", str), ("writes", bool), ("pinned", bool), ("version", int)):
+            if not isinstance(message.get(name), kind):
+                raise ValueError(f"a call's {name} should be {kind.__name__}, got {message.get(name)!r}")
+        return cls(
+            call_id,
+            message["oid"],
+            message["version"],
+            message["pinned"],
+            message["method"],
+            message["writes"],
+            message.get("args") or (),
+            message.get("kwargs") or {},
+            check_budget(message.get("budget")),
+        )
+
+
+def check_budget(budget: object) -> float:
+    """``budget`` as seconds (finite, > 0); a ``ValueError`` saying what to pass otherwise."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget < math.inf):
+        raise ValueError(f"a call's budget is a finite number of seconds > 0, got {budget!r}")
+    return float(budget)
+
+
+@dataclass(frozen=True)
+class CallAnswer:
+    """A backend's answer to a :class:`Call`: its method's value (``done``), or still running (ask again)."""
+
+    call_id: str
+    done: bool
+    value: Any = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The answer as a message part (a value that is not plain travels serialised: numpy as frames)."""
+        value = self.value if isinstance(self.value, PLAIN) else to_serialize(self.value)
+        return {"call_id": self.call_id, "done": self.done, "value": value}
+
+    @classmethod
+    def from_wire(cls, reply: Any, call: Call) -> CallAnswer:
+        """The answer a reply to ``call`` carries; a ``StoreError`` if it answers another call."""
+        if not isinstance(reply, Mapping) or reply.get("call_id") != call.call_id:
+            raise StoreError(f"the backend answered {call.label()} with a reply to another call")
+        return cls(call.call_id, bool(reply["done"]), reply.get("value"))
 
 
 # -- the compact locations reply --------------------------------------------------------------------

@@ -276,13 +276,16 @@ class ObjectTable(Mapping[Key, Entry]):
         :meth:`locked` for operations on a version held here)."""
         return ref, self.here(ref.oid, ref.version)  # type: ignore[arg-type]
 
-    def obtain(self, ref: ObjectRef, task: str, for_write: bool) -> tuple[ObjectRef, Entry]:
+    def obtain(self, ref: ObjectRef, task: str, for_write: bool, once: bool = False) -> tuple[ObjectRef, Entry]:
         """The entry for ``ref`` here: local, reloaded from disk, or (for reads) a copy from its holder.
 
         The holder the catalogue named can evict the object to disk (its memory limit) or drop it
         between the catalogue's answer and the copy: the catalogue is then asked again, by the link's
-        one rule (:meth:`~workbench.runtime.store.link.Link.retrying`).
+        one rule (:meth:`~workbench.runtime.store.link.Link.retrying`). ``once``: one try, its
+        ``NotHere`` or ``BackendUnreachable`` raised (an active call: its caller's one loop tries again).
         """
+        if once:
+            return self._obtain_once(ref, task, for_write)
         if for_write:  # a writing method runs only on a holder: the proxy asks again, elsewhere
             return self._obtain_for_write(ref, task)
         return self.link.retrying(lambda again: self._obtain_once(ref, task, for_write))
@@ -355,6 +358,7 @@ class ObjectTable(Mapping[Key, Entry]):
         writes: bool,
         find: Callable[[ObjectRef], tuple[ObjectRef, Entry]] | None = None,
         copy: bool = False,
+        deadline: float | None = None,
     ) -> tuple[ObjectRef, Entry]:
         """The entry for ``ref`` under its lock (exclusive if ``writes``, else shared); release it
         with ``entry.lock.release(writes)`` (``copy``: shared for a copy of the object,
@@ -363,18 +367,29 @@ class ObjectTable(Mapping[Key, Entry]):
         ``find`` looks the entry up (default :meth:`obtain`: local, reloaded from disk, or a copy for
         reads). Once locked, the entry is checked to be still the table's: one evicted (or replaced)
         between finding and locking it is looked up again, since a write to it would be lost.
+
+        ``deadline`` (``time.monotonic()``): an active call's, which bounds the wait for the lock; the
+        entry is then found once (``obtain``'s ``once``) and one that moved meanwhile is ``NotHere``:
+        the caller's one loop asks again. Without it: ``LOCK_WAIT_SECONDS``, and found again here.
         """
-        find = find or (lambda r: self.obtain(r, task, for_write=writes))
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        once = deadline is not None
+        find = find or (lambda r: self.obtain(r, task, for_write=writes, once=once))
+        waited = LOCK_WAIT_SECONDS if deadline is None else None
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS if deadline is None else deadline
         while True:
             ref, entry = find(ref)
             if not entry.lock.acquire(writes, timeout=max(0.0, deadline - time.monotonic()), copy=copy):
-                raise TimeoutError(f"{ref.label()}: waited {LOCK_WAIT_SECONDS} s for its lock to run {task!r}")
+                raise TimeoutError(
+                    f"{ref.label()}: waited {f'{waited} s' if waited else 'past the budget of the call'} for its lock "
+                    f"to run {task!r} (it did not run)"
+                )
             with self.lock:
                 current = self.entries.get((ref.oid, ref.version))  # type: ignore[arg-type]
             if current is entry or entry.copy:
                 return ref, entry
             entry.lock.release(writes, copy=copy)
+            if once:
+                raise NotHere(f"{ref.label()} left backend {self.address} while {task!r} waited for its lock")
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{ref.label()}: it kept moving to disk for {LOCK_WAIT_SECONDS} s while {task!r} waited"

@@ -19,7 +19,9 @@ An object in a backend's table is on one tier (thesis ch. 6):
 
 Files are named ``<oid>-v<version>-<attribute>`` in ``<store>/tiers/mapped`` (or
 ``$WORKBENCH_PMEM_DIR``), made and checked by :mod:`workbench.memory.tiers` (and so by
-``workbench.memory.shm``'s file code): no second copy of that code here.
+``workbench.memory.shm``'s file code): no second copy of that code here. Each file ends with an owner
+record naming the worker process that wrote it, so the files of a killed kernel's backends are freed
+(``tiers.reclaim_store_files``: every new backend, ``workbench.start()``, ``workbench shm clean``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.memory import gpu, tiers
+from workbench.memory import gpu, owners, tiers
 
 DYNAMIC = "dynamic"  # not a tier: the placement policy that moves objects between the tiers by their reads
 
@@ -78,11 +80,10 @@ def check_tier(tier: object) -> str:
 def tier_directory(store_directory: str) -> Path:
     """Where this store's mapped (and cached) files live: ``$WORKBENCH_PMEM_DIR/<store name>`` when set,
     else ``<store>/tiers/mapped``; a directory of this user's only, 0700 (see :func:`tiers.private_directory`)."""
-    pmem = os.environ.get(tiers.PMEM_ENV)
-    if pmem:
-        return tiers.private_directory(Path(pmem) / f"store-{Path(store_directory).name}")
-    tiers.private_directory(Path(store_directory) / "tiers")
-    return tiers.private_directory(Path(store_directory) / "tiers" / "mapped")
+    path = tiers.store_tier_path(store_directory)
+    if not os.environ.get(tiers.PMEM_ENV):
+        tiers.private_directory(path.parent)
+    return tiers.private_directory(path)
 
 
 def _storable(value: object) -> bool:
@@ -234,7 +235,7 @@ def place_state(
                     name = old.name  # already this array's file
                 else:  # not in a file yet: a new one
                     name = _unused(file_name(stem, attr), taken)
-                    tiers.place(name, value, "mapped", directory=directory, replace=True)
+                    tiers.place(name, value, "mapped", directory=directory, replace=True, owner=owners.this_process())
                     if name not in old_names:
                         made.append(name)
                 taken.add(name)
@@ -394,7 +395,7 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
         if id(value) not in groups:
             previous = placement.arrays[attr]
             name = previous.name if previous.name not in taken else _unused(previous.name, taken)
-            tiers.place(name, value, "mapped", directory=previous.directory, replace=True)
+            tiers.place(name, value, "mapped", directory=previous.directory, replace=True, owner=owners.this_process())
             cache = previous.cache if isinstance(previous, tiers.CachedArray) else tiers._DEFAULT_CACHE
             groups[id(value)] = _handle(placement.tier, name, previous.directory, cache)  # type: ignore[arg-type]
             taken.add(name)
