@@ -56,6 +56,29 @@ def jupyter_lab_serving(root: Path, scratch: Path) -> Iterator[tuple[str, str, P
         yield url, token, data
 
 
+@contextlib.contextmanager
+def lesson_lab(notebook: str, scratch: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
+    """JupyterLab serving a temporary copy of ``notebook`` (a lesson's file name), at size "ci", started as
+    ``make lab`` starts it (``workbench.doctor.jupyter_lab``: the project's settings first), with ``env`` on
+    top and fresh user settings under ``scratch`` (no answer a person gave in their own JupyterLab
+    applies); yields (url, token) and stops the server after."""
+    import shutil
+
+    from workbench import doctor
+
+    root = scratch / "lab"
+    root.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "notebooks" / notebook, root / notebook)
+    env = {
+        **(env or {}),
+        "WORKBENCH_SIZE": "ci",
+        "JUPYTERLAB_SETTINGS_DIR": str(scratch / "user-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(scratch / "workspaces"),
+    }
+    with doctor.jupyter_lab(env=env, root=root) as (url, token):
+        yield url, token
+
+
 def add_trusted(executed: Path, root: Path, data: Path, name: str | None = None) -> tuple[str, dict[str, int]]:
     """Copy an executed notebook into the server's ``root`` (as ``name``), signed as trusted in the
     server's ``data`` directory; returns its name and how many bokeh figures and widget views its

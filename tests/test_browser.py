@@ -11,13 +11,12 @@ detaches while it animates: clicking one is a race), only menus and modal dialog
 
 from __future__ import annotations
 
-import shutil
 import socket
 import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARTIFACTS, needs_chromium
+from browser_helpers import ARTIFACTS, lesson_lab, needs_chromium
 
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS  # Debian's Chromium, flags for a closed network
 
@@ -35,21 +34,9 @@ def _free_port() -> int:
 
 @pytest.fixture
 def jupyter_lab(tmp_path):
-    """JupyterLab serving a temporary copy of the lesson, at size "ci", started as ``make lab`` starts it
-    (``workbench.doctor.jupyter_lab``: the project's settings first); stopped afterwards."""
-    from workbench import doctor
-
-    root = tmp_path / "lab"
-    root.mkdir()
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    env = {
-        "WORKBENCH_SIZE": "ci",
-        # a fresh settings directory per run: no answer a person gave in their own JupyterLab applies
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-    }
-    with doctor.jupyter_lab(env=env, root=root) as (url, token):
-        yield url, token
+    """JupyterLab serving a temporary copy of the lesson at size "ci" (``browser_helpers.lesson_lab``)."""
+    with lesson_lab(NOTEBOOK, tmp_path) as lab:
+        yield lab
 
 
 def _prompts(page) -> list[str]:

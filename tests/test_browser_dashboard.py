@@ -12,12 +12,11 @@ transient is clicked (the Run menu and a kernel dialog only, as in tests/test_br
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARTIFACTS, needs_chromium
+from browser_helpers import ARTIFACTS, lesson_lab, needs_chromium
 
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS
 
@@ -36,19 +35,9 @@ def lab_dask_environment() -> dict[str, str]:
 
 @pytest.fixture
 def jupyter_lab(tmp_path):
-    from workbench import doctor
-
-    root = tmp_path / "lab"
-    root.mkdir()
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    env = {
-        **lab_dask_environment(),
-        "WORKBENCH_SIZE": "ci",
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
-    }
-    with doctor.jupyter_lab(env=env, root=root) as (url, token):
-        yield url, token
+    """JupyterLab serving lesson 00 at size "ci" with ``make lab``'s Dask settings (``LAB_DASK``)."""
+    with lesson_lab(NOTEBOOK, tmp_path, lab_dask_environment()) as lab:
+        yield lab
 
 
 def _wait_until(what: str, seconds: float, probe, page):
