@@ -19,16 +19,37 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "course" / "instructor-guide.md"
 
 
+def _lesson_folder(folder: Path) -> Path:
+    """A folder with one short lesson, ``00-welcome.ipynb``: a parameters cell and two code cells (what
+    ``--notebooks`` times as it would an instructor's edited copy; lesson 00 itself runs in
+    test_notebooks)."""
+    import nbformat
+
+    folder.mkdir()
+    cells = [
+        nbformat.v4.new_code_cell("size = None", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import time\n\ntime.sleep(0.2)  # the slowest cell"),
+        nbformat.v4.new_code_cell("print(size)"),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(notebook, folder / "00-welcome.ipynb")
+    return folder
+
+
 @pytest.mark.notebook
 @pytest.mark.timeout(600)
-def test_bench_lessons_runs_lesson_00_at_ci_and_prints_it_against_its_budget(tmp_path, capsys):
-    """Through the command line, as an instructor runs it: lesson 00 executed, its time and status, its
-    slowest cells, a goal against the ci budget, the machine, the progress; then the same report as
-    the guide's Markdown table, read back."""
-    status = cli.main(["bench", "lessons", "--only", "00", "--json", "--out", str(tmp_path)])
-    out, err = capsys.readouterr()
-    assert status == 0, err[-2000:]
-    report = json.loads(out)
+def test_bench_lessons_runs_a_lesson_at_ci_and_prints_it_against_its_budget(tmp_path, capsys):
+    """Through the command line, as an instructor runs it on a folder of lessons: the lesson executed,
+    its time and status, its slowest cells, a goal against the ci budget, the machine, the progress;
+    then the same report as the guide's Markdown table, read back."""
+    folder = _lesson_folder(tmp_path / "mine")
+    out = tmp_path / "executed"
+    argv = ["bench", "lessons", "--only", "00", "--json", "--out", str(out), "--notebooks", str(folder)]
+    status = cli.main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err[-2000:]
+    report, err = json.loads(captured.out), captured.err
     assert "bench lessons: size ci, expected about" in err and "00-welcome: running at size ci" in err
     assert "lessons [####################] 1/1 00-welcome" in err  # progress as it goes
     [row] = report["lessons"]
@@ -36,7 +57,8 @@ def test_bench_lessons_runs_lesson_00_at_ci_and_prints_it_against_its_budget(tmp
     assert row["seconds"] > 0 and row["minutes"] == syllabus.lessons()["00"].minutes
     assert 1 <= len(row["slowest"]) <= lessons.SLOWEST
     assert row["slowest"] == sorted(row["slowest"], key=lambda c: -c["seconds"])
-    assert (tmp_path / "00-welcome.ipynb").exists()  # --out keeps the executed copy
+    assert row["slowest"][0]["seconds"] >= 0.2  # the cell that sleeps
+    assert (out / "00-welcome.ipynb").exists()  # --out keeps the executed copy
     [g] = report["goals"]
     assert g["goal"] == "lesson 00's Run All at size ci <= 60 s" and g["measured"] == row["seconds"]
     assert g["threshold"] == lessons.BUDGET_S["ci"] and g["better"] == "lower" and g["unit"] == "s"
@@ -47,6 +69,15 @@ def test_bench_lessons_runs_lesson_00_at_ci_and_prints_it_against_its_budget(tmp
     table = lessons.read_table(lessons.markdown_table(report))
     assert table["size"] == "ci" and table["cpu"] == report["machine"]["cpu"]
     assert table["lessons"] == {"00": {"title": "welcome", "seconds": round(row["seconds"]), "status": "ok"}}
+
+
+def test_a_folder_without_lessons_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "notes.ipynb").write_text("{}")
+    assert cli.main(["bench", "lessons", "--notebooks", str(tmp_path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"workbench: --notebooks {tmp_path}: no lessons (NN-name.ipynb) there")
+    with pytest.raises(ValueError, match="no lessons"):
+        lessons.run("ci", notebooks_dir=tmp_path / "missing")
 
 
 def test_the_instructor_guides_run_times_are_the_benchmarks_table_at_lab_on_a_named_machine():

@@ -141,6 +141,15 @@ def one_of(names: Callable[[], Iterable[str]], what: str) -> Check:
     return check
 
 
+def a_folder_of_lessons(flag: str, given: str) -> None:
+    """A check that ``given`` is a folder holding lesson notebooks (``NN-name.ipynb``)."""
+    from workbench.bench import lessons
+
+    folder = Path(given)
+    if not folder.is_dir() or not lessons.notebooks(directory=folder):
+        raise UsageError(f"{flag} {given}: no lessons (NN-name.ipynb) there; name the folder that holds them")
+
+
 def comma_separated(text: str) -> list[str]:
     """The names of a comma-separated argument (``--apps histogram1d,kmeans``)."""
     return text.split(",")
@@ -632,6 +641,14 @@ BENCHMARKS: dict[str, Benchmark] = {
                 ),
                 arg("--out", help="keep the executed lessons in this directory (default: a temporary one)"),
                 arg("--markdown", action="store_true", help="print the instructor guide's table (Markdown)"),
+                arg(
+                    "--notebooks",
+                    dest="notebooks_dir",
+                    metavar="DIR",
+                    check=a_folder_of_lessons,
+                    help="time the lessons in this folder (default: the course's notebooks/), such as your "
+                    "edited copy from 'workbench course copy'",
+                ),
             ),
             timed_sizes=(),  # not timed on a quiet machine yet (ci: the README's nbval run of the eleven)
             only_when_named="it executes every lesson, for minutes (a quarter of an hour or more at size lab): run "

@@ -138,25 +138,31 @@ def run(
     out: str | None = None,
     markdown: bool = False,
     progress: Progress | None = None,
+    notebooks_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Every lesson (or ``only``'s) executed at ``size``, timed against its budget; a dict for ``--json``
     and :func:`format_report`. ``out``: where the executed copies go (None: a temporary directory,
-    removed after). ``markdown``: :func:`format_report` prints the instructor guide's table."""
+    removed after). ``markdown``: :func:`format_report` prints the instructor guide's table.
+    ``notebooks_dir``: the folder of lessons to time (None: the course's ``notebooks/``), such as the
+    copy ``workbench course copy`` made and an instructor edited."""
     from workbench.teach import syllabus
 
     checked_size(size, BUDGET_S)
-    paths = notebooks(only)
+    directory = NOTEBOOKS if notebooks_dir is None else Path(notebooks_dir)
+    if not directory.is_dir() or not notebooks(directory=directory):
+        raise ValueError(f"no lessons (NN-name.ipynb) in {directory}: name the folder that holds the lesson notebooks")
+    paths = notebooks(only, directory)
     progress = progress or Progress.quiet()
     budget = BUDGET_S[size]
     minutes = {number: info.minutes for number, info in syllabus.lessons().items()}
     load_before = _load()
     rows = []
     with tempfile.TemporaryDirectory(prefix="workbench-bench-lessons-") as scratch:
-        directory = Path(out) if out else Path(scratch)
+        executed = Path(out) if out else Path(scratch)
         with progress.phase("lessons", len(paths)) as phase:
             for path in paths:
                 progress.say(f"{path.stem}: running at size {size} ...")
-                row = time_lesson(path, size, directory)
+                row = time_lesson(path, size, executed)
                 row["minutes"] = minutes.get(row["lesson"])
                 rows.append(row)
                 over = "" if budget is None or row["seconds"] <= budget else f", over its budget of {budget:.0f} s"
