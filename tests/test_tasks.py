@@ -186,6 +186,38 @@ def test_reproductions_run_and_line_up_with_the_paper(session):
     assert {i.name for i in shm.list_segments()} <= before  # every run released its copies
 
 
+def test_table1_reads_a_point_the_hook_measured_instead_of_running_it_again(monkeypatch):
+    """Lesson 02's hook runs Table I's centre point (ci) with files, dask and rro: the table reads that
+    point from it (only rro against files), and runs only the others; an experiment with fewer runs
+    than asked, another baseline, or without a needed variant is not read."""
+    import pandas as pd
+
+    from workbench.lab import reproduce
+    from workbench.lab.runner import Experiment
+
+    centre = reproduce.TABLE1_SWEEPS["ci"]["centre"]
+    rows = [
+        {**centre, "variant": v, "repeat": r, "seconds": 1.0 + 0.1 * r + (0.5 if v == "files" else 0.0)}
+        for r in range(3)
+        for v in ("files", "dask", "rro")
+    ]
+    hook = Experiment("kmeans", "files", list(centre), pd.DataFrame(rows), pd.DataFrame())
+    ran = []
+
+    def run_experiment(session, app, variants, size, grid, repeats, progress):
+        ran.append({k: v[0] for k, v in grid.items()})
+        results = hook.results[hook.results["variant"].isin(variants)].assign(**{k: v[0] for k, v in grid.items()})
+        return Experiment(app, "files", list(grid), results, hook.warmups)
+
+    monkeypatch.setattr(reproduce, "run_experiment", run_experiment)
+    table = reproduce.table1(None, "ci", repeats=3, reuse=[hook])
+    assert centre not in ran and len(ran) == 2  # centres 2 and dims 8: the centre (centres 4, dims 64) was read
+    assert set(table["variant"]) == {"rro"} and len(table) == 4
+    assert not reproduce._reusable_points(hook, ("files", "rro"), 4)  # 3 runs each, 4 asked for
+    assert not reproduce._reusable_points(hook, ("rro", "files"), 3)  # another baseline
+    assert not reproduce._reusable_points(hook, ("files", "shm"), 3)  # a variant it did not run
+
+
 def test_bench_shm_reports_every_way_it_can_run(session):
     from workbench.bench import shm as bench_shm
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.lab.runner import run_experiment
+from workbench.lab.runner import Experiment, run_experiment
 from workbench.runtime.session import Session
 
 # The paper's Table I (16 workers; 4,194,304 points, 20 iterations, 64 dims, 4 centres at the
@@ -100,15 +100,20 @@ def table1(
     variants: Sequence[str] = ("files", "rro"),
     progress: bool = False,
     sweeps: Sequence[str] | None = None,
+    reuse: Sequence[Experiment] = (),
 ) -> pd.DataFrame:
     """Table I scaled: each sweep of k-means (or those named in ``sweeps``), variants against
     ``files``, with the paper's interval where the paper has the same point.
 
     Each point is one experiment; a point that two sweeps share (the centre) is measured once and
-    appears in both, as in the paper's table.
+    appears in both, as in the paper's table. ``reuse``: k-means experiments already run (lesson 02's
+    hook, at :func:`hook_grid`) whose points are the table's, with its baseline, its variants and at
+    least ``repeats`` runs each: those points are read from them, not measured again.
     """
     plan = TABLE1_SWEEPS[size]
     measured: dict[tuple, pd.DataFrame] = {}  # the centre point is in every sweep: measured once, shown in each
+    for experiment in reuse:
+        measured.update(_reusable_points(experiment, variants, repeats))
     tables = []
     for factor, values in plan["sweeps"].items():
         if sweeps is not None and factor not in sweeps:
@@ -157,6 +162,20 @@ def table1(
     paper = [PAPER_TABLE1.get((s, int(v))) for s, v in zip(result["sweep"], result["value"])]
     result["paper_ci_pct"] = [f"[{p[0]:+.1f}%, {p[1]:+.1f}%]" if p else "" for p in paper]
     return result
+
+
+def _reusable_points(experiment: Experiment, variants: Sequence[str], repeats: int) -> dict[tuple, pd.DataFrame]:
+    """The statistics of ``experiment``'s points that Table I can show as its own: k-means, ``variants[0]``
+    its baseline, every other variant run at least ``repeats`` times; keyed as :func:`table1` keys them."""
+    if experiment.app != "kmeans" or experiment.baseline != variants[0] or not experiment.compared:
+        return {}
+    table = experiment.stats()
+    found = {}
+    for point in experiment.points():
+        rows = table[(table[list(point)] == pd.Series(point)).all(axis=1) & table["variant"].isin(variants[1:])]
+        if set(rows["variant"]) == set(variants[1:]) and (rows["runs"] >= repeats).all():
+            found[tuple(sorted((k, int(v)) for k, v in point.items()))] = rows.reset_index(drop=True)
+    return found
 
 
 def table2(
