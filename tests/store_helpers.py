@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -13,6 +14,15 @@ from workbench.runtime.store import PersistentObject, active
 # Counter.meet's meeting points, per token (no module-level lock: this module travels by value, and a
 # lock cannot be pickled; dict.setdefault is atomic on its own).
 _BARRIERS: dict[str, threading.Barrier] = {}
+
+
+def _meeting_points() -> dict[str, threading.Barrier]:
+    """This process's meeting points: the imported module's. A copy of ``meet`` may run here with
+    a copy of this module's globals: one that travelled by value to a worker and back, which rebinds
+    ``Counter``'s methods in the process that sent it (cloudpickle's way with a class it sent by
+    value, while a store ships this module); it still meets the test's calls. A worker that does not
+    import this module has the copy's own."""
+    return getattr(sys.modules.get(__name__), "_BARRIERS", _BARRIERS)
 
 
 class Counter(PersistentObject):
@@ -59,14 +69,15 @@ class Counter(PersistentObject):
     def meet(self, token: str, parties: int, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) until ``parties`` calls with this ``token`` are inside the
         object at once; True if they met. Calls run one at a time can never meet."""
-        barrier = _BARRIERS.setdefault(token, threading.Barrier(parties))
+        meeting_points = _meeting_points()
+        barrier = meeting_points.setdefault(token, threading.Barrier(parties))
         try:
             barrier.wait(timeout)
             return True
         except threading.BrokenBarrierError:
             return False
         finally:
-            _BARRIERS.pop(token, None)
+            meeting_points.pop(token, None)
 
     @active
     def combined(self, other: Counter) -> float:

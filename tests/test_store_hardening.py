@@ -4,10 +4,12 @@ an untrusted store directory, odd aliases and arrays, and a store that is closed
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import sqlite3
 import stat
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -520,6 +522,55 @@ def test_a_store_is_closed_and_detached_and_a_stale_one_is_replaced(tmp_path):
         with pytest.raises(RuntimeError, match="not a workbench store catalogue"):
             Store(session, edited)
         assert not any(_registrations(session).values()) and not _open_catalogue_files(session, tmp_path.resolve())
+
+
+_LOCAL_MODEL = """
+from workbench.runtime.store import PersistentObject, active
+
+class Scaled(PersistentObject):
+    def __init__(self, x):
+        self.x = x
+
+    @active
+    def times(self, factor):
+        return factor * self.x
+"""
+
+
+def test_a_closed_store_leaves_no_module_shipped_by_value(tmp_path, monkeypatch):
+    """A class from a module next to the user's code travels by value while a store that sent it is
+    open; once the last such store closes, the module pickles by reference again. Left registered, it
+    outlived its store: a later session in this process (a learner re-running cells) still sent that
+    module's classes and functions by value, and an object of it fetched back from a worker rebound the
+    class's methods here to copies blind to the module's globals (a test helper's meeting points). A
+    module the user registered by value stays registered."""
+    import cloudpickle
+
+    ours, theirs = "lab_model_shipped_while_open", "lab_model_the_user_ships"
+    for name in (ours, theirs):
+        (tmp_path / f"{name}.py").write_text(_LOCAL_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here, not on the workers
+    model, user_model = importlib.import_module(ours), importlib.import_module(theirs)
+    cloudpickle.register_pickle_by_value(user_model)
+    try:
+        with workbench.start(n_workers=1, timeout=60) as session:
+            with Store(session, tmp_path / "store") as store:
+                first = store.make_persistent(model.Scaled(21))
+                users = store.make_persistent(user_model.Scaled(5))
+                joined = Store(session)  # a second open store that sends the same module
+                second = joined.make_persistent(model.Scaled(1))
+                assert first.times.value(2) == 42 and second.times.value(3) == 3 and users.times.value(1) == 5
+                assert {ours, theirs} <= cloudpickle.list_registry_pickle_by_value()
+                joined.close()
+                assert ours in cloudpickle.list_registry_pickle_by_value()  # the other store still sends it
+                store.clear()
+            assert ours not in cloudpickle.list_registry_pickle_by_value()
+            assert theirs in cloudpickle.list_registry_pickle_by_value()
+    finally:
+        if theirs in cloudpickle.list_registry_pickle_by_value():
+            cloudpickle.unregister_pickle_by_value(user_model)
+        for name in (ours, theirs):
+            sys.modules.pop(name, None)
 
 
 def _count_graphs(name: str, dask_scheduler=None) -> int:

@@ -39,7 +39,7 @@ from workbench.runtime.store.calls import CallMemory, CallRecord
 from workbench.runtime.store.current import install_persister
 from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.link import Link
-from workbench.runtime.store.model import ObjectRef, StoredHandle, detach_result, set_arrays_writeable
+from workbench.runtime.store.model import ObjectRef, StoredHandle, detach_result, set_arrays_writeable, stop_shipping
 from workbench.runtime.store.placing import TierPlacement
 from workbench.runtime.store.protocol import (
     HANDLER,
@@ -130,6 +130,7 @@ class StoreBackend(WorkerPlugin):
     def teardown(self, worker: Any) -> None:
         """Detach from the worker (the objects go with it)."""
         worker.handlers.pop(HANDLER, None)
+        stop_shipping(self)  # classes its tasks persisted (persist_here) no longer travel by value
         for pool in (self.calls, self.io, self.copies):
             pool.shutdown(wait=False, cancel_futures=True)
         for entry in self.table.clear():  # tier files go with their objects (a PMEM directory outlives the store's)

@@ -48,6 +48,7 @@ from workbench.runtime.store.model import (
     new_object_ids,
     ship_by_value,
     state_nbytes,
+    stop_shipping,
 )
 from workbench.runtime.store.protocol import (
     CALL_SECONDS,
@@ -436,6 +437,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
+        stop_shipping(self)  # the modules of classes only this store sent by value pickle by reference again
         self.link.close(
             f"this store ({self.directory}) was closed: open it again with Store(session, {str(self.directory)!r}) "
             "(flushed objects come back from disk)"
@@ -499,7 +501,7 @@ class Store:
         if len({a for a in aliases if a is not None}) != len([a for a in aliases if a is not None]):
             raise ValueError(f"the aliases {aliases} repeat a name: each alias names one object")
         for cls in {type(obj) for obj in objs}:
-            ship_by_value(cls)
+            ship_by_value(cls, self)
         by_backend: dict[str, list[int]] = {}
         for i, b in enumerate(backends):
             by_backend.setdefault(b, []).append(i)
@@ -576,7 +578,7 @@ class Store:
         check_alias(alias)
         if alias is not None and alias in self.link.catalogue(CatalogueOp.ALIASES):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
-        ship_by_value(block_class)
+        ship_by_value(block_class, self)
         if isinstance(array, da.Array):
             oids, chunks, shape, dtype = self._blocks_in_place(array, block_class)
         else:

@@ -16,6 +16,11 @@ since a call without a store in hand needs them:
   its worker's backend), so closing a store leaves it installed. It is installed rather than
   imported so that :mod:`~workbench.runtime.store.model`, which a notebook's class imports, depends
   on nothing of the store but this module.
+
+One more registration is the process's, and held only while a store needs it: a module of the
+user's classes that a store sends by value (:func:`ship_by_value
+<workbench.runtime.store.model.ship_by_value>`) is registered with cloudpickle until the last store
+that sent it closes.
 """
 
 from __future__ import annotations

@@ -522,7 +522,7 @@ def persist_here(obj: Any, alias: str | None = None) -> Proxy:
     """Inside a task: make ``obj`` an object of this worker's backend and return its proxy."""
     check_persistable(obj)
     check_alias(alias)
-    ship_by_value(type(obj))
+    ship_by_value(type(obj), local_backend())
     oid = uuid.uuid4().hex
     local_backend().table.register_and_add(obj, oid, alias)
     return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())

@@ -269,12 +269,26 @@ def set_arrays_writeable(obj: Any, writeable: bool) -> None:
             state[name] = copies[id(value)] = value.copy()
 
 
-def ship_by_value(cls: type) -> list[str]:
-    """Have cloudpickle send ``cls`` (and its bases) by value when their module is not installed.
+# The modules ship_by_value registered with cloudpickle, each with the open stores (and backends)
+# that shipped one of its classes: a module is unregistered once the last of them closes, so that no
+# registration outlives the stores that needed it (see ship_by_value). Registrations the user made are
+# not in here, and never touched.
+_SHIPPED: dict[str, weakref.WeakSet[object]] = {}
+_SHIPPED_LOCK = threading.Lock()
+
+
+def ship_by_value(cls: type, owner: object) -> list[str]:
+    """Have cloudpickle send ``cls`` (and its bases) by value when their module is not installed,
+    for as long as ``owner`` (the ``Store`` or backend that ships it) is open: :func:`stop_shipping`.
 
     A class from ``__main__`` (a notebook, a script) already travels by value. A class from a
     module next to the user's code (not in site-packages, not the workbench) is registered by
-    value, so workers need no copy of that module. Returns the modules registered.
+    value, so workers need no copy of that module. The registration is the process's: while it
+    holds, every pickle of that module's classes and functions goes by value, and one that comes
+    back to this process (an object fetched from a worker) rebinds the class's methods here to
+    copies of them (cloudpickle's way with a class it sent by value). So it is held no longer than
+    a store that needs it is open: closing the last one unregisters the module, and a later session
+    in this process sends it by reference again. Returns the modules shipped.
     """
     import cloudpickle
 
@@ -291,12 +305,39 @@ def ship_by_value(cls: type) -> list[str]:
         spec = importlib.util.find_spec(module_name.split(".")[0])
         if spec is not None and spec.origin and any(spec.origin.startswith(p) for p in installed):
             continue
-        try:
-            cloudpickle.register_pickle_by_value(module)
-        except (ValueError, TypeError):
-            continue
+        with _SHIPPED_LOCK:
+            owners = _SHIPPED.get(module_name)
+            if owners is None:
+                if module_name in cloudpickle.list_registry_pickle_by_value():
+                    continue  # the user registered it: theirs to keep, and to undo
+                try:
+                    cloudpickle.register_pickle_by_value(module)
+                except (ValueError, TypeError):
+                    continue
+                owners = _SHIPPED[module_name] = weakref.WeakSet()
+            owners.add(owner)
         registered.append(module_name)
     return registered
+
+
+def stop_shipping(owner: object) -> list[str]:
+    """``owner`` (a ``Store`` or backend that closes) ships nothing by value any more: the modules
+    :func:`ship_by_value` registered that no other open owner ships are unregistered. Returns them."""
+    import cloudpickle
+
+    stopped = []
+    with _SHIPPED_LOCK:
+        for module_name, owners in list(_SHIPPED.items()):
+            owners.discard(owner)
+            if len(owners) > 0:
+                continue
+            del _SHIPPED[module_name]
+            if module_name in cloudpickle.list_registry_pickle_by_value():
+                # the module itself, or its name alone once it left sys.modules (all cloudpickle keeps)
+                module = sys.modules.get(module_name) or types.ModuleType(module_name)
+                cloudpickle.unregister_pickle_by_value(module)
+            stopped.append(module_name)
+    return stopped
 
 
 class ReadWriteLock:
