@@ -40,7 +40,7 @@ NOTEBOOKS = ROOT / "notebooks"
 # together on 2 quiet cores (the README's nbval run), most of them 15-30 s, lesson 02 the most (its
 # Table I runs last about a second each, to outlast a shared machine's bursts); 60 s a lesson flags a
 # lesson that grew, and keeps CI's notebook tests (each lesson once, as a learner who answers wrong,
-# then right) within 11 of the suite's 20 minutes. full is the papers' shape on one machine, for no
+# then right) a third of the suite's time. full is the papers' shape on one machine, for no
 # class: no budget.
 BUDGET_S: dict[str, float | None] = {"ci": 60.0, "lab": 150.0, "full": None}
 CELL_TIMEOUT_S = 900  # a cell that runs this long is stopped and its lesson recorded as timed out
