@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workbench import cli
-from workbench.bench import lessons
+from workbench.teach import run_times as lessons
 from workbench.teach import syllabus
 
 ROOT = Path(__file__).resolve().parents[1]

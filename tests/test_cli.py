@@ -312,7 +312,7 @@ def test_each_benchmark_parses_and_its_arguments_are_its_runs(name):
     args = cli.build_parser().parse_args(["bench", name])
     assert args.benchmark == name and args.handler is cli._bench and args.json is False
     benchmark = cli.BENCHMARKS[name]
-    module = importlib.import_module(f"workbench.bench.{benchmark.module}")
+    module = importlib.import_module(benchmark.module_path)
     assert callable(module.format_report)
     parameters = inspect.signature(module.run).parameters
     for argument in benchmark.arguments:  # each reaches run as a keyword of the same name

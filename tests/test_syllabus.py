@@ -68,7 +68,7 @@ def test_a_lesson_missing_from_the_schedule_is_refused(tmp_path):
 
 
 def test_the_instructor_guide_gives_each_lessons_measured_lab_run_time_within_its_minutes():
-    from workbench.bench import lessons as bench_lessons
+    from workbench.teach import run_times as bench_lessons
 
     text = GUIDE.read_text()
     if bench_lessons.BEGIN not in text:

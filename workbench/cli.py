@@ -78,7 +78,7 @@ class Benchmark:
 
     name: str
     help: str
-    module: str
+    module: str  # workbench.bench.<module> runs it, or a dotted module path (see module_path)
     mechanism: str  # what it measures, as the brief names the mechanisms (bench all groups by it)
     # seconds per size on 2 cores, said up front: timed_sizes as measured (AMD EPYC Zen 5, 32 MiB L3), others estimated
     expected_s: Mapping[str, float]
@@ -97,7 +97,14 @@ class Benchmark:
             return self.only_when_named
         if not self.may_skip:
             return None
-        return importlib.import_module(f"workbench.bench.{self.module}").why_not()
+        return importlib.import_module(self.module_path).why_not()
+
+    @property
+    def module_path(self) -> str:
+        """The module that runs it: ``workbench.bench.<module>``, or ``module`` itself when it is a dotted
+        path (the lessons' run times live with the course, in ``workbench.teach``, which may import
+        ``bench`` but not the other way round)."""
+        return self.module if "." in self.module else f"workbench.bench.{self.module}"
 
     @property
     def default_size(self) -> str:
@@ -143,7 +150,7 @@ def one_of(names: Callable[[], Iterable[str]], what: str) -> Check:
 
 def a_folder_of_lessons(flag: str, given: str) -> None:
     """A check that ``given`` is a folder holding lesson notebooks (``NN-name.ipynb``)."""
-    from workbench.bench import lessons
+    from workbench.teach import run_times as lessons
 
     folder = Path(given)
     if not folder.is_dir() or not lessons.notebooks(directory=folder):
@@ -161,7 +168,7 @@ def _names_in(module: str, attribute: str) -> Callable[[], Iterable[str]]:
 
 
 def _lesson_numbers() -> list[str]:
-    from workbench.bench import lessons
+    from workbench.teach import run_times as lessons
 
     return lessons.numbers()
 
@@ -190,7 +197,7 @@ def _bench(args: argparse.Namespace) -> int:
     from workbench.bench.progress import Progress
 
     benchmark = BENCHMARKS[args.benchmark]
-    module = importlib.import_module(f"workbench.bench.{benchmark.module}")
+    module = importlib.import_module(benchmark.module_path)
     options = {a.dest: getattr(args, a.dest) for a in benchmark.arguments if getattr(args, a.dest) is not None}
     progress = Progress(benchmark.name)
     if benchmark.why_not(named=True) is None:  # one that skips says only why, in its report (named: its own command)
@@ -627,7 +634,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "lessons",
             "every lesson's Run All, headless, timed against its budget (the instructor guide's table)",
-            "lessons",
+            "workbench.teach.run_times",
             "the course",
             {"ci": 300, "lab": 1100, "full": 3600},
             (

@@ -2,7 +2,7 @@
 and the idea behind it, not just pass or fail (``check("03.2", ...)`` in the lesson's check cell),
 and graded help when asked (``hint("03.2")``, then ``reveal("03.2")``: :mod:`workbench.teach.manual`).
 
-Layered on top, like ``viz``: it may import ``lab``, ``apps``, ``runtime`` and ``memory``; nothing
+Layered on top, like ``viz``: it may import ``lab``, ``apps``, ``bench``, ``runtime`` and ``memory``; nothing
 imports it but the notebooks and the tests.
 """
 
