@@ -78,13 +78,14 @@ def _checked_record(
 ) -> dict[str, Any]:
     """One ``objects`` row as the catalogue keeps it, every field checked: a ``ValueError`` if any is
     not what the store writes (an edited or damaged file fails here, not later inside a call)."""
-    where = f"object {oid!r} v{version!r}"
+    where = f"object {_shown(oid)} v{_shown(version)}"
     _of(str, oid, "an object id")
     _of(int, version, f"the version of {where}")
     _of(str, class_label, f"the class of {where}")
     if kind not in ("object", "collection"):
-        raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {kind!r}")
-    _of(int, nbytes, f"the size of {where}")
+        raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {_shown(kind)}")
+    if _of(int, nbytes, f"the size of {where}") < 0:
+        raise ValueError(f"the size of {where} should be at least 0, found {nbytes}")
     if not isinstance(methods, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in methods.items()):
         raise ValueError(f"the active methods of {where} should map names to true/false, found {methods!r}")
     _of(dict, meta, f"the metadata of {where}")
@@ -309,6 +310,13 @@ def read(directory: str | Path | None = None) -> dict[str, Any]:
         raise not_catalogue(str(error)) from None
 
 
+def _json(text: Any) -> Any:
+    """A JSON column of an untrusted row, decoded; a ``ValueError`` when it is not JSON text."""
+    if not isinstance(text, (str, bytes)):
+        raise ValueError(f"a JSON column should be text, found {_shown(text)}")
+    return json.loads(text)
+
+
 def _objects(path: Path) -> list[dict[str, Any]]:
     """Every object row of the catalogue at ``path``, checked (a ``ValueError`` naming the first field
     that is not what the store writes: a text size, a binary name)."""
@@ -326,28 +334,22 @@ def _objects(path: Path) -> list[dict[str, Any]]:
         for alias, oid in db.execute("SELECT alias, oid FROM aliases ORDER BY alias"):
             aliases.setdefault(_of(str, oid, "an object id"), []).append(_of(str, alias, "an alias"))
         objects = []
-        for oid, version, cls, kind, nbytes, disk in db.execute(
-            "SELECT oid, version, class_label, kind, nbytes, disk_path FROM objects ORDER BY created"
-        ):
-            where = f"object {_shown(oid)} v{_shown(version)}"
-            _of(str, oid, "an object id")
-            _of(int, version, f"the version of {where}")
-            _of(str, cls, f"the class of {where}")
-            if kind not in ("object", "collection"):
-                raise ValueError(f"the kind of {where} should be 'object' or 'collection', found {_shown(kind)}")
-            if _of(int, nbytes, f"the size of {where}") < 0:
-                raise ValueError(f"the size of {where} should be at least 0, found {nbytes}")
-            if disk is not None:
-                _of(str, disk, f"the disk copy of {where}")
+        for oid, version, class_label, kind, nbytes, methods, meta, disk_path, created in db.execute(
+            "SELECT oid, version, class_label, kind, nbytes, methods, meta, disk_path, created FROM objects "
+            "ORDER BY created"
+        ):  # each row held to the store's own check (_checked_record): store list refuses what the store would
+            record = _checked_record(
+                oid, version, class_label, kind, nbytes, _json(methods), _json(meta), disk_path, created
+            )
             objects.append(
                 {
                     "oid": oid,
                     "version": version,
                     "current": current.get(oid) == version,
-                    "class_label": cls,
-                    "kind": kind,
-                    "nbytes": nbytes,
-                    "disk_path": disk,
+                    "class_label": record["class_label"],
+                    "kind": record["kind"],
+                    "nbytes": record["nbytes"],
+                    "disk_path": record["disk_path"],
                     "aliases": aliases.get(oid, []),
                 }
             )
