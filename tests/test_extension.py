@@ -66,7 +66,7 @@ def test_a_closed_session_is_said_not_run_into():
 
 
 def test_names_and_sizes_are_checked_and_the_wait_is_said_as_people_say_it():
-    with pytest.raises(ValueError, match="no extension 'nosuch': the extensions are 03 kNN fit sweep"):
+    with pytest.raises(ValueError, match="no extension 'nosuch': the extensions are 02 Table II, 03 kNN fit sweep"):
         ext.extension("nosuch", lambda: None, "lab")
     with pytest.raises(ValueError, match="size must be one of"):
         ext.extension(NAME, lambda: None, "huge")

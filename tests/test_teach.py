@@ -269,6 +269,25 @@ def test_the_learners_errors_become_not_yet_and_never_raise(session, planted_run
     assert unknown.status == NOT_YET and "should be one of" in unknown.message
 
 
+def test_a_capstone_run_of_one_stage_measures_it_and_takes_the_others_from_the_planted_run(session, planted_run):
+    fixed = capstone.PLANTED.replace(statistics="blocks")
+    one = capstone.run(session, "ci", fixed, stages=("statistics",), reuse=planted_run)
+    assert list(one.stages["reused"]) == [False, True, True]
+    for stage in ("kmeans", "queries"):  # the planted run's rows and traces, not run again
+        assert one.stages.loc[stage].drop("reused").equals(planted_run.stages.loc[stage].drop("reused"))
+        assert one.traces[stage] is planted_run.traces[stage]
+    assert one.stages.loc["statistics", "strategy"] == "blocks"
+    assert one.stages.loc["statistics", "MB_to_client"] < planted_run.stages.loc["statistics", "MB_to_client"]
+    assert capstone.same_answers(planted_run, one) == []
+    assert not planted_run.stages["reused"].any()
+    with pytest.raises(ValueError, match="needs reuse="):
+        capstone.run(session, "ci", fixed, stages=("statistics",))
+    with pytest.raises(ValueError, match="stages must be some of"):
+        capstone.run(session, "ci", fixed, stages=("statistic",), reuse=planted_run)
+    with pytest.raises(ValueError, match="other data"):
+        capstone.run(session, "ci", fixed, seed=1, stages=("statistics",), reuse=planted_run)
+
+
 def test_the_registry_refuses_author_mistakes():
     with pytest.raises(ValueError, match="did you mean '03.2'"):
         check("03.22")

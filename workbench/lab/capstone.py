@@ -20,6 +20,7 @@ messages. The answers are the same whatever the knobs (checked by :func:`same_an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -132,13 +133,17 @@ class Answers:
 
 @dataclass
 class PipelineRun:
-    """One timed run: the pipeline, its answers, one row per stage, and each stage's trace."""
+    """One timed run: the pipeline, its answers, one row per stage (``reused``: taken from another run,
+    not run again), each stage's trace, each stage's result as it returned it (``found``: what a later
+    run that reuses this one's stage reads), and the dataset's seed."""
 
     pipeline: Pipeline
     size: str
     answers: Answers
     stages: pd.DataFrame
     traces: dict[str, pd.DataFrame] = field(default_factory=dict)
+    found: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
 
     @property
     def seconds(self) -> float:
@@ -171,14 +176,46 @@ def _stage_row(stage: str, strategy: str, seconds: float, frame: pd.DataFrame, s
     }
 
 
-def run(session: Session, size: str = "ci", pipeline: Pipeline = PLANTED, seed: int = 0) -> PipelineRun:
+def _stages_to_run(stages: Sequence[str], reuse: PipelineRun | None, size: str, seed: int) -> tuple[str, ...]:
+    """``stages`` checked: known names, and a run to take the others from, of the same data."""
+    if isinstance(stages, str) or not set(stages) <= set(STAGES) or not stages:
+        raise ValueError(f"stages must be some of {STAGES}, got {stages!r}")
+    if set(stages) != set(STAGES):
+        if not isinstance(reuse, PipelineRun):
+            raise ValueError(
+                f"running only the stages {tuple(stages)} needs reuse=, a run of the whole pipeline to take "
+                "the other stages from (the planted run)"
+            )
+        if (reuse.size, reuse.seed) != (size, seed):
+            raise ValueError(
+                f"reuse= is a run of size {reuse.size!r} and seed {reuse.seed}; this run is of size {size!r} and "
+                f"seed {seed}: its stages would describe other data"
+            )
+    return tuple(s for s in STAGES if s in stages)
+
+
+def run(
+    session: Session,
+    size: str = "ci",
+    pipeline: Pipeline = PLANTED,
+    seed: int = 0,
+    stages: Sequence[str] = STAGES,
+    reuse: PipelineRun | None = None,
+) -> PipelineRun:
     """Run the pipeline once on the ``sensors`` dataset at ``size``; each stage timed and traced.
 
     The readings are placed first, ``pipeline.blocks_per_worker`` blocks per worker (not timed: the
     data arrives blocked so); the blocks are released at the end, whatever happens.
+
+    ``stages``: the stages to run; the others are taken from ``reuse`` (a run of the whole pipeline
+    at the same size and seed: its rows, traces and answers, marked ``reused`` in the stages table).
+    A stage's answers do not depend on the knobs, so a later stage reads an earlier one's answer from
+    ``reuse`` when that stage is not run: a lesson 08 check that changes one stage's knob runs that
+    stage alone (a third of the time).
     """
     if not isinstance(pipeline, Pipeline):
         raise TypeError(f"pipeline must be a capstone.Pipeline, got {type(pipeline).__name__}")
+    to_run = _stages_to_run(stages, reuse, size, seed)
     dataset = datasets.get("sensors", size, seed=seed)
     n_rows = dataset.spec("readings").shape[0]
     rows = rows_per_block(len(session.workers()), n_rows, int(pipeline.blocks_per_worker))
@@ -186,9 +223,17 @@ def run(session: Session, size: str = "ci", pipeline: Pipeline = PLANTED, seed: 
     queries, k = dataset.load("queries"), int(dataset.params["neighbours"])
     table_arg = Broadcast(table) if pipeline.calibration == "broadcast" else table
     placed = PlacedBlocks(session, dataset.to_dask("readings", rows), "sensor readings")
-    stages, traces, found = [], {}, {}
+    stages: list[dict[str, Any]] = []
+    traces: dict[str, pd.DataFrame] = {}
+    found: dict[str, Any] = {}
 
     def stage(name: str, body: Any) -> None:
+        if name not in to_run:
+            assert reuse is not None  # _stages_to_run holds it
+            found[name] = reuse.found[name]
+            stages.append({**reuse.stages.loc[name].to_dict(), "stage": name, "reused": True})
+            traces[name] = reuse.traces[name]
+            return
         strategy = getattr(pipeline, name)
         before = _task_message_bytes(session)
 
@@ -197,7 +242,9 @@ def run(session: Session, size: str = "ci", pipeline: Pipeline = PLANTED, seed: 
                 return body(plan)
 
         found[name], seconds, _, frame = traced_call(session, call)
-        stages.append(_stage_row(name, strategy, seconds, frame, _task_message_bytes(session) - before))
+        stages.append(
+            {**_stage_row(name, strategy, seconds, frame, _task_message_bytes(session) - before), "reused": False}
+        )
         traces[name] = frame
 
     def statistics(plan: Any) -> np.ndarray:
@@ -223,7 +270,7 @@ def run(session: Session, size: str = "ci", pipeline: Pipeline = PLANTED, seed: 
         placed.release()
     nearest = found["queries"]
     answers = Answers(scale, found["kmeans"], nearest.distances, nearest.rows)
-    return PipelineRun(pipeline, size, answers, pd.DataFrame(stages).set_index("stage"), traces)
+    return PipelineRun(pipeline, size, answers, pd.DataFrame(stages).set_index("stage"), traces, found, seed)
 
 
 def same_answers(a: PipelineRun, b: PipelineRun) -> list[str]:

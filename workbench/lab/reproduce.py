@@ -77,9 +77,24 @@ TABLE2_POINTS = {  # (blocks per dimension, block size): few large blocks reuse 
     "ci": [(2, 64), (4, 32)],
     # lab: 64 and 512 block products, half the side of full's blocks; blocks of 1024 and 256 (8x the
     # work) made over half of lesson 02's Run All on 2 cores (issue 46)
-    "lab": [(4, 512), (8, 128)],
+    "lab": [(4, 256), (6, 128)],
     "full": [(8, 2048), (20, 512)],
 }
+
+
+# The columns a lesson shows of either table, after its own (sweep and value; blocks and block size).
+TABLE_COLUMNS = [
+    "time_variant_s",
+    "time_baseline_s",
+    "ratio",
+    "ratio_low",
+    "ratio_high",
+    "ci_low_pct",
+    "ci_high_pct",
+    "p_value",
+    "paper_ci_pct",
+    "verdict",
+]
 
 
 def centre_grid(size: str = "ci") -> dict[str, list[int]]:
