@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -330,6 +331,19 @@ class Hub:
         self.api("POST", f"/hub/api/users/{name}/server")
         self.wait_server(name, ready=True)
 
+    def stop_server(self, name: str) -> None:
+        """Stop ``name``'s server and wait until the hub says it is stopped."""
+        self.api("DELETE", f"/hub/api/users/{name}/server")
+        self.wait_server(name, ready=False)
+
+    def spawn_all(self, names: list[str]) -> None:
+        """:meth:`spawn` the servers of ``names`` at once: a start mostly waits for processes to start."""
+        _each_at_once(self.spawn, names)
+
+    def stop_all(self, names: list[str]) -> None:
+        """:meth:`stop_server` the servers of ``names`` at once: a stop mostly waits for processes to exit."""
+        _each_at_once(self.stop_server, names)
+
     def wait_server(self, name: str, ready: bool, timeout: float = START_WAIT_S) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -356,6 +370,20 @@ class Hub:
         except ProcessLookupError:
             pass
         self.process.wait(timeout=30)
+
+
+def _each_at_once(call: Any, names: list[str]) -> None:
+    """``call(name)`` for every name, each on a thread of its own; raises the first error."""
+    with ThreadPoolExecutor(len(names)) as pool:
+        for done in [pool.submit(call, name) for name in names]:
+            done.result()
+
+
+def run_at_once(kernels: dict[str, Kernel], code: str) -> dict[str, list[dict[str, Any]]]:
+    """Run ``code`` in every kernel at the same time (each on a thread of its own): name -> its outputs."""
+    with ThreadPoolExecutor(len(kernels)) as pool:
+        running = {name: pool.submit(kernel.run, code) for name, kernel in kernels.items()}
+        return {name: done.result() for name, done in running.items()}
 
 
 class Kernel:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from hub_helpers import Hub, Kernel, gateway_service, why_no_hub
+from hub_helpers import Hub, Kernel, gateway_service, run_at_once, why_no_hub
 from test_two_users import Learner, _why_not
 
 from workbench.hub import COURSE_URL
@@ -50,7 +50,7 @@ LESSON = ROOT / "notebooks" / "00-welcome.ipynb"
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
 LESSON_IN_COPY = "notebooks/00-welcome.ipynb"  # in the learner's copy, as in the repository
 CAP = "1536MiB"
-CULL_AFTER_S = 10  # idle seconds before the culler stops a server (it looks every 2 s)
+CULL_AFTER_S = 1  # idle seconds before the culler stops a server (it looks every second); started once all is done
 CULL_WAIT_S = 180.0
 
 PLACE = r"""
@@ -64,23 +64,26 @@ from workbench.runtime.store.handles import ArrayBlock
 from workbench.runtime import dashboard
 
 def http_ports():
-    # the TCP ports this kernel and its workers listen on that answer an HTTP request with a page
+    # the TCP ports this kernel and its workers listen on that answer an HTTP request with a page, all
+    # asked at once: a port that is not HTTP's (the kernel's own ZeroMQ ports) says nothing for 2 s
     import http.client, psutil
+    from concurrent.futures import ThreadPoolExecutor
     me = psutil.Process()
-    ports = {c.laddr.port for p in (me, *me.children(recursive=True)) for c in p.net_connections(kind="tcp")
-             if c.status == psutil.CONN_LISTEN}
-    answering = []
-    for port in sorted(ports):
+    ports = sorted({c.laddr.port for p in (me, *me.children(recursive=True)) for c in p.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN})
+
+    def answers(port):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         try:
             connection.request("GET", "/health")
-            if connection.getresponse().status == 200:
-                answering.append(port)
+            return connection.getresponse().status == 200
         except Exception:
-            pass
+            return False
         finally:
             connection.close()
-    return answering
+
+    with ThreadPoolExecutor(max(1, len(ports))) as pool:
+        return [port for port, answered in zip(ports, pool.map(answers, ports)) if answered]
 
 session = workbench.start(timeout=120)
 readings = shm.share("lesson02-readings", np.arange(1_000.0))
@@ -209,13 +212,19 @@ def _owned_segments(uid: int) -> list[str]:
 
 def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     server, learners, tokens = hub
-    a, b = learners
-    for learner in learners:
-        server.spawn(learner.name)
+    server.spawn_all([learner.name for learner in learners])
     kernels = {learner.name: Kernel(server, learner.name, tokens[learner.name]) for learner in learners}
+    copies = _each_has_a_copy_of_the_course(server, learners, tokens)
+    _both_run_the_lesson_at_once(server, kernels, copies)
+    placed = _each_places_a_cluster_segment_tier_file_and_store_object(kernels, learners)
+    _the_dashboard_is_the_learners_alone(server, learners, tokens, kernels, placed)
+    _the_culler_stops_both_and_leaves_nothing(server, learners)
 
-    # each learner's copy of the course, made by the hub before their server started: the lessons beside
-    # the course pages they link, the learner's own files, and JupyterLab opens on the lessons
+
+def _each_has_a_copy_of_the_course(server: Hub, learners: list, tokens: dict[str, str]) -> dict:
+    """Each learner's copy of the course, made by the hub before their server started: the lessons beside
+    the course pages they link, the learner's own files, and JupyterLab opens on the lessons. Returns
+    lesson 00 of each learner's copy (name -> notebook), the repository's own."""
     copies = {}
     for learner in learners:
         token, copy = tokens[learner.name], f"/user/{learner.name}/api/contents/{COPY_NAME}"
@@ -227,23 +236,34 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
         opens = server.redirect(f"/user/{learner.name}/", token)
         assert opens is not None and opens.split("?")[0].endswith(f"/user/{learner.name}{COURSE_URL}"), opens
         copies[learner.name] = nbformat.from_dict(server.api("GET", f"{copy}/{LESSON_IN_COPY}", token=token)["content"])
-    assert nbformat.writes(copies[a.name]) == nbformat.writes(nbformat.read(LESSON, as_version=4))
+    for copy in copies.values():
+        assert nbformat.writes(copy) == nbformat.writes(nbformat.read(LESSON, as_version=4))
+    return copies
 
-    # lesson 00 at size ci in both servers at once, through the kernel API, from the learner's copy
+
+def _both_run_the_lesson_at_once(server: Hub, kernels: dict[str, Kernel], copies: dict) -> None:
+    """Lesson 00 at size ci in both servers at once, through the kernel API, from the learner's copy:
+    every cell as expected (an error only where tagged), every check passed."""
     results: dict = {}
     threads = [threading.Thread(target=_run_lesson, args=(k, copies[n], results)) for n, k in kernels.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=600)
-    for learner in learners:
-        outcome = results.get(learner.name, {"failed": "the lesson did not finish"})
-        assert "failed" not in outcome, f"{learner.name}: {outcome}\n{server.log()}"
-        assert not outcome["errors"], (learner.name, outcome["errors"])
+    for name in kernels:
+        outcome = results.get(name, {"failed": "the lesson did not finish"})
+        assert "failed" not in outcome, f"{name}: {outcome}\n{server.log()}"
+        assert not outcome["errors"], (name, outcome["errors"])
         assert outcome["verdicts"] and all(v["status"] == PASSED for v in outcome["verdicts"]), outcome["verdicts"]
 
-    # each learner's segment, tier file and store: their own
-    placed = {name: _printed(kernel.run(PLACE)) for name, kernel in kernels.items()}
+
+def _each_places_a_cluster_segment_tier_file_and_store_object(kernels: dict[str, Kernel], learners: list) -> dict:
+    """Both kernels at once make a cluster, a segment, a tier file and a store object in the default places
+    (:data:`PLACE`): each is the learner's own, private, apart from the other's; the memory cap holds.
+    Returns what each kernel printed (name -> :data:`PLACE`'s record)."""
+    from dask.utils import parse_bytes
+
+    placed = {name: _printed(outputs) for name, outputs in run_at_once(kernels, PLACE).items()}
     for learner in learners:
         mine = placed[learner.name]
         assert mine["uid"] == learner.uid
@@ -251,14 +271,19 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
             info = Path(path).stat()
             assert info.st_uid == learner.uid and not info.st_mode & 0o077, (path, oct(info.st_mode))
         assert "WORKBENCH_MAX_MEMORY" in mine["over_cap"], mine["over_cap"]
-        from dask.utils import parse_bytes
-
         assert 0 < sum(mine["limits"]) <= parse_bytes(CAP), mine["limits"]
+    a, b = learners
     assert placed[a.name]["segment"] != placed[b.name]["segment"]
     assert placed[a.name]["store_dir"] != placed[b.name]["store_dir"]
+    return placed
 
-    # the dashboard: no TCP port of a kernel or its workers serves HTTP; a's Jupyter server proxies
-    # a's socket to a's token, and b can neither open the socket nor pass the proxy
+
+def _the_dashboard_is_the_learners_alone(
+    server: Hub, learners: list, tokens: dict[str, str], kernels: dict[str, Kernel], placed: dict
+) -> None:
+    """No TCP port of a kernel or its workers serves HTTP; a's Jupyter server proxies a's dashboard socket
+    to a's token, and b can neither open the socket nor pass the proxy, nor reach a's server or kernel."""
+    a, b = learners
     for learner in learners:
         assert placed[learner.name]["http_ports"] == [], (learner.name, placed[learner.name]["http_ports"])
     link = placed[a.name]["dashboard"]
@@ -278,9 +303,11 @@ def test_two_learners_on_a_real_hub_run_a_lesson_and_stay_apart(hub):
     with pytest.raises(Exception):  # noqa: B017 - the websocket is refused, whatever tornado calls it
         intruder.run("1 + 1", timeout=60)
 
-    # both learners go idle with a cluster and segments open: the culler (started now, so that it
-    # never stops a server in the middle of a long silent cell) stops their servers, and what their
-    # kernels made in /dev/shm goes with them
+
+def _the_culler_stops_both_and_leaves_nothing(server: Hub, learners: list) -> None:
+    """Both learners go idle with a cluster and segments open: the culler (started now, so that it never
+    stops a server in the middle of a long silent cell) stops their servers, and what their kernels made
+    in /dev/shm goes with them, as do their processes."""
     with _culling(server):
         for learner in learners:
             server.wait_server(learner.name, ready=False, timeout=CULL_WAIT_S)
@@ -301,7 +328,7 @@ def _culling(server: Hub):
     with open(log, "w") as out:
         culler = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub_idle_culler", f"--url={server.url}/hub/api",
-             f"--timeout={CULL_AFTER_S}", "--cull-every=2"],
+             f"--timeout={CULL_AFTER_S}", "--cull-every=1"],
             env={**os.environ, "JUPYTERHUB_API_TOKEN": server.culler_token}, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -384,8 +411,7 @@ print(json.dumps([c.name for c in Gateway().list_clusters()]))
 def test_a_learners_gateway_cluster_runs_a_lesson_app_and_is_theirs_alone(hub):
     server, learners, tokens = hub
     a, b = learners
-    for learner in learners:
-        server.spawn(learner.name)
+    server.spawn_all([learner.name for learner in learners])
     said = server.log_path.read_text(errors="replace")
     for learner in learners:  # their second start: the copy they have is kept, file for file
         assert f"workbench course copy for {learner.name}: 0 file(s) copied" in said, _hook_lines(server)
@@ -406,9 +432,7 @@ def test_a_learners_gateway_cluster_runs_a_lesson_app_and_is_theirs_alone(hub):
     while _gateway_processes(a) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _gateway_processes(a), _gateway_processes(a)
-    for learner in learners:
-        server.api("DELETE", f"/hub/api/users/{learner.name}/server")
-        server.wait_server(learner.name, ready=False)
+    server.stop_all([learner.name for learner in learners])
 
 
 def _last_line(outputs: list[dict]) -> str:

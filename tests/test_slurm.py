@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import stat
@@ -33,6 +34,7 @@ from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.clusters import SlurmOptions
 
 pytestmark = pytest.mark.timeout(300)
+SLOW_SBATCH_S = 3  # an sbatch that answers this long after it was called: past a start's 2 s timeout
 
 
 def _slurmstepds() -> set[int]:
@@ -138,14 +140,21 @@ def test_a_slurm_cluster_talks_tls_and_refuses_an_outside_client(slurm_env, tmp_
     _wait_for_empty_queue(slurm_env)
 
 
-def test_a_job_that_never_starts_fails_the_start_in_time_and_is_cancelled(slurm_env, tmp_path):
+def test_a_job_that_never_starts_fails_the_start_in_time_and_is_cancelled(slurm_env, tmp_path, monkeypatch):
+    # sbatch answers only after the start's timeout (a busy Slurm): the error still names the job, which
+    # it could not do before the submission ended, and the job is cancelled
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "sbatch").write_text(f'#!/bin/sh\nsleep {SLOW_SBATCH_S}\nexec {shutil.which("sbatch")} "$@"\n')
+    (slow / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
     options = SlurmOptions(jobs=1, directives=("--begin=now+1hour",), interface="lo", log_directory=str(tmp_path))
     started = time.monotonic()
     with pytest.raises(TimeoutError) as info:
-        workbench.start(cluster="slurm", slurm=options, timeout=5)
+        workbench.start(cluster="slurm", slurm=options, timeout=2)
     assert time.monotonic() - started < 60
     message = str(info.value)
-    assert "not up within 5" in message and "PENDING (BeginTime)" in message, message
+    assert "not up within 2" in message and "PENDING (BeginTime)" in message, message
     assert "job " in message and "cancelled" in message
     assert slurm_env.queue() == [], "the job that never started was left in the queue"
 

@@ -593,6 +593,19 @@ def _cancel(job_ids: Sequence[str], timeout: float) -> None:
         time.sleep(0.5)
 
 
+SUBMIT_WAIT_S = 30.0  # past the start's timeout, how long a job's sbatch still under way may take to answer
+
+
+def _submissions_ended(cluster: Cluster, jobs: int, timeout: float) -> bool:
+    """Wait (at most ``timeout`` s) until every one of the ``jobs`` submissions has ended, submitted or
+    refused (SpecCluster lists its jobs once all of them have): a job still being submitted has no id to
+    report or cancel yet. False when one was refused (the caller says why), else True."""
+    deadline = time.monotonic() + timeout
+    while len(cluster.workers) < jobs and cluster.submit_error is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # a poll interval of a bounded wait on sbatch's answer
+    return cluster.submit_error is None
+
+
 def _job_ids(cluster: Cluster) -> list[str]:
     return [str(job.job_id) for job in cluster.workers.values() if getattr(job, "job_id", None)]
 
@@ -753,7 +766,7 @@ class SlurmKind(ClusterKind):
                         f"Slurm refused the workers' job ({str(cluster.submit_error).strip()}): check the account, "
                         "partition, memory and walltime (WORKBENCH_SLURM_* or SlurmOptions), and that sbatch works here"
                     ) from cluster.submit_error
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline and _submissions_ended(cluster, jobs, SUBMIT_WAIT_S):
                     job_ids = _job_ids(cluster)
                     states = _squeue(job_ids)
                     said = ", ".join(f"job {j}: {states.get(j, 'not in the queue')}" for j in job_ids)

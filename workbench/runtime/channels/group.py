@@ -628,7 +628,7 @@ def run_group(
         else:
             if failed:  # the ranks still waiting stop within a poll, instead of at their timeout
                 _abort_group(session, group)
-                _let_ranks_end(futures, ENDING_SECONDS)  # then nothing of theirs is made after the clean-up
+                _let_ranks_end(session, futures, workers, ENDING_SECONDS)  # nothing of theirs made after the clean-up
             client.cancel(futures, force=True)
             session.run(remove_group_segments, group, failed)
             _forget_variables(session, group, size, options["eager"])
@@ -636,15 +636,25 @@ def run_group(
     return GroupResult([r for r, _ in results], [e for _, events in results for e in events], seconds)
 
 
-def _let_ranks_end(futures: list[Any], seconds: float) -> None:
+def _let_ranks_end(session: Session, futures: list[Any], workers: list[str], seconds: float) -> None:
     """Wait (at most ``seconds``) until every rank's task has ended: an aborted group's ranks stop at
     their next wait's check. A rank busy in its own computation cannot be interrupted (a Python
-    thread cannot be stopped): it fails at its next channel call, and makes nothing more."""
+    thread cannot be stopped): it fails at its next channel call, and makes nothing more. A rank whose
+    worker left the cluster (its process died) is not waited for: its task, pinned to that worker,
+    stays pending for good."""
     deadline = time.monotonic() + seconds
     delay = 0.001
-    while any(f.status == "pending" for f in futures) and time.monotonic() < deadline:
+    running = [r for r, f in enumerate(futures) if f.status == "pending"]
+    next_check = time.monotonic()
+    while running and time.monotonic() < deadline:
+        if time.monotonic() >= next_check:  # a round trip to the scheduler: not at every poll
+            with contextlib.suppress(Exception):  # no answer: every rank is waited for
+                alive = set(session.workers())
+                running = [r for r in running if workers[r] in alive]
+            next_check = time.monotonic() + 0.25
         time.sleep(delay)  # a bounded poll of the ranks' states
         delay = min(delay * 2, 0.05)
+        running = [r for r in running if futures[r].status == "pending"]
 
 
 def _gather_ranks(

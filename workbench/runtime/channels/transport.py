@@ -509,85 +509,134 @@ def accept_links(
     other; past :data:`MAX_PENDING` of them (or with no file descriptor left) the oldest is closed, so
     connections held open by a stranger cannot use up the worker's descriptors. Raises what
     ``alive`` says (an aborted group), ``ChannelTimeout`` at ``deadline``."""
-    linked: dict[int, socket.socket] = {}
-    pending: dict[socket.socket, _Pending] = {}
-    selector = selectors.DefaultSelector()
-    listener.setblocking(False)
-    selector.register(listener, selectors.EVENT_READ)
-
-    def drop(entry: _Pending, why: str) -> None:
-        selector.unregister(entry.sock)
-        del pending[entry.sock]
-        entry.sock.close()
-        log.warning("rank %d of group %s refused a connection from %s: %s", me, group, entry.peer, why)
-
+    handshakes = _Handshakes(listener, me, expected, group, secret)
     try:
-        while len(linked) < len(expected):
+        while handshakes.missing():
             now = time.monotonic()
-            for entry in [e for e in pending.values() if e.until <= now]:
-                drop(entry, f"no answer within {HANDSHAKE_SECONDS} s")
-            problem = alive()
-            if problem is not None:
-                raise problem.within(f"rank {me} waiting for ranks {sorted(expected - set(linked))} to connect")
-            if now >= deadline:
-                raise ChannelTimeout(
-                    f"rank {me}: ranks {sorted(expected - set(linked))} on other nodes did not connect in time"
-                )
-            for key, _ in selector.select(max(0.001, min(POLL_SECONDS, deadline - now))):
-                if key.fileobj is listener:
-                    if len(pending) >= MAX_PENDING:
-                        drop(next(iter(pending.values())), f"{MAX_PENDING} handshakes under way: the oldest gave way")
-                    if not _challenge_new(listener, selector, pending):  # no descriptor left for it now
-                        if pending:
-                            drop(next(iter(pending.values())), "out of file descriptors: the oldest handshake gave way")
-                        else:  # the worker's descriptors are taken elsewhere: try again after a while
-                            time.sleep(POLL_SECONDS)
-                    continue
-                entry = pending.get(key.fileobj)  # type: ignore[call-overload]
-                if entry is None:  # dropped earlier in this batch (the oldest handshake gave way): nothing to read
-                    continue
-                try:
-                    chunk = entry.sock.recv(Answer.FORMAT.size - len(entry.got))
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as error:
-                    drop(entry, f"the connection broke ({error})")
-                    continue
-                if not chunk:
-                    drop(entry, "it closed the connection without proving it belongs to the group")
-                    continue
-                entry.got += chunk
-                if len(entry.got) < Answer.FORMAT.size:
-                    continue
-                answer = Answer.unpack(bytes(entry.got))
-                right = secret.mac(_CONNECT, group, entry.nonce, answer.nonce, answer.rank, me)
-                if not hmac.compare_digest(answer.mac, right):
-                    drop(entry, f"its answer (naming rank {answer.rank}) does not prove it holds the group's secret")
-                    continue
-                if answer.rank not in expected or answer.rank in linked:
-                    drop(entry, f"rank {answer.rank} is not a rank that connects to rank {me} now")
-                    continue
-                selector.unregister(entry.sock)
-                del pending[entry.sock]
-                entry.sock.setblocking(True)
-                entry.sock.settimeout(max(0.001, deadline - time.monotonic()))
-                try:
-                    entry.sock.sendall(
-                        Proof(secret.mac(_ACCEPT, group, entry.nonce, answer.nonce, me, answer.rank)).pack()
-                    )
-                except OSError as error:
-                    entry.sock.close()
-                    raise RankGone(f"rank {me}: rank {answer.rank}'s connection broke ({error})") from None
-                linked[answer.rank] = entry.sock
+            handshakes.drop_expired(now)
+            _check_still_waiting(me, handshakes.missing(), now, deadline, alive)
+            handshakes.serve(max(0.001, min(POLL_SECONDS, deadline - now)), deadline)
     except BaseException:
-        for sock in linked.values():
-            sock.close()
+        handshakes.close_links()
         raise
     finally:
-        for entry in pending.values():
+        handshakes.close()
+    return handshakes.linked
+
+
+def _check_still_waiting(me: int, missing: list[int], now: float, deadline: float, alive: WaitCheck) -> None:
+    """Raise what ``alive`` says (an aborted group), or ``ChannelTimeout`` past ``deadline``, while rank
+    ``me`` waits for the ranks ``missing`` to connect."""
+    problem = alive()
+    if problem is not None:
+        raise problem.within(f"rank {me} waiting for ranks {missing} to connect")
+    if now >= deadline:
+        raise ChannelTimeout(f"rank {me}: ranks {missing} on other nodes did not connect in time")
+
+
+class _Handshakes:
+    """What :func:`accept_links` has under way on one listener: a selector over the listener and the
+    accepted connections that have not proved themselves yet (``pending``), and the links proved
+    (``linked``, rank -> socket)."""
+
+    def __init__(self, listener: socket.socket, me: int, expected: set[int], group: str, secret: GroupSecret):
+        self.listener, self.me, self.expected, self.group, self.secret = listener, me, expected, group, secret
+        self.linked: dict[int, socket.socket] = {}
+        self.pending: dict[socket.socket, _Pending] = {}
+        self.selector = selectors.DefaultSelector()
+        listener.setblocking(False)
+        self.selector.register(listener, selectors.EVENT_READ)  # first: before any handshake's socket
+
+    def missing(self) -> list[int]:
+        """The expected ranks not linked yet."""
+        return sorted(self.expected - set(self.linked))
+
+    def drop(self, entry: _Pending, why: str) -> None:
+        """Close a handshake that did not prove itself, and log ``why``."""
+        self.selector.unregister(entry.sock)
+        del self.pending[entry.sock]
+        entry.sock.close()
+        log.warning("rank %d of group %s refused a connection from %s: %s", self.me, self.group, entry.peer, why)
+
+    def drop_expired(self, now: float) -> None:
+        """Close the handshakes whose :data:`HANDSHAKE_SECONDS` ran out by ``now``."""
+        for entry in [e for e in self.pending.values() if e.until <= now]:
+            self.drop(entry, f"no answer within {HANDSHAKE_SECONDS} s")
+
+    def serve(self, seconds: float, deadline: float) -> None:
+        """Wait at most ``seconds`` for the listener or a handshake, and handle every event of the batch."""
+        for key, _ in self.selector.select(seconds):
+            if key.fileobj is self.listener:
+                self.accept()
+                continue
+            entry = self.pending.get(key.fileobj)  # type: ignore[call-overload]
+            if entry is not None:  # None: dropped earlier in this batch (the oldest gave way), nothing to read
+                self.read(entry, deadline)
+
+    def accept(self) -> None:
+        """Take on a new connection (:func:`_challenge_new`). Past :data:`MAX_PENDING` handshakes, or
+        with no file descriptor left, the oldest gives way; with none to give way, wait a poll."""
+        if len(self.pending) >= MAX_PENDING:
+            self.drop(next(iter(self.pending.values())), f"{MAX_PENDING} handshakes under way: the oldest gave way")
+        if _challenge_new(self.listener, self.selector, self.pending):
+            return
+        if self.pending:  # no descriptor left for it now
+            self.drop(next(iter(self.pending.values())), "out of file descriptors: the oldest handshake gave way")
+        else:  # the worker's descriptors are taken elsewhere: try again after a while
+            time.sleep(POLL_SECONDS)
+
+    def read(self, entry: _Pending, deadline: float) -> None:
+        """Read what ``entry`` sent of its :class:`Answer`; once whole, judge it (:meth:`judge`)."""
+        try:
+            chunk = entry.sock.recv(Answer.FORMAT.size - len(entry.got))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:
+            self.drop(entry, f"the connection broke ({error})")
+            return
+        if not chunk:
+            self.drop(entry, "it closed the connection without proving it belongs to the group")
+            return
+        entry.got += chunk
+        if len(entry.got) == Answer.FORMAT.size:
+            self.judge(entry, Answer.unpack(bytes(entry.got)), deadline)
+
+    def judge(self, entry: _Pending, answer: Answer, deadline: float) -> None:
+        """Link ``entry`` as the rank its ``answer`` names if the answer proves it holds the secret and
+        that rank is one expected and not linked yet (:meth:`prove`); else drop it."""
+        right = self.secret.mac(_CONNECT, self.group, entry.nonce, answer.nonce, answer.rank, self.me)
+        if not hmac.compare_digest(answer.mac, right):
+            self.drop(entry, f"its answer (naming rank {answer.rank}) does not prove it holds the group's secret")
+        elif answer.rank not in self.expected or answer.rank in self.linked:
+            self.drop(entry, f"rank {answer.rank} is not a rank that connects to rank {self.me} now")
+        else:
+            self.prove(entry, answer, deadline)
+
+    def prove(self, entry: _Pending, answer: Answer, deadline: float) -> None:
+        """Send ``entry`` this rank's :class:`Proof` (a blocking send, bounded by ``deadline``) and keep
+        it as the link of ``answer.rank``. Raises ``RankGone`` when the connection broke."""
+        self.selector.unregister(entry.sock)
+        del self.pending[entry.sock]
+        entry.sock.setblocking(True)
+        entry.sock.settimeout(max(0.001, deadline - time.monotonic()))
+        proof = Proof(self.secret.mac(_ACCEPT, self.group, entry.nonce, answer.nonce, self.me, answer.rank))
+        try:
+            entry.sock.sendall(proof.pack())
+        except OSError as error:
             entry.sock.close()
-        selector.close()
-    return linked
+            raise RankGone(f"rank {self.me}: rank {answer.rank}'s connection broke ({error})") from None
+        self.linked[answer.rank] = entry.sock
+
+    def close_links(self) -> None:
+        """Close the links proved so far (the wait failed: none of them is handed out)."""
+        for sock in self.linked.values():
+            sock.close()
+
+    def close(self) -> None:
+        """Close the handshakes still under way and the selector."""
+        for entry in self.pending.values():
+            entry.sock.close()
+        self.selector.close()
 
 
 def _challenge_new(
