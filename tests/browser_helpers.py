@@ -173,11 +173,38 @@ def _menu(page, menu: str, item: str) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
 
 
-def open_executed(page, url: str, token: str, name: str, counts: dict[str, int], timeout: float = 300) -> None:
+def _api(url: str, token: str, path: str, body: dict | None = None) -> dict:
+    """POST ``body`` to the Jupyter server's REST API at ``path``; its JSON answer."""
+    request = urllib.request.Request(
+        f"{url}/api/{path}?token={token}",
+        data=json.dumps(body or {}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.load(answer)
+
+
+def start_kernel(url: str, token: str, name: str = "python3") -> str:
+    """Start a kernel of kernelspec ``name`` on the server (it runs no code); its id, for ``open_executed``."""
+    return _api(url, token, "kernels", {"name": name})["id"]
+
+
+def open_executed(
+    page, url: str, token: str, name: str, counts: dict[str, int], timeout: float = 300, kernel: str | None = None
+) -> None:
     """Open an executed notebook in JupyterLab (loaded once per page: later notebooks are opened from
     the File menu, the one before closed) and wait until every bokeh figure of its outputs is drawn,
     every saved widget view too, and the outputs' sizes have settled (alike twice in a row, half a
-    second apart: bokeh lays figures out again as their outputs get their widths)."""
+    second apart: bokeh lays figures out again as their outputs get their widths).
+
+    ``kernel``: the id of a running kernel (:func:`start_kernel`) the notebook joins: a session of the
+    notebook's path made with it first, which JupyterLab connects to as to any session of the path,
+    so no kernel starts per notebook. Widget views are drawn once the notebook's kernel is ready (the
+    widget manager asks it for its widgets, then draws the saved ones): a kernel that runs no code has
+    none, whether new or shared. None: JupyterLab starts the notebook's own kernel."""
+    if kernel is not None:
+        _api(url, token, "sessions", {"path": name, "name": name, "type": "notebook", "kernel": {"id": kernel}})
     if "/lab" not in page.url:
         page.goto(f"{url}/lab?reset&token={token}")  # reset: no notebook of an earlier run reopened
         page.wait_for_selector(".jp-LabShell .lm-MenuBar", timeout=90_000)
@@ -212,16 +239,6 @@ def open_executed(page, url: str, token: str, name: str, counts: dict[str, int],
             )
         previous = now
         page.wait_for_timeout(500)  # the next look
-
-
-def shut_down_kernels(url: str, token: str) -> None:
-    """Stop every kernel the server runs (opening a notebook starts one; none is needed here)."""
-    request = urllib.request.Request(f"{url}/api/sessions?token={token}")
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        sessions = json.load(answer)
-    for session in sessions:
-        delete = urllib.request.Request(f"{url}/api/sessions/{session['id']}?token={token}", method="DELETE")
-        urllib.request.urlopen(delete, timeout=30).close()
 
 
 def notebook_screenshot(page, path: Path, most: int = 30_000) -> None:

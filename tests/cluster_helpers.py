@@ -130,12 +130,75 @@ def run_workbench(arguments: list[str], env: dict[str, str], cwd: Path) -> subpr
     )
 
 
-def run_every_variant(app: str, out: Path, env: dict[str, str], cwd: Path, options: Sequence[str]) -> dict[str, Any]:
-    """``workbench run app`` with all its variants, once each (the runner checks the answers agree);
-    its JSON document, after checking that it succeeded and ran every variant."""
+class Commands:
+    """``workbench`` commands, each in a process of its own forked from one that imported the command
+    line once (tests/cli_forks.py): what a command does is what the ``workbench`` script does, less a new
+    interpreter and its seconds of imports. A context manager; the forking process is stopped at its end."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, timeout: float = 600):
+        self.cwd, self.timeout, self._count = cwd, timeout, 0
+        script = Path(__file__).resolve().parent / "cli_forks.py"
+        self._process = subprocess.Popen(
+            [sys.executable, str(script)],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # stopped with its children, as a group
+        )
+        self.names: list[str] = self._read()["names"]  # the applications a fresh interpreter registers
+
+    def _read(self) -> dict[str, Any]:
+        """The forking process's next answer (bounded: a command that hangs fails the test)."""
+        import selectors
+
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._process.stdout, selectors.EVENT_READ)
+            if not selector.select(self.timeout):
+                raise TimeoutError(f"a workbench command did not end within {self.timeout} s")
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the forking process (tests/cli_forks.py) ended with {self._process.wait(10)}")
+        return json.loads(line)
+
+    def run(self, arguments: list[str]) -> subprocess.CompletedProcess:
+        """``workbench ARGUMENTS`` in a forked process; its status and output, as :func:`run_workbench` gives them."""
+        self._count += 1
+        stdout, stderr = (self.cwd / f".command-{self._count}.{n}" for n in ("out", "err"))
+        request = {"argv": arguments, "stdout": str(stdout), "stderr": str(stderr)}
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        status = self._read()["status"]
+        result = subprocess.CompletedProcess(arguments, status, stdout.read_text(), stderr.read_text())
+        stdout.unlink()
+        stderr.unlink()
+        return result
+
+    def __enter__(self) -> Commands:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._process.stdin.close()  # it ends when its stdin does
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait(timeout=10)
+        finally:
+            self._process.stdout.close()
+
+
+def run_every_variant(
+    app: str, out: Path, env: dict[str, str], cwd: Path, options: Sequence[str], commands: Commands | None = None
+) -> dict[str, Any]:
+    """``workbench run app`` with all its variants, once each (the runner checks the answers agree), by
+    the ``workbench`` script or, given ``commands``, forked by it; its JSON document, after checking that
+    it succeeded and ran every variant."""
     variants = list(registry.get(app).variants)
     arguments = ["run", app, "--variants", ",".join(variants), "--size", "ci", "--repeat", "1", "--out", str(out)]
-    result = run_workbench([*arguments, "--json", *options], env, cwd)
+    arguments += ["--json", *options]
+    result = commands.run(arguments) if commands is not None else run_workbench(arguments, env, cwd)
     assert result.returncode == 0, f"{app}:\n{result.stderr[-4000:]}"
     document = json.loads(result.stdout)
     assert {r["variant"] for r in document["results"]} == set(variants)

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_simulated(cases: str) -> None:
     """Run ``tests/<cases>`` under the simulator; an AssertionError with its output if any case failed
-    or was skipped (a skipped device case would be a check that did not run)."""
+    or was skipped (a skipped device case would be a check that did not run). Without nbval's plugin:
+    the cases are Python, and its import (nbformat's JSON-schema formats) takes seconds."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / cases)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", str(ROOT / "tests" / cases)],
         cwd=ROOT,
         env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"},
         capture_output=True,

@@ -1,10 +1,11 @@
 """A real multi-process cluster, as a user outgrowing one machine has: ``dask scheduler`` and two
 ``dask worker`` processes started from the command line, each worker with its own node id (not a
-LocalCluster). Every application runs all its variants through the ``workbench`` command, then
-those that leave state on the workers between runs (segments and the store: histogram; tier files:
-histogram1d; channel groups: prk-stencil) run again on the same cluster, and nothing is left behind:
-no store registration on the scheduler or the workers, no shared-memory segment, no process once the
-cluster is stopped.
+LocalCluster). Every application runs all its variants through the ``workbench`` command (each
+command a process forked from one that imported the command line once: cluster_helpers.Commands),
+then those that leave state on the workers between runs (segments and the store: histogram; tier
+files: histogram1d; channel groups: prk-stencil) run again on the same cluster, each through the
+``workbench`` script in a new interpreter, and nothing is left behind: no store registration on the
+scheduler or the workers, no shared-memory segment, no process once the cluster is stopped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cluster_helpers import (
     RUNS,
     START_TIMEOUT,
     ClusterProcesses,
+    Commands,
     check_rro_made_one_copy_per_node,
     run_every_variant,
     store_registrations,
@@ -62,16 +64,19 @@ def external_cluster(tmp_path_factory):
 
 def test_every_application_runs_through_the_cli_on_an_external_cluster_and_again(external_cluster, tmp_path):
     segments_before = {p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}*")}
-    for round_, apps in ((1, list(RUNS)), (2, AGAIN)):  # the second round: the first left the cluster as it found it
-        for app in apps:
-            options = RUNS[app]
-            out = tmp_path / f"{app}-{round_}"
-            document = run_every_variant(app, out, external_cluster["env"], tmp_path, options)
-            assert {w["node"] for w in document["metadata"]["cluster"]["workers"]} == set(NODES)
-            if any(r["variant"] == "rro" for r in document["results"]):
-                check_rro_made_one_copy_per_node(out, NODES)
-            assert not any(store_registrations(external_cluster["address"]).values()), (
-                f"round {round_}: {app} left the store registered"
-            )
-            left = {p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}*")} - segments_before
-            assert not left, f"round {round_}: {app} left shared-memory segments: {sorted(left)}"
+    env = external_cluster["env"]
+    with Commands(env, tmp_path) as forked:
+        assert set(RUNS) == set(forked.names), "give every application its small parameters in RUNS"
+        # the second round, by the script in new interpreters: the first left the cluster as it found it
+        for round_, apps, commands in ((1, list(RUNS), forked), (2, AGAIN, None)):
+            for app in apps:
+                out = tmp_path / f"{app}-{round_}"
+                document = run_every_variant(app, out, env, tmp_path, RUNS[app], commands)
+                assert {w["node"] for w in document["metadata"]["cluster"]["workers"]} == set(NODES)
+                if any(r["variant"] == "rro" for r in document["results"]):
+                    check_rro_made_one_copy_per_node(out, NODES)
+                assert not any(store_registrations(external_cluster["address"]).values()), (
+                    f"round {round_}: {app} left the store registered"
+                )
+                left = {p.name for p in shm.SHM_DIR.glob(f"{shm.PREFIX}*")} - segments_before
+                assert not left, f"round {round_}: {app} left shared-memory segments: {sorted(left)}"

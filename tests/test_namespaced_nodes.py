@@ -3,7 +3,8 @@ mount and UTS namespaces (``unshare --mount --uts``) with a private tmpfs on ``/
 hostname of its own, from which its workers take their node id (no ``$WORKBENCH_NODE_ID``). Two
 worker processes per node, so a channel has ranks on one node (shared memory) and on two (sockets).
 The client stays on the host. Every application runs all its variants through the ``workbench``
-command, and the traces show that RRO made one copy per node and which path each message took;
+command (each command a process forked from one that imported the command line once:
+cluster_helpers.Commands), and the traces show that RRO made one copy per node and which path each message took;
 nothing is left on any node (segments, tier files, store registrations), nor on the host, and no
 process once the cluster is stopped.
 """
@@ -14,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from cluster_helpers import (
     RUNS,
     START_TIMEOUT,
     ClusterProcesses,
+    Commands,
     check_rro_made_one_copy_per_node,
     run_every_variant,
     store_registrations,
@@ -90,16 +91,6 @@ def namespaces_refused() -> str | None:
                 "namespaces need root, or user namespaces, or CAP_SYS_ADMIN in a container"
             )
     return None
-
-
-def built_in_applications() -> set[str]:
-    """The applications ``workbench`` itself registers (a fresh process: tests register examples of their own)."""
-    code = "import json; from workbench.apps import registry; print(json.dumps(registry.names()))"
-    return set(
-        json.loads(
-            subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
-        )
-    )
 
 
 def _what_is_on_each_process(client) -> dict[str, dict]:
@@ -213,40 +204,44 @@ def _check_host_kept_nothing(before: set[str], app: str) -> None:
 
 def test_every_application_runs_on_separate_nodes_and_leaves_nothing_on_any(namespaced_cluster, tmp_path):
     client, env = namespaced_cluster["client"], namespaced_cluster["env"]
-    assert set(NODE_RUNS) == built_in_applications(), "give every application its small parameters in NODE_RUNS"
-    host_device = os.stat(shm.SHM_DIR).st_dev
-    host_segments_before = _host_segments()
+    # the commands' names: the applications a fresh interpreter registers (tests register examples of their own)
+    with Commands(env, tmp_path) as commands:
+        assert set(NODE_RUNS) == set(commands.names), "give every application its small parameters in NODE_RUNS"
+        host_device = os.stat(shm.SHM_DIR).st_dev
+        host_segments_before = _host_segments()
 
-    seen = _what_is_on_each_process(client)
-    workers = {address: info for address, info in seen.items() if address != "scheduler"}
-    assert Counter(info["node"] for info in workers.values()) == NODES
-    for info in seen.values():  # the node id is the hostname, from nothing else
-        assert info["node"] == info["hostname"] and info["node_env"] is None, info
-    devices = {node: {i["shm_device"] for i in workers.values() if i["node"] == node} for node in NODES}
-    assert all(len(d) == 1 for d in devices.values()), devices  # a node's workers share its /dev/shm...
-    node_devices = [d.pop() for d in devices.values()] + [seen["scheduler"]["shm_device"], host_device]
-    assert len(set(node_devices)) == len(node_devices), node_devices  # ...and no other node's, nor the host's
+        seen = _what_is_on_each_process(client)
+        workers = {address: info for address, info in seen.items() if address != "scheduler"}
+        assert Counter(info["node"] for info in workers.values()) == NODES
+        for info in seen.values():  # the node id is the hostname, from nothing else
+            assert info["node"] == info["hostname"] and info["node_env"] is None, info
+        devices = {node: {i["shm_device"] for i in workers.values() if i["node"] == node} for node in NODES}
+        assert all(len(d) == 1 for d in devices.values()), devices  # a node's workers share its /dev/shm...
+        node_devices = [d.pop() for d in devices.values()] + [seen["scheduler"]["shm_device"], host_device]
+        assert len(set(node_devices)) == len(node_devices), node_devices  # ...and no other node's, nor the host's
 
-    paths: Counter = Counter()
-    for app, options in NODE_RUNS.items():
-        out = tmp_path / app
-        document = run_every_variant(app, out, env, tmp_path, options)
-        assert Counter(w["node"] for w in document["metadata"]["cluster"]["workers"]) == NODES
-        variants = {r["variant"] for r in document["results"]}
-        if "rro" in variants:
-            check_rro_made_one_copy_per_node(out, list(NODES))
-        if variants & {"channels", "eager"}:
-            paths += _check_message_paths(out)
-        assert not any(store_registrations(namespaced_cluster["address"]).values()), f"{app} left the store registered"
-        left = {
-            where: {k: info[k] for k in ("segments", "tier_files", "dram_arrays") if info[k]}
-            for where, info in _what_is_on_each_process(client).items()
-        }
-        assert not any(left.values()), f"{app} left on the nodes: {left}"
-        _check_host_kept_nothing(host_segments_before, app)
-    assert paths["shm"] and paths["socket"] and paths["dask"], paths  # ranks met on one node and across two
-    client_files = [str(p) for p in namespaced_cluster["dir"].glob("client/tiers/**/*") if not p.is_dir()]
-    assert not client_files and not any((namespaced_cluster["dir"] / "shared-files").iterdir()), client_files
+        paths: Counter = Counter()
+        for app, options in NODE_RUNS.items():
+            out = tmp_path / app
+            document = run_every_variant(app, out, env, tmp_path, options, commands)
+            assert Counter(w["node"] for w in document["metadata"]["cluster"]["workers"]) == NODES
+            variants = {r["variant"] for r in document["results"]}
+            if "rro" in variants:
+                check_rro_made_one_copy_per_node(out, list(NODES))
+            if variants & {"channels", "eager"}:
+                paths += _check_message_paths(out)
+            assert not any(store_registrations(namespaced_cluster["address"]).values()), (
+                f"{app} left the store registered"
+            )
+            left = {
+                where: {k: info[k] for k in ("segments", "tier_files", "dram_arrays") if info[k]}
+                for where, info in _what_is_on_each_process(client).items()
+            }
+            assert not any(left.values()), f"{app} left on the nodes: {left}"
+            _check_host_kept_nothing(host_segments_before, app)
+        assert paths["shm"] and paths["socket"] and paths["dask"], paths  # ranks met on one node and across two
+        client_files = [str(p) for p in namespaced_cluster["dir"].glob("client/tiers/**/*") if not p.is_dir()]
+        assert not client_files and not any((namespaced_cluster["dir"] / "shared-files").iterdir()), client_files
 
 
 # -- the path in the trace, without namespaces (simulated nodes) ----------------------------------

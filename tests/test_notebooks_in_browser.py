@@ -35,7 +35,7 @@ from browser_helpers import (
     needs_chromium,
     notebook_screenshot,
     open_executed,
-    shut_down_kernels,
+    start_kernel,
     too_wide,
 )
 
@@ -69,7 +69,9 @@ def executed_copy(notebook: Path, size: str) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """One JupyterLab and one Chromium page for the module's lessons."""
+    """One JupyterLab and one Chromium page for the module's lessons, and one kernel (python3, every
+    lesson's kernelspec) that every notebook opened joins: a notebook's widget views are drawn once its
+    kernel is ready, and a kernel's start takes seconds of two busy cores. The kernel runs no code."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
     scratch = tmp_path_factory.mktemp("lab")
     root = scratch / "root"
@@ -77,7 +79,8 @@ def lab(tmp_path_factory):
     with jupyter_lab_serving(root, scratch) as (url, token, data), sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield browser.new_page(viewport={"width": WIDE, "height": HEIGHT}), url, token, root, data
+            kernel = start_kernel(url, token)
+            yield browser.new_page(viewport={"width": WIDE, "height": HEIGHT}), url, token, root, data, kernel
         finally:
             browser.close()
 
@@ -101,27 +104,24 @@ def ran_through(executed: Path) -> None:
 def check_lesson(lab, executed: Path, size: str) -> None:
     """Open the executed lesson, measure its outputs at both widths, keep its screenshot; fail on any
     output wider than its area (tables: only at the wide window)."""
-    page, url, token, root, data = lab
+    page, url, token, root, data, kernel = lab
     ran_through(executed)
     started = time.monotonic()
     name, counts = add_trusted(executed, root, data, name=f"{size}-{executed.name}")
     page.set_viewport_size({"width": WIDE, "height": HEIGHT})
-    try:
-        open_executed(page, url, token, name, counts)
-        wide = measure(page)
-        area = {o["area"] for o in wide["outputs"]}
-        notebook_screenshot(page, ARTIFACTS / f"lessons-{size}" / executed.name.replace(".ipynb", ".png"))
-        page.set_viewport_size({"width": NARROW, "height": HEIGHT})
-        page.wait_for_function(f"() => document.querySelector('.jp-OutputArea-output').clientWidth < {min(area)}")
-        narrow = measure(page)
-        for _ in range(20):  # bokeh lays its figures out again when their outputs narrow: until it settles
-            page.wait_for_timeout(250)
-            again = measure(page)
-            if again == narrow:
-                break
-            narrow = again
-    finally:
-        shut_down_kernels(url, token)
+    open_executed(page, url, token, name, counts, kernel=kernel)
+    wide = measure(page)
+    area = {o["area"] for o in wide["outputs"]}
+    notebook_screenshot(page, ARTIFACTS / f"lessons-{size}" / executed.name.replace(".ipynb", ".png"))
+    page.set_viewport_size({"width": NARROW, "height": HEIGHT})
+    page.wait_for_function(f"() => document.querySelector('.jp-OutputArea-output').clientWidth < {min(area)}")
+    narrow = measure(page)
+    for _ in range(20):  # bokeh lays its figures out again when their outputs narrow: until it settles
+        page.wait_for_timeout(250)
+        again = measure(page)
+        if again == narrow:
+            break
+        narrow = again
     problems = [f"at {WIDE} px: {line}" for line in too_wide(wide)]
     problems += [f"at {NARROW} px: {line}" for line in too_wide(narrow, tables=False)]
     seconds = time.monotonic() - started
@@ -188,14 +188,11 @@ def _made_up_lesson(path: Path) -> Path:
 def test_a_figure_or_table_wider_than_its_output_is_found(lab, tmp_path):
     """The measure finds what the lessons must not hold: a fixed 1,800 px figure and a wide table, and
     not a figure in the workbench's style."""
-    page, url, token, root, data = lab
+    page, url, token, root, data, kernel = lab
     name, counts = add_trusted(_made_up_lesson(tmp_path / "made-up.ipynb"), root, data)
     page.set_viewport_size({"width": WIDE, "height": HEIGHT})
-    try:
-        open_executed(page, url, token, name, counts)
-        found = too_wide(measure(page))
-    finally:
-        shut_down_kernels(url, token)
+    open_executed(page, url, token, name, counts, kernel=kernel)
+    found = too_wide(measure(page))
     assert [line.split(" (")[0] for line in found] == ["cell 1", "cell 3"], found
     assert "figure or widget" in found[0] and "table" in found[1]
 
