@@ -241,6 +241,16 @@ def open_executed(
         page.wait_for_timeout(500)  # the next look
 
 
+def shut_down_kernels(url: str, token: str) -> None:
+    """Stop every kernel the server runs (its sessions ended through the REST API, as closing them would)."""
+    request = urllib.request.Request(f"{url}/api/sessions?token={token}")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        sessions = json.load(answer)
+    for session in sessions:
+        delete = urllib.request.Request(f"{url}/api/sessions/{session['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(delete, timeout=60).close()
+
+
 _SCROLLER = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer"  # the open notebook's scrolling panel
 
 
