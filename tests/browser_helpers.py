@@ -241,22 +241,44 @@ def open_executed(
         page.wait_for_timeout(500)  # the next look
 
 
-def notebook_screenshot(page, path: Path, most: int = 30_000) -> None:
+def shut_down_kernels(url: str, token: str) -> None:
+    """Stop every kernel the server runs (its sessions ended through the REST API, as closing them would)."""
+    request = urllib.request.Request(f"{url}/api/sessions?token={token}")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        sessions = json.load(answer)
+    for session in sessions:
+        delete = urllib.request.Request(f"{url}/api/sessions/{session['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(delete, timeout=60).close()
+
+
+_SCROLLER = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer"  # the open notebook's scrolling panel
+
+
+def notebook_screenshot(page, path: Path, most: int = 30_000, view_height: int = 4000) -> None:
     """One picture of the whole notebook (its first ``most`` pixels): the notebook scrolled a view at a
     time, the views stacked; saved with a palette of 256 colours (a third of the bytes: CI keeps one
-    per lesson)."""
+    per lesson). The window is ``view_height`` pixels tall meanwhile (its width kept, so nothing is laid
+    out anew across), then set back: each capture costs the browser a fixed part besides its pixels,
+    and a lesson is a few tall views instead of ten of the window's height."""
     from PIL import Image
 
-    scroller = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer").first
-    outer = scroller.bounding_box()
-    box = {**outer, "y": outer["y"] + 2, "height": int(outer["height"]) - 4}  # inside the panel's edges
-    end = "e => { const c = [...e.querySelectorAll('.jp-Cell')].pop(); return c.getBoundingClientRect().bottom "
-    end += "- e.getBoundingClientRect().top + e.scrollTop + 16; }"  # the last cell's end (no scroll-past-end space)
-    total = int(min(most, scroller.evaluate("e => e.scrollHeight"), scroller.evaluate(end)))
-    views = []
-    for top in range(0, total, box["height"]):
-        shown = scroller.evaluate("(e, top) => { e.scrollTop = top; return e.scrollTop; }", top)  # the end: less
-        views.append((shown, Image.open(io.BytesIO(page.screenshot(clip=box, type="jpeg", quality=90)))))
+    size = page.viewport_size
+    scroller = page.locator(_SCROLLER).first
+    grown = scroller.evaluate("e => e.clientHeight") + max(0, view_height - size["height"])
+    page.set_viewport_size({"width": size["width"], "height": max(view_height, size["height"])})
+    try:
+        page.wait_for_function(f"h => document.querySelector('{_SCROLLER}').clientHeight >= h", arg=grown)
+        outer = scroller.bounding_box()
+        box = {**outer, "y": outer["y"] + 2, "height": int(outer["height"]) - 4}  # inside the panel's edges
+        end = "e => { const c = [...e.querySelectorAll('.jp-Cell')].pop(); return c.getBoundingClientRect().bottom "
+        end += "- e.getBoundingClientRect().top + e.scrollTop + 16; }"  # the last cell's end (no scroll-past-end space)
+        total = int(min(most, scroller.evaluate("e => e.scrollHeight"), scroller.evaluate(end)))
+        views = []
+        for top in range(0, total, box["height"]):
+            shown = scroller.evaluate("(e, top) => { e.scrollTop = top; return e.scrollTop; }", top)  # the end: less
+            views.append((shown, Image.open(io.BytesIO(page.screenshot(clip=box, type="jpeg", quality=90)))))
+    finally:
+        page.set_viewport_size(size)
     sheet = Image.new("RGB", (int(box["width"]), total), "white")
     for shown, view in views:
         sheet.paste(view.convert("RGB"), (0, int(shown)))

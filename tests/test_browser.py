@@ -7,16 +7,17 @@ Skipped, with how to enable it, where Chromium or Playwright is missing.
 The server gets the project's JupyterLab settings (``jupyter-config/``, as ``make lab`` does), so no
 news or update toast appears; the test never clicks a notification anyway (a toast moves and
 detaches while it animates: clicking one is a race), only menus and modal dialogs, which stay put.
+Both tests use one server (a start is seconds of two busy cores); each page opens on a fresh
+workspace (``?reset``), and each test leaves no kernel and no settings of its own behind.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARTIFACTS, lesson_lab, needs_chromium
+from browser_helpers import ARTIFACTS, lesson_lab, needs_chromium, shut_down_kernels
 
 from workbench.teach.site import CHROMIUM, CHROMIUM_ARGS  # Debian's Chromium, flags for a closed network
 
@@ -26,17 +27,13 @@ NOTEBOOK = "01-locality-tour.ipynb"
 pytestmark = [needs_chromium, pytest.mark.timeout(600)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def jupyter_lab(tmp_path):
-    """JupyterLab serving a temporary copy of the lesson at size "ci" (``browser_helpers.lesson_lab``)."""
-    with lesson_lab(NOTEBOOK, tmp_path) as lab:
-        yield lab
+@pytest.fixture(scope="module")
+def jupyter_lab(tmp_path_factory):
+    """JupyterLab serving a temporary copy of the lesson at size "ci" (``browser_helpers.lesson_lab``): its
+    URL, token and user-settings directory (read when a page loads: a test may add its settings there)."""
+    scratch = tmp_path_factory.mktemp("lab")
+    with lesson_lab(NOTEBOOK, scratch) as (url, token):
+        yield url, token, scratch / "user-settings"
 
 
 def _prompts(page) -> list[str]:
@@ -75,13 +72,13 @@ def _wait_for_kernel(page, seconds: float = 120) -> None:
 
 def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
-    url, token = jupyter_lab
+    url, token, _ = jupyter_lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}")
+            page.goto(f"{url}/lab/tree/{NOTEBOOK}?reset&token={token}")
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
             _wait_for_kernel(page)
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -117,9 +114,10 @@ def test_tour_runs_in_jupyterlab_and_renders_widgets_and_plots(jupyter_lab):
             page.screenshot(path=str(ARTIFACTS / "01-locality-tour.png"))
         finally:
             browser.close()
+            shut_down_kernels(url, token)  # the lesson's kernel, and the cluster it started
 
 
-def test_dask_task_stream_pane_renders_in_jupyterlab(tmp_path):
+def test_dask_task_stream_pane_renders_in_jupyterlab(jupyter_lab):
     """dask-labextension, pointed at a workbench session's cluster as ``make lab`` points it (the
     dashboard link through JupyterLab's proxy), opens the Task Stream pane and the pane renders."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra has it)")
@@ -128,23 +126,22 @@ def test_dask_task_stream_pane_renders_in_jupyterlab(tmp_path):
     import dask
 
     import workbench
-    from workbench import doctor
 
-    settings = tmp_path / "user-settings"
-    (settings / "dask-labextension").mkdir(parents=True)
+    url, token, settings = jupyter_lab
+    plugin_settings = settings / "dask-labextension" / "plugin.jupyterlab-settings"
+    plugin_settings.parent.mkdir(parents=True, exist_ok=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with dask.config.set({"distributed.dashboard.link": "/proxy/{port}/status"}):  # the Makefile's LAB_DASK
         session = workbench.start(n_workers=1, dashboard=True)
         link = session.client.dashboard_link
     try:
         assert link.startswith("/proxy/") and link.endswith("/status"), link
-        (settings / "dask-labextension" / "plugin.jupyterlab-settings").write_text(json.dumps({"defaultURL": link}))
-        lab_env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
-        with doctor.jupyter_lab(env=lab_env, root=tmp_path) as (url, token), sync_api.sync_playwright() as p:
+        plugin_settings.write_text(json.dumps({"defaultURL": link}))
+        with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{url}/lab?token={token}")
+                page.goto(f"{url}/lab?reset&token={token}")
                 page.wait_for_selector(".jp-LabShell", timeout=90_000)
                 sidebar_tab = page.locator(".lm-TabBar-tab[data-id='dask-dashboard-launcher']")
                 sidebar_tab.wait_for(timeout=60_000)
@@ -164,4 +161,5 @@ def test_dask_task_stream_pane_renders_in_jupyterlab(tmp_path):
             finally:
                 browser.close()
     finally:
+        plugin_settings.unlink(missing_ok=True)
         session.close()
