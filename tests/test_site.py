@@ -194,6 +194,7 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
     )
     progress = widgets.HBox([widgets.HTML("runs: 96%"), widgets.FloatProgress(value=23, max=24)])
     closing = widgets.VBox([widgets.HTML("<p>Run All stops here</p>"), widgets.Button(description="Close the cluster")])
+    idle = widgets.VBox([widgets.Button(description="Run"), widgets.HTML("Set the knobs, then press <b>Run</b>.")])
     lesson = _executed_lesson(
         [
             _code("setup_notebook()", outputs=[_display({"application/javascript": "/* BokehJS */", LOAD: ""})]),
@@ -202,10 +203,11 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
             _code("panel.run();"),
             _code("panel = ExperimentPanel(session, size)\npanel.widget", outputs=[_view(experiment)]),
             _code("teardown(session)", outputs=[_view(closing)]),
+            _code("panel = PipelinePanel(session, size, planted_run)\npanel.widget", outputs=[_view(idle)]),
         ],
-        widget_views=[progress, panel.widget, experiment, closing],
+        widget_views=[progress, panel.widget, experiment, closing, idle],
     )
-    assert site_pages.live_panels(lesson) == 2  # the progress bar is no panel, nor the lesson's teardown
+    assert site_pages.live_panels(lesson) == 2  # no progress bar, teardown, or panel that did not run
     page = site_pages.for_site(lesson, BOKEH_SRC)
     text = _all_text(page)
     assert site_pages.WIDGET_VIEW not in text and "widgets" not in page.metadata
@@ -225,6 +227,12 @@ def test_a_live_panel_is_drawn_as_its_run_left_it():
     assert 'data-root-id="' + gantt.id + '"' in shown[3].data["text/html"]  # the jupyter_bokeh figure, static
     script = shown[4].data["application/javascript"]
     assert "embed_items_notebook" in script and "blocks: median run" in script
+    left = page.cells[6].outputs  # a panel the lesson leaves for the learner: said so, not "after one Run"
+    assert (
+        "workbench-live-panel-idle" in left[0].data["text/html"]
+        and "Run All does not press it" in left[0].data["text/html"]
+    )
+    assert "Set the knobs" in left[1].data["text/html"]
 
 
 def test_bokehjs_comes_once_from_the_sites_static_file(tmp_path):

@@ -46,6 +46,10 @@ PANEL_NOTE = (
     "what it reported and the figures it drew. In JupyterLab the panel is live: change a setting and "
     "press <b>Run</b>."
 )
+PANEL_IDLE_NOTE = (
+    "The lesson leaves this panel's <b>Run</b> to you (Run All does not press it). In JupyterLab the panel "
+    "is live: set its knobs and press <b>Run</b>."
+)
 WIDGET_NOTE = "This output is an interactive widget: run the lesson in JupyterLab to see it."
 
 # A record of Python's logging as Dask formats it: "2026-01-01 10:00:00,123 - distributed.worker - ERROR - ..."
@@ -252,6 +256,7 @@ class _StaticWidget:
         self.outputs: list[dict[str, Any]] = []
         self.has_button = False
         self.has_progress = False
+        self.has_figure = False  # a panel whose Run drew: a figure or an output area's outputs (saved state)
 
     def walk(self, model_id: str) -> None:
         model = self.states.get(model_id)
@@ -275,8 +280,10 @@ class _StaticWidget:
             if value:
                 self.outputs.append(_html(value if name != "LabelModel" else html.escape(value)))
         elif name == "OutputModel":
+            self.has_figure = self.has_figure or bool(state.get("outputs"))
             self.outputs.extend(nbformat.from_dict(o) for o in state.get("outputs", []))
         elif name == "BokehModel" and state.get("render_bundle"):
+            self.has_figure = True
             self.outputs.extend(_bokeh_outputs(state["render_bundle"]))
 
     def page_outputs(self) -> list[dict[str, Any]]:
@@ -285,6 +292,8 @@ class _StaticWidget:
             return []  # a progress bar: transient, its last state says nothing once the cell is done
         if not self.has_button:
             return self.outputs or [_admonition("A widget", html.escape(WIDGET_NOTE), "note", "widget")]
+        if not self.has_figure:  # a panel the lesson leaves for the learner to run
+            return [_admonition("A live panel", PANEL_IDLE_NOTE, "note", "live-panel-idle"), *self.outputs]
         settings = ", ".join(f"{html.escape(k)} = <code>{html.escape(v)}</code>" for k, v in self.settings)
         note = PANEL_NOTE + (f"<br>It ran with: {settings}." if settings else "")
         return [_admonition("A live panel, shown after one Run", note, "note", "live-panel"), *self.outputs]
@@ -304,8 +313,9 @@ def _widget_views(notebook: nbformat.NotebookNode) -> list[_StaticWidget]:
 
 
 def live_panels(notebook: nbformat.NotebookNode) -> int:
-    """How many widget views of an executed notebook are live panels (a Run button among their widgets)."""
-    return sum(widget.has_button for widget in _widget_views(notebook))
+    """How many widget views of an executed notebook are live panels (a Run button among their widgets)
+    that ran, so the page shows what their Run drew (a panel left for the learner is not counted)."""
+    return sum(widget.has_button and widget.has_figure for widget in _widget_views(notebook))
 
 
 def static_widgets(notebook: nbformat.NotebookNode) -> int:
