@@ -128,7 +128,8 @@ def test_every_jupyterlab_the_project_starts_has_no_news_toast():
     assert "$(LAB_CONFIG) $(LAB_DASK) $(BIN)/jupyter lab" in (ROOT / "Makefile").read_text()
     assert "jupyter-config" in (ROOT / "binder/start").read_text()
     assert "jupyter-config" in (ROOT / "workbench/doctor.py").read_text()  # it starts the browser tests' labs
-    assert "doctor.jupyter_lab" in (ROOT / "tests/test_browser.py").read_text()
+    assert "doctor.jupyter_lab" in (ROOT / "tests/browser_helpers.py").read_text()  # the browser tests' labs
+    assert "lesson_lab(" in (ROOT / "tests/test_browser.py").read_text()
     probe = (
         "import json; from jupyterlab_server.config import get_page_config; "
         "print(json.dumps(get_page_config([])['disabledExtensions']))"
