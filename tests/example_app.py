@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from datasets import Dataset
 from workbench.apps import Application, PlacedData, register
+from workbench.datasets import Dataset
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session

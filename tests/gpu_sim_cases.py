@@ -1,4 +1,4 @@
-"""The device kernels (kernels/gpu.py) against the CPU kernels, in numba's CUDA simulator.
+"""The device kernels (workbench/kernels/gpu.py) against the CPU kernels, in numba's CUDA simulator.
 
 Not collected by the suite itself (its name does not start with ``test_``):
 ``tests/test_kernels_gpu.py`` runs it in a pytest process of its own with ``NUMBA_ENABLE_CUDASIM=1``,
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from kernels import gpu
-from kernels.histogram import histogram1d as cpu_histogram1d
-from kernels.kmeans import kmeans_partial as cpu_kmeans_partial
-from kernels.linalg import matrix_add_reference, multiply_accumulate_reference
+from workbench.kernels import gpu
+from workbench.kernels.histogram import histogram1d as cpu_histogram1d
+from workbench.kernels.kmeans import kmeans_partial as cpu_kmeans_partial
+from workbench.kernels.linalg import matrix_add_reference, multiply_accumulate_reference
 
 RNG = np.random.default_rng(39)
 
@@ -127,7 +127,7 @@ def test_operands_that_are_the_output_give_the_cpu_kernels_answers(dtype):
 
 
 def test_an_output_partly_overlapping_an_input_is_refused_as_on_the_cpu():
-    from kernels.linalg import matrix_add as cpu_matrix_add
+    from workbench.kernels.linalg import matrix_add as cpu_matrix_add
 
     host = RNG.normal(size=(8, 12))
     with pytest.raises(ValueError, match="a and out overlap in memory"):

@@ -17,8 +17,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from store_helpers import DeviceBag
 from test_tiers_stateful import SETTINGS, TIERS_HERE, TierMachine
 
-from kernels import gpu as device_kernels
 from workbench.bench import gpu as gpu_bench
+from workbench.kernels import gpu as device_kernels
 from workbench.lab import gpu_experiments
 from workbench.lab.gpu_experiments import Readings
 from workbench.memory import gpu, tiers

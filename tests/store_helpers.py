@@ -261,7 +261,7 @@ class DeviceBag(Bag):
         for name in names:
             array = getattr(self, name)
             if hasattr(array, "copy_to_host"):  # on the device: x = x + value * 1, by a device kernel
-                from kernels import gpu as device_kernels
+                from workbench.kernels import gpu as device_kernels
 
                 flat = array.reshape(array.size)  # a 0-d array too: the triad takes vectors
                 ones = device_kernels.cuda.to_device(np.ones(array.size, dtype=array.dtype))

@@ -18,8 +18,8 @@ import numpy as np
 import psutil
 import pytest
 
-import datasets
 import workbench
+from workbench import datasets
 from workbench.apps import skewed
 from workbench.bench import balance
 from workbench.bench.goals import goal

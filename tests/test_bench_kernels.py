@@ -2,7 +2,7 @@
 
 import numpy as np
 
-import kernels
+from workbench import kernels
 from workbench.bench import kernels as bench_kernels
 
 

@@ -71,7 +71,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
 
 
 def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback(monkeypatch, capsys):
-    import datasets
+    from workbench import datasets
 
     def broken(size):
         raise BrokenPipeError(32, "a worker's pipe")
@@ -364,7 +364,7 @@ def test_a_bad_argument_is_one_line_on_stderr_and_status_2(arguments, words, cap
     [
         (["machine", "--json"], ("workbench.machine", "describe"), KeyError),
         (["bench", "kernels", "--size", "ci"], ("workbench.bench.kernels", "run"), ValueError),
-        (["datasets"], ("datasets", "describe"), RuntimeError),
+        (["datasets"], ("workbench.datasets", "describe"), RuntimeError),
     ],
 )
 def test_an_internal_error_in_a_handler_propagates_with_its_traceback(arguments, patch, error, monkeypatch, capsys):

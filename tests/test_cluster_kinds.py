@@ -278,8 +278,8 @@ def test_under_umask_002_the_cache_directory_is_made_private_and_the_slurm_kind_
     # Issue 47, item 5: the numba cache (at import) and shared_security made ~/.cache/locality-workbench
     # 0775 under umask 002 (makedirs' mode reaches the last directory only), and shared_security then
     # refused the Slurm kind's own default log directory.
-    import kernels
-    from kernels.cache import cache_root
+    from workbench import kernels
+    from workbench.kernels.cache import cache_root
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not there yet: every directory made here
     root = cache_root()
@@ -297,7 +297,7 @@ def test_under_umask_002_the_cache_directory_is_made_private_and_the_slurm_kind_
 
 
 def test_a_cache_directory_an_older_workbench_left_open_is_made_private_again(tmp_path, monkeypatch, umask_002):
-    from kernels.cache import cache_directory, cache_root
+    from workbench.kernels.cache import cache_directory, cache_root
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cache_root().mkdir(mode=0o775)  # as `mkdir -p` made it under umask 002

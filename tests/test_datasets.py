@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-import datasets
+from workbench import datasets
 
 
 @pytest.mark.parametrize("name", datasets.names())

@@ -210,6 +210,13 @@ def test_the_gpu_line_names_the_devices_or_says_the_kernels_are_simulated():
         line = doctor.check_gpu([], simulated=simulated)
         assert line.ok and how in line.found and "NUMBA_ENABLE_CUDASIM=1" in line.found
         assert "runs simulated" in line.found
-    from kernels import gpu
+    from workbench.kernels import gpu
 
     assert gpu.devices() == [] or all(total > 0 for _, total in gpu.devices())  # this machine's own answer
+
+
+def test_another_distribution_that_installs_workbench_is_named():
+    assert doctor.check_import_name({"workbench": ["locality-workbench"], "numpy": ["numpy"]}).ok
+    clash = doctor.check_import_name({"workbench": ["locality_workbench", "workbench"]})
+    assert not clash.ok and "workbench also installs" in clash.found and "pip uninstall workbench" in clash.fix
+    assert doctor.check_import_name().ok  # this environment: the workbench alone

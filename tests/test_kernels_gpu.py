@@ -1,4 +1,4 @@
-"""The device kernels (kernels/gpu.py): their checks against the CPU kernels run in numba's CUDA
+"""The device kernels (workbench/kernels/gpu.py): their checks against the CPU kernels run in numba's CUDA
 simulator, in a pytest process of its own (tests/gpu_sim_cases.py says why); what needs no device
 runs here."""
 
@@ -14,7 +14,7 @@ def test_the_device_kernels_agree_with_the_cpu_kernels_in_the_simulator():
 
 
 def test_a_host_array_is_refused_before_any_device_is_needed():
-    from kernels import gpu
+    from workbench.kernels import gpu
 
     with pytest.raises(TypeError, match="x must be a device array"):
         gpu.histogram1d(np.zeros(3), 3, (0.0, 1.0))
@@ -24,7 +24,7 @@ def test_a_host_array_is_refused_before_any_device_is_needed():
 def test_device_addresses_overlap_as_numpy_says_the_host_bytes_do():
     """On a device, operands are compared by the addresses their ``__cuda_array_interface__`` names (the
     simulator's arrays are host arrays): a host array's own interface stands in for one here."""
-    from kernels import gpu
+    from workbench.kernels import gpu
 
     host = np.zeros((8, 12))
 

@@ -5,10 +5,10 @@ import textwrap
 import numpy as np
 import pytest
 
-import kernels
-from kernels import histogram
-from kernels.histogram import _grid, _line
-from kernels.testing import LAYOUTS, read_only, refused_dtypes
+from workbench import kernels
+from workbench.kernels import histogram
+from workbench.kernels.histogram import _grid, _line
+from workbench.kernels.testing import LAYOUTS, read_only, refused_dtypes
 
 PARALLEL = [False, True]
 EPS = np.finfo(np.float64).eps
@@ -150,7 +150,7 @@ def test_narrow_range_does_not_corrupt_the_heap_in_a_fresh_process():
     script = textwrap.dedent(
         """
         import numpy as np
-        import kernels
+        from workbench import kernels
         for parallel in (False, True):
             print(kernels.histogramdd(np.zeros((100000, 1)), 5, [(0.0, 1e-310)], parallel=parallel).tolist())
             print(kernels.histogram1d(np.zeros(100000), 5, (0.0, 1e-310), parallel=parallel).tolist())

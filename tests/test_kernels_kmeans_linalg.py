@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-import kernels
-from kernels.testing import LAYOUTS, read_only, refused_dtypes
+from workbench import kernels
+from workbench.kernels.testing import LAYOUTS, read_only, refused_dtypes
 
 
 @pytest.mark.parametrize("parallel", [False, True])

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kernels import prk, stream_sum
-from kernels.testing import LAYOUTS, read_only, refused_dtypes
+from workbench.kernels import prk, stream_sum
+from workbench.kernels.testing import LAYOUTS, read_only, refused_dtypes
 
 ITERATIONS = 6  # iteration 0 (warm-up) + 6 timed ones, as the PRK counts them
 

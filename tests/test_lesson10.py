@@ -69,7 +69,7 @@ def test_without_a_gpu_it_sets_the_simulator_says_so_first_and_the_workers_inher
         if __name__ == "__main__":
             session = workbench.start(n_workers=2)
             try:
-                from kernels import gpu as device_kernels
+                from workbench.kernels import gpu as device_kernels
                 print(json.dumps(sorted(set(session.client.run(device_kernels.simulated).values()))))
             finally:
                 session.close()

@@ -272,8 +272,7 @@ def test_plain_dask_gives_the_workbench_kernels_counts(session):
     import dask.array as da
     from distributed import futures_of
 
-    import datasets
-    import kernels
+    from workbench import datasets, kernels
 
     ds = datasets.get("histogram", "ci")
     bins, ranges = ds.params["bins"], ds.params["range"]

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 import pytest
 
-from kernels import prk, strides
+from workbench.kernels import prk, strides
 from workbench.lab import node_locality as nl
 from workbench.teach import NOT_YET, check
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import datasets
 import workbench
+from workbench import datasets
 from workbench.apps import histogram
 from workbench.runtime.store import Store, store_for
 from workbench.runtime.store.current import opened_store

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -92,9 +95,47 @@ def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
 
 
 def test_kernels_never_import_the_runtime():
-    for path in (ROOT / "kernels").rglob("*.py"):
+    for path in (ROOT / "workbench" / "kernels").rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"^\s*(from|import)\s+(workbench|datasets)\b", text, re.M), path
+        imports = re.findall(r"^\s*(?:from|import)\s+(workbench(?:\.\w+)*)", text, re.M)
+        assert all(name.startswith("workbench.kernels") for name in imports), (path, imports)
+
+
+def test_the_kernels_and_datasets_import_without_the_runtime():
+    """``import workbench`` loads nothing, so the kernels and the datasets come without Dask."""
+    code = (
+        "import sys\n"
+        "import workbench.kernels, workbench.datasets\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('distributed', 'workbench.runtime')))\n"
+        "assert not loaded, loaded\n"
+        "import workbench\n"
+        "assert callable(workbench.start) and 'distributed' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_distribution_that_owns_datasets_and_kernels_installs_beside_the_workbench(tmp_path):
+    """Hugging Face's ``datasets`` and PyPI's ``kernels`` own those top-level names: a stand-in for
+    them, installed by pip into the environment's path, and the workbench import side by side."""
+    source = tmp_path / "standin"
+    for package in ("datasets", "kernels"):
+        (source / package).mkdir(parents=True)
+        (source / package / "__init__.py").write_text(f"OWNER = 'stand-in {package}'\n")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "standin-owner"\nversion = "1.0"\n[tool.setuptools]\npackages = ["datasets", "kernels"]\n'
+    )
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*install, "--target", str(site), str(source)], check=True, timeout=300)
+    code = (
+        "import datasets, kernels, workbench.datasets, workbench.kernels\n"
+        "assert (datasets.OWNER, kernels.OWNER) == ('stand-in datasets', 'stand-in kernels')\n"
+        "assert workbench.datasets.get('histogram', 'ci').spec('points').shape[0] > 0\n"
+        "assert callable(workbench.kernels.histogram1d)\n"
+    )
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])  # the stand-in first
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

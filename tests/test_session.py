@@ -8,9 +8,8 @@ import psutil
 import pytest
 from store_helpers import Counter
 
-import datasets
-import kernels
 import workbench
+from workbench import datasets, kernels
 from workbench.apps import histogram
 from workbench.lab.sweep import histogram_block_sweep
 from workbench.runtime import session as session_module

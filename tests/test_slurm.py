@@ -25,9 +25,8 @@ import pytest
 from cluster_helpers import connects, refusal
 from slurm_helpers import SlurmUnavailable, local_slurm
 
-import datasets
-import kernels
 import workbench
+from workbench import datasets, kernels
 from workbench.apps import histogram
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks

@@ -4,8 +4,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-import datasets
-import kernels
+from workbench import datasets, kernels
 from workbench.lab.runner import run_experiment
 from workbench.runtime import splitter
 from workbench.runtime.blocks import PlacedBlocks

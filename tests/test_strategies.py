@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from import_helpers import module_imports, with_package_inits
 
-import datasets
-from workbench import apps
+from workbench import apps, datasets
 from workbench.lab.runner import run_experiment
 from workbench.runtime import strategies, trace
 from workbench.runtime.blocks import PlacedBlocks

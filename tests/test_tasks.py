@@ -6,9 +6,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import datasets
-import kernels
 import workbench
+from workbench import datasets, kernels
 from workbench.apps import kmeans as kmeans_app
 from workbench.memory import shm
 from workbench.runtime import rro, trace

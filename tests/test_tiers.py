@@ -47,7 +47,7 @@ def test_round_trip_on_every_tier(tier, tmp_path):
 
 
 def _device_here() -> bool:
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     return device_kernels.available()
 

@@ -42,7 +42,7 @@ BOUND = 60.0  # the longest wait of a rule (a bound, never a pause)
 def _tiers_here() -> tuple[str, ...]:
     """Every tier where a CUDA device (or numba's simulator: tests/gpu_sim_tier_cases.py) runs the gpu
     tier, the host tiers elsewhere (where placing on gpu is a clear error, tested in test_tiers.py)."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     return tiers.TIERS if device_kernels.available() else tiers.HOST_TIERS
 
@@ -103,7 +103,7 @@ class TierMachine(RuleBasedStateMachine):
         handle = self.handles[name]
         self.model[name] += delta
         if handle.tier == "gpu":  # in place on the device, by a device kernel: x = x + delta * 1
-            from kernels import gpu as device_kernels
+            from workbench.kernels import gpu as device_kernels
 
             ones = device_kernels.cuda.to_device(np.ones(handle.device.shape))
             device_kernels.stream_triad(handle.device, handle.device, ones, float(delta))

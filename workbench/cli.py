@@ -408,7 +408,7 @@ def _store(args: argparse.Namespace) -> int:
 
 
 def _datasets(args: argparse.Namespace) -> int:
-    import datasets
+    from workbench import datasets
 
     rows = datasets.describe(args.size)
     if args.json:

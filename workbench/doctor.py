@@ -312,6 +312,27 @@ def check_own_segments() -> Check:
     )
 
 
+DISTRIBUTION = "locality-workbench"  # the name pyproject.toml gives this project
+
+
+def check_import_name(owners: dict[str, list[str]] | None = None) -> Check:
+    """No other installed distribution claims the import name ``workbench`` (PyPI has a ``workbench``
+    project): where one does, which of the two ``import workbench`` finds depends on the order of
+    the installs. ``owners``: top-level name -> distributions (None: the environment's own)."""
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions() if owners is None else owners
+    others = sorted({d for d in owners.get("workbench", []) if d.lower().replace("_", "-") != DISTRIBUTION})
+    if not others:
+        return Check("import name", True, "only this project installs the package 'workbench'")
+    return Check(
+        "import name",
+        False,
+        f"{', '.join(others)} also installs a package called 'workbench': one of the two shadows the other",
+        f"pip uninstall {' '.join(others)}, or give the workbench an environment of its own (python -m venv)",
+    )
+
+
 def check_numba_cache(directory: str | None) -> Check:
     """The numba cache directory can be created and written (kernels compile once, then load)."""
     fix = "export NUMBA_CACHE_DIR=$HOME/.cache/numba (an absolute path to a writable directory), or unset it"
@@ -331,14 +352,14 @@ def check_numba_cache(directory: str | None) -> Check:
 
 
 def check_gpu(devices: list[tuple[str, int]], simulated: bool) -> Check:
-    """The GPUs numba's CUDA target sees (optional: the device kernels of ``kernels/gpu.py`` need one,
+    """The GPUs numba's CUDA target sees (optional: the device kernels of ``workbench/kernels/gpu.py`` need one,
     or numba's simulator, which gives their answers but not their times)."""
     if devices:
         listed = ", ".join(f"{name} ({format_bytes(total)})" for name, total in devices)
         return Check(
             "GPU",
             True,
-            f"{listed}: the gpu tier and the device kernels (kernels/gpu.py) run on it; lesson 10 and "
+            f"{listed}: the gpu tier and the device kernels (workbench/kernels/gpu.py) run on it; lesson 10 and "
             "'workbench bench gpu' measure it",
         )
     how = "this process runs numba's CUDA simulator" if simulated else "none that numba's CUDA target sees"
@@ -499,8 +520,8 @@ def check_servers() -> list[Check]:
 def run(quick: bool = False, learners: int | None = None) -> list[Check]:
     """Every check, in the order a learner would fix them; ``quick`` skips those that start servers.
     ``learners``: also say whether a class of that many fits on this machine (see :func:`check_learners`)."""
-    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
-    from kernels import gpu
+    from workbench import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+    from workbench.kernels import gpu
 
     info = machine.describe()
     checks = [
@@ -511,6 +532,7 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
         check_own_segments(),
         check_learners(info["logical_cores"], info["memory_available"], info["shm"], learners),
         check_numba_cache(os.environ.get("NUMBA_CACHE_DIR")),
+        check_import_name(),
         check_gpu(gpu.devices(), gpu.simulated()),
         check_lab_extensions(),
     ]

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from datasets import Dataset
 from workbench.apps.registry import BLOCKS_PER_WORKER, Application, PlacedData, register
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan

@@ -1,7 +1,7 @@
 """The n-dimensional histogram of a blocked point set (thesis ch. 4-5), under every strategy.
 
-The work of a block is ``kernels.histogramdd`` (its counts), the merge adds counts, and a
-partition's blocks are counted into one table in one call (``kernels.histogramdd_blocks``: the
+The work of a block is ``workbench.kernels.histogramdd`` (its counts), the merge adds counts, and a
+partition's blocks are counted into one table in one call (``workbench.kernels.histogramdd_blocks``: the
 bins' layout worked out once per partition, not once per block). The variants are the
 strategies: ``blocks`` (one task per block, the baseline), ``fetch`` (the caller gathers every
 block and bins them itself), ``rechunk``, ``split``, ``split-materialized``, ``active`` and
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-import kernels
-from datasets import Dataset
+from workbench import kernels
 from workbench.apps.registry import BLOCKS_PER_WORKER, Application, PlacedData, register, resized
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork

@@ -12,7 +12,7 @@ task; the other variants (``blocks``, ``rechunk``, ``split``, ``split-materializ
 ``non-active``; thesis Listing 4.9 for the store) run the same function with their own locality,
 and so do the memory-tier configurations of thesis ch. 6 (``dram``, ``mapped``, ``cached``, ``disk``,
 ``dynamic``, the peers ``dask-spill`` and ``memmap``: :mod:`workbench.runtime.strategies.tiers`).
-A partition's fragments are summed in one kernel call (``kernels.kmeans_partial_blocks``).
+A partition's fragments are summed in one kernel call (``workbench.kernels.kmeans_partial_blocks``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
-import datasets
-import kernels
-from datasets import Dataset
+from workbench import datasets, kernels
 from workbench.apps.registry import Application, PlacedData, register
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan

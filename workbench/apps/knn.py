@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from datasets import Dataset
 from workbench.apps.registry import BLOCKS_PER_WORKER, Application, PlacedData, register, resized
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Broadcast, Plan

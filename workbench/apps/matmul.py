@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-import datasets
-import kernels
-from datasets import Dataset
+from workbench import datasets, kernels
 from workbench.apps.registry import Application, PlacedData, register
 from workbench.apps.tiered import stack_rows
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Broadcast, Plan

@@ -4,7 +4,7 @@ Each is an SPMD program: one block per rank (the rank's part of the problem, mad
 as the PRK initialise in place), a block function that takes the rank's context and talks to the
 other ranks through channels, and a merge of the ranks' results. They run under ``channels``
 (in place: shared memory on a node, sockets between nodes) and ``eager`` (every message a new
-array sent worker to worker by Dask), and each answer is verified by the PRK's own check (``kernels.prk``).
+array sent worker to worker by Dask), and each answer is verified by the PRK's own check (``workbench.kernels.prk``).
 
 * ``prk-reduce``: every rank's vector += 1, then the vectors summed into the root's (binomial
   tree, in place), ``iterations + 1`` times; every root element must be ``reduce_expected``.
@@ -22,9 +22,9 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-import kernels
-from datasets import Dataset
+from workbench import kernels
 from workbench.apps.registry import Application, PlacedData, register
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.channels import Rank
 from workbench.runtime.session import Session

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datasets import Dataset
+from workbench.datasets import Dataset
 from workbench.names import did_you_mean
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks
@@ -173,7 +173,7 @@ class Application:
 
 def resized(dataset: Dataset, params: dict[str, Any], shape_keys: Sequence[str] = ("points",)) -> Dataset:
     """The dataset with the shape parameters found in ``params`` (e.g. ``points``) overriding its size's."""
-    import datasets
+    from workbench import datasets
 
     shape = {k: int(params[k]) for k in shape_keys if k in params}
     return datasets.get(dataset.name, dataset.size, dataset.seed, **shape) if shape else dataset

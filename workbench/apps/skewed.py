@@ -2,7 +2,7 @@
 
 The points are laid out as an HPC code decomposes its domain: contiguous runs of blocks, one run
 per worker (:func:`~workbench.runtime.blocks.place_contiguous`). Each block's work is the k-means
-partial step repeated ``repeat`` times its cost factor (:func:`datasets.block_costs`: a heavy head,
+partial step repeated ``repeat`` times its cost factor (:func:`workbench.datasets.block_costs`: a heavy head,
 block 0 costing ``skew`` times the last), so with ``skew`` > 1 the first workers hold the expensive
 region and ``split``'s pinned partitions wait for them. The answer does not depend on the costs
 (only the last repetition's sums are kept): every variant must return the same centres.
@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-import datasets
-import kernels
-from datasets import Dataset
+from workbench import datasets, kernels
 from workbench.apps.kmeans import add_partials
 from workbench.apps.registry import Application, PlacedData, register
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks, place_contiguous, rows_per_block
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Plan

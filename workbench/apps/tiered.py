@@ -7,7 +7,7 @@ fetched through the store to where the task runs) and under ``blocks`` (plain Da
 baseline). k-means and blocked matmul, the other two applications of the chapter, carry the same
 variants in their own modules.
 
-* ``histogram1d``: counts of 64 equal bins of uniform values (``kernels.histogram1d`` per block,
+* ``histogram1d``: counts of 64 equal bins of uniform values (``workbench.kernels.histogram1d`` per block,
   counts added). The result is small: where the data lies is all that matters.
 * ``matadd``: ``C = A + B`` by row blocks (A the placed blocks, B aligned with them); the result
   is as big as the inputs and goes back to the caller (a *returned* result; a *volatile* one stays
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-import kernels
-from datasets import Dataset
+from workbench import kernels
 from workbench.apps.histogram import check as check_counts
 from workbench.apps.histogram import sum_counts
 from workbench.apps.registry import Application, PlacedData, register, resized
+from workbench.datasets import Dataset
 from workbench.runtime.blocks import PlacedBlocks
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork
@@ -52,7 +52,7 @@ def prepare_histogram1d(session: Session, dataset: Dataset, params: dict[str, An
 
 
 def add_blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` for one row block (``kernels.matrix_add``, into a new array: the result returned)."""
+    """``a + b`` for one row block (``workbench.kernels.matrix_add``, into a new array: the result returned)."""
     return kernels.matrix_add(a, b)
 
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import datasets
-from workbench import machine
+from workbench import datasets, machine
 from workbench.apps import skewed
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.opening import bench_session, checked_size

@@ -39,7 +39,7 @@ NOT_MEASURED = {
 
 def why_not() -> str | None:
     """Why this machine cannot measure the benchmark (one line), or None where a real device runs it."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     if device_kernels.simulated():
         return "numba's CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1): its times mean nothing"

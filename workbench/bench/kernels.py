@@ -22,12 +22,11 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-import kernels
-from kernels import prk
-from workbench import machine
+from workbench import kernels, machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.opening import checked_size
 from workbench.bench.progress import Progress
+from workbench.kernels import prk
 from workbench.lab.timing import time_once
 
 GB = 1e9
@@ -142,7 +141,7 @@ def _cases() -> list[Case]:
 
 def _data_cases() -> list[Case]:
     """The histograms' and k-means' kernels (numba parallel and serial against numpy)."""
-    from kernels import histogram, kmeans
+    from workbench.kernels import histogram, kmeans
 
     unit = [(0.0, 1.0)] * 5
     return [
@@ -176,7 +175,7 @@ def _data_cases() -> list[Case]:
 
 def _linalg_cases() -> list[Case]:
     """Matrix addition and C += A @ B."""
-    from kernels import linalg
+    from workbench.kernels import linalg
 
     return [
         Case(
@@ -264,7 +263,7 @@ def to_compile(only: list[str] | None = None) -> list[str]:
     compile: numba's cache holds none of their functions for their current source. (A kernel calls some
     of its functions only at some sizes, e.g. histogramdd's chunked loop: one whose other functions
     were cached by a run at another size counts as cached; its compile then costs a fraction.)"""
-    from kernels import stream
+    from workbench.kernels import stream
 
     steps = {STREAM: (stream._stream_sum,)}
     for case in _cases():

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from datasets import SIZES
 from workbench import machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.datasets import SIZES
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session
 

@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from datasets import SIZES
 from workbench import machine
 from workbench.apps import registry
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
 from workbench.bench.splitter import per_iteration
+from workbench.datasets import SIZES
 from workbench.lab.runner import grid_points, run_experiment
 from workbench.runtime.session import Session
 from workbench.runtime.store import PersistentObject, Store, active

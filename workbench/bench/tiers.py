@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-import kernels
-from workbench import machine
+from workbench import kernels, machine
 from workbench.bench.goals import goal, goal_lines, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress

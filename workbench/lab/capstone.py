@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import datasets
-import kernels
+from workbench import datasets, kernels
 from workbench.apps import kmeans, knn
 from workbench.lab.runner import traced_call
 from workbench.runtime import strategies

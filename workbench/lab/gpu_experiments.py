@@ -64,7 +64,7 @@ def size_named(size: str) -> GpuSize:
 def device() -> dict[str, Any]:
     """What runs the experiments: the GPU's name and memory, or that numba's simulator stands in.
     A :class:`~workbench.memory.tiers.TierError` where neither can."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     gpu.cuda()
     if device_kernels.simulated():
@@ -128,7 +128,7 @@ def device_floor(size: str = "ci") -> dict[str, Any]:
     """STREAM's triad ``a = b + s*c`` on the device: 3 vectors of ``stream_items`` float64 per run
     (two read, one written), in GB/s: the device memory bandwidth a kernel can reach (median), and
     every run's nanoseconds per byte (``runs_ns_per_byte``)."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     cuda, s = gpu.cuda(), size_named(size)
     b = cuda.to_device(np.ones(s.stream_items))
@@ -149,7 +149,7 @@ def device_floor(size: str = "ci") -> dict[str, Any]:
 def histogram_rate(size: str = "ci", floor_gbs: float | None = None) -> dict[str, Any]:
     """The device histogram's read rate (GB/s of values counted) over ``points * dims`` float64 values
     already on the device, its counts checked against numpy's, and its share of the triad's rate."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     cuda, s = gpu.cuda(), size_named(size)
     values = np.random.default_rng(39).random(s.points * s.dims)
@@ -169,7 +169,7 @@ def histogram_rate(size: str = "ci", floor_gbs: float | None = None) -> dict[str
 
 def kmeans_step(points: Any, centres: np.ndarray) -> np.ndarray:
     """One Lloyd iteration on the device points (n, d): the new centres (a centre no point chose stays)."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     sums, counts = device_kernels.kmeans_partial(points, centres)
     return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], centres)
@@ -226,10 +226,10 @@ class Readings(PersistentObject):
     def histogram(self, bins: int, low: float, high: float) -> np.ndarray:
         """Counts of the values in ``bins`` equal bins over ``[low, high]`` (numpy's counts exactly)."""
         if gpu.is_device_array(self.values):
-            from kernels import gpu as device_kernels
+            from workbench.kernels import gpu as device_kernels
 
             return device_kernels.histogram1d(self.values, bins, (low, high))
-        from kernels.histogram import histogram1d
+        from workbench.kernels.histogram import histogram1d
 
         return histogram1d(np.asarray(self.values), bins, (low, high))
 
@@ -237,7 +237,7 @@ class Readings(PersistentObject):
     def scale(self, factor: float) -> None:
         """Multiply every value by ``factor`` in place (on the device for a ``gpu`` object)."""
         if gpu.is_device_array(self.values):
-            from kernels import gpu as device_kernels
+            from workbench.kernels import gpu as device_kernels
 
             zeros = device_kernels.cuda.device_array_like(self.values)
             zeros.copy_to_device(np.zeros(self.values.shape, dtype=self.values.dtype))
@@ -281,7 +281,7 @@ def store_active_vs_non_active(session: Any, size: str = "ci") -> dict[str, Any]
             active_counts = proxy.histogram.value(*args)
         active_s = (time.perf_counter() - start) / s.repeats
         active_bytes = off_device() - before
-        from kernels.histogram import histogram1d
+        from workbench.kernels.histogram import histogram1d
 
         before = off_device()
         start = time.perf_counter()

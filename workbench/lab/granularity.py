@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-import datasets
+from workbench import datasets
 from workbench.apps import registry
 from workbench.lab.runner import Experiment, run_experiment
 from workbench.runtime.session import Session

@@ -6,8 +6,7 @@ import statistics
 
 import pandas as pd
 
-import datasets
-import kernels
+from workbench import datasets, kernels
 from workbench.lab.timing import sample_seconds, time_once
 
 

@@ -44,7 +44,7 @@ import numba
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from kernels import prk, strides
+from workbench.kernels import prk, strides
 from workbench.lab.stats import claim
 from workbench.runtime.session import PinnedCall, Session
 

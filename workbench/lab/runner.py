@@ -26,9 +26,8 @@ from typing import Any, NamedTuple, TypeVar
 import pandas as pd
 from distributed import get_task_stream
 
-import datasets
 import workbench
-from workbench import machine
+from workbench import datasets, machine
 from workbench.apps import registry
 from workbench.lab import stats
 from workbench.runtime import counts

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-import datasets
+from workbench import datasets
 from workbench.lab.runner import run_experiment
 from workbench.runtime.blocks import rows_per_block
 from workbench.runtime.session import Session

@@ -2,7 +2,7 @@
 
 A GPU's memory is one more place an array can live, with the question the thesis asked of NVM: copy
 the data in for every use, or keep it where the compute is? On this tier an array is a device array
-(numba's, taken by every kernel of :mod:`kernels.gpu`); the bytes cross the bus only when the caller
+(numba's, taken by every kernel of :mod:`workbench.kernels.gpu`); the bytes cross the bus only when the caller
 says so, and every crossing is counted (:attr:`DeviceMemory.transfers`):
 
 * :meth:`DeviceMemory.put` copies a host array in (host to device, counted);
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels._checks import is_device_array
+from workbench.kernels._checks import is_device_array
 from workbench.memory.tier_base import TierArray, TierError
 from workbench.units import size_text
 
@@ -42,7 +42,7 @@ NUMBER_KINDS = "biufc"  # booleans, integers, floats, complex: what device kerne
 def cuda() -> Any:
     """``numba.cuda``, when a CUDA device (or numba's simulator) can run; a :class:`TierError` saying
     what to do otherwise."""
-    from kernels import gpu as device_kernels
+    from workbench.kernels import gpu as device_kernels
 
     if not device_kernels.available():
         raise TierError(

@@ -51,7 +51,7 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 from distributed.system import MEMORY_LIMIT
 
-from kernels.cache import cache_root, private_directories
+from workbench.kernels.cache import cache_root, private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.dashboard import (
     NO_WORKER_ROUTES_ENV,
@@ -78,7 +78,7 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 def worker_env(threads_per_worker: int) -> dict[str, str]:
     """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
-    import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+    from workbench import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
 
     return {"NUMBA_NUM_THREADS": str(threads_per_worker), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import datasets
+from workbench import datasets
 from workbench.teach.answers import close, fmt, number
 from workbench.teach.feedback import not_yet, passed
 from workbench.teach.registry import exercise

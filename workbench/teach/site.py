@@ -40,7 +40,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from workbench.teach import site_pages
+from workbench.teach import api_reference, site_pages
 from workbench.teach.execute import execute
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +67,7 @@ PAGES = (  # every page of docs/course/, in the site's order (a test holds the t
     "code-of-conduct",
     "LICENSE",
 )
+API_PAGE = "api"  # the API reference (workbench.teach.api_reference), at the site's top beside index
 BENCH = ROOT / "build" / "bench"  # where 'workbench bench all' writes its runs (HOST-TIME/results.json)
 BUILD_SECONDS = 900
 MAX_BYTES = 10 * 2**20  # the whole site, BokehJS included once
@@ -145,6 +146,7 @@ def _toc(pages: Sequence[str], notebooks: Sequence[Path]) -> dict:
                 "caption": "Lessons (executed at size ci)",
                 "chapters": [{"file": f"{LESSON_DIR}/{p.stem}"} for p in notebooks],
             },
+            {"caption": "The library", "chapters": [{"file": API_PAGE}]},
         ],
     }
 
@@ -170,7 +172,8 @@ def _index(notebooks: Sequence[Path]) -> str:
         f"- [Going to a cluster]({c}/cluster.md) and the [wrap-up]({c}/wrap-up.md)\n"
         f"- [Glossary]({c}/glossary.md), [bibliography]({c}/bibliography.md), "
         f"[code of conduct]({c}/code-of-conduct.md)\n"
-        f"- The course material is [CC-BY-4.0]({c}/LICENSE.md)\n\n"
+        f"- The course material is [CC-BY-4.0]({c}/LICENSE.md)\n"
+        f"- The library's [API reference]({API_PAGE}.md): every public name, from its docstring\n\n"
         "## Lessons\n\nEach page is the lesson executed at the small *ci* size (seconds on a laptop), "
         "its figures computed by that run; the exercises' solutions are shown.\n\n" + rows + "\n"
     )
@@ -230,6 +233,7 @@ def assemble(source: Path = SOURCE, executed: Path = EXECUTED, bench_results: Pa
     for notebook, page in zip(notebooks, pages, strict=True):
         nbformat.write(page, source / LESSON_DIR / notebook.name)
     (source / "index.md").write_text(_index(notebooks))
+    (source / f"{API_PAGE}.md").write_text(api_reference.markdown())
     (source / "_config.yml").write_text(yaml.safe_dump(_config(), sort_keys=False))
     (source / "_toc.yml").write_text(yaml.safe_dump(_toc(PAGES, notebooks), sort_keys=False))
     return source

@@ -25,7 +25,7 @@ import pandas as pd
 from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
-from kernels.cache import private_directories
+from workbench.kernels.cache import private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.blocks import persist_row_blocks
 from workbench.runtime.session import Session

@@ -21,8 +21,8 @@ import numpy as np
 from distributed import Future
 from distributed.protocol import to_serialize
 
-import kernels
 import workbench.runtime.store.tiering as tiering
+from workbench import kernels
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import StoreError, check_writable

@@ -31,7 +31,7 @@ from workbench.names import did_you_mean
 
 F = TypeVar("F", bound=Callable[..., Any])
 ACTIVE_ATTRIBUTE = "__workbench_active__"  # on a function: {"writes": bool}
-PROJECT_MODULES = ("workbench", "kernels", "datasets")  # installed on every worker with the workbench
+PROJECT_MODULES = ("workbench",)  # installed on every worker with the workbench (its kernels and datasets too)
 
 
 @overload

@@ -7,7 +7,7 @@ Small results come back to the host (a histogram's counts, k-means' sums and cou
 array results (matrix add, multiply-accumulate, the STREAM triad) stay on the device.
 
 - :func:`histogram1d`: ``numpy.histogram``'s counts to the last one, as
-  :func:`kernels.histogram.histogram1d`: the same edges, the same sure estimate and the same one-step
+  :func:`workbench.kernels.histogram.histogram1d`: the same edges, the same sure estimate and the same one-step
   correction (the constants come from that module), counted with atomics into a per-block table in
   shared memory, then added to the device total.
 - :func:`kmeans_partial`: the nearest centre of each point (first of the smallest, a NaN distance
@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels import histogram as cpu_histogram
-from kernels import kmeans as cpu_kmeans
-from kernels._checks import bin_range, is_device_array, positive_int, require_apart
-from kernels.histogram import _line_cached, _range_key
+from workbench.kernels import histogram as cpu_histogram
+from workbench.kernels import kmeans as cpu_kmeans
+from workbench.kernels._checks import bin_range, is_device_array, positive_int, require_apart
+from workbench.kernels.histogram import _line_cached, _range_key
 
 THREADS = 256  # threads per block
 MAX_BLOCKS = 1024  # blocks of a grid-stride launch; more add scheduling, not bandwidth
@@ -112,7 +112,7 @@ def _addresses(array: Any) -> np.ndarray | None:
 
 
 def _apart(names: tuple[str, str], arrays: tuple[Any, Any], *, same_ok: bool = False) -> None:
-    """:func:`kernels._checks.require_apart` for device arrays: a read operand and a written one that
+    """:func:`workbench.kernels._checks.require_apart` for device arrays: a read operand and a written one that
     overlap are refused (``same_ok``: unless they are the very same elements, for element-wise kernels)."""
     read, written = _addresses(arrays[0]), _addresses(arrays[1])
     if read is not None and written is not None:
@@ -175,7 +175,7 @@ def _histogram_global(x, edges, keep_low, keep_high, first, denom, n_scale, low,
 
 def histogram1d(x: Any, bins: int, range: tuple[float, float]) -> np.ndarray:
     """Counts (int64, on the host) of the device array ``x`` in ``bins`` equal bins over ``range``:
-    ``numpy.histogram(x, bins, range)[0]`` exactly, as :func:`kernels.histogram.histogram1d`."""
+    ``numpy.histogram(x, bins, range)[0]`` exactly, as :func:`workbench.kernels.histogram.histogram1d`."""
     x = device_array("x", x, 1)
     bins = positive_int("bins", bins)
     low, high = bin_range("range", range)
@@ -210,7 +210,7 @@ def _kmeans_partial(points, centres, sums, counts):
 
 def kmeans_partial(points: Any, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(sums, counts)`` on the host of the device points (n, d) against ``centres`` (k, d; a host
-    array: it changes every iteration and is small), as :func:`kernels.kmeans.kmeans_partial_blocks`."""
+    array: it changes every iteration and is small), as :func:`workbench.kernels.kmeans.kmeans_partial_blocks`."""
     points = device_array("points", points, 2)
     centres = cpu_kmeans._centres(centres)
     if centres.shape[1] != points.shape[1]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import (
+from workbench.kernels._checks import (
     as_array,
     native,
     positive_int,

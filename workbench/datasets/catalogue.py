@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from datasets.streams import uniform_region
+from workbench.datasets.streams import uniform_region
 
 SIZES = ("ci", "lab", "full")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import tempfile
 
-from kernels.cache import cache_directory
+from workbench.kernels.cache import cache_directory
 
 
 def _default_numba_cache_dir() -> str:
     """A writable cache directory, so compiled kernels are reused across processes and runs: the
-    user's ``~/.cache/locality-workbench/numba`` (made 0700, :mod:`kernels.cache`), else (a home that
+    user's ``~/.cache/locality-workbench/numba`` (made 0700, :mod:`workbench.kernels.cache`), else (a home that
     cannot hold it) a new private directory in the temporary directory, which this process's workers
     share: never a fixed name there, which another user could make first and fill with compiled code."""
     try:
@@ -35,27 +35,27 @@ import numba.core.config  # noqa: E402
 if not numba.core.config.CACHE_DIR:  # numba was imported before us: tell it directly
     numba.core.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 
-from kernels import prk  # noqa: E402
-from kernels.histogram import (  # noqa: E402
+from workbench.kernels import prk  # noqa: E402
+from workbench.kernels.histogram import (  # noqa: E402
     histogram1d,
     histogram1d_reference,
     histogramdd,
     histogramdd_blocks,
     histogramdd_reference,
 )
-from kernels.kmeans import (  # noqa: E402
+from workbench.kernels.kmeans import (  # noqa: E402
     kmeans_partial,
     kmeans_partial_blocks,
     kmeans_partial_reference,
     kmeans_update,
 )
-from kernels.linalg import (  # noqa: E402
+from workbench.kernels.linalg import (  # noqa: E402
     matrix_add,
     matrix_add_reference,
     multiply_accumulate,
     multiply_accumulate_reference,
 )
-from kernels.stream import stream_sum  # noqa: E402
+from workbench.kernels.stream import stream_sum  # noqa: E402
 
 __all__ = [
     "histogram1d",

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import as_array, native, require_float, require_ndim
+from workbench.kernels._checks import as_array, native, require_float, require_ndim
 
 
 @njit(nogil=True, cache=True, parallel=True)

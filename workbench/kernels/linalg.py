@@ -9,7 +9,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import (
+from workbench.kernels._checks import (
     as_array,
     native,
     require_apart,

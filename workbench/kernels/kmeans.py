@@ -17,7 +17,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels._checks import as_array, read_array, require_float, require_ndim
+from workbench.kernels._checks import as_array, read_array, require_float, require_ndim
 
 NO_LABELS = np.empty(0, dtype=np.int64)  # labels argument of a call that wants sums and counts only
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kernels._checks import as_array, native, positive_int, require_float, require_ndim
+from workbench.kernels._checks import as_array, native, positive_int, require_float, require_ndim
 
 REORDER = {"reassoc", "nsz"}  # may reorder float additions (SIMD, several partial sums); no NaN/Inf assumptions
 
