@@ -79,7 +79,14 @@ OUTSIDE = {
         "workbench.memory.tiers",
         "workbench.memory.placement",
     },
-    "handles": {"workbench.runtime", "workbench.runtime.session", "workbench.runtime.trace"},
+    # and the kernels (the bottom layer: ``from workbench import kernels`` names the package too)
+    "handles": {
+        "workbench",
+        "workbench.kernels",
+        "workbench.runtime",
+        "workbench.runtime.session",
+        "workbench.runtime.trace",
+    },
     "local": set(),
     "client": None,
     "__init__": set(),
