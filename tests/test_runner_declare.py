@@ -5,6 +5,8 @@ fail, so one that tried would say so)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 import workbench
@@ -232,3 +234,28 @@ def test_the_runner_stops_when_the_comparison_is_decided_and_repeats_up_to_the_b
     assert _rounds(elsewhere, NOISE) == {'{"blocks_per_worker": 1}': 8}
     unclaimed = declare("histogram", ["blocks", "split"], size="lab", grid=one_point, repeats=3, settle=[])
     assert _rounds(unclaimed, NOISE) == {'{"blocks_per_worker": 1}': 3}  # nothing to settle: the minimum
+
+
+def test_a_round_past_the_minimum_runs_only_the_variants_still_undecided():
+    """Three variants, one comparison to settle (blocks vs split, noise alone): rounds 4 to 8 run
+    those two, and the third, which nothing waits on, keeps its three runs."""
+    declared = declare(
+        "histogram",
+        ["blocks", "split", "dask"],
+        size="lab",
+        grid={"blocks_per_worker": [1]},
+        repeats=3,
+        settle=[("blocks", "split")],
+    )
+    feed = {name: iter(values) for name, values in {**NOISE, "dask": [1.0] * 9}.items()}
+    runs = runner._Runs(None, declared, trace=False, nodes={}, bar=runner._progress(1, False))
+    runs.once = lambda name, prepared, params, trace: (
+        {"variant": name, **params, "seconds": next(feed[name])},
+        0,
+        None,
+    )
+    runs.check = lambda answers, prepared, params: None
+    runs.point(_Prepared(), {"blocks_per_worker": 1}, 0)
+    ran = Counter(row["variant"] for row in runs.results)
+    assert ran == {"blocks": 8, "split": 8, "dask": 3}
+    assert runs.bar.total == 1 + 5 * 2  # the bar grew by the two variants of each extra round

@@ -8,7 +8,9 @@ and a trace (Dask's task stream, transfer bytes, workbench events).
 
 The rounds adapt: after ``repeats`` rounds at a point, the runner adds rounds while a comparison
 that matters there (:class:`Comparison`; by default every variant against the baseline) is not
-decided yet, up to ``max_repeats`` (:func:`workbench.lab.stats.another_round` is the rule).
+decided yet, up to ``max_repeats`` (:func:`workbench.lab.stats.another_round` is the rule). Such a
+round runs only the variants of the comparisons still undecided (still interleaved), so a variant
+nothing waits on costs its ``repeats`` runs and no more.
 """
 
 from __future__ import annotations
@@ -359,8 +361,8 @@ def declare(
     Rounds: at least ``repeats`` at each point, then more while a comparison of ``settle`` (pairs
     ``(first, second)`` or :class:`Comparison`; None: every variant against the baseline) is
     undecided there, up to ``max_repeats`` (None: :func:`default_max_repeats`: ``MAX_REPEATS[size]``,
-    none more at ci; ``repeats`` of 1 is one run, no statistics). ``max_repeats=repeats`` is a fixed
-    count.
+    none more at ci; ``repeats`` of 1 is one run, no statistics); a round past ``repeats`` runs the
+    variants of the undecided comparisons only. ``max_repeats=repeats`` is a fixed count.
 
     The baseline, every other variant's answer is checked against: ``baseline``, else the
     application's own when it is among the variants (or none were named), else the first named;
@@ -476,8 +478,9 @@ class _Runs:
 
     def point(self, prepared: Any, params: dict[str, Any], index: int) -> None:
         """Grid point ``index``: a warm-up of each variant (answers checked against the baseline's),
-        then ``repeats`` timed rounds of every variant, and more while a comparison that matters here is
-        undecided (up to ``max_repeats``), each run starting from the same holders."""
+        then ``repeats`` timed rounds of every variant, and more rounds of the variants of a comparison
+        that matters here while it is undecided (up to ``max_repeats``), each run starting from the same
+        holders: a variant no comparison waits on keeps its ``repeats`` runs."""
         self.locality[point_key(params)] = prepared.locality()
         holders = prepared.holders()  # copies a run left (steals, fetches) are dropped after each
         answers = {}
@@ -493,10 +496,13 @@ class _Runs:
         while stats.another_round(
             [(times[a], times[b]) for a, b in pairs], rounds, declared.repeats, declared.max_repeats
         ):
-            if rounds >= declared.repeats:  # a round beyond the minimum: the bar grows by one round
-                self.bar.total += len(declared.variants)
+            names = declared.variants
+            if rounds >= declared.repeats:  # a round beyond the minimum: only what is still undecided
+                pending = {v for a, b in pairs if stats.undecided(times[a], times[b]) for v in (a, b)}
+                names = [name for name in declared.variants if name in pending]
+                self.bar.total += len(names)
                 self.bar.refresh()
-            for name in declared.variants:
+            for name in names:
                 run_id = f"run-{len(self.results):04d}"
                 row, _, frame = self.once(name, prepared, params, trace=self.trace)
                 prepared.restore(holders)

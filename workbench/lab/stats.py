@@ -267,10 +267,13 @@ def another_round(
         return True
     if rounds >= most:
         return False
-    for first, second in comparisons:
-        if min(len(first), len(second)) < 2 or not time_ratio(first, second).decided:
-            return True
-    return False
+    return any(undecided(first, second) for first, second in comparisons)
+
+
+def undecided(first: Sequence[float], second: Sequence[float]) -> bool:
+    """Whether one comparison of two samples of times is not yet decided: fewer than two runs of a
+    side, or a ratio whose interval still includes 1 past the ``CLOSE`` margin (:attr:`Ratio.decided`)."""
+    return min(len(first), len(second)) < 2 or not time_ratio(first, second).decided
 
 
 def mean_ci(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
