@@ -15,22 +15,28 @@ LAB_FLAGS := $(if $(DISPLAY),,--no-browser) $(if $(filter 0,$(shell id -u)),--al
 # The project's JupyterLab settings come first (jupyter-config/README.md: no news or update toasts).
 LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}
 
-.PHONY: lab test test-lab-figures lint install install-test bench bench-node peers site clean distclean
+.PHONY: lab test test-lab-figures test-oldest wheelhouse lint install install-test bench bench-node bench-device peers site clean distclean
 
 install: $(STAMP)
 install-test: $(TEST_STAMP)
 
+# WHEELS=DIR: every install below takes its wheels from the bundle in DIR ('make wheelhouse', carried to a
+# node with no package index) and asks no index.
+WHEELHOUSE ?= build/wheelhouse
+WHEELS ?=
+PIP_FROM := $(if $(WHEELS),--no-index --find-links $(abspath $(WHEELS)),)
+
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python >= 3.11 is needed; run: make PYTHON=python3.12 ...")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) -e ".[test]"
 	touch $(TEST_STAMP)
 
 # Every lesson's cluster serves Dask's dashboard, linked through JupyterLab's proxy (jupyter-server-proxy):
@@ -54,6 +60,25 @@ test: lint
 test-lab-figures: $(TEST_STAMP)
 	WORKBENCH_LAB_FIGURES=1 $(BIN)/python -m pytest tests/test_notebooks_in_browser.py -k at_lab
 
+# Every wheel the workbench needs, for a node with no package index (README, "On an HPC cluster"):
+# BUNDLE_FLAGS="--python 3.12 --platform manylinux2014_x86_64 --extra gpu" names another node.
+wheelhouse: $(STAMP)
+	$(BIN)/workbench bundle $(WHEELHOUSE) $(BUNDLE_FLAGS)
+
+# The oldest versions pyproject.toml supports (.ci/oldest.txt), bundled, installed into $(OLDEST_VENV) in a
+# network namespace with no network (.ci/offline), and the Dask seam's contract tests and the smoke subset
+# run there against them, still without a network (.ci/run runs it after `make test`).
+OLDEST_VENV ?= .venv-oldest
+OLDEST_WHEELS ?= build/wheelhouse-oldest
+SMOKE_TESTS := tests/test_dask_seam.py tests/test_store.py tests/test_kernels_histogram.py \
+  tests/test_splitter.py::test_three_ways_to_run_a_partition_agree tests/test_splitter.py::test_granularity_variants_give_the_same_answer \
+  tests/test_tasks.py::test_every_mode_gives_the_same_product tests/test_tasks.py::test_rro_publishes_once_per_node_and_hits_the_table \
+  "tests/test_notebooks.py::test_notebook_runs_at_ci_size[00-welcome.ipynb]"
+test-oldest: $(STAMP)
+	$(BIN)/workbench bundle $(OLDEST_WHEELS) --constraint .ci/oldest.txt --extra test-core
+	.ci/offline $(OLDEST_WHEELS) $(OLDEST_VENV) "locality-workbench[test-core]" -- \
+	  $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider -q $(SMOKE_TESTS)
+
 # The course site: syllabus, guide, setup and every lesson executed at size ci (build/site/index.html).
 site: $(TEST_STAMP)
 	$(BIN)/python -m workbench.teach.site
@@ -70,6 +95,14 @@ NODE_WORKERS ?= 16
 bench-node: $(STAMP)
 	$(BIN)/workbench bench all --workers $(NODE_WORKERS) --only shm,splitter,store $(BENCH_FLAGS)
 
+# The node's and the GPU's measurements in one command, on a 16-core GPU node with no package index
+# (README, "On an HPC cluster"): with the checkout and a bundle made with BUNDLE_FLAGS="--extra gpu" carried
+# there, `make bench-device WHEELS=DIR` installs from the bundle and runs bench-node's three, bench gpu and
+# lesson 10 at size lab: one results.json and results.html (build/bench/HOST-TIME).
+bench-device: $(STAMP)
+	$(BIN)/python -m pip install --quiet $(PIP_FROM) -e ".[gpu]"
+	$(BIN)/workbench bench all --size lab --workers $(NODE_WORKERS) --only shm,splitter,store,gpu,lessons --lessons 10 $(BENCH_FLAGS)
+
 # The peers the benchmarks measure against (optional; each benchmark skips a missing one, saying so).
 peers: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,peers,dataclay,mpi]"
@@ -83,4 +116,4 @@ clean:
 	rm -rf $${XDG_CACHE_HOME:-$$HOME/.cache}/locality-workbench/numba
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(OLDEST_VENV)

@@ -153,10 +153,10 @@ def test_a_lesson_that_did_not_finish_has_no_figure_and_its_goal_is_not_met(monk
 
 
 def test_bench_all_leaves_the_lessons_out_unless_only_names_them(capsys):
-    planned = cli._planned(argparse.Namespace(only=None, size=None))
+    planned = cli._planned(argparse.Namespace(only=None, size=None, lessons=None))
     assert "lessons" not in [p.name for p in planned]
     assert f"bench all: lessons left out: {cli.BENCHMARKS['lessons'].only_when_named}" in capsys.readouterr().err
-    [named] = cli._planned(argparse.Namespace(only=["lessons"], size=None))
+    [named] = cli._planned(argparse.Namespace(only=["lessons"], size=None, lessons=None))
     assert (named.name, named.size) == ("lessons", "ci")
     assert named.command()[-5:] == ["bench", "lessons", "--json", "--size", "ci"]
 

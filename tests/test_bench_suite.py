@@ -820,7 +820,7 @@ def test_a_derived_threshold_is_written_to_three_figures_and_a_whole_one_whole()
 
 
 def test_bench_all_leaves_out_what_this_machine_cannot_run_and_says_why(capsys):
-    planned = cli._planned(argparse.Namespace(only=["kernels", "gpu"], size="ci"))
+    planned = cli._planned(argparse.Namespace(only=["kernels", "gpu"], size="ci", lessons=None))
     reason = cli.BENCHMARKS["gpu"].why_not()
     if reason is None:  # a GPU is here: it runs
         assert [p.name for p in planned] == ["kernels", "gpu"]
@@ -837,3 +837,21 @@ def test_bench_all_leaves_out_what_this_machine_cannot_run_and_says_why(capsys):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"benchmark": "gpu", "size": "ci", "skipped": reason, "goals": []}
     assert f"bench gpu: skipped: {reason}" in done.stderr
+
+
+def test_bench_device_runs_the_nodes_three_the_gpu_and_lesson_10_at_lab_from_a_bundle(tmp_path):
+    """make bench-device: installs the GPU extra from WHEELS with no index, then one 'bench all' of
+    bench-node's three, gpu and the lessons benchmark with lesson 10 only, every one at size lab."""
+    dry = subprocess.run(
+        ["make", "-n", "-W", "pyproject.toml", "bench-device", f"WHEELS={tmp_path}"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    assert all(f"--no-index --find-links {tmp_path}" in x for x in dry.stdout.splitlines() if "pip install" in x)
+    line = next(x for x in dry.stdout.splitlines() if "bench all" in x)
+    args = cli.build_parser().parse_args(line.split("workbench ", 1)[1].split())
+    planned = {p.name: p for p in cli._planned(args)}
+    assert {"shm", "splitter", "store", "lessons"} <= set(planned) <= {"shm", "splitter", "store", "gpu", "lessons"}
+    assert all(p.size == "lab" for p in planned.values()) and args.workers == 16
+    assert planned["lessons"].command()[-2:] == ["--only", "10"]
+    assert planned["lessons"].expected_s == cli.BENCHMARKS["lessons"].expected_s["lab"] / len(cli._lesson_numbers())

@@ -225,7 +225,11 @@ def _planned(args: argparse.Namespace) -> list[Any]:
             continue
         size = args.size or benchmark.default_size
         takes_workers = any(a.flags == ("--workers",) for a in benchmark.arguments)
-        planned.append(Planned(name, benchmark.mechanism, size, benchmark.expected_s[size], takes_workers))
+        expected, options = benchmark.expected_s[size], ()
+        if name == "lessons" and args.lessons:  # the lessons named: their share of every lesson's time
+            expected = expected * len(args.lessons) / len(_lesson_numbers())
+            options = ("--only", ",".join(args.lessons))
+        planned.append(Planned(name, benchmark.mechanism, size, expected, takes_workers, options))
     return planned
 
 
@@ -433,6 +437,22 @@ def _course(args: argparse.Namespace) -> int:
     with _from_user_input(course.CourseError):
         done = course.copy_course(args.to, args.source) if args.source else course.copy_course(args.to)
     print(done.summary())
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from workbench import bundle
+
+    with _from_user_input(bundle.BundleError):
+        if args.check:
+            made = bundle.read(args.dir)
+            print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}, as its manifest lists")
+            return 0
+        python = bundle.check_python(args.python or bundle.this_python())
+        print(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...", flush=True)
+        made = bundle.write(args.dir, python, args.platform, args.extra or (), args.constraint)
+    print(f"{made.directory}: {len(made.files)} wheels; on the node: {made.install_command()}")
+    print(f"(see {made.directory / bundle.INSTALL})")
     return 0
 
 
@@ -688,6 +708,13 @@ COMMANDS: tuple[Command, ...] = (
                         check=one_of(lambda: BENCHMARKS, "benchmark"),
                         help="comma-separated benchmarks (default: all of them)",
                     ),
+                    arg(
+                        "--lessons",
+                        type=comma_separated,
+                        metavar="NN,NN",
+                        check=one_of(_lesson_numbers, "lesson"),
+                        help="the lessons benchmark times only these lessons (default: every lesson)",
+                    ),
                 ),
             ),
             Command(
@@ -780,6 +807,24 @@ COMMANDS: tuple[Command, ...] = (
             arg("action", choices=("copy",)),
             arg("--to", type=Path, help="the folder (default ~/locality-workbench)"),
             arg("--source", type=Path, help="the checkout to copy from (default: the one the workbench runs from)"),
+        ),
+    ),
+    Command(
+        "bundle",
+        "write every wheel the workbench needs into a folder, for a node with no package index",
+        _bundle,
+        (
+            arg("dir", help="the folder (created; an earlier bundle in it is replaced, any other files refused)"),
+            arg("--python", help="the node's Python version, such as 3.11 (default: this one's)"),
+            arg(
+                "--platform",
+                action="append",
+                help="a wheel platform tag of the node, such as manylinux2014_x86_64; repeat it for several "
+                "(default: this machine's tags)",
+            ),
+            arg("--extra", action="append", help="an extra of the project to bundle too, such as gpu (repeatable)"),
+            arg("--constraint", help="a pip constraints file: the versions the resolver may choose"),
+            arg("--check", action="store_true", help="check an existing bundle's files against its manifest"),
         ),
     ),
     Command(

@@ -64,20 +64,21 @@ STATUSES = ("ok", "failed", "timed out")
 @dataclass(frozen=True)
 class Planned:
     """One benchmark as ``bench all`` runs it: its name, mechanism, size, the seconds expected at that
-    size on 2 cores, and whether it takes ``--workers``."""
+    size on 2 cores, whether it takes ``--workers``, and any more options of its own."""
 
     name: str
     mechanism: str
     size: str
     expected_s: float
     takes_workers: bool
+    options: tuple[str, ...] = ()  # more of its own options (``bench all --lessons 10``: ``--only 10``)
 
     def command(self, workers: int | None = None) -> list[str]:
         """The command line that runs it, its report as JSON on stdout."""
         command = [sys.executable, "-m", "workbench.cli", "bench", self.name, "--json", "--size", self.size]
         if workers is not None and self.takes_workers:
             command += ["--workers", str(workers)]
-        return command
+        return command + list(self.options)
 
 
 def time_limit(planned: Planned) -> float:
