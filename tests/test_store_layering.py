@@ -58,9 +58,13 @@ OUTSIDE = {
     "errors": set(),
     "current": set(),
     "model": {"workbench.memory.gpu", "workbench.names"},  # state_nbytes: a device array is not the process's memory
-    "protocol": {"workbench.runtime", "workbench.runtime.failures"},
-    "link": set(),
-    "catalogue": {"workbench.names"},  # did_you_mean for an unknown alias (names imports nothing of the workbench)
+    "protocol": {"workbench.runtime", "workbench.runtime.failures", "workbench.runtime.dask_seam"},
+    # the Dask seam imports nothing of the workbench: every store module may call it
+    "link": {"workbench.runtime.dask_seam"},
+    "catalogue": {
+        "workbench.names",
+        "workbench.runtime.dask_seam",
+    },  # did_you_mean for an unknown alias (names imports nothing of the workbench)
     "catalogue_file": {
         "workbench.names",
         "workbench.memory.tiers",
@@ -68,12 +72,13 @@ OUTSIDE = {
     # owners: a tier file's record names the worker process that wrote it (a killed kernel's files are reclaimed)
     "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu", "workbench.memory.owners"},
     "disk": set(),
-    "tasks": {"workbench.runtime", "workbench.runtime.failures"},
-    "table": set(),
+    "tasks": {"workbench.runtime", "workbench.runtime.failures", "workbench.runtime.dask_seam"},
+    "table": {"workbench.runtime.dask_seam"},
     "placing": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.placement"},
     "calls": set(),
     "backend": {
         "workbench.runtime",
+        "workbench.runtime.dask_seam",
         "workbench.runtime.trace",
         "workbench.memory",
         "workbench.memory.tiers",
@@ -86,8 +91,9 @@ OUTSIDE = {
         "workbench.runtime",
         "workbench.runtime.session",
         "workbench.runtime.trace",
+        "workbench.runtime.dask_seam",
     },
-    "local": set(),
+    "local": {"workbench.runtime.dask_seam"},
     "client": None,
     "__init__": set(),
 }

@@ -132,4 +132,5 @@ def test_the_plugin_module_imports_neither_channels_nor_strategies():
 
     imported = module_imports(ROOT / "workbench" / "runtime" / "worker_state.py")
     workbench_imports = {name for name in imported if name.startswith("workbench")}
-    assert not workbench_imports, workbench_imports
+    # the Dask seam imports nothing of the workbench
+    assert workbench_imports <= {"workbench.runtime.dask_seam"}, workbench_imports

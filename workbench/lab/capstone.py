@@ -154,7 +154,9 @@ def _task_message_bytes(session: Session) -> int:
     """Bytes the scheduler has sent to workers on its batched streams (task messages and their arguments)."""
 
     def sent(dask_scheduler: Any = None) -> int:
-        return int(sum(getattr(stream, "byte_count", 0) for stream in dask_scheduler.stream_comms.values()))
+        import workbench.runtime.dask_seam as dask_seam
+
+        return dask_seam.scheduler_bytes_sent(dask_scheduler)
 
     return int(session.client.run_on_scheduler(sent))
 

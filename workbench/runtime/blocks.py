@@ -17,6 +17,7 @@ import dask.array as da
 import numpy as np
 from distributed import Future, futures_of
 
+import workbench.runtime.dask_seam as dask_seam
 from workbench.runtime.session import PinnedCall, Session
 
 
@@ -271,18 +272,7 @@ def _drop_replicas(extra: dict[str, list[Any]], dask_scheduler: Any = None) -> N
     """On the scheduler: ask each worker to drop its copies of ``extra[worker]``, never a last copy."""
     import uuid
 
-    for address, keys in extra.items():
-        droppable = [
-            key
-            for key in keys
-            if key in dask_scheduler.tasks
-            and len(dask_scheduler.tasks[key].who_has or ()) > 1
-            and any(ws.address == address for ws in dask_scheduler.tasks[key].who_has or ())
-        ]
-        if droppable and address in dask_scheduler.workers:
-            dask_scheduler.request_remove_replicas(
-                address, droppable, stimulus_id=f"workbench-restore-holders-{uuid.uuid4().hex}"
-            )
+    dask_seam.drop_replicas(dask_scheduler, extra, stimulus_id=f"workbench-restore-holders-{uuid.uuid4().hex}")
 
 
 def _block(value: Any) -> Any:
@@ -308,4 +298,4 @@ def place_contiguous(session: Session, array: da.Array) -> da.Array:
     futures = session.submit_pinned(calls)
     session.wait(futures)
     graph = {call.key: future for call, future in zip(calls, futures)}
-    return da.Array(graph, name, chunks=array.chunks, dtype=array.dtype, meta=array._meta)
+    return da.Array(graph, name, chunks=array.chunks, dtype=array.dtype, meta=dask_seam.array_meta(array))

@@ -46,11 +46,10 @@ import dask
 import psutil
 from dask.utils import format_bytes, parse_bytes
 from distributed import Client, LocalCluster, Nanny, Scheduler, SpecCluster
-from distributed.core import Status
 from distributed.deploy import Cluster
 from distributed.security import Security
-from distributed.system import MEMORY_LIMIT
 
+import workbench.runtime.dask_seam as dask_seam
 from workbench.kernels.cache import cache_root, private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.dashboard import (
@@ -380,7 +379,8 @@ class LocalKind(ClusterKind):
         """Each worker's memory limit within the per-learner cap (``$WORKBENCH_MAX_MEMORY``)."""
         n_workers, cap = self.n_workers(request), max_memory(request.environ)
         if request.memory_limit == "auto":
-            share = min(MEMORY_LIMIT, cap or MEMORY_LIMIT) // n_workers
+            machine = dask_seam.machine_memory()
+            share = min(machine, cap or machine) // n_workers
             if share <= 0:  # 0 is Dask's "no limit at all": the cap would be lifted, not shared
                 raise ValueError(
                     f"the per-learner cap ${MAX_MEMORY_ENV}={format_bytes(cap or 0)} cannot be shared among "
@@ -620,23 +620,13 @@ def _slurm_cluster_class() -> type:
             "(pip install -e .) or pip install dask-jobqueue"
         ) from None
 
-    class WorkbenchSLURMCluster(SLURMCluster):
+    class WorkbenchSLURMCluster(dask_seam.keeping_scale_errors(SLURMCluster)):  # type: ignore[misc]
         """A SLURMCluster whose close leaves none of its jobs in Slurm's queue nor its TLS credentials
-        (``credentials_directory``) on disk, and that keeps the error of a submission that failed
-        (Dask's ``scale`` submits in the background and only logs it)."""
+        (``credentials_directory``) on disk, and that keeps the error of a submission that failed in
+        ``submit_error`` (Dask's ``scale`` submits in the background and only logs it:
+        :func:`~workbench.runtime.dask_seam.keeping_scale_errors`)."""
 
-        submit_error: Exception | None = None
         credentials_directory: str | None = None  # removed at close: see shared_security
-
-        async def _correct_state_internal(self) -> None:
-            try:
-                await super()._correct_state_internal()
-            except Exception as error:
-                self.submit_error = error
-                for job in self.workers.values():
-                    if not getattr(job, "job_id", None) and job.status == Status.created:
-                        job.status = Status.failed  # its sbatch failed: nothing to cancel, and close would assert
-                raise
 
         def close(self, timeout: float | None = None) -> Any:
             job_ids = _job_ids(self)
@@ -760,7 +750,7 @@ class SlurmKind(ClusterKind):
         def wait(client: Client) -> None:
             cluster.scale(jobs=jobs)
             deadline = time.monotonic() + request.timeout
-            while len(client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=30)["workers"]) < n_workers:
+            while len(dask_seam.scheduler_identity(client, 30)["workers"]) < n_workers:
                 if cluster.submit_error is not None:
                     raise RuntimeError(
                         f"Slurm refused the workers' job ({str(cluster.submit_error).strip()}): check the account, "

@@ -12,9 +12,10 @@ deterministically.
 - **Messages**: the batched streams between the scheduler and its workers count what they send
   (``BatchedSend.message_count``); :func:`message_count` adds them up, both ways.
 
-The scheduler's task records (``tasks``, ``state``, ``dependencies``), its ``stream_comms`` and the
-batched streams' ``message_count`` are Dask internals, read here and nowhere else;
-``tests/test_counts.py`` fails when Dask changes them (a graph's counts, messages above zero).
+The scheduler's task records and the batched streams' counters are Dask internals, read through
+:mod:`workbench.runtime.dask_seam` (``new_tasks_and_dependencies``, ``scheduler_messages_sent``,
+``worker_messages_sent``, ``incoming_transfers``, ``scheduler_plugin``, ``worker_plugin``), whose
+contract tests fail when Dask changes them; ``tests/test_counts.py`` checks the counts themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
+
+import workbench.runtime.dask_seam as dask_seam
 
 if TYPE_CHECKING:
     from workbench.runtime.session import Session
@@ -53,20 +56,13 @@ class GraphCounter(SchedulerPlugin):
 
     def update_graph(self, scheduler: Any, *, tasks: Iterable[Any] = (), **kwargs: Any) -> None:
         """Note the graph: its tasks and the dependencies the scheduler recorded for them."""
-        known = scheduler.tasks
-        n = deps = 0
-        for key in tasks:
-            ts = known.get(key)
-            # the graph's own tasks are still "released" here (Dask moves them on after its plugins);
-            # futures it refers to (blocks, held partitions, partials) are in memory or running
-            if ts is not None and ts.state == "released":
-                n += 1
-                deps += len(ts.dependencies)
+        # futures the graph refers to (blocks, held partitions, partials) count as dependencies only
+        n, deps = dask_seam.new_tasks_and_dependencies(scheduler, tasks)
         self.graphs.append((time.time(), n, deps))
 
 
 def _graphs_since(dask_scheduler: Any, since: float) -> list[tuple[float, int, int]]:
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    plugin = dask_seam.scheduler_plugin(dask_scheduler, PLUGIN_NAME)
     return [g for g in plugin.graphs if g[0] >= since] if plugin is not None else []
 
 
@@ -98,11 +94,11 @@ def graphs_since(session: Session, since: float) -> list[Graph]:
 
 
 def _scheduler_sent(dask_scheduler: Any) -> int:
-    return sum(int(getattr(bs, "message_count", 0)) for bs in dask_scheduler.stream_comms.values())
+    return dask_seam.scheduler_messages_sent(dask_scheduler)
 
 
 def _worker_sent(dask_worker: Any) -> int:
-    return int(getattr(dask_worker.batched_stream, "message_count", 0))
+    return dask_seam.worker_messages_sent(dask_worker)
 
 
 def message_count(session: Session) -> int:
@@ -126,13 +122,13 @@ def in_window(graphs: Iterable[Graph], windows: Iterable[tuple[float, float]]) -
 def _catalogue_received(dask_scheduler: Any) -> int:
     from workbench.runtime.store.protocol import PLUGIN_NAME as STORE
 
-    return sum(getattr(dask_scheduler.plugins.get(STORE), "received", {}).values())
+    return sum(getattr(dask_seam.scheduler_plugin(dask_scheduler, STORE), "received", {}).values())
 
 
 def _backend_received(dask_worker: Any) -> int:
     from workbench.runtime.store.protocol import PLUGIN_NAME as STORE
 
-    return sum(getattr(dask_worker.plugins.get(STORE), "received", {}).values())
+    return sum(getattr(dask_seam.worker_plugin(dask_worker, STORE), "received", {}).values())
 
 
 def store_message_count(session: Session) -> int:
@@ -170,7 +166,7 @@ class Counts:
 
 
 def _bytes_in_since(since: float, dask_worker: Any = None) -> int:
-    return sum(int(t["total"]) for t in list(dask_worker.transfer_incoming_log) if t["start"] >= since)
+    return sum(int(t["total"]) for t in dask_seam.incoming_transfers(dask_worker, since))
 
 
 class Counting:

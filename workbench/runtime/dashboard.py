@@ -17,10 +17,10 @@ Three places, chosen by ``start(dashboard=...)`` or ``$WORKBENCH_DASHBOARD``:
 
 The scheduler that does this is :class:`SocketScheduler`; the cluster that starts it is
 :class:`SocketLocalCluster`, a ``LocalCluster`` whose scheduler class is swapped on its way to
-``SpecCluster``. Both rest on how Dask builds a scheduler's HTTP server
-(``ServerNode.start_http_server``, called from ``Scheduler.__init__``; ``LocalCluster`` passing its
-scheduler spec as ``scheduler=``), which is not a public API: this module is the one place that
-knows it, and ``tests/test_dashboard.py`` fails when Dask changes it.
+``SpecCluster``. Both rest on how Dask builds a scheduler's HTTP server, which is not a public API:
+they are made with :mod:`workbench.runtime.dask_seam` (``SocketHTTPScheduler``,
+``local_cluster_with_scheduler``), whose contract tests fail when Dask changes it; this module says
+where the socket is and who may reach it.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import dask
-from distributed import Scheduler, SpecCluster
-from distributed.deploy import LocalCluster
-from distributed.http.routing import RoutingApplication
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_unix_socket
+
+import workbench.runtime.dask_seam as dask_seam
 
 DASHBOARD_ENV = "WORKBENCH_DASHBOARD"
 OFF, PORT, SOCKET = "off", "port", "socket"
@@ -169,19 +167,16 @@ def bind_socket(path: Path) -> socket.socket:
     return listening
 
 
-class SocketScheduler(Scheduler):
+class SocketScheduler(dask_seam.SocketHTTPScheduler):
     """A scheduler whose HTTP server (dashboard, health, metrics) listens on :func:`socket_path`
     and on no TCP port; it removes the socket when it closes, if the socket is still its own."""
 
-    def start_http_server(self, routes, dashboard_address, default_port=0, ssl_options=None):  # noqa: ANN001
-        """Dask's ``ServerNode.start_http_server`` on a Unix socket: the same application and server."""
+    def bind_http(self) -> tuple[socket.socket, str]:
+        """The listening socket at :func:`socket_path` (see :func:`bind_socket`) and its path."""
         path = socket_path()
         listening = bind_socket(path)
         self._dashboard_socket = (path, os.stat(path).st_ino)
-        self.http_application = RoutingApplication(routes)
-        self.http_server = HTTPServer(self.http_application)
-        self.http_server.add_socket(listening)
-        self.http_server.address, self.http_server.port = str(path), None  # read by Dask's bokeh setup
+        return listening, str(path)
 
     async def close(self, *args: Any, **kwargs: Any) -> None:
         """Close the scheduler, then remove its socket unless a newer session took the path."""
@@ -200,15 +195,5 @@ def _remove_if_own(path: Path | None, inode: int | None) -> None:
         pass
 
 
-class _SchedulerClassSwap(SpecCluster):
-    """Sits between ``LocalCluster`` and ``SpecCluster``: the scheduler spec LocalCluster built gets
-    :class:`SocketScheduler` for its class; every other option stays LocalCluster's."""
-
-    def __init__(self, *args: Any, scheduler: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if scheduler is None or "cls" not in scheduler:
-            raise RuntimeError("LocalCluster no longer passes its scheduler spec to SpecCluster as scheduler=")
-        super().__init__(*args, scheduler={**scheduler, "cls": SocketScheduler}, **kwargs)
-
-
-class SocketLocalCluster(LocalCluster, _SchedulerClassSwap):
+class SocketLocalCluster(dask_seam.local_cluster_with_scheduler(SocketScheduler)):  # type: ignore[misc]
     """A LocalCluster whose scheduler serves HTTP on the user's dashboard socket (:class:`SocketScheduler`)."""

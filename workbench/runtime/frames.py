@@ -21,8 +21,9 @@ numpy byte view otherwise (a buffer exported by an ndarray, which the collector 
 changes nothing: :func:`workbench.runtime.session.start` installs it in the calling process and
 registers :class:`FramesPlugin`, which installs it on every worker of the cluster it starts or joins
 (a Slurm cluster's too), those that join later included. On an interpreter with the fix it leaves
-Dask as it is. Dask's ``ensure_memoryview`` is not public: ``tests/test_tier_stress.py`` fails when
-Dask stops using it by that name.
+Dask as it is. Dask's ``ensure_memoryview`` is not public: the replacement is made by
+:func:`workbench.runtime.dask_seam.replace_ensure_memoryview`, whose contract test fails when Dask
+stops using it by that name.
 """
 
 from __future__ import annotations
@@ -33,22 +34,15 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
+import workbench.runtime.dask_seam as dask_seam
+
 # gh-77894 ("memoryview can set an exception in tp_clear"): fixed in 3.12.7 and 3.13.0.
 AFFECTED = sys.version_info < (3, 12, 7)
-
-# Dask's modules that use ensure_memoryview, imported before install() replaces it in each.
-_USERS = (
-    "distributed.utils",
-    "distributed.comm.tcp",
-    "distributed.protocol.core",
-    "distributed.protocol.serialize",
-    "distributed.protocol.compression",
-)
 
 
 def byte_view(obj: Any) -> memoryview:
     """``obj`` (bytes, bytearray, memoryview or ``PickleBuffer``) as a contiguous 1-D memoryview of
-    unsigned bytes in memory order: what ``distributed.utils.ensure_memoryview`` returns, made
+    unsigned bytes in memory order: what Dask's ``ensure_memoryview`` returns, made
     without holding a buffer exported by a memoryview. A non-contiguous view is copied, as Dask does."""
     view = obj if isinstance(obj, memoryview) else memoryview(obj)
     if not view.nbytes:
@@ -66,23 +60,12 @@ def byte_view(obj: Any) -> memoryview:
 
 
 def install() -> bool:
-    """Make Dask use :func:`byte_view` in this process, where the interpreter has gh-77894: in
-    ``distributed.utils`` and in each of Dask's loaded modules that imported ``ensure_memoryview`` by
-    name. Returns whether it is in place (False on an interpreter with the fix); calling it again
-    changes nothing."""
+    """Make Dask use :func:`byte_view` in this process, where the interpreter has gh-77894 (through
+    :func:`~workbench.runtime.dask_seam.replace_ensure_memoryview`). Returns whether it is in place
+    (False on an interpreter with the fix); calling it again changes nothing."""
     if not AFFECTED:
         return False
-    import importlib
-
-    for name in _USERS:
-        importlib.import_module(name)
-    utils = sys.modules["distributed.utils"]
-    original = utils.ensure_memoryview
-    if original is byte_view:
-        return True
-    for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] == "distributed" and getattr(module, "ensure_memoryview", None) is original:
-            module.ensure_memoryview = byte_view
+    dask_seam.replace_ensure_memoryview(byte_view)
     return True
 
 

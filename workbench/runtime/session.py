@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 
+import workbench.runtime.dask_seam as dask_seam
 from workbench.memory import shm, tiers
 from workbench.runtime.clusters import (
     CLUSTER_ENV,
@@ -89,7 +90,7 @@ def cluster_identity(client: Client, timeout: float = 60) -> dict[str, Any]:
     a cluster of live workers looked empty (a lesson failed with "no workers" in CI). Asking the
     scheduler directly has no shared state to race with.
     """
-    return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+    return dask_seam.scheduler_identity(client, timeout)
 
 
 def set_memory_limits(session: Session, limit: int) -> None:
@@ -97,17 +98,15 @@ def set_memory_limits(session: Session, limit: int) -> None:
     manager (when it spills, pauses), its nanny's (when it restarts the worker, and with which limit)
     and the scheduler's record (what ``identity()`` and the dashboard show, and its total).
 
-    Dask has no public call for this: these three attributes are its internals, set here and nowhere
-    else, and ``tests/test_session.py::test_scaling_keeps_the_per_learner_memory_cap`` reads each of
-    them back, so it fails when Dask changes them."""
+    Dask has no public call for this: the three attributes are its internals, set through
+    :mod:`workbench.runtime.dask_seam` (``set_worker_memory_limit``, ``set_scheduler_memory_limits``), whose
+    contract tests fail when Dask changes them."""
 
     def on_worker(dask_worker: Any) -> None:
-        dask_worker.memory_manager.memory_limit = limit
+        dask_seam.set_worker_memory_limit(dask_worker, limit)
 
     def on_scheduler(dask_scheduler: Any) -> None:
-        for ws in dask_scheduler.workers.values():
-            dask_scheduler.total_memory += limit - ws.memory_limit
-            ws.memory_limit = limit
+        dask_seam.set_scheduler_memory_limits(dask_scheduler, limit)
 
     client, where = session.client, "set the workers' memory limits"
     session.bounded(client.run, on_worker, nanny=True, where=where)  # the nanny first: a restart gets the new one
@@ -177,7 +176,7 @@ class Session:
         scheduler = getattr(self.cluster, "scheduler", None)
         if isinstance(scheduler, Scheduler):  # in this process: its table of clients is readable here
             deadline = time.monotonic() + self.timeout
-            while self.client.id in scheduler.clients and time.monotonic() < deadline:
+            while dask_seam.knows_client(scheduler, self.client.id) and time.monotonic() < deadline:
                 time.sleep(0.01)  # a poll of a bounded wait on the scheduler's state
         self._close_nannies(nannies, "workbench-session-close")
 
@@ -190,7 +189,7 @@ class Session:
             await asyncio.gather(*(n.close(timeout=timeout, reason=reason) for n in nannies))
 
         assert self.cluster is not None
-        self.cluster.sync(stop, callback_timeout=2 * timeout)
+        dask_seam.run_on_cluster_loop(self.cluster, stop, timeout=2 * timeout)
 
     def own(self, name: str, opener: Callable[[], AbstractContextManager[T]]) -> T:
         """The resource ``name`` that this session opened for its own use: entered from ``opener()``
@@ -323,8 +322,7 @@ class Session:
         if self.request is not None:
             request = dataclasses.replace(self.request, n_workers=n_workers, nodes=None)
             memory_limit = kind_named("local").memory_limit(request)  # refuses a total above the cap
-            options = {**self.cluster.new_spec["options"], "memory_limit": memory_limit}
-            self.cluster.new_spec = {**self.cluster.new_spec, "options": options}
+            dask_seam.set_new_worker_option(self.cluster, "memory_limit", memory_limit)
             if max_memory(request.environ) is not None:
                 share = amount_of_memory(memory_limit)
         growing = n_workers > len(self.workers())
@@ -352,7 +350,7 @@ class Session:
         The retired workers are closed here, each given the session's timeout (:meth:`_close_nannies`).
         """
         assert self.cluster is not None
-        going = list(self.cluster.worker_spec)[n_workers:]
+        going = dask_seam.worker_names(self.cluster)[n_workers:]
         if not going:
             return
         info = cluster_identity(self.client, timeout=self.timeout)["workers"]
@@ -370,7 +368,7 @@ class Session:
         leaving = [self.cluster.workers[n] for n in going if isinstance(self.cluster.workers.get(n), Nanny)]
         self._close_nannies(leaving, "workbench-scale")
         for name in going:
-            del self.cluster.worker_spec[name]
+            dask_seam.forget_worker(self.cluster, name)
 
     def _until(self, condition: Callable[[], bool], what: str) -> None:
         """Wait until ``condition()`` holds, at most the session's timeout; past it, TimeoutError saying ``what``."""

@@ -149,12 +149,9 @@ def incoming_transfer_logs(session: Any, since: float) -> dict[str, list[dict[st
 def _incoming_transfers_since(since: float, dask_worker: Any = None) -> list[dict[str, Any]]:
     from distributed import get_worker
 
-    worker = dask_worker or get_worker()
-    return [
-        {"who": t["who"], "start": t["start"], "stop": t["stop"], "total": t["total"]}
-        for t in list(worker.transfer_incoming_log)
-        if t["start"] >= since
-    ]
+    import workbench.runtime.dask_seam as dask_seam
+
+    return dask_seam.incoming_transfers(dask_worker or get_worker(), since)
 
 
 def worker_events(session: Any, since: float) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 Task code that needs a table of its worker (the RRO lookup table, a ``dask-spill`` buffer, the groups
 aborted here, an eager rank's inbox) reaches it through :func:`worker_state`, the way distributed's
-shuffle reaches its worker plugin: ``get_worker().plugins[PLUGIN_NAME]``. Nothing lives in a module
+shuffle reaches its worker plugin: by name in ``Worker.plugins``
+(:func:`workbench.runtime.dask_seam.worker_plugin`). Nothing lives in a module
 global: :func:`workbench.runtime.session.start` registers :class:`WorkerState` on every worker of the
 cluster it starts or joins (later ones included), the worker makes its tables when the plugin arrives,
 and :meth:`WorkerState.teardown` drops them when the worker closes. A function run with ``Client.run``
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
+
+import workbench.runtime.dask_seam as dask_seam
 
 PLUGIN_NAME = "workbench-worker-state"
 
@@ -158,7 +161,7 @@ def worker_state(worker: Any = None) -> WorkerState:
                 "this code keeps per-worker state and runs only in a task on a Dask worker (a function run with "
                 "Client.run takes a dask_worker argument and passes it to worker_state)"
             ) from None
-    state = worker.plugins.get(PLUGIN_NAME)
+    state = dask_seam.worker_plugin(worker, PLUGIN_NAME)
     if state is None:
         raise NoWorkerState(
             f"worker {worker.address} has no {PLUGIN_NAME!r} plugin: start the cluster or join it with "

@@ -28,13 +28,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
-from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy
+from workbench.runtime.dask_seam import (
+    DONT_REPLY,
+    add_worker_handler,
+    remove_worker_handler,
+    serialized,
+    worker_memory_limit,
+    worker_threads,
+)
 from workbench.runtime.store.calls import CallMemory, CallRecord
 from workbench.runtime.store.current import install_persister
 from workbench.runtime.store.errors import StoreError
@@ -107,14 +113,14 @@ class StoreBackend(WorkerPlugin):
         # Tier files that backends of a killed kernel left in this store's tier directory (their
         # worker processes are dead): freed before this backend makes its own.
         tiers.reclaim_store_files(self.directory)
-        if self.memory_limit is None and worker.memory_manager.memory_limit:
-            self.memory_limit = int(worker.memory_manager.memory_limit * self.memory_fraction)
+        if self.memory_limit is None and worker_memory_limit(worker):
+            self.memory_limit = int(worker_memory_limit(worker) * self.memory_fraction)
         self.table = ObjectTable(self.directory, self.link, worker.address, self.trace, self.memory_limit)
         cache = tiers.DramCache(int(self.cache_bytes or self.memory_limit or 256 * 2**20))
         dynamic = DynamicPolicy(self.dynamic_budget)
         self.placing = TierPlacement(self.table, self.directory, self.default_tier, cache, dynamic, self.trace)
         self.table.arrived = self.placing.arrived
-        self.calls = ThreadPoolExecutor(max(2, worker.state.nthreads), thread_name_prefix="workbench-store-call")
+        self.calls = ThreadPoolExecutor(max(2, worker_threads(worker)), thread_name_prefix="workbench-store-call")
         self.io = ThreadPoolExecutor(4, thread_name_prefix="workbench-store-io")
         # Copies (get, push, copy_version) wait for their object's lock while a writing method runs:
         # threads of their own, so they do not hold up the other operations (a fetch of another
@@ -123,13 +129,13 @@ class StoreBackend(WorkerPlugin):
         # The active calls sent here, by id: a re-sent call is answered from here, never run twice
         # (outcomes kept well past the time a caller takes to send again: its link's timeout).
         self.call_memory = CallMemory(keep_seconds=max(60.0, 4 * self.link.timeout))
-        worker.handlers[HANDLER] = self.handle
+        add_worker_handler(worker, HANDLER, self.handle)
         if self.persister is not None:
             install_persister(self.persister)
 
     def teardown(self, worker: Any) -> None:
         """Detach from the worker (the objects go with it)."""
-        worker.handlers.pop(HANDLER, None)
+        remove_worker_handler(worker, HANDLER)
         stop_shipping(self)  # classes its tasks persisted (persist_here) no longer travel by value
         for pool in (self.calls, self.io, self.copies):
             pool.shutdown(wait=False, cancel_futures=True)
@@ -186,17 +192,17 @@ class StoreBackend(WorkerPlugin):
         it, after the handler returned: with the lock released then, a writing method could change
         the object between frames, and the caller would get half of its write. The write here returns
         once every byte has left this process, so no copy of the arrays is made. Returns
-        ``Status.dont_reply`` (sent already), or the error reply of an object that cannot be
+        ``DONT_REPLY`` (sent already: Dask's ``Status.dont_reply``), or the error reply of an object that cannot be
         serialised (nothing was sent)."""
         try:
-            await comm.write(result_reply(to_serialize(held.obj)), serializers=serializers)
+            await comm.write(result_reply(serialized(held.obj)), serializers=serializers)
         except OSError:  # the connection failed: Dask's handler loop ends it
             raise
         except Exception as error:  # serialising failed before anything was written
             return error_reply(error)
         finally:
             held.entry.lock.release(False, copy=True)
-        return Status.dont_reply
+        return DONT_REPLY
 
     # -- running methods -------------------------------------------------------------------------
     def invoke(

@@ -24,6 +24,7 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from workbench.names import did_you_mean
+from workbench.runtime.dask_seam import add_scheduler_handler, release_unrunnable, worker_addresses
 from workbench.runtime.store.catalogue_file import Batch, CatalogueFile, Statement
 from workbench.runtime.store.model import check_alias
 from workbench.runtime.store.protocol import (
@@ -46,23 +47,12 @@ def release_stuck_calls(scheduler: Any) -> list[str]:
 
     Dask keeps a task whose every allowed worker left waiting ("no-worker") for ever. An active
     call's body finds its object gone from its backend and uses a replica or a disk copy, or fails
-    with an error naming the object and the lost backend. Only the scheduler's public API is used,
-    as distributed's shuffle does (``unrunnable``, ``set_restrictions``, ``transitions``): the one
-    place the store changes the scheduler's task state (``test_store_units`` checks that API).
+    with an error naming the object and the lost backend. The scheduler's task state is changed
+    through :func:`~workbench.runtime.dask_seam.release_unrunnable` (``unrunnable``,
+    ``set_restrictions``, ``transitions``, as distributed's shuffle does): the one place the store
+    changes it.
     """
-    live = set(scheduler.workers)
-    stuck = [
-        ts.key
-        for ts in list(scheduler.unrunnable)
-        if isinstance(ts.key, str)
-        and ACTIVE_KEY_MARK in ts.key
-        and ts.worker_restrictions
-        and not (ts.worker_restrictions & live)
-    ]
-    if stuck:
-        scheduler.set_restrictions(dict.fromkeys(stuck))  # None: no restriction
-        scheduler.transitions(dict.fromkeys(stuck, "processing"), stimulus_id=f"workbench-store-relax-{time.time()}")
-    return stuck
+    return release_unrunnable(scheduler, lambda key, allowed, live: ACTIVE_KEY_MARK in key and not (allowed & live))
 
 
 DELETE_OBJECT = "DELETE FROM objects WHERE oid=? AND version=?"
@@ -108,7 +98,7 @@ class StoreCatalogue(SchedulerPlugin):
             self.versions.setdefault(oid, set()).add(version)
         for alias, oid in self.aliases.items():
             self.aliases_of.setdefault(oid, set()).add(alias)
-        scheduler.handlers[HANDLER] = self.handle
+        add_scheduler_handler(scheduler, HANDLER, self.handle)
 
     async def close(self) -> None:
         """Close the SQLite file (every write handed over is committed first)."""
@@ -173,7 +163,7 @@ class StoreCatalogue(SchedulerPlugin):
             self._written = written
 
     def _live_workers(self) -> list[str]:
-        return sorted(self.scheduler.workers)
+        return sorted(worker_addresses(self.scheduler))
 
     # -- operations (CatalogueOp.X is handled by op_x, see CATALOGUE_HANDLERS) ------------------------
     def op_backends(self, n: int = 1, exclude: list[str] | None = None) -> list[str]:
@@ -293,7 +283,7 @@ class StoreCatalogue(SchedulerPlugin):
     def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
         """For each ``[oid, version or None]``: its :class:`Record` with live locations, or why it is
         :class:`Missing` (as message parts)."""
-        live = set(self.scheduler.workers)
+        live = set(worker_addresses(self.scheduler))
         out = []
         for oid, version in refs:
             if version is None:
@@ -334,7 +324,7 @@ class StoreCatalogue(SchedulerPlugin):
                 None if (version := current(oid)) is None else locations((oid, version), empty)
                 for oid in (oids.split("\n") if oids else ())
             ]
-        return encode_locations(held_by, self.scheduler.workers)
+        return encode_locations(held_by, set(worker_addresses(self.scheduler)))
 
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
         """``worker`` holds the object now; a ``KeyError`` if it was deleted meanwhile (the backend then
@@ -361,7 +351,7 @@ class StoreCatalogue(SchedulerPlugin):
         record = self.objects.get(key)
         if record is None:
             raise KeyError(f"object {oid[:8]} v{version} is not in the store (deleted?)")
-        live = set(self.scheduler.workers)
+        live = set(worker_addresses(self.scheduler))
         held_by = sorted(self.locations.get(key, set()) & live)
         if held_by:
             return LoadClaim(held_by).to_wire()
@@ -418,14 +408,14 @@ class StoreCatalogue(SchedulerPlugin):
         statements: list[Statement] = [("INSERT OR REPLACE INTO current VALUES (?,?)", (oid, int(version)))]
         dropped = []
         if old is not None and old != int(version):
-            dropped.append(self._forget((oid, old), set(self.scheduler.workers)))
+            dropped.append(self._forget((oid, old), set(worker_addresses(self.scheduler))))
             statements.append((DELETE_OBJECT, (oid, old)))
         self._commit(statements)
         return dropped
 
     def op_delete(self, oids: list[str]) -> list[dict[str, Any]]:
         """Forget every version of ``oids`` and their aliases; returns what backends must drop."""
-        live = set(self.scheduler.workers)
+        live = set(worker_addresses(self.scheduler))
         objects: list[tuple[Any, ...]] = []
         aliases: list[tuple[Any, ...]] = []
         dropped = []
@@ -463,7 +453,7 @@ class StoreCatalogue(SchedulerPlugin):
 
     def op_list(self) -> list[dict[str, Any]]:
         """Every object version: id, version, class, kind, size, locations, disk copy, aliases."""
-        live = set(self.scheduler.workers)
+        live = set(worker_addresses(self.scheduler))
         by_oid = self.aliases_of
         return [
             {

@@ -22,12 +22,12 @@ from typing import Any, NamedTuple
 import dask.array as da
 import numpy as np
 import pandas as pd
-from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
 from workbench.kernels.cache import private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.blocks import persist_row_blocks
+from workbench.runtime.dask_seam import has_worker_plugin, remove_scheduler_plugin, scheduler_plugin, serialized
 from workbench.runtime.session import Session
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue
@@ -75,7 +75,7 @@ class Registration(NamedTuple):
 
 def _registration_on_scheduler(dask_scheduler: Any = None) -> tuple[str, bool, str] | None:
     """On the scheduler: the registered store's directory, whether it still exists there, its token."""
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    plugin = scheduler_plugin(dask_scheduler, PLUGIN_NAME)
     return None if plugin is None else (plugin.directory, os.path.isdir(plugin.directory), plugin.token)
 
 
@@ -102,8 +102,7 @@ def _detach_catalogue(dask_scheduler: Any = None) -> bool:
 
     (Dask's ``unregister_scheduler_plugin`` only forgets the plugin: the handler would stay and the
     file would stay open.)"""
-    plugin = dask_scheduler.plugins.pop(PLUGIN_NAME, None)
-    dask_scheduler.handlers.pop(HANDLER, None)
+    plugin = remove_scheduler_plugin(dask_scheduler, PLUGIN_NAME, handler=HANDLER)
     if plugin is not None:
         plugin.close_database()
     return plugin is not None
@@ -111,7 +110,7 @@ def _detach_catalogue(dask_scheduler: Any = None) -> bool:
 
 def _has_backends(dask_scheduler: Any = None) -> bool:
     """On the scheduler: whether the store's worker plugin is registered."""
-    return PLUGIN_NAME in dask_scheduler.worker_plugins
+    return has_worker_plugin(dask_scheduler, PLUGIN_NAME)
 
 
 def detach(session: Session) -> None:
@@ -799,7 +798,7 @@ def _serialized_batch(objs: list[Any], indexes: list[int]) -> dict[str, Any]:
                     "or lambdas from its attributes, or recreate them in a method"
                 ) from culprit
         raise TypeError(f"the batch cannot be pickled ({error}); nothing was stored") from error
-    return {"data": data, "buffers": [to_serialize(b.raw()) for b in buffers]}
+    return {"data": data, "buffers": [serialized(b.raw()) for b in buffers]}
 
 
 def _batch_refs(items: Iterable[Any]) -> list[ObjectRef]:

@@ -19,10 +19,10 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 from distributed import Future
-from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
 from workbench import kernels
+from workbench.runtime.dask_seam import serialized
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import StoreError, check_writable
@@ -558,4 +558,4 @@ def gather_futures(
 
 def as_message(value: tuple[Any, ...] | dict[str, Any]) -> Any:
     """Arguments as a message part: empty ones as they are, others serialised by Dask (numpy as frames)."""
-    return value if not value else to_serialize(value)
+    return value if not value else serialized(value)

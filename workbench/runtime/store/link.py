@@ -5,7 +5,9 @@ A :class:`Link` asks the catalogue (the scheduler's ``workbench_store`` handler)
 (:class:`~workbench.runtime.store.client.Store`, and the handles through it) or a backend's
 (:class:`~workbench.runtime.store.backend.StoreBackend`). The two ends differ only in what a link is
 made of (:meth:`Link.of_client`, :meth:`Link.of_worker`): how to reach the scheduler, how to open an
-rpc to an address, how to run a coroutine from a thread. The rest is one rule each, for both ends:
+rpc to an address, how to run a coroutine from a thread (Dask internals, made by
+:func:`~workbench.runtime.dask_seam.client_link` and :func:`~workbench.runtime.dask_seam.worker_link`).
+The rest is one rule each, for both ends:
 
 * one timeout: every message waits at most ``timeout`` seconds, the store's (its session's, which the
   ``Store`` hands its backends when it registers them);
@@ -30,8 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from distributed.utils import sync
-
+from workbench.runtime.dask_seam import client_link, worker_link
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import ObjectRef
 from workbench.runtime.store.protocol import (
@@ -84,19 +85,12 @@ class Link:
     @classmethod
     def of_client(cls, client: Any, timeout: float) -> Link:
         """The link of a ``distributed.Client`` (its scheduler connection, its rpc pool, ``client.sync``)."""
-        return cls(lambda: client.scheduler, client.rpc, client.sync, timeout)
+        return cls(*client_link(client), timeout)
 
     @classmethod
     def of_worker(cls, worker: Any, timeout: float, load_here: Callable[..., Any]) -> Link:
         """The link of a backend on ``worker``, used from the worker's threads (never its event loop)."""
-        return cls(
-            lambda: worker.scheduler,
-            lambda address: worker.rpc(address),
-            lambda function: sync(worker.loop, function),
-            timeout,
-            here=worker.address,
-            load_here=load_here,
-        )
+        return cls(*worker_link(worker), timeout, here=worker.address, load_here=load_here)
 
     def close(self, why: str) -> None:
         """Send nothing from now on: every message raises a ``StoreError`` saying ``why``."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from distributed import get_worker
 
+from workbench.runtime.dask_seam import worker_plugin, worker_value
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import NotHere, StoreError, check_writable
 from workbench.runtime.store.handles import Proxy, persist_here
@@ -149,10 +150,10 @@ async def store_blocks_here(assignments: dict[str, Any], block_class: type, dask
     if not mine:
         return 0
     keys, oids = mine
-    backend = dask_worker.plugins.get(PLUGIN_NAME)
+    backend = worker_plugin(dask_worker, PLUGIN_NAME)
     if backend is None:
         raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
-    objs = [block_class(dask_worker.data[_as_key(key)]) for key in keys]
+    objs = [block_class(worker_value(dask_worker, _as_key(key))) for key in keys]
     return await backend.table.register_and_add_many_here(objs, list(oids))
 
 

@@ -37,9 +37,9 @@ from enum import StrEnum
 from typing import Any
 
 import cloudpickle
-from distributed.protocol import to_serialize
 
 from workbench.runtime import failures
+from workbench.runtime.dask_seam import serialized
 from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.model import ObjectRef
 
@@ -143,7 +143,7 @@ def result_reply(result: Any) -> dict[str, Any]:
 def error_reply(error: Exception) -> dict[str, Any]:
     """The reply carrying ``error`` for the caller to raise (pickled, so its type travels: ``NotHere``,
     ``KeyError`` ...). An error that cannot be pickled travels as a ``StoreError`` with its text."""
-    return {ERROR_KEY: to_serialize(_sendable_error(error))}
+    return {ERROR_KEY: serialized(_sendable_error(error))}
 
 
 def _sendable_error(error: Exception) -> Exception:
@@ -378,7 +378,7 @@ class CallAnswer:
 
     def to_wire(self) -> dict[str, Any]:
         """The answer as a message part (a value that is not plain travels serialised: numpy as frames)."""
-        value = self.value if isinstance(self.value, PLAIN) else to_serialize(self.value)
+        value = self.value if isinstance(self.value, PLAIN) else serialized(self.value)
         return {"call_id": self.call_id, "done": self.done, "value": value}
 
     @classmethod

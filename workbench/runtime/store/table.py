@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import cloudpickle
-from distributed.protocol import to_serialize
 
 import workbench.runtime.store.tiering as tiering
+from workbench.runtime.dask_seam import serialized
 from workbench.runtime.store.disk import disk_path, read_object, write_object
 from workbench.runtime.store.errors import NotHere, StoreError, check_writable
 from workbench.runtime.store.link import Link
@@ -459,7 +459,7 @@ class ObjectTable(Mapping[Key, Entry]):
                 BackendOp.PUT,
                 oid=oid,
                 version=version,
-                obj=to_serialize(self.leaving(entry, "store-push")),
+                obj=serialized(self.leaving(entry, "store-push")),
                 announce=True,
             )
             self.trace("transfer", start, entry.nbytes, "store-push", source=self.address)

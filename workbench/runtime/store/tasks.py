@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import get_worker
 
 from workbench.runtime import failures
+from workbench.runtime.dask_seam import worker_plugin
 from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.model import ObjectRef
 from workbench.runtime.store.protocol import PLUGIN_NAME
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 def local_backend() -> StoreBackend:
     """This worker's store backend (inside a task)."""
     worker = get_worker()
-    plugin = worker.plugins.get(PLUGIN_NAME)
+    plugin = worker_plugin(worker, PLUGIN_NAME)
     if plugin is None:
         raise StoreError(f"worker {worker.address} has no store backend: open the store first (Store(session))")
     return plugin

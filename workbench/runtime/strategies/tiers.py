@@ -198,8 +198,7 @@ def block_calls(
 def spill_put(name: str, directory: str, target: int, compression: bool, index: int, block: np.ndarray) -> int:
     """Task body: put ``block`` into this worker's spill buffer ``name`` (made on first use; kept in the
     worker's :class:`~workbench.runtime.worker_state.WorkerState`, which removes its files at teardown)."""
-    import dask
-    from distributed.spill import SpillBuffer
+    import workbench.runtime.dask_seam as dask_seam
 
     state = worker_state()
     with state.spill_lock:
@@ -207,8 +206,7 @@ def spill_put(name: str, directory: str, target: int, compression: bool, index: 
             # a directory per buffer: two never share one (zict owns its directory), not even two workers
             # of one process (a threads-only cluster)
             path = os.path.join(directory, name, uuid.uuid4().hex[:12])
-            with dask.config.set({"distributed.worker.memory.spill-compression": "lz4" if compression else False}):
-                state.spills[name] = SpillSpace(SpillBuffer(path, target=target), path)
+            state.spills[name] = SpillSpace(dask_seam.spill_buffer(path, target, compression), path)
         buffer = state.spills[name].buffer
     with state.spill_lock:  # a SpillBuffer is not thread-safe (a worker touches its own on one thread)
         buffer[f"block-{index}"] = np.array(block, copy=True)  # its own copy: spilling it frees it
