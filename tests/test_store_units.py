@@ -560,6 +560,22 @@ def test_a_write_racing_an_eviction_on_its_own_backend_reads_the_object_back_aga
     assert writer.invoke(ObjectRef(ref.oid), "total", False, (), {}) == 6000.0
 
 
+def test_a_load_that_finds_the_object_held_already_tells_the_catalogue(wire):
+    """A counter on A with a disk copy; the catalogue drops A's location (its worker left) while A's
+    table still holds it. Reading it back lands on A, finds it there, and A is named again: before,
+    the load returned at once and the catalogue named no one (the model test found it)."""
+    ref = put(wire, Counter(np.ones(4)), A)
+    wire.client.backend(A, BackendOp.FLUSH, oid=ref.oid, version=0)
+    scheduler = wire.catalogue.scheduler
+    del scheduler.workers[A]
+    wire.catalogue.remove_worker(scheduler, A)
+    scheduler.workers[A] = None
+    assert wire.client.records([ref])[0].workers == []
+    (resolved,) = wire.client.resolve([ref])
+    assert wire.client.records([ref])[0].workers == resolved.workers
+    assert call(wire.client, ref, resolved.workers[0], "total") == 4.0
+
+
 # -- the catalogue against a model -------------------------------------------------------------------
 class CatalogueMachine(RuleBasedStateMachine):
     """Registrations, aliases, moves, deletions, departures, restarts and kills of a catalogue against a

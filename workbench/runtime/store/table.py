@@ -242,7 +242,8 @@ class ObjectTable(Mapping[Key, Entry]):
                 f"object {oid[:8]} v{version}: another call read it from disk for over {LOCK_WAIT_SECONDS} s"
             )
         try:
-            if self.local(ObjectRef(oid, version)) is not None:
+            held = self.local(ObjectRef(oid, version))
+            if held is not None and self._announce_held(key, held):
                 return 0
             start = time.time()
             obj = read_object(self.directory, disk_path)
@@ -254,6 +255,21 @@ class ObjectTable(Mapping[Key, Entry]):
                 if self.load_locks.get(key) is load_lock:
                     del self.load_locks[key]
             load_lock.release()
+
+    def _announce_held(self, key: Key, entry: Entry) -> bool:
+        """Tell the catalogue this backend holds ``key`` (a load found it here already: the catalogue
+        had dropped this location, or another load beat this one to it). Under the entry's shared lock,
+        so an eviction, which takes it exclusively, comes after; False when it was evicted meanwhile."""
+        if not entry.lock.acquire(False, timeout=LOCK_WAIT_SECONDS):
+            raise TimeoutError(f"object {key[0][:8]} v{key[1]}: a writing call held it for over {LOCK_WAIT_SECONDS} s")
+        try:
+            with self.lock:
+                if self.entries.get(key) is not entry:
+                    return False
+            self.link.catalogue(CatalogueOp.ADD_LOCATION, oid=key[0], version=key[1], worker=self.address)
+            return True
+        finally:
+            entry.lock.release(False)
 
     # -- finding objects -------------------------------------------------------------------------
     def local(self, ref: ObjectRef) -> Entry | None:
