@@ -109,12 +109,14 @@ def broken_links(page: Path, root: Path = ROOT, on_the_site: set[Path] = ON_THE_
 def test_the_site_lays_out_the_course_pages_and_the_lessons_as_the_repository_does():
     toc = site._toc(["setup"], [NOTEBOOKS / "00-welcome.ipynb"])
     files = [chapter["file"] for part in toc["parts"] for chapter in part["chapters"]]
-    assert files == ["docs/course/setup", "notebooks/00-welcome"]
+    assert files == ["docs/course/setup", "notebooks/00-welcome", site.API_PAGE]  # the API page is written by the site
     assert (site.COURSE_DIR, site.LESSON_DIR) == ("docs/course", "notebooks")
     home = site._index([NOTEBOOKS / "00-welcome.ipynb"])
     targets = markdown_links(home)
     assert "notebooks/00-welcome.ipynb" in targets and "docs/course/syllabus.md" in targets
-    assert all((ROOT / t).is_file() for t in targets if relative(t)), "the home page links as the repository's root"
+    written = f"{site.API_PAGE}.md"  # the site writes the API page beside the home page
+    assert written in targets
+    assert all((ROOT / t).is_file() for t in targets if relative(t) and t != written), "links as the repository's root"
 
 
 def test_jupyterlab_serves_the_repositorys_root_and_opens_on_the_lessons():
