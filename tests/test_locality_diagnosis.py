@@ -237,7 +237,7 @@ def test_a_finding_carries_its_evidence_remedy_and_saving_and_nothing_is_found_b
     json.dumps(found.as_dict())  # plain values
 
     def tasks(n: int, seconds: float) -> Report:
-        return _report([trace.record("compute", i, i + seconds, worker="tcp://w:1", task="inc") for i in range(n)])
+        return _report([trace.record("compute", 0.0, seconds, worker="tcp://w:1", task="inc")] * n)
 
     assert tasks(findings.TINY_TASKS_MIN_COUNT - 1, 1e-5).findings == []
     assert tasks(findings.TINY_TASKS_MIN_COUNT, findings.TINY_TASK_SECONDS).findings == []

@@ -11,8 +11,8 @@ and reports nothing where its evidence is below the thresholds named here:
     lesson 02. Saves the bytes of all copies but one per worker.
 ``tiny-tasks``
     A task group of at least :data:`TINY_TASKS_MIN_COUNT` tasks whose median task computes for less
-    than :data:`TINY_TASK_SECONDS`, the per-task cost Dask's documentation gives (about 1 ms of the
-    scheduler's and the worker's time): the overhead is as large as the work. Remedy: fewer, bigger
+    than :data:`TINY_TASK_SECONDS`: Dask's own cost per task (about 1 ms of the scheduler's and the
+    worker's time, :data:`TASK_OVERHEAD_SECONDS`) is then a fifth of the work or more. Remedy: fewer, bigger
     blocks, or one task per worker's partition (SplIter), lessons 00 and 03. Saves about
     :data:`TASK_OVERHEAD_SECONDS` per task beyond one per worker thread per graph.
 ``gather-to-client``
@@ -57,8 +57,8 @@ KINDS = ("repeated-argument", "tiny-tasks", "gather-to-client", "remote-reads", 
 
 ARGUMENT_MIN_BYTES = 1_000_000  # an argument smaller than 1 MB costs little to resend
 REPEATED_ARGUMENT_MIN_COPIES = 4  # and seen in fewer task messages than this is not reported
-TINY_TASK_SECONDS = 0.001  # Dask's per-task overhead (its docs: 200 us to 1 ms): tasks shorter than this are tiny
-TASK_OVERHEAD_SECONDS = 0.001  # what each task costs beyond its work, for the estimate of what fewer tasks save
+TASK_OVERHEAD_SECONDS = 0.001  # what each task costs beyond its work (Dask's docs: 200 us to 1 ms), for the estimate
+TINY_TASK_SECONDS = 0.005  # a task shorter than this pays a fifth of its time or more in that overhead
 TINY_TASKS_MIN_COUNT = 100  # fewer tiny tasks than this cost under a tenth of a second in all
 GATHER_MIN_BYTES = 4_000_000  # bytes to the client (4 MB): below, a gather costs a few milliseconds
 REMOTE_READS_MIN_BYTES = 4_000_000  # bytes a task group read from elsewhere (4 MB)
@@ -225,7 +225,7 @@ def tiny_tasks(report: Report) -> list[Finding]:
         found.append(
             _finding(
                 "tiny-tasks",
-                f"{n} tasks of {group!r} computed for {median * 1e3:.3g} ms each (median), less than the "
+                f"{n} tasks of {group!r} computed for {median * 1e3:.3g} ms each (median), against the "
                 f"~{TASK_OVERHEAD_SECONDS * 1e3:g} ms each task costs the scheduler and worker: "
                 f"{n / rounds:.0f} tasks per graph for {threads} worker threads",
                 {

@@ -4,9 +4,10 @@ The block may hold any Dask work: arrays, dataframes, delayed, futures, the work
 or the user's own code, on the cluster of a workbench session or of any ``distributed.Client``. While
 it runs, a scheduler plugin (:class:`workbench.locality.watch.Watch`) notes each graph, the large
 arguments inside task messages, each finished task and what it read; after it, the workers' transfer
-logs (incoming: between workers; outgoing: to the client), the workbench's own events, the scheduler's
-message and byte counters (:mod:`workbench.runtime.counts`) and each worker's memory and spill are
-read once, and :class:`~workbench.locality.report.Report` holds them with the findings they prove.
+logs (incoming: between workers; outgoing: to the client), the workbench's own events, the batched
+streams' message and byte counters (those :mod:`workbench.runtime.counts` reads) and each worker's
+memory and spill are read in one call to the scheduler and one to the workers (as they are at the
+start), and :class:`~workbench.locality.report.Report` holds them with the findings they prove.
 
 The watch is removed when the block ends, whether it raised or not; a block that raised has no
 report (its exception goes on). Observations do not nest: one watch per cluster at a time.
@@ -27,17 +28,6 @@ from workbench.locality.report import ARGUMENT_COLUMNS, READ_COLUMNS, WORKER_COL
 from workbench.runtime import counts, trace
 
 
-class _Cluster:
-    """A client seen as the runtime's readers want a session: ``.client`` and ``.run`` on every worker."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def run(self, function: Any, *args: Any) -> dict[str, Any]:
-        """``function(*args)`` on every worker: address -> result."""
-        return self.client.run(function, *args)
-
-
 def _client_of(target: Any) -> Client:
     """The ``distributed.Client`` of a workbench session, or the client itself; a clear error for anything else."""
     client = target if isinstance(target, Client) else getattr(target, "client", None)
@@ -51,17 +41,29 @@ def _client_of(target: Any) -> Client:
     return client
 
 
-def _worker_state(dask_worker: Any = None) -> dict[str, Any]:
-    """A worker's threads, memory limit, process memory and spill counters, now."""
-    import psutil
-    from distributed import get_worker
-
-    worker = dask_worker or get_worker()
+def _scheduler_now(dask_scheduler: Any = None) -> dict[str, Any]:
+    """On the scheduler, in one call: what the watch recorded (None: no watch) and the batched streams'
+    counters (messages and bytes it sent to workers)."""
     return {
-        "threads": dask_seam.worker_threads(worker),
-        "memory_limit": int(dask_seam.worker_memory_limit(worker) or 0),
+        "watch": watch.collect_here(dask_scheduler),
+        "messages": dask_seam.scheduler_messages_sent(dask_scheduler),
+        "task_message_bytes": dask_seam.scheduler_bytes_sent(dask_scheduler),
+    }
+
+
+def _worker_now(since: float | None, dask_worker: Any = None) -> dict[str, Any]:
+    """On a worker, in one call: its threads, memory limit, process memory, spill counters and messages
+    sent; with ``since``, its incoming and outgoing transfers from then on."""
+    import psutil
+
+    return {
+        "threads": dask_seam.worker_threads(dask_worker),
+        "memory_limit": int(dask_seam.worker_memory_limit(dask_worker) or 0),
         "rss": int(psutil.Process().memory_info().rss),
-        **dask_seam.spill_counters(worker),
+        "messages": dask_seam.worker_messages_sent(dask_worker),
+        **dask_seam.spill_counters(dask_worker),
+        "incoming": dask_seam.incoming_transfers(dask_worker, since) if since is not None else [],
+        "outgoing": dask_seam.outgoing_transfers(dask_worker, since) if since is not None else [],
     }
 
 
@@ -70,7 +72,6 @@ class Observation:
 
     def __init__(self, target: Any) -> None:
         self.client = _client_of(target)
-        self._cluster = _Cluster(self.client)
         self._report: Report | None = None
         self._state = "new"  # new -> open -> done (a report) or failed (the block raised)
 
@@ -90,18 +91,15 @@ class Observation:
     def __enter__(self) -> Observation:
         if self._state != "new":
             raise RuntimeError("this observation was used already: call observe(client) again for another block")
-        if watch.watching(self.client):
+        before = self.client.run_on_scheduler(_scheduler_now)
+        if before["watch"] is not None:
             raise RuntimeError(
                 "this cluster is being observed already (a nested observe, or another one still open): "
                 "observe the outer block only, then read its report"
             )
         self.client.register_plugin(watch.Watch(), name=watch.PLUGIN_NAME)
         try:
-            self._before = {
-                "messages": counts.message_count(self._cluster),
-                "task_message_bytes": counts.task_message_bytes(self._cluster),
-                "workers": self._cluster.run(_worker_state),
-            }
+            self._before = {**before, "workers": self.client.run(_worker_now, None)}
         except BaseException:
             self._unwatch()
             raise
@@ -126,13 +124,14 @@ class Observation:
 
     def _read(self, stop: float) -> Report:
         """Everything the block left in the watch, the workers' logs and the counters, as a report."""
-        cluster, since = self._cluster, self._since
-        seen = watch.collect(self.client) or {}
-        incoming = trace.incoming_transfer_logs(cluster, since)
-        outgoing = trace.outgoing_transfer_logs(cluster, since)
+        since, before = self._since, self._before
+        now = self.client.run_on_scheduler(_scheduler_now)
+        workers = self.client.run(_worker_now, since)
+        seen = now["watch"] or {}
+        incoming = {w: state["incoming"] for w, state in workers.items()}
+        outgoing = {w: state["outgoing"] for w, state in workers.items()}
         records = trace.from_task_stream(seen.get("stream", []), incoming)
-        records += trace.worker_events(cluster, since) + trace.to_client(outgoing)
-        after = cluster.run(_worker_state)
+        records += trace.worker_events(self, since) + trace.to_client(outgoing)
         arrivals = Counter((key, worker) for worker, log in incoming.items() for t in log for key in t["keys"])
         sizes = {key: n for log in incoming.values() for t in log for key, n in t["keys"].items()}
         again = [(key, n - 1) for (key, _), n in arrivals.items() if n > 1]
@@ -143,8 +142,11 @@ class Observation:
             "tasks": sum(g.tasks for g in graphs),
             "dependencies": sum(g.dependencies for g in graphs),
             "graphs": len(graphs),
-            "messages": counts.message_count(cluster) - self._before["messages"],
-            "task_message_bytes": counts.task_message_bytes(cluster) - self._before["task_message_bytes"],
+            "messages": now["messages"]
+            + sum(w["messages"] for w in workers.values())
+            - before["messages"]
+            - sum(w["messages"] for w in before["workers"].values()),
+            "task_message_bytes": now["task_message_bytes"] - before["task_message_bytes"],
             "bytes_moved": int(sum(t["total"] for log in incoming.values() for t in log)),
             "bytes_to_client": int(to_client["bytes"].sum()) if len(to_client) else 0,
             "keys_moved_again": len(again),
@@ -166,7 +168,7 @@ class Observation:
             records=frame if len(frame) else pd.DataFrame(columns=list(trace.FIELDS)),
             arguments=arguments,
             reads=reads,
-            workers=_workers_table(self._before["workers"], after),
+            workers=_workers_table(before["workers"], workers),
             counts=report_counts,
             start=since,
             stop=stop,

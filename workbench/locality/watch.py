@@ -122,7 +122,8 @@ class Watch(counts.GraphCounter):
             read[1] += dask_seam.dependency_bytes(self.scheduler, key)
 
 
-def _collect(dask_scheduler: Any = None) -> dict[str, Any] | None:
+def collect_here(dask_scheduler: Any) -> dict[str, Any] | None:
+    """On the scheduler: what the watch recorded, as plain values (None: no watch registered)."""
     watch = dask_seam.scheduler_plugin(dask_scheduler, PLUGIN_NAME)
     if watch is None:
         return None
@@ -134,17 +135,3 @@ def _collect(dask_scheduler: Any = None) -> dict[str, Any] | None:
         "stream": list(watch.stream),
         "dropped": watch.finished - len(watch.stream),
     }
-
-
-def _watching(dask_scheduler: Any = None) -> bool:
-    return dask_seam.scheduler_plugin(dask_scheduler, PLUGIN_NAME) is not None
-
-
-def watching(client: Any) -> bool:
-    """Whether a watch is registered on the client's scheduler now (an observation is open on it)."""
-    return bool(client.run_on_scheduler(_watching))
-
-
-def collect(client: Any) -> dict[str, Any] | None:
-    """What the watch on the client's scheduler recorded (None: no watch there)."""
-    return client.run_on_scheduler(_collect)

@@ -154,24 +154,11 @@ def _incoming_transfers_since(since: float, dask_worker: Any = None) -> list[dic
     return dask_seam.incoming_transfers(dask_worker or get_worker(), since)
 
 
-def outgoing_transfer_logs(session: Any, since: float) -> dict[str, list[dict[str, Any]]]:
-    """What each worker sent since ``since`` (epoch seconds), to peers and to clients (``who``, ``start``,
-    ``stop``, ``total``, ``keys``)."""
-    return session.run(_outgoing_transfers_since, since)
-
-
-def _outgoing_transfers_since(since: float, dask_worker: Any = None) -> list[dict[str, Any]]:
-    from distributed import get_worker
-
-    import workbench.runtime.dask_seam as dask_seam
-
-    return dask_seam.outgoing_transfers(dask_worker or get_worker(), since)
-
-
 def to_client(outgoing: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Transfer records of the bytes workers sent to a client (``outgoing``: :func:`outgoing_transfer_logs`):
-    on the "client" row, ``source`` the worker that sent them, ``task`` the prefix of the first key sent.
-    A send to a peer worker is left out (its receiver's incoming log records it)."""
+    """Transfer records of the bytes workers sent to a client (``outgoing``: worker address -> the entries
+    of ``dask_seam.outgoing_transfers``): on the "client" row, ``source`` the worker that sent them,
+    ``task`` the prefix of the first key sent. A send to a peer worker is left out (its receiver's
+    incoming log records it)."""
     workers = set(outgoing)
     return [
         record(
