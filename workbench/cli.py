@@ -551,10 +551,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             "what observing a computation costs: workbench.locality.observe on the seed applications vs unobserved",
             "locality",
             "locality diagnosis",
-            {"ci": 20, "lab": 60, "full": 600},
+            {"ci": 30, "lab": 120, "full": 900},
             (
-                _size("lab"),
-                _repeat(5, "runs of each, observed and unobserved alternated (the median is reported)"),
+                _size("ci", "lab and full: bigger data, where the observation's fixed cost weighs less"),
+                _repeat(7, "runs of each, observed and unobserved alternated (the median is reported)"),
                 arg(
                     "--apps",
                     type=comma_separated,

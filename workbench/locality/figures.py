@@ -78,7 +78,7 @@ def layout(report: Report) -> LayoutDOM:
         side = []
         moved = trace.bytes_moved(frame)
         if int(moved.to_numpy().sum()):
-            side.append(bytes_matrix(moved, title="bytes moved (source -> destination)"))
+            side.append(bytes_matrix(moved, title="bytes moved"))
         compute = frame[(frame["action"] == "compute") & (frame["worker"] != trace.CLIENT)]
         busy = (compute["stop"] - compute["start"]).groupby(compute["worker"]).sum()
         if len(busy):
