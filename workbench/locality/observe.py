@@ -152,6 +152,7 @@ class Observation:
             "keys_moved_again": len(again),
             "bytes_moved_again": int(sum(sizes[key] * extra for key, extra in again)),
             "dropped_tasks": int(seen.get("dropped", 0)),
+            "watch_microseconds": int(seen.get("spent", 0.0) * 1e6),
         }
         arguments = pd.DataFrame(
             [{"fingerprint": f, **a} for f, a in seen.get("arguments", {}).items()], columns=list(ARGUMENT_COLUMNS)

@@ -15,7 +15,8 @@ A :class:`Report` is records first (as distributed's diagnostics are), findings 
 - ``counts``: the block's ``tasks`` and ``dependencies`` submitted, ``graphs``, scheduler-worker
   ``messages``, ``task_message_bytes`` (what the scheduler sent to workers), ``bytes_moved`` between
   workers, ``bytes_to_client``, ``keys_moved_again`` / ``bytes_moved_again`` (a key that arrived at
-  the same worker more than once) and ``dropped_tasks`` (finished tasks beyond what the watch keeps);
+  the same worker more than once), ``dropped_tasks`` (finished tasks beyond what the watch keeps) and
+  ``watch_microseconds`` (the scheduler's time in the watch's hooks: what observing cost it);
 - ``start`` / ``stop``: the block's epoch seconds.
 
 ``report.findings`` (:mod:`workbench.locality.findings`) is computed from these alone, so a saved
@@ -51,18 +52,6 @@ WORKER_COLUMNS = (
     "rss_before",
     "rss_after",
     *(f"disk_{way}_{unit}" for way in ("write", "read") for unit in ("bytes", "count", "seconds")),
-)
-COUNT_NAMES = (
-    "tasks",
-    "dependencies",
-    "graphs",
-    "messages",
-    "task_message_bytes",
-    "bytes_moved",
-    "bytes_to_client",
-    "keys_moved_again",
-    "bytes_moved_again",
-    "dropped_tasks",
 )
 IFRAME_MARGIN = 160  # pixels under a notebook's report frame beyond what its figures and text need
 

@@ -20,6 +20,7 @@ Nothing is added per task but a dictionary update; the records are read once, af
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any
@@ -76,6 +77,7 @@ class Watch(counts.GraphCounter):
         self.reads: dict[str, list[int]] = {}  # group -> [tasks, dependency bytes]
         self.stream: deque[dict[str, Any]] = deque(maxlen=KEEP_TASKS)
         self.finished = 0
+        self.spent = 0.0  # seconds of the scheduler's time in this plugin's hooks: what the watch costs it
 
     async def start(self, scheduler: Any) -> None:
         """Keep the scheduler: ``transition`` is not given it."""
@@ -84,6 +86,7 @@ class Watch(counts.GraphCounter):
     def update_graph(self, scheduler: Any, *, tasks: Iterable[Any] = (), **kwargs: Any) -> None:
         """Count the graph (as :class:`~workbench.runtime.counts.GraphCounter` does) and fingerprint the
         large literal values its new tasks carry."""
+        began = time.perf_counter()
         tasks = list(tasks)
         super().update_graph(scheduler, tasks=tasks, **kwargs)
         groups: set[str] = set()
@@ -100,11 +103,13 @@ class Watch(counts.GraphCounter):
                 entry["copies"] += 1
                 entry["groups"][group] = entry["groups"].get(group, 0) + 1
         self.group_graphs.update(groups)
+        self.spent += time.perf_counter() - began
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         """A task that finished: its task-stream entry and the bytes it read."""
         if start != "processing" or finish not in ("memory", "erred") or not kwargs.get("startstops"):
             return
+        began = time.perf_counter()
         self.finished += 1
         self.stream.append(
             {
@@ -120,6 +125,7 @@ class Watch(counts.GraphCounter):
         read[0] += 1
         if self.scheduler is not None:
             read[1] += dask_seam.dependency_bytes(self.scheduler, key)
+        self.spent += time.perf_counter() - began
 
 
 def collect_here(dask_scheduler: Any) -> dict[str, Any] | None:
@@ -134,4 +140,5 @@ def collect_here(dask_scheduler: Any) -> dict[str, Any] | None:
         "reads": {g: list(r) for g, r in watch.reads.items()},
         "stream": list(watch.stream),
         "dropped": watch.finished - len(watch.stream),
+        "spent": watch.spent,
     }
