@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from distributed import Client, Scheduler, SpecCluster, get_worker, wait
+from distributed import Client, LocalCluster, Scheduler, SpecCluster, get_worker, wait
 from distributed.deploy.spec import ProcessInterface
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
@@ -147,6 +147,64 @@ def test_new_tasks_and_their_dependencies(cluster):
         client.unregister_scheduler_plugin(Counter.name)
 
 
+class SpecWatch(SchedulerPlugin):
+    name = "seam-spec-watch"
+
+    def __init__(self) -> None:
+        self.values: list[tuple[Any, list[Any]]] = []
+        self.scheduler: Any = None
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def update_graph(self, scheduler: Any, *, tasks: Any = (), **kwargs: Any) -> None:
+        self.values += dask_seam.new_task_values(scheduler, tasks)
+
+
+def _lookup(i: int, table: np.ndarray, scale: float = 1.0) -> float:
+    return float(table[i]) * scale
+
+
+def _lookup_second(items: list[np.ndarray], i: int, scale: float = 1.0) -> float:
+    return float(items[1][i]) * scale
+
+
+@contract("task specs")
+def test_new_task_values(cluster):
+    client = cluster.test_client
+    client.register_plugin(SpecWatch(), name=SpecWatch.name)
+    table = np.arange(2**16, dtype=np.float64)
+    try:
+        x = client.submit(np.ones, 3, pure=False)
+        wait([x])
+        plain = [client.submit(_lookup, i, table, pure=False) for i in range(3)]  # each task carries the table
+        partial = client.submit(functools.partial(_lookup, table=table), 2, pure=False)
+        nested = client.submit(_lookup_second, [x, table], 1, scale=2.0, pure=False)  # a future beside it
+        referring = client.submit(np.add, x, x, pure=False)  # refers to x: carries no array of its own
+        assert client.gather([*plain, partial, nested, referring])[:4] == [0.0, 1.0, 2.0, 2.0]
+        seen = on_scheduler(cluster, lambda s: list(dask_seam.scheduler_plugin(s, SpecWatch.name).values))
+    finally:
+        client.unregister_scheduler_plugin(SpecWatch.name)
+    by_key = dict(seen)
+    for future in (*plain, partial, nested):
+        arrays = [v for v in by_key[future.key] if isinstance(v, np.ndarray)]
+        assert len(arrays) == 1 and arrays[0].nbytes == table.nbytes and arrays[0][5] == 5.0, (future.key, arrays)
+    assert any(isinstance(v, float) and v == 2.0 for v in by_key[nested.key]), by_key[nested.key]
+    assert not [v for v in by_key[referring.key] if isinstance(v, np.ndarray)], by_key[referring.key]
+    assert [key for key, _ in seen].count(x.key) == 1  # new in its own graph, not in those that refer to it
+
+
+@contract("task records")
+def test_dependency_bytes(cluster):
+    client = cluster.test_client
+    x, y = client.submit(np.ones, 2**10, pure=False), client.submit(np.zeros, 2**11, pure=False)
+    total = client.submit(np.concatenate, [x, y], pure=False)
+    wait([total])
+    assert on_scheduler(cluster, dask_seam.dependency_bytes, total.key) == (2**10 + 2**11) * 8
+    assert on_scheduler(cluster, dask_seam.dependency_bytes, x.key) == 0
+    assert on_scheduler(cluster, dask_seam.dependency_bytes, "no-such-key") == 0
+
+
 @contract("replica removal")
 def test_drop_replicas_never_a_last_copy(cluster):
     client = cluster.test_client
@@ -198,6 +256,48 @@ def test_incoming_transfers(cluster):
     assert client.submit(np.sum, block, workers=[b], pure=False).result(timeout=WAIT_S) == 2**17
     transfers = on_worker(cluster, b, dask_seam.incoming_transfers, since)
     assert any(t["who"] == a and t["total"] >= 2**20 and t["stop"] >= t["start"] >= since for t in transfers), transfers
+    assert any(t["keys"].get(block.key, 0) >= 2**20 for t in transfers), transfers
+
+
+@contract("outgoing transfer log")
+def test_outgoing_transfers(cluster):
+    client = cluster.test_client
+    a, b = workers(cluster)
+    since = time.time() - 1
+    [block] = client.scatter([np.ones(2**17)], workers=[a], hash=False)
+    assert client.submit(np.sum, block, workers=[b], pure=False).result(timeout=WAIT_S) == 2**17
+    assert client.gather(block).sum() == 2**17  # to the client, from a or from b's copy
+    sent = on_worker(cluster, a, dask_seam.outgoing_transfers, since)
+    assert any(t["who"] == b and t["keys"].get(block.key, 0) >= 2**20 for t in sent), sent  # to the peer
+    sent += on_worker(cluster, b, dask_seam.outgoing_transfers, since)
+    assert any(t["who"] not in (a, b) and t["total"] >= 2**20 and t["stop"] >= t["start"] >= since for t in sent), sent
+
+
+def _random(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(2**18)
+
+
+@contract("spill counters")
+def test_spill_counters():
+    import dask
+
+    memory = {"target": 0.5, "spill": False, "pause": False, "terminate": False}
+    with dask.config.set({f"distributed.worker.memory.{k}": v for k, v in memory.items()}):
+        with LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, memory_limit="8MiB", dashboard_address=None
+        ) as made:
+            with Client(made) as client:
+                counters = lambda dask_worker: dask_seam.spill_counters(dask_worker)  # noqa: E731
+                before = client.run(counters)
+                # 8 MiB of random values (they do not compress) on a worker that holds 4
+                blocks = client.map(_random, range(4), pure=False)
+                wait(blocks)
+                assert len(client.gather(client.map(len, blocks))) == 4  # every block read, some from disk
+                [after] = client.run(counters).values()
+    [before] = before.values()
+    assert after["disk-write-bytes"] >= 2**21 and after["disk-write-count"] >= 1, after
+    assert after["disk-read-count"] >= 1 and after["disk-write-seconds"] > 0, after
+    assert before["disk-write-bytes"] == 0 and set(before) == set(after), before
 
 
 @contract("restrictions and transitions")

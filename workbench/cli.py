@@ -355,6 +355,22 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    from workbench.locality import Report
+
+    if args.html and not Path(args.html).parent.is_dir():
+        raise UsageError(f"--html {args.html}: the directory {Path(args.html).parent} does not exist")
+    with _from_user_input(OSError, ValueError):  # no such file, or not an observation or a trace
+        report = Report.load(args.trace)
+    if args.json:
+        print(json.dumps({"counts": report.counts, "findings": [f.as_dict() for f in report.findings]}, indent=2))
+    else:
+        print(report.text())
+    if args.html:
+        print(f"page: {report.to_html(args.html)}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def _shm(args: argparse.Namespace) -> int:
     from workbench.memory import shm
 
@@ -528,6 +544,24 @@ BENCHMARKS: dict[str, Benchmark] = {
                     help="measure only these ways",
                 ),
                 _leave_out("table1", "leave out k-means at Table I's point with the most dimensions (RRO vs files)"),
+            ),
+        ),
+        Benchmark(
+            "locality",
+            "what observing a computation costs: workbench.locality.observe on the seed applications vs unobserved",
+            "locality",
+            "locality diagnosis",
+            {"ci": 30, "lab": 120, "full": 900},
+            (
+                _size("ci", "lab and full: bigger data, where the observation's fixed cost weighs less"),
+                _repeat(7, "runs of each, observed and unobserved alternated (the median is reported)"),
+                arg(
+                    "--apps",
+                    type=comma_separated,
+                    check=one_of(_names_in("locality", "APPS"), "application"),
+                    help="comma-separated seed applications (default: histogram,kmeans,knn)",
+                ),
+                _workers(),
             ),
         ),
         Benchmark(
@@ -770,6 +804,16 @@ COMMANDS: tuple[Command, ...] = (
         "write a standalone HTML report of a 'workbench run' directory",
         _report,
         (arg("dir"), arg("--output", help="HTML file (default DIR/report.html)")),
+    ),
+    Command(
+        "diagnose",
+        "name the locality problems in a saved observation (report.save) or trace, with evidence and remedies",
+        _diagnose,
+        (
+            arg("trace", help="a file written by workbench.locality's report.save(...), or a workbench trace .json"),
+            arg("--html", help="also write the report as one offline HTML page here"),
+            arg("--json", action="store_true", help="print the counts and findings as JSON"),
+        ),
     ),
     Command(
         "shm",

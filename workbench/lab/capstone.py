@@ -32,6 +32,7 @@ from workbench.apps import kmeans, knn
 from workbench.lab.runner import traced_call
 from workbench.runtime import strategies
 from workbench.runtime.blocks import PlacedBlocks, rows_per_block
+from workbench.runtime.counts import task_message_bytes
 from workbench.runtime.session import Session
 from workbench.runtime.strategies import BlockWork, Broadcast
 
@@ -150,17 +151,6 @@ class PipelineRun:
         return float(self.stages["seconds"].sum())
 
 
-def _task_message_bytes(session: Session) -> int:
-    """Bytes the scheduler has sent to workers on its batched streams (task messages and their arguments)."""
-
-    def sent(dask_scheduler: Any = None) -> int:
-        import workbench.runtime.dask_seam as dask_seam
-
-        return dask_seam.scheduler_bytes_sent(dask_scheduler)
-
-    return int(session.client.run_on_scheduler(sent))
-
-
 def _stage_row(stage: str, strategy: str, seconds: float, frame: pd.DataFrame, sent: int) -> dict[str, Any]:
     from workbench.runtime import trace
 
@@ -236,7 +226,7 @@ def run(
             traces[name] = reuse.traces[name]
             return
         strategy = getattr(pipeline, name)
-        before = _task_message_bytes(session)
+        before = task_message_bytes(session)
 
         def call(recorder: Any) -> Any:
             with strategies.get(strategy).open(session, placed, recorder) as plan:
@@ -244,7 +234,7 @@ def run(
 
         found[name], seconds, _, frame = traced_call(session, call)
         stages.append(
-            {**_stage_row(name, strategy, seconds, frame, _task_message_bytes(session) - before), "reused": False}
+            {**_stage_row(name, strategy, seconds, frame, task_message_bytes(session) - before), "reused": False}
         )
         traces[name] = frame
 

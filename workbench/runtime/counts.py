@@ -108,6 +108,16 @@ def message_count(session: Session) -> int:
     return int(sent) + sum(session.client.run(_worker_sent).values())
 
 
+def _scheduler_bytes_sent(dask_scheduler: Any) -> int:
+    return dask_seam.scheduler_bytes_sent(dask_scheduler)
+
+
+def task_message_bytes(session: Session) -> int:
+    """Bytes the scheduler has sent so far on its batched streams to workers: task messages and the
+    arguments they carry (compare two readings: the capstone's bytes per stage, an observation's)."""
+    return int(session.client.run_on_scheduler(_scheduler_bytes_sent))
+
+
 def in_window(graphs: Iterable[Graph], windows: Iterable[tuple[float, float]]) -> tuple[int, int]:
     """Tasks and dependencies of the ``graphs`` that arrived inside any of ``windows`` ([start, stop])."""
     spans = list(windows)

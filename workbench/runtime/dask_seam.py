@@ -47,7 +47,16 @@ USES: tuple[Use, ...] = (
         "Worker.memory_manager.memory_limit, Scheduler.total_memory, WorkerState.memory_limit",
         r"\bmemory_manager\b|\btotal_memory\b",
     ),
-    Use("task records", "Scheduler.tasks (TaskState.state, .dependencies, .who_has)", r"scheduler\.tasks\b"),
+    Use(
+        "task records",
+        "Scheduler.tasks (TaskState.state, .dependencies, .who_has, .nbytes)",
+        r"scheduler\.tasks\b",
+    ),
+    Use(
+        "task specs",
+        "TaskState.run_spec and dask._task_spec (Task.func/.args/.kwargs, DataNode.value, TaskRef)",
+        r"\brun_spec\b|_task_spec\b",
+    ),
     Use("replica removal", "Scheduler.request_remove_replicas", r"\brequest_remove_replicas\b"),
     Use("scheduler workers", "Scheduler.workers (address -> WorkerState)", r"scheduler\.workers\b"),
     Use("scheduler clients", "Scheduler.clients (client id -> ClientState)", r"scheduler\.clients\b"),
@@ -57,6 +66,8 @@ USES: tuple[Use, ...] = (
         r"\bstream_comms\b|\bbatched_stream\b",
     ),
     Use("transfer log", "Worker.transfer_incoming_log", r"\btransfer_incoming_log\b"),
+    Use("outgoing transfer log", "Worker.transfer_outgoing_log", r"\btransfer_outgoing_log\b"),
+    Use("spill counters", "Worker.data (a SpillBuffer).cumulative_metrics", r"\bcumulative_metrics\b"),
     Use(
         "restrictions and transitions",
         "Scheduler.unrunnable, TaskState.worker_restrictions, Scheduler.set_restrictions, Scheduler.transitions",
@@ -223,13 +234,113 @@ def worker_messages_sent(worker: Any) -> int:
 
 def incoming_transfers(worker: Any, since: float) -> list[dict[str, Any]]:
     """A worker's incoming transfers that started at ``since`` (epoch seconds) or later, each with its
-    ``who``, ``start``, ``stop`` and ``total`` (bytes): ``Worker.transfer_incoming_log`` (the trace's
-    transfer records and the bytes moved per run)."""
+    ``who``, ``start``, ``stop``, ``total`` (bytes) and ``keys`` (each key moved and its bytes):
+    ``Worker.transfer_incoming_log`` (the trace's transfer records, the bytes moved per run, and the
+    keys the locality diagnosis sees moved more than once)."""
     return [
-        {"who": t["who"], "start": t["start"], "stop": t["stop"], "total": t["total"]}
+        {
+            "who": t["who"],
+            "start": t["start"],
+            "stop": t["stop"],
+            "total": t["total"],
+            "keys": {k: int(n or 0) for k, n in t.get("keys", {}).items()},
+        }
         for t in list(worker.transfer_incoming_log)
         if t["start"] >= since
     ]
+
+
+def outgoing_transfers(worker: Any, since: float) -> list[dict[str, Any]]:
+    """What a worker sent since ``since`` (epoch seconds) to whoever asked (``who``: a peer worker's
+    address, or None or another address for a client's gather, directly or through the scheduler), each
+    with ``start``, ``stop``, ``total`` (bytes) and ``keys`` (with their bytes):
+    ``Worker.transfer_outgoing_log`` (the bytes a locality diagnosis sees brought to the client)."""
+    return [
+        {
+            "who": t["who"],
+            "start": t["start"],
+            "stop": t["stop"],
+            "total": t["total"],
+            "keys": {k: int(n or 0) for k, n in t.get("keys", {}).items()},
+        }
+        for t in list(worker.transfer_outgoing_log)
+        if t["start"] >= since
+    ]
+
+
+def spill_counters(worker: Any) -> dict[str, float]:
+    """What a worker's memory has spilled to disk and read back so far: ``disk-write`` and ``disk-read``
+    ``bytes``, ``count`` and ``seconds`` (keys such as ``"disk-write-bytes"``), from its ``SpillBuffer``'s
+    ``cumulative_metrics`` (ever-increasing); zeros where its memory does not spill (no SpillBuffer).
+    The locality diagnosis's spill finding needs it."""
+    metrics = getattr(worker.data, "cumulative_metrics", None) or {}
+    return {
+        f"{label}-{unit}": float(metrics.get((label, unit), 0.0))
+        for label in ("disk-write", "disk-read")
+        for unit in ("bytes", "count", "seconds")
+    }
+
+
+# -- what tasks carry -------------------------------------------------------------------------------------------
+SPEC_CONTAINER_ITEMS = 64  # a list, tuple or dict with more items than this is one value (not walked item by item)
+SPEC_DEPTH = 8  # nesting walked into a task's spec, at most
+
+
+def new_task_values(scheduler: Any, keys: Iterable[Any]) -> list[tuple[Any, list[Any]]]:
+    """Of ``keys`` (a graph ``update_graph`` was given), each new task (still "released") and the literal
+    values its spec carries, which travel inside the task's message to its worker: the arguments of
+    ``TaskState.run_spec`` (``dask._task_spec``: a ``Task``'s function when it is a ``functools.partial``,
+    its ``args`` and ``kwargs``, a ``DataNode``'s value, nested containers), references to other tasks
+    left out. The locality diagnosis finds a large argument repeated in many task messages with it."""
+    known = scheduler.tasks
+    found = []
+    for key in keys:
+        ts = known.get(key)
+        if ts is not None and ts.state == "released" and ts.run_spec is not None:
+            values: list[Any] = []
+            _spec_values(ts.run_spec, values, 0)
+            found.append((key, values))
+    return found
+
+
+def _spec_values(node: Any, values: list[Any], depth: int) -> None:
+    """Append the literal values inside ``node`` (a task spec or an argument of one) to ``values``."""
+    import functools
+
+    from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+
+    if depth > SPEC_DEPTH or node is None or isinstance(node, TaskRef):
+        return
+    if isinstance(node, DataNode):
+        _spec_values(node.value, values, depth + 1)
+    elif isinstance(node, Task):  # containers of dask._task_spec are Tasks too
+        if isinstance(node.func, functools.partial):
+            _spec_values(node.func, values, depth + 1)
+        for item in (*node.args, *node.kwargs.values()):
+            _spec_values(item, values, depth + 1)
+    elif isinstance(node, GraphNode):  # an Alias: another task's value, not carried
+        return
+    elif isinstance(node, functools.partial):
+        for item in (*node.args, *node.keywords.values()):
+            _spec_values(item, values, depth + 1)
+    elif isinstance(node, (list, tuple)) and len(node) <= SPEC_CONTAINER_ITEMS:
+        for item in node:
+            _spec_values(item, values, depth + 1)
+    elif isinstance(node, dict) and len(node) <= SPEC_CONTAINER_ITEMS:
+        for item in node.values():
+            _spec_values(item, values, depth + 1)
+    else:
+        values.append(node)
+
+
+def dependency_bytes(scheduler: Any, key: Any) -> int:
+    """The bytes of the values task ``key`` takes from other tasks (its dependencies' ``nbytes``, unknown
+    ones as 0): ``Scheduler.tasks``, ``TaskState.dependencies`` and ``.nbytes``. What a task reads, for
+    the locality diagnosis's share of reads from other workers."""
+    ts = scheduler.tasks.get(key)
+    if ts is None:
+        return 0
+    return int(sum(max(int(dep.nbytes or 0), 0) for dep in ts.dependencies))
 
 
 # -- handlers and plugins -----------------------------------------------------------------------------------------

@@ -154,6 +154,28 @@ def _incoming_transfers_since(since: float, dask_worker: Any = None) -> list[dic
     return dask_seam.incoming_transfers(dask_worker or get_worker(), since)
 
 
+def to_client(outgoing: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Transfer records of the bytes workers sent to a client (``outgoing``: worker address -> the entries
+    of ``dask_seam.outgoing_transfers``): on the "client" row, ``source`` the worker that sent them,
+    ``task`` the prefix of the first key sent. A send to a peer worker is left out (its receiver's
+    incoming log records it)."""
+    workers = set(outgoing)
+    return [
+        record(
+            "transfer",
+            t["start"],
+            t["stop"],
+            task=task_name(next(iter(t["keys"]))) if t.get("keys") else "gather",
+            key=str(next(iter(t["keys"]))) if t.get("keys") else "",
+            nbytes=int(t["total"]),
+            source=worker,
+        )
+        for worker, sent in outgoing.items()
+        for t in sent
+        if t.get("who") not in workers
+    ]
+
+
 def worker_events(session: Any, since: float) -> list[dict[str, Any]]:
     """Workbench records emitted on workers (see :func:`emit`) since ``since``."""
     return [msg for stamp, msg in session.client.get_events(EVENT_TOPIC) if stamp >= since and isinstance(msg, dict)]
