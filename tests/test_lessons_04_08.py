@@ -273,3 +273,25 @@ def test_a_panel_refuses_a_start_its_application_does_not_offer():
         ExperimentPanel(session, "ci", app="prk-reduce", start={"rank": 2})
     with pytest.raises(ValueError, match=r"no variants \['mpi'\]; it has \['channels', 'eager'\]"):
         ExperimentPanel(session, "ci", app="prk-reduce", variants=("channels", "mpi"))
+
+
+def test_lesson_08s_diagnosis_takes_a_pipeline_only():
+    from workbench.teach.capstone import diagnose
+
+    with pytest.raises(TypeError, match="pipeline must be a capstone.Pipeline, got ellipsis"):
+        diagnose(session=None, pipeline=...)  # refused before any cluster is touched
+
+
+def test_lesson_08s_diagnosis_summary_says_what_was_named_missed_and_not_planted():
+    from workbench.locality import THRESHOLDS
+    from workbench.teach.capstone import PLANTED_KINDS, diagnosis_summary
+
+    report = types.SimpleNamespace(kinds=lambda: ["repeated-argument", "gather-to-client", "remote-reads", "spill"])
+    lines = diagnosis_summary(report).splitlines()
+    assert lines[0] == (
+        "the diagnosis named 3 of the 4 planted problems: repeated-argument, gather-to-client, remote-reads"
+    )
+    assert lines[1].startswith("not named: tiny-tasks (its evidence in this run stayed under a threshold: ")
+    assert all(name in lines[1] for name in THRESHOLDS["tiny-tasks"])
+    assert lines[2:] == ["named, not planted: spill"]
+    assert set(PLANTED_KINDS) <= set(THRESHOLDS)  # every planted kind is one the diagnosis knows

@@ -201,6 +201,7 @@ WRONG = {
         ),
         "once per worker",
     ),
+    "08.6": (dict(diagnosis="seen"), "should be the report of observe(session)"),
     "09.1": (dict(column_slowdown=7.0, column_stride_bytes=1000, walks=WALKS), "counts elements, not bytes"),
     "09.2": (dict(best_tile=1024, tiled_speedup=1.0, tiles=TILES), "that is the untiled transpose"),
     "09.3": (dict(worker_cores={"tcp://nowhere:1": {0}}, session="session"), "name every worker"),

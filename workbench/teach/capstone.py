@@ -219,3 +219,66 @@ def whole_pipeline(fixed: Any, planted_run: Any, session: Any) -> tuple:
         f"{fmt(_total(planted_run, 'MB_moved'))} -> {fmt(_total(run, 'MB_moved'))} MB, in task messages "
         f"{fmt(_total(planted_run, 'MB_in_task_messages'))} -> {fmt(_total(run, 'MB_in_task_messages'))} MB"
     )
+
+
+# -- the diagnosis (workbench.locality) of the planted pipeline and of the learner's ------------------------------
+# The kind of finding workbench.locality names each planted problem by, in the order the exercises take them.
+PLANTED_KINDS = ("repeated-argument", "tiny-tasks", "gather-to-client", "remote-reads")
+DIAGNOSIS_SIZE = "ci"  # the diagnosed runs: the same four problems on the smallest data, seconds each
+
+
+def diagnose(session: Any, pipeline: capstone.Pipeline = capstone.PLANTED, size: str = DIAGNOSIS_SIZE) -> Any:
+    """``pipeline`` run once at ``size`` inside :func:`workbench.locality.observe`: its report."""
+    from workbench.locality import observe
+
+    if not isinstance(pipeline, capstone.Pipeline):
+        raise TypeError(f"pipeline must be a capstone.Pipeline, got {type(pipeline).__name__}")
+    with observe(session) as seen:
+        capstone.run(session, size, pipeline)
+    return seen.report
+
+
+@exercise(
+    "08.6",
+    answers=("diagnosis",),
+    concept="a tool that reads the evidence you read names every problem left in a pipeline, and nothing in one "
+    "with all four fixed",
+    hint="run your fixed pipeline of exercise 5 at size ci inside the with block of observe(session), then take "
+    "the observation's report once the block is done; its findings name any problem left, each with its remedy",
+)
+def diagnosis_of_yours(diagnosis: Any) -> tuple:
+    """The learner's fixed pipeline, diagnosed: no finding left."""
+    from workbench.locality import Report
+
+    if not isinstance(diagnosis, Report):
+        return not_yet(
+            f"diagnosis should be the report of observe(session), `seen.report` after the with block, got "
+            f"{type(diagnosis).__name__}"
+        )
+    tasks = int(diagnosis.counts.get("tasks", 0))
+    if tasks == 0:
+        return not_yet('the observed block ran no Dask work: put `capstone.run(session, "ci", fixed)` inside it')
+    if diagnosis.findings:
+        first = diagnosis.findings[0]
+        return not_yet(
+            f"the diagnosis names {', '.join(diagnosis.kinds())}: {first.summary}",
+            f"{first.remedy} Change that knob in exercise 5's pipeline, then run its cells and these again.",
+        )
+    return passed(
+        f"no finding in {tasks} tasks over {diagnosis.seconds:.2g} s: the tool sees every planted problem gone too"
+    )
+
+
+def diagnosis_summary(report: Any, planted: tuple[str, ...] = PLANTED_KINDS) -> str:
+    """What the diagnosis named against what was planted: each planted kind named or not (with the
+    threshold its evidence stayed under), and any kind it found that was not planted."""
+    from workbench.locality import THRESHOLDS
+
+    found = report.kinds()
+    named = [k for k in planted if k in found]
+    lines = [f"the diagnosis named {len(named)} of the {len(planted)} planted problems: {', '.join(named) or 'none'}"]
+    for kind in (k for k in planted if k not in found):
+        limits = ", ".join(f"{name} {value:g}" for name, value in THRESHOLDS.get(kind, {}).items())
+        lines.append(f"not named: {kind} (its evidence in this run stayed under a threshold: {limits})")
+    lines += [f"named, not planted: {kind}" for kind in found if kind not in planted]
+    return "\n".join(lines)
