@@ -22,9 +22,17 @@ def _name(requirement: str) -> str:
 
 
 def _pyproject_dependencies() -> set[str]:
+    """The project's dependencies and its test extra's, an extra of the project itself (the test extra
+    names ``locality-workbench[test-core]``) read as what it stands for."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     names = {_name(r) for r in project["dependencies"]}
-    names |= {_name(r) for r in project["optional-dependencies"]["test"]}
+    for requirement in extras["test"]:
+        if _name(requirement) == project["name"]:
+            inner = re.search(r"\[(.*)\]", requirement).group(1)
+            names |= {_name(r) for extra in inner.split(",") for r in extras[extra.strip()]}
+        else:
+            names.add(_name(requirement))
     return names
 
 
@@ -79,7 +87,9 @@ def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
     python.chmod(0o755)
     calls = python.parent / "calls"
     lab = make(learner, "-n", "lab")  # what make lab runs, without running JupyterLab
-    assert "pip install --quiet -e .\n" in lab and "[test]" not in lab and "jupyter lab" in lab
+    assert re.search(r"pip install --quiet +-e \.$", lab, re.M) and "[test]" not in lab and "jupyter lab" in lab
+    offline = make(learner, "-n", "lab", "WHEELS=wheels")  # a bundle carried to a node: no index asked
+    assert f"pip install --quiet --no-index --find-links {learner / 'wheels'} -e ." in offline
     make(learner, "install")
     assert calls.read_text().splitlines() == ["-m pip install --quiet -e ."]
     assert "pip install" not in make(learner, "-n", "lab")
@@ -91,7 +101,7 @@ def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
     test = make(learner, "-n", "test")
     assert "pip install" not in test and "ruff check" in test and "-m pytest" in test
     fresh_test = make(fresh, "-n", "test")  # a fresh clone: the venv, the project, then the extra
-    assert "-m venv .venv" in fresh_test and "-e .\n" in fresh_test and '-e ".[test]"' in fresh_test
+    assert "-m venv .venv" in fresh_test and re.search(r"-e \.$", fresh_test, re.M) and '-e ".[test]"' in fresh_test
 
 
 def test_kernels_never_import_the_runtime():
