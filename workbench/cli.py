@@ -467,7 +467,8 @@ def _bundle(args: argparse.Namespace) -> int:
         python = bundle.check_python(args.python or bundle.this_python())
         print(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...", flush=True)
         made = bundle.write(args.dir, python, args.platform, args.extra or (), args.constraint)
-    print(f"{made.directory}: {len(made.files)} wheels; on the node: {made.install_command()}")
+    print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}; on the node, in this folder:")
+    print(f"  {made.install_command(f'python{made.python}').replace(str(made.directory), '.')}")
     print(f"(see {made.directory / bundle.INSTALL})")
     return 0
 
