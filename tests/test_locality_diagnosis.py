@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -318,3 +319,25 @@ def test_an_observation_leaves_nothing_behind_even_when_the_block_raises(session
     with observe(session):
         pass
     assert not watched()
+
+
+def test_no_work_and_work_left_running_when_the_block_ends_are_said_not_shown_as_clean(session, tmp_path, capsys):
+    from distributed import Event
+
+    from workbench.locality.figures import findings_html
+
+    with observe(session) as idle:
+        pass
+    assert "no Dask work ran" in idle.report.text() and "No Dask work ran" in findings_html(idle.report)
+    gate = f"lwb-gate-{time.time_ns()}"
+    with observe(session) as early:  # submitted, not waited for: its task is still running when the block ends
+        running = session.client.submit(lambda name: Event(name).wait(60), gate, pure=False)
+    Event(gate, client=session.client).set()
+    assert running.result() is True
+    assert early.report.counts["pending_at_end"] == 1
+    assert "1 keys submitted in the block were still being computed" in early.report.text()
+    assert "wait(...)" in findings_html(early.report)
+    with pytest.raises(TypeError, match=r"got SimpleNamespace: pass Client\(cluster\)"):
+        observe(types.SimpleNamespace(scheduler_address="tcp://127.0.0.1:8786"))  # what a LocalCluster has
+    assert cli.main(["diagnose", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err

@@ -134,9 +134,16 @@ class Report:
             f"{size_text(int(c.get('bytes_moved', 0)))} moved between workers, "
             f"{size_text(int(c.get('bytes_to_client', 0)))} to the client",
         ]
+        if c.get("pending_at_end"):
+            lines.append(
+                f"{c['pending_at_end']} keys submitted in the block were still being computed when it ended "
+                "(persist or submit without waiting): their work is missing here; wait(...) for them inside the block"
+            )
         if c.get("dropped_tasks"):
             lines.append(f"(the first {c['dropped_tasks']} finished tasks were dropped: the watch keeps the last ones)")
-        if not self.findings:
+        if not c.get("tasks") and self.records.empty:
+            lines.append("no Dask work ran in the observed block: put the computation inside the with block")
+        elif not self.findings:
             lines.append("no locality problem above the thresholds (workbench.locality.findings.THRESHOLDS)")
         for i, f in enumerate(self.findings, 1):
             lines += [f"{i}. [{f.kind}] {f.summary}", f"   saves {f.saves}", f"   remedy: {f.remedy}"]
@@ -176,6 +183,8 @@ class Report:
         """A report from a file :meth:`save` wrote, or from a trace :func:`workbench.runtime.trace.write`
         wrote (records only). :class:`NotATrace` (a ValueError) for any other file."""
         path = Path(path)
+        if path.is_dir():
+            raise NotATrace(f"{path} is a folder: give the file in it that report.save(...) or a trace wrote")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file (give a file written by report.save(...) or a trace .json)")
         try:
