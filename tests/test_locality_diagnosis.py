@@ -341,3 +341,31 @@ def test_no_work_and_work_left_running_when_the_block_ends_are_said_not_shown_as
         observe(types.SimpleNamespace(scheduler_address="tcp://127.0.0.1:8786"))  # what a LocalCluster has
     assert cli.main(["diagnose", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_a_damaged_observation_or_trace_is_one_line_naming_the_file_not_a_traceback(tmp_path, capsys):
+    rows = [
+        {"worker": "w1", "thread": 1, "task": "sum", "key": f"sum-{i}", "action": "compute", "start": i / 1e3}
+        for i in range(50)
+    ]
+    records = pd.DataFrame(rows).assign(stop=lambda f: f["start"] + 2e-4, bytes=8, source="", node="n")
+    saved = json.loads(
+        Report(records, counts={"tasks": 50}, start=0.0, stop=1.0).save(tmp_path / "ok.json").read_text()
+    )
+    damaged = {
+        "nan-count": {**saved, "counts": {"tasks": float("nan")}},
+        "counts-list": {**saved, "counts": [1, 2]},
+        "record-without-fields": {**saved, "records": [{"x": 1}]},
+        "workers-threads-text": {**saved, "workers": [{"worker": "w1", "threads": "x"}]},
+        "version-2": {**saved, "version": 2},
+    }
+    for name, data in damaged.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    (tmp_path / "trace-nan.json").write_text(
+        json.dumps([{**rows[0], "stop": 1.0, "bytes": 8, "source": "", "node": "n", "start": float("nan")}])
+    )
+    for name in [*damaged, "trace-nan"]:
+        assert cli.main(["diagnose", str(tmp_path / f"{name}.json")]) == 2, name
+        said = capsys.readouterr().err.strip()
+        assert len(said.splitlines()) == 1 and f"{name}.json" in said, said
+        assert "with the workbench that saved it" in said if name == "version-2" else "save it again" in said

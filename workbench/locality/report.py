@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -191,11 +192,34 @@ class Report:
             data = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise NotATrace(f"{path} is not JSON ({error}): give a file written by report.save(...)") from None
-        if isinstance(data, dict) and data.get("format") == FORMAT:
-            return cls.from_dict(data)
-        if isinstance(data, list) and data and all(isinstance(r, dict) and set(trace.FIELDS) <= set(r) for r in data):
-            frame = trace.normalise(data)
-            return cls(frame, start=float(frame["start"].min()), stop=float(frame["stop"].max()))
+        saved = isinstance(data, dict) and data.get("format") == FORMAT
+        records = (
+            isinstance(data, list) and data and all(isinstance(r, dict) and set(trace.FIELDS) <= set(r) for r in data)
+        )
+        if saved or records:
+            what = "observation" if saved else "trace"
+            try:  # a damaged file (a value edited, NaN or out of range) fails here, not in the findings later
+                if saved and data.get("version") != VERSION:
+                    raise NotATrace(
+                        f"{path} is an observation of version {data.get('version')!r} and this workbench reads "
+                        f"version {VERSION}: diagnose it with the workbench that saved it"
+                    )
+                if saved:
+                    report = cls.from_dict(data)
+                else:
+                    frame = trace.normalise(data)
+                    report = cls(frame, start=float(frame["start"].min()), stop=float(frame["stop"].max()))
+                if not math.isfinite(report.seconds):
+                    raise ValueError("its start or stop time is not a number")
+                report.findings  # noqa: B018 (computed now: a value that breaks them is the file's fault)
+            except NotATrace:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as error:
+                raise NotATrace(
+                    f"{path} is a damaged {what} ({type(error).__name__}: {error}): save it again from its "
+                    "report (report.save(...)) or its run"
+                ) from None
+            return report
         raise NotATrace(
             f"{path} is neither an observation saved by workbench.locality (report.save) nor a workbench trace "
             f"(a list of records with the fields {', '.join(trace.FIELDS)})"
