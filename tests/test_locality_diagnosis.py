@@ -369,3 +369,18 @@ def test_a_damaged_observation_or_trace_is_one_line_naming_the_file_not_a_traceb
         said = capsys.readouterr().err.strip()
         assert len(said.splitlines()) == 1 and f"{name}.json" in said, said
         assert "with the workbench that saved it" in said if name == "version-2" else "save it again" in said
+
+
+def test_a_trace_is_diagnosed_as_what_ran_not_as_zero_tasks_submitted(tmp_path, capsys):
+    rows = [
+        {"worker": "w1", "thread": 1, "task": "sum", "key": f"sum-{i}", "action": "compute", "start": i / 1e3}
+        for i in range(3)
+    ]
+    records = pd.DataFrame(rows).assign(stop=lambda f: f["start"] + 2e-4, bytes=8, source="", node="n")
+    (tmp_path / "run-0000.json").write_text(records.to_json(orient="records"))
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.json")]) == 0
+    said = capsys.readouterr().out
+    assert "a trace of" in said and "3 tasks ran" in said and "0 tasks submitted" not in said
+    (tmp_path / "run-0000.perfetto.json").write_text(json.dumps({"traceEvents": []}))
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.perfetto.json")]) == 2
+    assert "give the run-NNNN.json beside it" in capsys.readouterr().err

@@ -35,10 +35,7 @@ def findings_html(report: Report) -> str:
     c = report.counts
     head = (
         f"<h2>Locality diagnosis: {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}</h2>"
-        f"<p>{report.seconds:.3g} s observed: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} graphs, "
-        f"{e(size_text(int(c.get('task_message_bytes', 0))))} in task messages, "
-        f"{e(size_text(int(c.get('bytes_moved', 0))))} moved between workers, "
-        f"{e(size_text(int(c.get('bytes_to_client', 0))))} to the client.</p>"
+        f"<p>{e(report.observed())}.</p>"
     )
     if c.get("pending_at_end"):
         head += (

@@ -129,12 +129,7 @@ class Report:
     def text(self) -> str:
         """The report for a terminal: what was observed, then each finding with its saving and remedy."""
         c = self.counts
-        lines = [
-            f"observed {self.seconds:.3g} s of Dask work: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} "
-            f"graphs, {size_text(int(c.get('task_message_bytes', 0)))} in task messages, "
-            f"{size_text(int(c.get('bytes_moved', 0)))} moved between workers, "
-            f"{size_text(int(c.get('bytes_to_client', 0)))} to the client",
-        ]
+        lines = [self.observed()]
         if c.get("pending_at_end"):
             lines.append(
                 f"{c['pending_at_end']} keys submitted in the block were still being computed when it ended "
@@ -149,6 +144,27 @@ class Report:
         for i, f in enumerate(self.findings, 1):
             lines += [f"{i}. [{f.kind}] {f.summary}", f"   saves {f.saves}", f"   remedy: {f.remedy}"]
         return "\n".join(lines)
+
+    def observed(self) -> str:
+        """One line: what was observed. A report read from a trace has no graph or message counts (a trace
+        records what ran and moved, not what was submitted): it says so rather than "0 tasks submitted"."""
+        c = self.counts
+        if not c and not self.records.empty:
+            frame = self.records
+            ran = int((frame["action"] == "compute").sum())
+            moved = frame[(frame["action"] == "transfer") & (frame["worker"] != trace.CLIENT)]["bytes"].sum()
+            to_client = frame[(frame["action"] == "transfer") & (frame["worker"] == trace.CLIENT)]["bytes"].sum()
+            return (
+                f"a trace of {self.seconds:.3g} s: {ran} tasks ran, {size_text(int(moved))} moved between workers, "
+                f"{size_text(int(to_client))} to the client (a trace holds no graph or task-message counts: "
+                "observe(...) the work for those)"
+            )
+        return (
+            f"observed {self.seconds:.3g} s of Dask work: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} "
+            f"graphs, {size_text(int(c.get('task_message_bytes', 0)))} in task messages, "
+            f"{size_text(int(c.get('bytes_moved', 0)))} moved between workers, "
+            f"{size_text(int(c.get('bytes_to_client', 0)))} to the client"
+        )
 
     def __str__(self) -> str:
         return self.text()
@@ -185,7 +201,10 @@ class Report:
         wrote (records only). :class:`NotATrace` (a ValueError) for any other file."""
         path = Path(path)
         if path.is_dir():
-            raise NotATrace(f"{path} is a folder: give the file in it that report.save(...) or a trace wrote")
+            raise NotATrace(
+                f"{path} is a folder: give one file in it that report.save(...) or a trace wrote (a 'workbench run' "
+                "folder's traces are traces/run-NNNN.json)"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file (give a file written by report.save(...) or a trace .json)")
         try:
@@ -223,6 +242,11 @@ class Report:
         raise NotATrace(
             f"{path} is neither an observation saved by workbench.locality (report.save) nor a workbench trace "
             f"(a list of records with the fields {', '.join(trace.FIELDS)})"
+            + (
+                ": give the run-NNNN.json beside it (a .perfetto.json is for ui.perfetto.dev)"
+                if path.name.endswith(".perfetto.json")
+                else ""
+            )
         )
 
     @classmethod
