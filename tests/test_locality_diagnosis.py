@@ -384,3 +384,24 @@ def test_a_trace_is_diagnosed_as_what_ran_not_as_zero_tasks_submitted(tmp_path, 
     (tmp_path / "run-0000.perfetto.json").write_text(json.dumps({"traceEvents": []}))
     assert cli.main(["diagnose", str(tmp_path / "run-0000.perfetto.json")]) == 2
     assert "give the run-NNNN.json beside it" in capsys.readouterr().err
+
+
+def test_a_client_closed_inside_the_block_takes_the_watch_with_it(session):
+    def watched() -> bool:
+        return session.client.run_on_scheduler(
+            lambda dask_scheduler: dask_seam.scheduler_plugin(dask_scheduler, watch.PLUGIN_NAME) is not None
+        )
+
+    other = Client(session.client.scheduler.address, security=session.client.security)
+    with pytest.raises(RuntimeError, match="client was closed inside the observed block"):
+        with observe(other) as seen:
+            other.close()  # as a kernel that dies inside the block: the scheduler removes the client
+    deadline = time.monotonic() + 30  # the scheduler handles the client's leaving on its own time: wait for it
+    while watched() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not watched()
+    with pytest.raises(RuntimeError, match="the observed block raised"):
+        _ = seen.report
+    with observe(session) as after:  # the cluster can be observed again
+        session.client.submit(sum, [1, 2]).result()
+    assert after.report.counts["tasks"] == 1

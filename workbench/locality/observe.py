@@ -9,8 +9,11 @@ streams' message and byte counters (those :mod:`workbench.runtime.counts` reads)
 memory and spill are read in one call to the scheduler and one to the workers (as they are at the
 start), and :class:`~workbench.locality.report.Report` holds them with the findings they prove.
 
-The watch is removed when the block ends, whether it raised or not; a block that raised has no
-report (its exception goes on). Observations do not nest: one watch per cluster at a time.
+The watch is removed when the block ends, whether it raised or not, and removes itself when the
+observing client leaves the scheduler (closed inside the block, or its kernel died); a block that
+raised has no report (its exception goes on). Observations do not nest: one watch per cluster at a
+time. The watch is on the scheduler, so it records every client's work there during the block; work
+submitted in the block and not waited for (``persist``) is named in the report as still running.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ class Observation:
                 "observe the outer block only, then read its report; if none is open (a kernel restarted inside "
                 f"a block), remove the one left behind: client.unregister_scheduler_plugin({watch.PLUGIN_NAME!r})"
             )
-        self.client.register_plugin(watch.Watch(), name=watch.PLUGIN_NAME)
+        self.client.register_plugin(watch.Watch(owner=self.client.id), name=watch.PLUGIN_NAME)
         try:
             self._before = {**before, "workers": self.client.run(_worker_now, None)}
         except BaseException:
@@ -118,6 +121,11 @@ class Observation:
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         stop = time.time()
         try:
+            if exc_type is None and self.client.status in ("closing", "closed"):
+                raise RuntimeError(
+                    "the client was closed inside the observed block, so there is no report: close it after the "
+                    "with block (the watch went with the client)"
+                )
             if exc_type is None:
                 self._report = self._read(stop)
         finally:
