@@ -336,6 +336,7 @@ def test_no_work_and_work_left_running_when_the_block_ends_are_said_not_shown_as
     assert running.result() is True
     assert early.report.counts["pending_at_end"] == 1
     assert "1 keys submitted in the block were still being computed" in early.report.text()
+    assert "no Dask work ran" not in early.report.text()
     assert "wait(...)" in findings_html(early.report)
     with pytest.raises(TypeError, match=r"got SimpleNamespace: pass Client\(cluster\)"):
         observe(types.SimpleNamespace(scheduler_address="tcp://127.0.0.1:8786"))  # what a LocalCluster has

@@ -42,7 +42,7 @@ def findings_html(report: Report) -> str:
             f"<p><b>{c['pending_at_end']} keys submitted in the block were still being computed when it ended</b> "
             "(persist or submit without waiting): their work is missing here; wait(...) for them inside the block.</p>"
         )
-    if not c.get("tasks") and report.records.empty:
+    if not c.get("tasks") and report.records.empty and not c.get("pending_at_end"):
         return head + "<p>No Dask work ran in the observed block: put the computation inside the with block.</p>"
     if not report.findings:
         limits = "; ".join(

@@ -137,7 +137,7 @@ class Report:
             )
         if c.get("dropped_tasks"):
             lines.append(f"(the first {c['dropped_tasks']} finished tasks were dropped: the watch keeps the last ones)")
-        if not c.get("tasks") and self.records.empty:
+        if not c.get("tasks") and self.records.empty and not c.get("pending_at_end"):
             lines.append("no Dask work ran in the observed block: put the computation inside the with block")
         elif not self.findings:
             lines.append("no locality problem above the thresholds (workbench.locality.findings.THRESHOLDS)")
