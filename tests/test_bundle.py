@@ -127,6 +127,7 @@ def test_the_install_text_says_how_to_carry_and_install_it(tmp_path):
     text = bundle.install_text(made)
     assert "--no-index --find-links <this folder>" in text and '"locality-workbench[gpu]"' in text
     assert "python3.11 -m venv" in text
+    assert "WHEELS=<this folder>" in text  # make lab on the node asks no index
 
 
 def test_a_manylinux_tag_brings_the_older_tags_a_node_of_that_glibc_runs():

@@ -302,7 +302,8 @@ def install_text(bundle: Bundle) -> str:
         f"  {bundle.install_command('~/lwb-venv/bin/python').replace(str(bundle.directory), '<this folder>')}\n"
         "  ~/lwb-venv/bin/workbench doctor --quick\n\n"
         "The lessons and the benchmarks' sources are in the repository: carry a checkout too and run\n"
-        "'make lab' or 'make bench-node' in it with VENV=~/lwb-venv.\n"
+        "'make lab VENV=~/lwb-venv WHEELS=<this folder>' (or make bench-node) in it: WHEELS= makes every\n"
+        "install there take its wheels from this folder (without it, make asks the package index).\n"
         f"{bundle.directory.name}/{MANIFEST} lists every file with its SHA-256; {REQUIREMENTS} what was resolved.\n"
     )
 
