@@ -120,6 +120,9 @@ def test_the_command_line_checks_a_bundle_and_says_what_is_wrong_in_one_line(tmp
     assert cli.main(["bundle", str(tmp_path / "new"), "--python", "3.9"]) == 2
     said = capsys.readouterr()
     assert "3.11 or newer" in said.err and not said.out and not (tmp_path / "new").exists()
+    assert cli.main(["bundle", str(tmp_path / "new"), "--extra", "gpux", "--constraint", str(tmp_path)]) == 2
+    said = capsys.readouterr()  # refused before the "minutes" of pip are announced
+    assert "no extra gpux" in said.err and not said.out
 
 
 def test_the_install_text_says_how_to_carry_and_install_it(tmp_path):

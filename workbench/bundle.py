@@ -22,7 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,11 +237,13 @@ def write(
     platforms: Sequence[str] | None = None,
     extras: Sequence[str] = (),
     constraints: Path | str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Bundle:
     """Write a bundle into ``directory`` for ``python`` ("3.11"; default this one) on ``platforms``
     (wheel platform tags; default this machine's), with the project's ``extras`` (such as ``gpu``) and
     pip's ``constraints`` file, if given. Needs a package index (run it where one is reachable) and a
-    checkout to build the workbench's own wheel from. Returns the :class:`Bundle`."""
+    checkout to build the workbench's own wheel from. ``announce`` is told, once everything asked was
+    checked, that the minutes of pip begin. Returns the :class:`Bundle`."""
     directory = Path(directory).expanduser().resolve()
     python = check_python(python or this_python())
     platforms = with_older_manylinux(check_platforms(platforms or this_platforms()))
@@ -252,8 +254,11 @@ def write(
     if unknown:
         raise BundleError(f"no extra {', '.join(unknown)} in {DISTRIBUTION}: its extras are {', '.join(known)}")
     if constraints is not None and not Path(constraints).is_file():
-        raise BundleError(f"the constraints file {constraints} does not exist")
+        missing = "is a folder" if Path(constraints).is_dir() else "does not exist"
+        raise BundleError(f"the constraints file {constraints} {missing}: name a pip constraints file")
     prepare(directory)
+    if announce is not None:
+        announce(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...")
     _pip(["wheel", "--no-deps", "--wheel-dir", str(directory), str(root)])
     (wheel,) = directory.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     constraint_path = Path(constraints).resolve() if constraints else None

@@ -465,8 +465,9 @@ def _bundle(args: argparse.Namespace) -> int:
             print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}, as its manifest lists")
             return 0
         python = bundle.check_python(args.python or bundle.this_python())
-        print(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...", flush=True)
-        made = bundle.write(args.dir, python, args.platform, args.extra or (), args.constraint)
+        made = bundle.write(
+            args.dir, python, args.platform, args.extra or (), args.constraint, announce=lambda m: print(m, flush=True)
+        )
     print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}; on the node, in this folder:")
     print(f"  {made.install_command(f'python{made.python}').replace(str(made.directory), '.')}")
     print(f"(see {made.directory / bundle.INSTALL})")
