@@ -385,6 +385,8 @@ def test_a_trace_is_diagnosed_as_what_ran_not_as_zero_tasks_submitted(tmp_path, 
     (tmp_path / "run-0000.perfetto.json").write_text(json.dumps({"traceEvents": []}))
     assert cli.main(["diagnose", str(tmp_path / "run-0000.perfetto.json")]) == 2
     assert "give the run-NNNN.json beside it" in capsys.readouterr().err
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.json"), "--html", str(tmp_path)]) == 2
+    assert "is a folder: name the page's file" in capsys.readouterr().err
 
 
 def test_a_client_closed_inside_the_block_takes_the_watch_with_it(session):
