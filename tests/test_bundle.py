@@ -120,6 +120,9 @@ def test_the_command_line_checks_a_bundle_and_says_what_is_wrong_in_one_line(tmp
     assert cli.main(["bundle", str(tmp_path / "new"), "--python", "3.9"]) == 2
     said = capsys.readouterr()
     assert "3.11 or newer" in said.err and not said.out and not (tmp_path / "new").exists()
+    assert cli.main(["bundle", str(tmp_path / "new"), "--extra", "gpux", "--constraint", str(tmp_path)]) == 2
+    said = capsys.readouterr()  # refused before the "minutes" of pip are announced
+    assert "no extra gpux" in said.err and not said.out
 
 
 def test_the_install_text_says_how_to_carry_and_install_it(tmp_path):
@@ -127,3 +130,54 @@ def test_the_install_text_says_how_to_carry_and_install_it(tmp_path):
     text = bundle.install_text(made)
     assert "--no-index --find-links <this folder>" in text and '"locality-workbench[gpu]"' in text
     assert "python3.11 -m venv" in text
+    assert "WHEELS=<this folder>" in text  # make lab on the node asks no index
+
+
+def test_a_manylinux_tag_brings_the_older_tags_a_node_of_that_glibc_runs():
+    platforms = bundle.with_older_manylinux(["manylinux_2_28_x86_64"])
+    assert platforms[0] == "manylinux_2_28_x86_64"  # pip's --platform takes a tag literally: these are asked too
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(platforms)
+    assert "manylinux_2_29_x86_64" not in platforms
+    assert bundle.with_older_manylinux(["linux_x86_64"]) == ("linux_x86_64",)
+
+
+def test_the_install_text_names_the_glibc_the_wheels_need():
+    files = {
+        "numpy-2.0-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": "0",  # runs from glibc 2.17
+        "cryptography-51-cp311-abi3-manylinux_2_34_x86_64.whl": "0",
+        "click-8.0-py3-none-any.whl": "0",
+    }
+    assert bundle.glibc_needed(list(files)) == 34
+    made = bundle.Bundle(Path("b"), "3.12", ("manylinux_2_34_x86_64", "manylinux_2_33_x86_64"), (), files)
+    assert "glibc 2.34 or newer" in bundle.install_text(made)
+    assert bundle.glibc_needed(["click-8.0-py3-none-any.whl"]) is None
+
+
+def test_an_archive_beside_an_earlier_bundle_is_refused_not_carried_unlisted(tmp_path):
+    _fake_bundle(tmp_path, {"a-1.0-py3-none-any.whl": b"a"})
+    (tmp_path / "a-9.9.tar.gz").write_bytes(b"an sdist pip --find-links would build and install")
+    with pytest.raises(bundle.BundleError, match=r"a-9\.9\.tar\.gz .*pip would install from"):
+        bundle.prepare(tmp_path)
+    with pytest.raises(bundle.BundleError, match=r"does not match its manifest \(a-9\.9\.tar\.gz\)"):
+        bundle.read(tmp_path)
+
+
+def test_a_link_in_a_bundle_or_a_manifest_that_is_a_folder_is_refused_in_one_line(tmp_path, capsys):
+    _fake_bundle(tmp_path / "b", {"a-1.0-py3-none-any.whl": b"a"})
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"a")
+    (tmp_path / "b" / "a-1.0-py3-none-any.whl").unlink()
+    (tmp_path / "b" / "a-1.0-py3-none-any.whl").symlink_to(tmp_path / "a-1.0-py3-none-any.whl")  # same bytes
+    with pytest.raises(bundle.BundleError, match="is a link"):
+        bundle.read(tmp_path / "b")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / bundle.MANIFEST).mkdir()
+    (tmp_path / "d").write_text("a file")
+    for where in ("c", "d"):
+        assert cli.main(["bundle", str(tmp_path / where), "--check"]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_manifest_naming_another_python_than_its_wheels_is_refused(tmp_path):
+    _fake_bundle(tmp_path, {"numpy-2.0-cp312-cp312-manylinux_2_17_x86_64.whl": b"n", "c-1-cp310-abi3-any.whl": b"c"})
+    with pytest.raises(bundle.BundleError, match="names Python 3.11 but numpy-2.0-cp312"):
+        bundle.read(tmp_path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -318,3 +319,92 @@ def test_an_observation_leaves_nothing_behind_even_when_the_block_raises(session
     with observe(session):
         pass
     assert not watched()
+
+
+def test_no_work_and_work_left_running_when_the_block_ends_are_said_not_shown_as_clean(session, tmp_path, capsys):
+    from distributed import Event
+
+    from workbench.locality.figures import findings_html
+
+    with observe(session) as idle:
+        pass
+    assert "no Dask work ran" in idle.report.text() and "No Dask work ran" in findings_html(idle.report)
+    gate = f"lwb-gate-{time.time_ns()}"
+    with observe(session) as early:  # submitted, not waited for: its task is still running when the block ends
+        running = session.client.submit(lambda name: Event(name).wait(60), gate, pure=False)
+    Event(gate, client=session.client).set()
+    assert running.result() is True
+    assert early.report.counts["pending_at_end"] == 1
+    assert "1 keys submitted in the block were still being computed" in early.report.text()
+    assert "no Dask work ran" not in early.report.text()
+    assert "wait(...)" in findings_html(early.report)
+    with pytest.raises(TypeError, match=r"got SimpleNamespace: pass Client\(cluster\)"):
+        observe(types.SimpleNamespace(scheduler_address="tcp://127.0.0.1:8786"))  # what a LocalCluster has
+    assert cli.main(["diagnose", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_a_damaged_observation_or_trace_is_one_line_naming_the_file_not_a_traceback(tmp_path, capsys):
+    rows = [
+        {"worker": "w1", "thread": 1, "task": "sum", "key": f"sum-{i}", "action": "compute", "start": i / 1e3}
+        for i in range(50)
+    ]
+    records = pd.DataFrame(rows).assign(stop=lambda f: f["start"] + 2e-4, bytes=8, source="", node="n")
+    saved = json.loads(
+        Report(records, counts={"tasks": 50}, start=0.0, stop=1.0).save(tmp_path / "ok.json").read_text()
+    )
+    damaged = {
+        "nan-count": {**saved, "counts": {"tasks": float("nan")}},
+        "counts-list": {**saved, "counts": [1, 2]},
+        "record-without-fields": {**saved, "records": [{"x": 1}]},
+        "workers-threads-text": {**saved, "workers": [{"worker": "w1", "threads": "x"}]},
+        "version-2": {**saved, "version": 2},
+    }
+    for name, data in damaged.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    (tmp_path / "trace-nan.json").write_text(
+        json.dumps([{**rows[0], "stop": 1.0, "bytes": 8, "source": "", "node": "n", "start": float("nan")}])
+    )
+    for name in [*damaged, "trace-nan"]:
+        assert cli.main(["diagnose", str(tmp_path / f"{name}.json")]) == 2, name
+        said = capsys.readouterr().err.strip()
+        assert len(said.splitlines()) == 1 and f"{name}.json" in said, said
+        assert "with the workbench that saved it" in said if name == "version-2" else "save it again" in said
+
+
+def test_a_trace_is_diagnosed_as_what_ran_not_as_zero_tasks_submitted(tmp_path, capsys):
+    rows = [
+        {"worker": "w1", "thread": 1, "task": "sum", "key": f"sum-{i}", "action": "compute", "start": i / 1e3}
+        for i in range(3)
+    ]
+    records = pd.DataFrame(rows).assign(stop=lambda f: f["start"] + 2e-4, bytes=8, source="", node="n")
+    (tmp_path / "run-0000.json").write_text(records.to_json(orient="records"))
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.json")]) == 0
+    said = capsys.readouterr().out
+    assert "a trace of" in said and "3 tasks ran" in said and "0 tasks submitted" not in said
+    (tmp_path / "run-0000.perfetto.json").write_text(json.dumps({"traceEvents": []}))
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.perfetto.json")]) == 2
+    assert "give the run-NNNN.json beside it" in capsys.readouterr().err
+    assert cli.main(["diagnose", str(tmp_path / "run-0000.json"), "--html", str(tmp_path)]) == 2
+    assert "is a folder: name the page's file" in capsys.readouterr().err
+
+
+def test_a_client_closed_inside_the_block_takes_the_watch_with_it(session):
+    def watched() -> bool:
+        return session.client.run_on_scheduler(
+            lambda dask_scheduler: dask_seam.scheduler_plugin(dask_scheduler, watch.PLUGIN_NAME) is not None
+        )
+
+    other = Client(session.client.scheduler.address, security=session.client.security)
+    with pytest.raises(RuntimeError, match="client was closed inside the observed block"):
+        with observe(other) as seen:
+            other.close()  # as a kernel that dies inside the block: the scheduler removes the client
+    deadline = time.monotonic() + 30  # the scheduler handles the client's leaving on its own time: wait for it
+    while watched() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not watched()
+    with pytest.raises(RuntimeError, match="the observed block raised"):
+        _ = seen.report
+    with observe(session) as after:  # the cluster can be observed again
+        session.client.submit(sum, [1, 2]).result()
+    assert after.report.counts["tasks"] == 1

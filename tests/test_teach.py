@@ -483,3 +483,27 @@ def test_adversarial_answers_get_not_yet_with_a_reason(session):
     # the rank's error, named, not raised (its text cannot be made: the check says so and names its type)
     assert broken.status == NOT_YET and "could not be shown" in broken.message and "_Unprintable" in broken.message
     assert "could not be shown" in teach_registry._describe(_Unprintable())
+
+
+def _report_of(tasks: list[str]) -> object:
+    """A locality report of one finished task per name (too little evidence for any finding)."""
+    from workbench.locality import Report
+
+    records = [
+        {"worker": "w1", "thread": 1, "task": t, "key": f"{t}-0", "action": "compute", "start": 0.0, "stop": 0.01}
+        for t in tasks
+    ]
+    frame = pd.DataFrame(records).assign(bytes=8, source="", node="n")
+    return Report(frame, counts={"tasks": len(tasks), "graphs": 1}, start=0.0, stop=0.1)
+
+
+def test_the_diagnosis_exercise_wants_the_pipelines_report_not_any_clean_work_nor_the_observation(session):
+    from workbench.locality import observe
+
+    other = check("08.6", diagnosis=_report_of(["sum", "ones"]))  # some other clean Dask work
+    assert other.status == NOT_YET and "not the capstone pipeline" in other.message, other
+    assert check("08.6", diagnosis=_report_of(["cluster_sums", "add_partials", "merge_nearest"])).passed
+    with observe(session) as seen:
+        pass
+    itself = check("08.6", diagnosis=seen)
+    assert itself.status == NOT_YET and "give its report, `seen.report`" in itself.message, itself

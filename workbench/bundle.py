@@ -22,7 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,15 @@ TOOLS = ("pip", "setuptools>=77")
 PYTHON = re.compile(r"3\.(\d+)")
 WHEEL = re.compile(r"^(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)-.*\.whl$")
 PIP_TIMEOUT_S = 1800  # a whole download or build; pip's own --timeout bounds each connection
+# What pip's --find-links installs from (pip's own list): a bundle's folder holds no such file but its wheels.
+ARCHIVES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz")
+ARCHIVES += (".tar.lzma",)
+# A wheel's CPython tag (cp312-cp312), which names the one Python version it installs on; abi3 wheels install
+# on that version and every later one.
+# A manylinux platform tag (PEP 600's manylinux_2_28_x86_64, or a legacy alias) and the glibc it needs.
+MANYLINUX = re.compile(r"manylinux(?:_2_(?P<glibc>\d+)|(?P<legacy>1|2010|2014))_(?P<arch>\w+)")
+LEGACY_GLIBC = {"1": 5, "2010": 12, "2014": 17}
+CPYTHON_TAG = re.compile(r"-cp3(?P<minor>\d+)-(?P<abi>cp3\d+m?|abi3|none)-[^-]+\.whl$")
 
 
 class BundleError(ValueError):
@@ -97,6 +106,43 @@ def check_platforms(platforms: Sequence[str]) -> tuple[str, ...]:
     return tuple(platforms)
 
 
+def _glibc(tag: str) -> tuple[int | None, str]:
+    """The glibc minor version a manylinux platform tag needs (None: not a manylinux tag) and its arch."""
+    match = MANYLINUX.fullmatch(tag)
+    if not match:
+        return None, ""
+    return (LEGACY_GLIBC[match["legacy"]] if match["legacy"] else int(match["glibc"])), match["arch"]
+
+
+def with_older_manylinux(platforms: Sequence[str]) -> tuple[str, ...]:
+    """``platforms`` with, after each manylinux tag, the older manylinux tags a node of that glibc also
+    runs (as pip does for its own machine): pip's ``--platform`` takes a tag literally, and
+    ``manylinux_2_28_x86_64`` alone would refuse every wheel tagged only ``manylinux2014_x86_64``."""
+    seen: dict[str, None] = {}
+    for platform in platforms:
+        seen.setdefault(platform, None)
+        glibc, arch = _glibc(platform)
+        for minor in range(glibc or 0, 4, -1):
+            seen.setdefault(f"manylinux_2_{minor}_{arch}", None)
+            legacy = {17: "2014", 12: "2010", 5: "1"}.get(minor)
+            if legacy:
+                seen.setdefault(f"manylinux{legacy}_{arch}", None)
+    return tuple(seen)
+
+
+def glibc_needed(files: Sequence[str]) -> int | None:
+    """The newest glibc minor version (2.N) a wheel among ``files`` needs: a wheel runs where any of its
+    platform tags does, so each needs its oldest manylinux tag's glibc; None where none needs one."""
+    needed = None
+    for name in files:
+        match = WHEEL.match(name)
+        tags = name.removesuffix(".whl").split("-")[-1].split(".") if match else []
+        floors = [_glibc(tag)[0] for tag in tags]
+        if floors and None not in floors:
+            needed = max(needed or 0, min(f for f in floors if f is not None))
+    return needed
+
+
 def checkout() -> Path:
     """The checkout this workbench runs from (its ``pyproject.toml`` names the project), which the
     bundle's own wheel is built from."""
@@ -110,15 +156,28 @@ def checkout() -> Path:
     return root
 
 
+def _installable(path: Path) -> bool:
+    """Whether pip's ``--find-links`` would install from ``path`` (a wheel, an sdist, any archive)."""
+    return path.name.lower().endswith(ARCHIVES)
+
+
 def prepare(directory: Path) -> None:
     """Make ``directory`` ready for a bundle: created when missing, emptied of an earlier bundle's wheels;
-    any other folder with files in it is refused (nothing of the user's is overwritten)."""
+    any other folder with files in it is refused (nothing of the user's is overwritten), and so is an
+    earlier bundle beside which an archive pip would install from was put (an sdist): the new bundle would
+    carry it, unlisted, to the node. Other files (the centre's notes) stay."""
     if directory.exists() and not directory.is_dir():
         raise BundleError(f"{directory} is a file, not a folder: name a new folder for the bundle")
     if directory.is_dir() and any(directory.iterdir()):
         if not (directory / MANIFEST).is_file():
             raise BundleError(
                 f"{directory} holds files and is not a bundle (no {MANIFEST}): name a new or empty folder"
+            )
+        strays = sorted(p.name for p in directory.iterdir() if _installable(p) and p.suffix != ".whl")
+        if strays:
+            raise BundleError(
+                f"{directory} holds {', '.join(strays[:5])}{' ...' if len(strays) > 5 else ''} beside an earlier "
+                "bundle, which pip would install from too: move it away or name a new folder"
             )
         for old in directory.iterdir():
             if old.is_file() and (old.suffix == ".whl" or old.name in (MANIFEST, REQUIREMENTS, INSTALL)):
@@ -178,14 +237,16 @@ def write(
     platforms: Sequence[str] | None = None,
     extras: Sequence[str] = (),
     constraints: Path | str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Bundle:
     """Write a bundle into ``directory`` for ``python`` ("3.11"; default this one) on ``platforms``
     (wheel platform tags; default this machine's), with the project's ``extras`` (such as ``gpu``) and
     pip's ``constraints`` file, if given. Needs a package index (run it where one is reachable) and a
-    checkout to build the workbench's own wheel from. Returns the :class:`Bundle`."""
+    checkout to build the workbench's own wheel from. ``announce`` is told, once everything asked was
+    checked, that the minutes of pip begin. Returns the :class:`Bundle`."""
     directory = Path(directory).expanduser().resolve()
     python = check_python(python or this_python())
-    platforms = check_platforms(platforms or this_platforms())
+    platforms = with_older_manylinux(check_platforms(platforms or this_platforms()))
     extras = tuple(sorted({e.strip() for e in extras if e.strip()}))
     root = checkout()
     known = _extras(root)
@@ -193,8 +254,11 @@ def write(
     if unknown:
         raise BundleError(f"no extra {', '.join(unknown)} in {DISTRIBUTION}: its extras are {', '.join(known)}")
     if constraints is not None and not Path(constraints).is_file():
-        raise BundleError(f"the constraints file {constraints} does not exist")
+        missing = "is a folder" if Path(constraints).is_dir() else "does not exist"
+        raise BundleError(f"the constraints file {constraints} {missing}: name a pip constraints file")
     prepare(directory)
+    if announce is not None:
+        announce(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...")
     _pip(["wheel", "--no-deps", "--wheel-dir", str(directory), str(root)])
     (wheel,) = directory.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     constraint_path = Path(constraints).resolve() if constraints else None
@@ -226,24 +290,39 @@ def _extras(root: Path) -> list[str]:
 
 def install_text(bundle: Bundle) -> str:
     """INSTALL.txt: how to carry the bundle and install it on a node with no package index."""
+    glibc = glibc_needed(list(bundle.files))
+    needs = (
+        f"Its wheels need glibc 2.{glibc} or newer on the node ('ldd --version' there says which it has); for an\n"
+        "older node make it again naming the node's tag, such as --platform manylinux_2_17_x86_64.\n\n"
+        if glibc
+        else ""
+    )
+    more = f" (and {len(bundle.platforms) - 1} more platform tags)" if len(bundle.platforms) > 1 else ""
     return (
-        f"Locality Workbench, bundled for Python {bundle.python} on {bundle.platforms[0]}"
+        f"Locality Workbench, bundled for Python {bundle.python} on {bundle.platforms[0]}{more}"
         f"{' (extras: ' + ', '.join(bundle.extras) + ')' if bundle.extras else ''}: {len(bundle.files)} wheels.\n\n"
+        f"{needs}"
         "Carry this folder to the node (scp -r, rsync, or a shared file system), then on the node:\n\n"
         f"  python{bundle.python} -m venv ~/lwb-venv\n"
         f"  {bundle.install_command('~/lwb-venv/bin/python').replace(str(bundle.directory), '<this folder>')}\n"
         "  ~/lwb-venv/bin/workbench doctor --quick\n\n"
         "The lessons and the benchmarks' sources are in the repository: carry a checkout too and run\n"
-        "'make lab' or 'make bench-node' in it with VENV=~/lwb-venv.\n"
+        "'make lab VENV=~/lwb-venv WHEELS=<this folder>' (or make bench-node) in it: WHEELS= makes every\n"
+        "install there take its wheels from this folder (without it, make asks the package index).\n"
         f"{bundle.directory.name}/{MANIFEST} lists every file with its SHA-256; {REQUIREMENTS} what was resolved.\n"
     )
 
 
 def read(directory: Path | str) -> Bundle:
-    """The bundle in ``directory``, its files checked against its manifest (a file missing, changed or
-    added is refused: a bundle may have crossed an untrusted file system)."""
+    """The bundle in ``directory``, its files checked against its manifest: a file missing, changed or
+    added (a wheel or any archive pip would install from), a link in place of a file, or wheels for
+    another Python than the manifest names, is refused. The check finds damage on the way (a copy cut
+    short, a file renamed or replaced); the manifest is not signed, so it is no defence against someone
+    who rewrites the manifest too."""
     directory = Path(directory).expanduser().resolve()
     path = directory / MANIFEST
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise BundleError(f"{path} is not a plain file: make the bundle again")
     try:
         manifest = json.loads(path.read_text())
         files = {str(k): str(v) for k, v in manifest["files"].items()}
@@ -254,15 +333,35 @@ def read(directory: Path | str) -> Bundle:
             tuple(str(e) for e in manifest["extras"]),
             files,
         )
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise BundleError(f"{directory} is not a bundle (no {MANIFEST}): make one with 'workbench bundle'") from None
+    except OSError as error:
+        raise BundleError(f"{path} cannot be read ({error.strerror}): make the bundle again") from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise BundleError(f"{path} is not a bundle's manifest ({error}): make the bundle again") from None
-    found = wheels(directory)
+    entries = sorted((p for p in directory.iterdir() if _installable(p)), key=lambda p: p.name)
+    linked = [p.name for p in entries if p.is_symlink() or not p.is_file()]
+    if linked:
+        raise BundleError(
+            f"{', '.join(linked[:5])}{' ...' if len(linked) > 5 else ''} in {directory} is a link or not a plain "
+            "file: a bundle holds the files themselves (a link need not survive the copy to the node); make it again"
+        )
+    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in entries}
     if found != files:
         changed = sorted(set(found) ^ set(files) | {n for n in set(found) & set(files) if found[n] != files[n]})
         raise BundleError(
             f"the bundle in {directory} does not match its manifest ({', '.join(changed[:5])}"
             f"{' ...' if len(changed) > 5 else ''}): make it again rather than install what changed"
+        )
+    minor = int(bundle.python.split(".")[1])
+    other = [
+        name
+        for name in files
+        if (tag := CPYTHON_TAG.search(name))
+        and (int(tag["minor"]) > minor if tag["abi"] == "abi3" else int(tag["minor"]) != minor)
+    ]
+    if other:
+        raise BundleError(
+            f"{path} names Python {bundle.python} but {other[0]} is for another Python: make the bundle again"
         )
     return bundle

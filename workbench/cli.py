@@ -360,6 +360,10 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     if args.html and not Path(args.html).parent.is_dir():
         raise UsageError(f"--html {args.html}: the directory {Path(args.html).parent} does not exist")
+    if args.html and Path(args.html).is_dir():
+        raise UsageError(
+            f"--html {args.html} is a folder: name the page's file, such as {Path(args.html) / 'diagnosis.html'}"
+        )
     with _from_user_input(OSError, ValueError):  # no such file, or not an observation or a trace
         report = Report.load(args.trace)
     if args.json:
@@ -367,7 +371,9 @@ def _diagnose(args: argparse.Namespace) -> int:
     else:
         print(report.text())
     if args.html:
-        print(f"page: {report.to_html(args.html)}", file=sys.stderr if args.json else sys.stdout)
+        with _from_user_input(OSError):  # a page where it cannot be written
+            page = report.to_html(args.html)
+        print(f"page: {page}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -465,9 +471,11 @@ def _bundle(args: argparse.Namespace) -> int:
             print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}, as its manifest lists")
             return 0
         python = bundle.check_python(args.python or bundle.this_python())
-        print(f"bundling for Python {python} (pip wheel, then pip download: minutes) ...", flush=True)
-        made = bundle.write(args.dir, python, args.platform, args.extra or (), args.constraint)
-    print(f"{made.directory}: {len(made.files)} wheels; on the node: {made.install_command()}")
+        made = bundle.write(
+            args.dir, python, args.platform, args.extra or (), args.constraint, announce=lambda m: print(m, flush=True)
+        )
+    print(f"{made.directory}: {len(made.files)} wheels for Python {made.python}; on the node, in this folder:")
+    print(f"  {made.install_command(f'python{made.python}').replace(str(made.directory), '.')}")
     print(f"(see {made.directory / bundle.INSTALL})")
     return 0
 

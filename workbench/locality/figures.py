@@ -35,11 +35,15 @@ def findings_html(report: Report) -> str:
     c = report.counts
     head = (
         f"<h2>Locality diagnosis: {len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}</h2>"
-        f"<p>{report.seconds:.3g} s observed: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} graphs, "
-        f"{e(size_text(int(c.get('task_message_bytes', 0))))} in task messages, "
-        f"{e(size_text(int(c.get('bytes_moved', 0))))} moved between workers, "
-        f"{e(size_text(int(c.get('bytes_to_client', 0))))} to the client.</p>"
+        f"<p>{e(report.observed())}.</p>"
     )
+    if c.get("pending_at_end"):
+        head += (
+            f"<p><b>{c['pending_at_end']} keys submitted in the block were still being computed when it ended</b> "
+            "(persist or submit without waiting): their work is missing here; wait(...) for them inside the block.</p>"
+        )
+    if not c.get("tasks") and report.records.empty and not c.get("pending_at_end"):
+        return head + "<p>No Dask work ran in the observed block: put the computation inside the with block.</p>"
     if not report.findings:
         limits = "; ".join(
             f"{kind}: " + ", ".join(f"{k} {v:g}" for k, v in each.items()) for kind, each in THRESHOLDS.items()

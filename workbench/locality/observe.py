@@ -9,8 +9,11 @@ streams' message and byte counters (those :mod:`workbench.runtime.counts` reads)
 memory and spill are read in one call to the scheduler and one to the workers (as they are at the
 start), and :class:`~workbench.locality.report.Report` holds them with the findings they prove.
 
-The watch is removed when the block ends, whether it raised or not; a block that raised has no
-report (its exception goes on). Observations do not nest: one watch per cluster at a time.
+The watch is removed when the block ends, whether it raised or not, and removes itself when the
+observing client leaves the scheduler (closed inside the block, or its kernel died); a block that
+raised has no report (its exception goes on). Observations do not nest: one watch per cluster at a
+time. The watch is on the scheduler, so it records every client's work there during the block; work
+submitted in the block and not waited for (``persist``) is named in the report as still running.
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ def _client_of(target: Any) -> Client:
     """The ``distributed.Client`` of a workbench session, or the client itself; a clear error for anything else."""
     client = target if isinstance(target, Client) else getattr(target, "client", None)
     if not isinstance(client, Client):
+        cluster = hasattr(target, "scheduler_address")  # a LocalCluster or any other Dask cluster object
         raise TypeError(
             f"observe needs a workbench session (workbench.start(...)) or a distributed.Client, got "
-            f"{type(target).__name__}: pass the client your Dask work runs on"
+            f"{type(target).__name__}: "
+            + (
+                "pass Client(cluster), the client your Dask work runs on"
+                if cluster
+                else "pass the client your Dask work runs on"
+            )
         )
     if client.status in ("closing", "closed"):
         raise ValueError("observe was given a closed client: start a new session or Client first")
@@ -95,14 +104,16 @@ class Observation:
         if before["watch"] is not None:
             raise RuntimeError(
                 "this cluster is being observed already (a nested observe, or another one still open): "
-                "observe the outer block only, then read its report"
+                "observe the outer block only, then read its report; if none is open (a kernel restarted inside "
+                f"a block), remove the one left behind: client.unregister_scheduler_plugin({watch.PLUGIN_NAME!r})"
             )
-        self.client.register_plugin(watch.Watch(), name=watch.PLUGIN_NAME)
+        self.client.register_plugin(watch.Watch(owner=self.client.id), name=watch.PLUGIN_NAME)
         try:
             self._before = {**before, "workers": self.client.run(_worker_now, None)}
         except BaseException:
             self._unwatch()
             raise
+        self._pending_before = _pending(self.client)
         self._state = "open"
         self._since = time.time()
         return self
@@ -110,6 +121,11 @@ class Observation:
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         stop = time.time()
         try:
+            if exc_type is None and self.client.status in ("closing", "closed"):
+                raise RuntimeError(
+                    "the client was closed inside the observed block, so there is no report: close it after the "
+                    "with block (the watch went with the client)"
+                )
             if exc_type is None:
                 self._report = self._read(stop)
         finally:
@@ -153,6 +169,7 @@ class Observation:
             "bytes_moved_again": int(sum(sizes[key] * extra for key, extra in again)),
             "dropped_tasks": int(seen.get("dropped", 0)),
             "watch_microseconds": int(seen.get("spent", 0.0) * 1e6),
+            "pending_at_end": len(_pending(self.client) - self._pending_before),
         }
         arguments = pd.DataFrame(
             [{"fingerprint": f, **a} for f, a in seen.get("arguments", {}).items()], columns=list(ARGUMENT_COLUMNS)
@@ -174,6 +191,12 @@ class Observation:
             start=since,
             stop=stop,
         )
+
+
+def _pending(client: Client) -> set[Any]:
+    """The keys of this client's futures not yet computed: work a block submitted (``persist``,
+    ``submit``) and did not wait for goes on after it, unobserved."""
+    return {key for key, state in list(client.futures.items()) if state.status == "pending"}
 
 
 def _workers_table(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> pd.DataFrame:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -128,19 +129,42 @@ class Report:
     def text(self) -> str:
         """The report for a terminal: what was observed, then each finding with its saving and remedy."""
         c = self.counts
-        lines = [
-            f"observed {self.seconds:.3g} s of Dask work: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} "
-            f"graphs, {size_text(int(c.get('task_message_bytes', 0)))} in task messages, "
-            f"{size_text(int(c.get('bytes_moved', 0)))} moved between workers, "
-            f"{size_text(int(c.get('bytes_to_client', 0)))} to the client",
-        ]
+        lines = [self.observed()]
+        if c.get("pending_at_end"):
+            lines.append(
+                f"{c['pending_at_end']} keys submitted in the block were still being computed when it ended "
+                "(persist or submit without waiting): their work is missing here; wait(...) for them inside the block"
+            )
         if c.get("dropped_tasks"):
             lines.append(f"(the first {c['dropped_tasks']} finished tasks were dropped: the watch keeps the last ones)")
-        if not self.findings:
+        if not c.get("tasks") and self.records.empty and not c.get("pending_at_end"):
+            lines.append("no Dask work ran in the observed block: put the computation inside the with block")
+        elif not self.findings:
             lines.append("no locality problem above the thresholds (workbench.locality.findings.THRESHOLDS)")
         for i, f in enumerate(self.findings, 1):
             lines += [f"{i}. [{f.kind}] {f.summary}", f"   saves {f.saves}", f"   remedy: {f.remedy}"]
         return "\n".join(lines)
+
+    def observed(self) -> str:
+        """One line: what was observed. A report read from a trace has no graph or message counts (a trace
+        records what ran and moved, not what was submitted): it says so rather than "0 tasks submitted"."""
+        c = self.counts
+        if not c and not self.records.empty:
+            frame = self.records
+            ran = int((frame["action"] == "compute").sum())
+            moved = frame[(frame["action"] == "transfer") & (frame["worker"] != trace.CLIENT)]["bytes"].sum()
+            to_client = frame[(frame["action"] == "transfer") & (frame["worker"] == trace.CLIENT)]["bytes"].sum()
+            return (
+                f"a trace of {self.seconds:.3g} s: {ran} tasks ran, {size_text(int(moved))} moved between workers, "
+                f"{size_text(int(to_client))} to the client (a trace holds no graph or task-message counts: "
+                "observe(...) the work for those)"
+            )
+        return (
+            f"observed {self.seconds:.3g} s of Dask work: {c.get('tasks', 0)} tasks submitted in {c.get('graphs', 0)} "
+            f"graphs, {size_text(int(c.get('task_message_bytes', 0)))} in task messages, "
+            f"{size_text(int(c.get('bytes_moved', 0)))} moved between workers, "
+            f"{size_text(int(c.get('bytes_to_client', 0)))} to the client"
+        )
 
     def __str__(self) -> str:
         return self.text()
@@ -176,20 +200,53 @@ class Report:
         """A report from a file :meth:`save` wrote, or from a trace :func:`workbench.runtime.trace.write`
         wrote (records only). :class:`NotATrace` (a ValueError) for any other file."""
         path = Path(path)
+        if path.is_dir():
+            raise NotATrace(
+                f"{path} is a folder: give one file in it that report.save(...) or a trace wrote (a 'workbench run' "
+                "folder's traces are traces/run-NNNN.json)"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file (give a file written by report.save(...) or a trace .json)")
         try:
             data = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise NotATrace(f"{path} is not JSON ({error}): give a file written by report.save(...)") from None
-        if isinstance(data, dict) and data.get("format") == FORMAT:
-            return cls.from_dict(data)
-        if isinstance(data, list) and data and all(isinstance(r, dict) and set(trace.FIELDS) <= set(r) for r in data):
-            frame = trace.normalise(data)
-            return cls(frame, start=float(frame["start"].min()), stop=float(frame["stop"].max()))
+        saved = isinstance(data, dict) and data.get("format") == FORMAT
+        records = (
+            isinstance(data, list) and data and all(isinstance(r, dict) and set(trace.FIELDS) <= set(r) for r in data)
+        )
+        if saved or records:
+            what = "observation" if saved else "trace"
+            try:  # a damaged file (a value edited, NaN or out of range) fails here, not in the findings later
+                if saved and data.get("version") != VERSION:
+                    raise NotATrace(
+                        f"{path} is an observation of version {data.get('version')!r} and this workbench reads "
+                        f"version {VERSION}: diagnose it with the workbench that saved it"
+                    )
+                if saved:
+                    report = cls.from_dict(data)
+                else:
+                    frame = trace.normalise(data)
+                    report = cls(frame, start=float(frame["start"].min()), stop=float(frame["stop"].max()))
+                if not math.isfinite(report.seconds):
+                    raise ValueError("its start or stop time is not a number")
+                report.findings  # noqa: B018 (computed now: a value that breaks them is the file's fault)
+            except NotATrace:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as error:
+                raise NotATrace(
+                    f"{path} is a damaged {what} ({type(error).__name__}: {error}): save it again from its "
+                    "report (report.save(...)) or its run"
+                ) from None
+            return report
         raise NotATrace(
             f"{path} is neither an observation saved by workbench.locality (report.save) nor a workbench trace "
             f"(a list of records with the fields {', '.join(trace.FIELDS)})"
+            + (
+                ": give the run-NNNN.json beside it (a .perfetto.json is for ui.perfetto.dev)"
+                if path.name.endswith(".perfetto.json")
+                else ""
+            )
         )
 
     @classmethod

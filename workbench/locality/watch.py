@@ -67,8 +67,9 @@ class Watch(counts.GraphCounter):
 
     name = PLUGIN_NAME
 
-    def __init__(self, argument_min_bytes: int = ARGUMENT_MIN_BYTES) -> None:
+    def __init__(self, argument_min_bytes: int = ARGUMENT_MIN_BYTES, owner: str = "") -> None:
         super().__init__()
+        self.owner = owner  # the id of the client that observes: when it goes, the watch goes
         self.argument_min_bytes = int(argument_min_bytes)
         self.scheduler: Any = None
         # fingerprint -> {"what", "bytes", "copies", "groups": Counter(group -> copies)}
@@ -82,6 +83,12 @@ class Watch(counts.GraphCounter):
     async def start(self, scheduler: Any) -> None:
         """Keep the scheduler: ``transition`` is not given it."""
         self.scheduler = scheduler
+
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        """The observing client left (closed inside the block, or its kernel died): the watch removes itself,
+        so that it neither records every later graph nor refuses every later observation of the cluster."""
+        if self.owner and client == self.owner:
+            dask_seam.remove_scheduler_plugin(scheduler, PLUGIN_NAME)
 
     def update_graph(self, scheduler: Any, *, tasks: Iterable[Any] = (), **kwargs: Any) -> None:
         """Count the graph (as :class:`~workbench.runtime.counts.GraphCounter` does) and fingerprint the
