@@ -83,7 +83,7 @@ SMOKE_TESTS := tests/test_dask_seam.py tests/test_store.py \
   "tests/test_notebooks.py::test_notebook_runs_at_ci_size[00-welcome.ipynb]"
 test-oldest: $(STAMP)
 	$(BIN)/workbench bundle $(OLDEST_WHEELS) --constraint .ci/oldest.txt --extra test-core
-	.ci/offline $(OLDEST_WHEELS) $(OLDEST_VENV) "locality-workbench[test-core]" -- \
+	PYTHON=$(PYTHON) .ci/offline $(OLDEST_WHEELS) $(OLDEST_VENV) "locality-workbench[test-core]" -- \
 	  $(OLDEST_VENV)/bin/python -m pytest -p no:cacheprovider -q $(SMOKE_TESTS)
 
 # The course site: syllabus, guide, setup and every lesson executed at size ci (build/site/index.html).

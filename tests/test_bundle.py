@@ -7,11 +7,15 @@ no network, and the smoke subset run there) is ``make test-oldest``, which CI ru
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from workbench import bundle, cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fake_bundle(directory: Path, files: dict[str, bytes]) -> None:
@@ -181,3 +185,31 @@ def test_a_manifest_naming_another_python_than_its_wheels_is_refused(tmp_path):
     _fake_bundle(tmp_path, {"numpy-2.0-cp312-cp312-manylinux_2_17_x86_64.whl": b"n", "c-1-cp310-abi3-any.whl": b"c"})
     with pytest.raises(bundle.BundleError, match="names Python 3.11 but numpy-2.0-cp312"):
         bundle.read(tmp_path)
+
+
+def _offline(tmp_path: Path, venv: Path, **env: str) -> subprocess.CompletedProcess:
+    """.ci/offline with an empty bundle, where every ``unshare`` is refused (a stand-in first on PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "unshare").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "unshare").chmod(0o755)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    command = [str(ROOT / ".ci" / "offline"), str(wheels), str(venv), "locality-workbench", "--", "true"]
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": path, **env})
+
+
+def test_the_offline_check_fails_in_ci_where_no_network_namespace_can_be_made(tmp_path):
+    done = _offline(tmp_path, tmp_path / "venv", OFFLINE_REQUIRED="1")
+    assert done.returncode == 1 and "OFFLINE_REQUIRED=1" in done.stderr
+    assert not (tmp_path / "venv").exists()  # nothing was installed without isolation
+
+
+def test_the_offline_check_removes_only_a_virtual_environment(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    done = _offline(tmp_path, precious)
+    assert done.returncode == 2 and "is not a virtual environment" in done.stderr
+    assert (precious / "notes.txt").read_text() == "mine"
