@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 from distributed import Client
 
+import workbench.locality.watch as watch
 import workbench.runtime.dask_seam as dask_seam
-from workbench.locality import watch
 from workbench.locality.report import ARGUMENT_COLUMNS, READ_COLUMNS, WORKER_COLUMNS, Report
 from workbench.runtime import counts, trace
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.locality import findings as rules
+import workbench.locality.findings as rules
 from workbench.locality.findings import Finding
 from workbench.runtime import trace
 from workbench.units import size_text
@@ -270,7 +270,7 @@ class Report:
     # -- pages ----------------------------------------------------------------------------------------------------
     def layout(self) -> Any:
         """The report as one bokeh column: findings first, then the evidence figures."""
-        from workbench.locality import figures
+        import workbench.locality.figures as figures
 
         return figures.layout(self)
 
@@ -283,10 +283,23 @@ class Report:
         path.write_text(document(self.layout(), "workbench: locality diagnosis"))
         return path
 
+    def _ipython_display_(self) -> None:
+        """In a notebook that loaded BokehJS (a lesson: :func:`workbench.viz.notebook.setup_notebook`), the
+        layout shown with it, a few hundred kB; elsewhere the page in a frame (:meth:`_repr_html_`), which
+        carries its own BokehJS (2 MB) and needs nothing the notebook loaded."""
+        from bokeh.io import show
+        from bokeh.io.state import curstate
+        from IPython.display import HTML, display
+
+        if curstate().notebook:
+            show(self.layout())
+        else:
+            display(HTML(self._repr_html_()))
+
     def _repr_html_(self) -> str:
         """In a notebook: the page of :meth:`to_html` in a frame as wide as the output (it needs nothing the
         notebook loaded, and shows the same offline)."""
-        from workbench.locality import figures
+        import workbench.locality.figures as figures
         from workbench.viz.page import document
 
         layout = self.layout()
