@@ -14,7 +14,9 @@ and reports nothing where its evidence is below the thresholds named here:
     than :data:`TINY_TASK_SECONDS`: Dask's own cost per task (about 1 ms of the scheduler's and the
     worker's time, :data:`TASK_OVERHEAD_SECONDS`) is then a tenth of the work or more. Remedy: fewer, bigger
     blocks, or one task per worker's partition (SplIter), lessons 00 and 03. Saves about
-    :data:`TASK_OVERHEAD_SECONDS` per task beyond one per worker thread per graph.
+    :data:`TASK_OVERHEAD_SECONDS` per task beyond one per worker thread per graph. One finding names
+    every such group (``evidence["groups"]``, the most tasks first): a pipeline of tiny blocks makes
+    tiny tasks in each of its steps, and one remedy (bigger blocks) mends them all.
 ``gather-to-client``
     Workers sent at least :data:`GATHER_MIN_BYTES` to the client (its gathers and ``compute`` results).
     Remedy: reduce where the data is and bring back only the result, lessons 03 and 08. Saves
@@ -212,41 +214,55 @@ def repeated_argument(report: Report) -> list[Finding]:
 
 
 def tiny_tasks(report: Report) -> list[Finding]:
-    """Task groups whose tasks are shorter than their overhead (see the module)."""
+    """Task groups whose tasks are shorter than their overhead (see the module): one finding naming
+    every such group, the most tasks first, each group's numbers in ``evidence["groups"]``."""
     compute = _compute(report)
     if compute.empty:
         return []
     threads = sum(_threads(report).values()) or 1
     graphs = dict(zip(report.reads["group"], report.reads["graphs"])) if not report.reads.empty else {}
     seconds = compute["stop"] - compute["start"]
-    found = []
+    groups = {}
     for group, spans in seconds.groupby(compute["task"]):
         n, median = len(spans), float(spans.median())
         if n < TINY_TASKS_MIN_COUNT or median >= TINY_TASK_SECONDS:
             continue
         rounds = max(int(graphs.get(group, 1) or 1), 1)
-        fewer = max(n - rounds * threads, 0)
-        found.append(
-            _finding(
-                "tiny-tasks",
-                f"{n} tasks of {group!r} computed for {median * 1e3:.3g} ms each (median), against the "
-                f"~{TASK_OVERHEAD_SECONDS * 1e3:g} ms each task costs the scheduler and worker: "
-                f"{n / rounds:.0f} tasks per graph for {threads} worker threads",
-                {
-                    "group": group,
-                    "tasks": n,
-                    "median_task_seconds": median,
-                    "compute_seconds": float(spans.sum()),
-                    "graphs": rounds,
-                    "tasks_per_graph": n / rounds,
-                    "worker_threads": threads,
-                },
-                fewer * TASK_OVERHEAD_SECONDS,
-                None,
-                f"{fewer} tasks fewer (one per worker thread per graph) at ~{TASK_OVERHEAD_SECONDS * 1e3:g} ms each",
-            )
+        groups[str(group)] = {
+            "tasks": n,
+            "median_task_seconds": median,
+            "compute_seconds": float(spans.sum()),
+            "graphs": rounds,
+            "tasks_per_graph": n / rounds,
+            "fewer": max(n - rounds * threads, 0),
+        }
+    if not groups:
+        return []
+    groups = dict(sorted(groups.items(), key=lambda g: -g[1]["tasks"]))
+    tasks, fewer = sum(g["tasks"] for g in groups.values()), sum(g["fewer"] for g in groups.values())
+    named = ", ".join(
+        f"{name!r} ({g['tasks']} tasks, {g['median_task_seconds'] * 1e3:.3g} ms median, {g['tasks_per_graph']:.0f} "
+        "per graph)"
+        for name, g in list(groups.items())[:3]
+    ) + (f" and {len(groups) - 3} more groups" if len(groups) > 3 else "")
+    return [
+        _finding(
+            "tiny-tasks",
+            f"{tasks} tasks computed for less than {TINY_TASK_SECONDS * 1e3:g} ms each (median per group), "
+            f"against the ~{TASK_OVERHEAD_SECONDS * 1e3:g} ms each task costs the scheduler and worker, for "
+            f"{threads} worker threads: {named}",
+            {
+                "tasks": tasks,
+                "median_task_seconds": float(seconds[compute["task"].astype(str).isin(groups)].median()),
+                "compute_seconds": sum(g["compute_seconds"] for g in groups.values()),
+                "worker_threads": threads,
+                "groups": groups,
+            },
+            fewer * TASK_OVERHEAD_SECONDS,
+            None,
+            f"{fewer} tasks fewer (one per worker thread per graph) at ~{TASK_OVERHEAD_SECONDS * 1e3:g} ms each",
         )
-    return found
+    ]
 
 
 def gather_to_client(report: Report) -> list[Finding]:

@@ -189,7 +189,7 @@ def normalise(records: Sequence[dict[str, Any]], nodes: dict[str, str] | None = 
     frame = pd.DataFrame(list(records), columns=list(FIELDS))
     if frame.empty:
         return frame
-    frame["thread"] = frame.groupby("worker")["thread"].transform(lambda t: t.rank(method="dense").astype(int) - 1)
+    frame["thread"] = frame.groupby("worker")["thread"].rank(method="dense").astype(int) - 1
     if nodes:
         frame["node"] = frame["worker"].map(nodes).fillna(frame["node"])
     return frame.sort_values("start", kind="stable").reset_index(drop=True)
