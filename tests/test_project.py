@@ -105,10 +105,16 @@ def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
 
 
 def test_kernels_never_import_the_runtime():
+    """The kernels import only each other and the settings module (which imports nothing of the workbench)."""
     for path in (ROOT / "workbench" / "kernels").rglob("*.py"):
         text = path.read_text()
         imports = re.findall(r"^\s*(?:from|import)\s+(workbench(?:\.\w+)*)", text, re.M)
-        assert all(name.startswith("workbench.kernels") for name in imports), (path, imports)
+        assert all(name.startswith("workbench.kernels") or name == "workbench.settings" for name in imports), (
+            path,
+            imports,
+        )
+    settings = (ROOT / "workbench" / "settings.py").read_text()
+    assert not re.findall(r"^\s*(?:from|import)\s+workbench", settings, re.M), "workbench.settings imports the package"
 
 
 def test_the_kernels_and_datasets_import_without_the_runtime():
