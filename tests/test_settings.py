@@ -90,12 +90,12 @@ def test_every_name_of_the_workbench_has_its_meaning():
 
 
 def test_two_sessions_in_one_process_keep_their_own_settings(monkeypatch):
-    """Session A with plain TCP and a per-learner cap, session B with TLS and none, both open at once:
-    each cluster is as its own settings say, and what the process's environment says later reaches
-    neither."""
-    monkeypatch.delenv(settings.TLS, raising=False)
-    monkeypatch.delenv(settings.MAX_MEMORY, raising=False)
-    plain = Settings({**os.environ, settings.TLS: "0", settings.MAX_MEMORY: "1GiB"})
+    """Session A with plain TCP, a per-learner cap and a DRAM budget, session B with TLS and none of
+    them, both open at once: each cluster and its workers are as its own settings say, and what the
+    process's environment says later reaches neither."""
+    for name in (settings.TLS, settings.MAX_MEMORY, settings.DRAM_BUDGET):
+        monkeypatch.delenv(name, raising=False)
+    plain = Settings({**os.environ, settings.TLS: "0", settings.MAX_MEMORY: "1GiB", settings.DRAM_BUDGET: "1048576"})
     with workbench.start(n_workers=1, settings=plain, timeout=60) as a:
         monkeypatch.setenv(settings.TLS, "maybe")  # what a later cell sets: a session already open ignores it
         with pytest.raises(ValueError, match=r"\$WORKBENCH_TLS is 1 .* got 'maybe'"):
@@ -110,6 +110,12 @@ def test_two_sessions_in_one_process_keep_their_own_settings(monkeypatch):
             }
             assert limits["a"] == [2**30], limits  # A's cap, on its one worker
             assert limits["b"] != [2**30], limits
+
+            def budget() -> str:
+                return Settings.read().get(settings.DRAM_BUDGET)
+
+            assert list(a.run(budget).values()) == ["1048576"]  # carried to A's workers...
+            assert list(b.run(budget).values()) == [""]  # ...and not to B's
         assert a.settings.get(settings.TLS) == "0"
     with pytest.raises(ValueError, match="settings must be a workbench.settings.Settings"):
         workbench.start(n_workers=1, settings={settings.TLS: "0"})

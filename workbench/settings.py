@@ -40,6 +40,10 @@ CACHE_HOME = "XDG_CACHE_HOME"  # the user's cache; the workbench's is locality-w
 NUMBA_CACHE = "NUMBA_CACHE_DIR"  # numba's compiled kernels (workbench.kernels sets it when the user has not)
 NUMBA_SIMULATOR = "NUMBA_ENABLE_CUDASIM"  # numba's CUDA simulator (lesson 10 sets it where there is no GPU)
 
+# What code on the workers reads: a session carries these of its settings to the workers it starts
+# (their environment), so that its workers follow its settings, not those of the process they came from.
+WORKER_NAMES = (FILES_DIR, TIER_DIR, STORE_DIR, PMEM_DIR, DRAM_BUDGET, GPU_BYTES)
+
 NAMES: dict[str, str] = {
     SIZE: 'the lessons\' and benchmarks\' problem size: "ci", "lab" (default) or "full"',
     CLUSTER: 'the kind of cluster start() opens when its caller names none: "local", "scheduler", "slurm", ...',
@@ -90,6 +94,11 @@ class Settings:
     def prefixed(self, prefix: str) -> dict[str, str]:
         """The variables whose names start with ``prefix`` and that are not blank, as set."""
         return {k: v for k, v in self.environ.items() if k.startswith(prefix) and v.strip()}
+
+    def for_workers(self) -> dict[str, str]:
+        """The variables of :data:`WORKER_NAMES` set here, for the environment of the workers a session
+        starts (a worker started elsewhere, by the user, has its own)."""
+        return {name: self.environ[name] for name in WORKER_NAMES if self.get(name)}
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment for a process the workbench starts: this snapshot, with ``extra`` added."""

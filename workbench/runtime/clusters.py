@@ -79,11 +79,17 @@ WALLTIME = re.compile(r"(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d")  # matched whole: fullm
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
-def worker_env(threads_per_worker: int) -> dict[str, str]:
-    """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
+def worker_env(threads_per_worker: int, settings: Settings) -> dict[str, str]:
+    """Environment for worker processes the session starts: its settings that workers read
+    (:meth:`~workbench.settings.Settings.for_workers`), numba on the worker's threads, and the shared
+    kernel cache."""
     from workbench.kernels import numba_cache_directory
 
-    return {"NUMBA_NUM_THREADS": str(threads_per_worker), settings_names.NUMBA_CACHE: numba_cache_directory()}
+    return {
+        **settings.for_workers(),
+        "NUMBA_NUM_THREADS": str(threads_per_worker),
+        settings_names.NUMBA_CACHE: numba_cache_directory(),
+    }
 
 
 def tls_wanted(settings: Settings) -> bool:
@@ -413,7 +419,7 @@ class LocalKind(ClusterKind):
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
         n_workers, memory_limit = self.n_workers(request), self.memory_limit(request)
-        env = worker_env(request.threads_per_worker)
+        env = worker_env(request.threads_per_worker, request.settings)
         # with the dashboard on the user's socket, no HTTP route on any worker's port either
         routes = {"config": no_worker_routes()} if request.dashboard == SOCKET else {}
         security = local_security(request.settings)
@@ -709,7 +715,7 @@ class SlurmKind(ClusterKind):
         It talks TLS with credentials of its own unless ``$WORKBENCH_TLS`` is 0: the workers read them
         from a private directory of the log directory (:func:`shared_security`), removed at close."""
         options, (_, per_job) = self.options(request), self.shape(request)
-        env = worker_env(request.threads_per_worker)
+        env = worker_env(request.threads_per_worker, request.settings)
         if request.dashboard == SOCKET:
             env.update(NO_WORKER_ROUTES_ENV)
         log_directory = self.log_directory(request)
