@@ -4,6 +4,7 @@ a session keeps, and two sessions in one process each with its own."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 
@@ -119,3 +120,20 @@ def test_two_sessions_in_one_process_keep_their_own_settings(monkeypatch):
         assert a.settings.get(settings.TLS) == "0"
     with pytest.raises(ValueError, match="settings must be a workbench.settings.Settings"):
         workbench.start(n_workers=1, settings={settings.TLS: "0"})
+
+
+def test_workbench_settings_lists_every_variable_its_meaning_and_value(monkeypatch, capsys):
+    from workbench.cli import main
+
+    monkeypatch.setenv(settings.SIZE, "ci")
+    monkeypatch.setenv("WORKBENCH_SLURM_JOBS", "2")
+    monkeypatch.delenv(settings.TLS, raising=False)
+    rows = {row["name"]: row for row in settings.described()}
+    assert set(rows) == set(settings.NAMES)
+    assert rows[settings.SIZE]["value"] == "ci" and rows[settings.TLS]["value"] is None
+    assert rows["WORKBENCH_SLURM_<FIELD>"]["value"] == "WORKBENCH_SLURM_JOBS=2"
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "WORKBENCH_SIZE = 'ci'" in out and "WORKBENCH_TLS = (not set)" in out
+    assert main(["settings", "--json"]) == 0
+    assert {row["name"] for row in json.loads(capsys.readouterr().out)} == set(settings.NAMES)

@@ -105,6 +105,22 @@ class Settings:
         return {**self.environ, **extra}
 
 
+def described(settings: Settings | None = None) -> list[dict[str, str | None]]:
+    """Every variable of :data:`NAMES` with what it sets and its value in ``settings`` (default: the
+    environment now; None where unset; the Slurm family as the variables of it that are set)."""
+    settings = settings or Settings.read()
+    rows: list[dict[str, str | None]] = []
+    for name, meaning in NAMES.items():
+        if name.endswith("<FIELD>"):
+            given = settings.prefixed(name.removesuffix("<FIELD>"))
+            rows.append(
+                {"name": name, "meaning": meaning, "value": " ".join(f"{k}={v}" for k, v in given.items()) or None}
+            )
+        else:
+            rows.append({"name": name, "meaning": meaning, "value": settings.given(name)})
+    return rows
+
+
 def export(name: str, value: str, *, replace: bool = False) -> str:
     """Set ``name`` in this process's environment (unless it is set and ``replace`` is false): only for a
     variable another library reads at its first import, before the workbench's own use of it (numba's
