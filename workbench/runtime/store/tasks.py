@@ -2,7 +2,10 @@
 
 A caller (:mod:`~workbench.runtime.store.handles`, the store strategies) submits these functions; they
 run on a worker and reach its backend by name (:func:`local_backend`: the worker plugin
-``PLUGIN_NAME``), so the caller's side imports no module of the backend.
+``PLUGIN_NAME``), so the caller's side imports no module of the backend. Task bodies (these, and
+those of ``handles.py`` and ``local.py``) use the backend's in-process API alone (``invoke``,
+``resolve_arguments``, ``copy_of``, ``adopt``, ``adopt_here``, ``place``, ``held``, ``writing``),
+never its object table or its placement.
 """
 
 from __future__ import annotations
@@ -38,6 +41,6 @@ def run_active(ref: ObjectRef, method: str, writes: bool, args: tuple[Any, ...],
 def run_non_active(ref: ObjectRef, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Task body of a non-active call: fetch a copy of the object through the store, run the method here."""
     backend = local_backend()
-    obj = backend.table.fetch_copy(ref, method)
+    obj = backend.copy_of(ref, method)
     args, kwargs = backend.resolve_arguments(args, kwargs, method)
     return failures.sendable(getattr(obj, method), *args, **kwargs)
