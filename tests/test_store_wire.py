@@ -4,6 +4,7 @@ both ends' dispatch, its argument checks, its pool and its re-send rule come fro
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ import pytest
 
 import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.store import ArrayBlock, store_for, wire
+from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue
+from workbench.runtime.store.tasks import LocalBackend
 from workbench.runtime.store.wire import Pool, backend_op, catalogue_op
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +114,10 @@ def test_task_bodies_use_the_backends_in_process_api_alone():
     ``copy_of``, ``adopt``, ``place``, ``held``, ``writing`` ...), never its table or its placement."""
     for name in ("tasks.py", "local.py", "handles.py"):
         assert re.findall(r"\.(?:table|placing)\b", (STORE / name).read_text()) == [], name
+    for name, member in vars(LocalBackend).items():  # and the backend offers that API, as the protocol types it
+        if callable(member) and not name.startswith("_"):
+            offered = inspect.signature(getattr(StoreBackend, name)).parameters
+            assert list(inspect.signature(member).parameters) == [p for p in offered if p not in ("call", "once")]
     # and an active call's task is made in one place
     makers = [
         p.name for p in (ROOT / "workbench").rglob("*.py") if re.search(r"PinnedCall\(\s*run_active", p.read_text())

@@ -10,13 +10,13 @@ function itself: ``link.backend(address, backend_ops.op_get, oid=..., version=..
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.runtime.store.wire import Pool, backend_op
 
-if TYPE_CHECKING:
-    from workbench.runtime.store.backend import StoreBackend
-    from workbench.runtime.store.table import SendLocked
+# The backend an operation runs on: a StoreBackend (backend.py). Named here as Any, not imported even for
+# annotations: table.py and link.py send these operations and sit below backend.py, and this module with them.
+StoreBackend = Any
 
 
 @backend_op(pool=Pool.LOOP, resend=True)
@@ -54,8 +54,9 @@ def op_drop_many(backend: StoreBackend, keys: list[list[Any]]) -> int:
 
 
 @backend_op(pool=Pool.COPIES, resend=True)
-def op_get(backend: StoreBackend, oid: str, version: int) -> SendLocked:
-    """The object for a copy, under its shared lock until :meth:`StoreBackend.send_locked` has sent it."""
+def op_get(backend: StoreBackend, oid: str, version: int) -> Any:
+    """The object for a copy (a ``table.SendLocked``), under its shared lock until
+    :meth:`StoreBackend.send_locked` has sent it."""
     return backend.table.copy_out(oid, version)
 
 

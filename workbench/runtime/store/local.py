@@ -19,7 +19,7 @@ from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.handles import Proxy, persist_here
 from workbench.runtime.store.model import StoredHandle
 from workbench.runtime.store.protocol import PLUGIN_NAME
-from workbench.runtime.store.tasks import local_backend
+from workbench.runtime.store.tasks import LocalBackend, local_backend
 
 
 def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
@@ -91,7 +91,7 @@ async def store_blocks_here(assignments: dict[str, Any], block_class: type, dask
     if not mine:
         return 0
     keys, oids = mine
-    backend = worker_plugin(dask_worker, PLUGIN_NAME)
+    backend: LocalBackend | None = worker_plugin(dask_worker, PLUGIN_NAME)
     if backend is None:
         raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
     objs = [block_class(worker_value(dask_worker, _as_key(key))) for key in keys]
