@@ -22,24 +22,10 @@ from workbench.runtime.store.model import ObjectRef
 BOUND = 30.0
 
 
-class ShelfArray(TierArray):
-    """An array on the shelf: the shelf's own copy."""
+class ShelfArray(tiers.DramArray):
+    """An array on the shelf: the shelf's own copy, process memory as dram's is."""
 
     tier = "shelf"
-
-    def __init__(self, name: str, array: np.ndarray):
-        super().__init__(name, None)
-        self._array = array
-
-    @property
-    def array(self) -> np.ndarray:
-        """The shelf's copy itself."""
-        return self._array
-
-    @property
-    def dram_bytes(self) -> int:
-        """All of it: the shelf is process memory."""
-        return int(self._array.nbytes)
 
 
 class ShelfTier(Tier):

@@ -187,8 +187,8 @@ def place_state(
     obj: Any, placement: Placement, tier: str, directory: Path, stem: str, cache: tiers.DramCache
 ) -> Placement:
     """Move ``obj``'s numpy attributes to ``tier`` (any but a ``staged`` one: ``dram``, ``mapped``, ``cached``
-    or ``gpu``); the caller holds
-    the object's exclusive lock. Returns the new placement; files the object no longer uses are freed.
+    or ``gpu``); the caller holds the object's exclusive lock. Returns the new placement; files the object
+    no longer uses are freed.
     ``stem`` names the files: unique per object version *and* backend (two backends of one node
     holding replicas must never share a file: dropping one would delete the other's data).
 
