@@ -257,7 +257,9 @@ RESULT_READERS = ("bench/", "teach/")  # read measured rows and learners' answer
 
 def _tier_name_comparisons(source: str, names: set[str]) -> list[int]:
     """The lines where ``source`` compares something (``==``, ``!=``, ``in``, ``not in``) with one of
-    ``names`` written out."""
+    ``names`` written out (a source that holds none of them quoted is not parsed)."""
+    if not any(f"{quote}{name}{quote}" in source for name in names for quote in "\"'"):
+        return []
 
     def literals(node: ast.AST) -> set[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
