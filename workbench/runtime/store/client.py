@@ -248,7 +248,7 @@ class Store:
         if cache_bytes is not None:
             _check_bytes(cache_bytes, "cache_bytes is a number of bytes per backend")
         self._tier = tiering.check_tier(tier)
-        if self._tier == "disk":
+        if tiering.evicts(self._tier):
             raise ValueError(
                 "new objects start in memory or in a mapped file: tier='dram', 'mapped', 'cached' or 'dynamic'"
             )
@@ -332,7 +332,7 @@ class Store:
         tiers they were on, and the error says why."""
         tiering.check_tier(tier)
         refs = _batch_refs(proxies)
-        if tier == "disk":  # objects only on disk are there already: nothing to load
+        if tiering.evicts(tier):  # objects only on disk are there already: nothing to load
             by_worker: dict[str, list[list[Any]]] = {}
             for ref, record in zip(refs, self.link.records(refs)):
                 record = found(record, ref)

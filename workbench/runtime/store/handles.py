@@ -157,7 +157,7 @@ def run_active_to_store(
             "or a PersistentObject (call the method without to_store for any other value)"
         )
     proxy = persist_here(result, alias)
-    if tier != "dram":
+    if tiering.placed_when_new(tier):
         local_backend().place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
     return proxy
 
@@ -353,7 +353,7 @@ class Proxy(StoredHandle):
             self.store.link.backend(w, backend_ops.op_place, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
             for w in workers
         ]
-        if tier == "disk":
+        if tiering.evicts(tier):
             self._locations = None
         return placed
 

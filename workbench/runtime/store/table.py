@@ -452,12 +452,14 @@ class ObjectTable(Mapping[Key, Entry]):
 
     def leaving(self, entry: Entry, task: str) -> Any:
         """``entry``'s object as it may be pickled (the caller holds its lock): itself, or for an object
-        on the ``gpu`` tier a copy with host arrays, the bytes copied off the device a transfer event."""
-        if entry.placement.tier != "gpu":
+        on a ``counts_transfers`` tier (``gpu``) a copy with host arrays, the bytes copied off the device a
+        transfer event."""
+        tier = entry.placement.tier
+        if not entry.placement.kind.counts_transfers:
             return entry.obj
         start = time.time()
         obj = tiering.on_host(entry.obj, entry.placement)
-        self.trace("transfer", start, entry.placement.device_bytes, f"gpu-to-host {task}", source="gpu")
+        self.trace("transfer", start, entry.placement.device_bytes, f"{tier}-to-host {task}", source=tier)
         return obj
 
     def push(self, oid: str, version: int, target: str, move: bool = False) -> int:
@@ -585,7 +587,11 @@ class ObjectTable(Mapping[Key, Entry]):
             used = self.used_bound = sum(e.nbytes for e in self.entries.values())
             if used <= self.memory_limit:
                 return
-            victims = sorted((e.placement.tier != "dram", e.last_used, k) for k, e in self.entries.items() if k != keep)
+            victims = sorted(
+                (not e.placement.kind.counts_against_dram_budget, e.last_used, k)
+                for k, e in self.entries.items()
+                if k != keep
+            )
         for _, _, key in victims:
             if used <= self.memory_limit:
                 break
