@@ -16,15 +16,6 @@ from workbench.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "workbench"
-# Modules that still read the environment themselves: the tiers' directories, budget and device limit,
-# which move to the session's tier set with the tiers as objects (issue 50, deliverable 2). A module
-# leaves this list when it stops reading it; the test fails on a module here that no longer does.
-NOT_YET = {
-    "workbench/memory/tiers.py",
-    "workbench/memory/gpu.py",
-    "workbench/runtime/strategies/tiers.py",
-    "workbench/runtime/store/tiering.py",
-}
 
 
 def _environment_uses(path: Path) -> list[str]:
@@ -48,10 +39,8 @@ def test_no_module_but_the_settings_module_reads_or_writes_the_environment():
     uses = {
         str(p.relative_to(ROOT)): _environment_uses(p) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "settings.py"
     }
-    stray = [u for module, found in uses.items() if module not in NOT_YET for u in found]
+    stray = [u for found in uses.values() for u in found]
     assert not stray, "read the environment through workbench.settings (Settings.read(), export):\n" + "\n".join(stray)
-    migrated = sorted(module for module in NOT_YET if not uses.get(module))
-    assert not migrated, f"these modules no longer read the environment: take them off NOT_YET: {migrated}"
     assert _environment_uses(PACKAGE / "settings.py"), "the settings module is where the environment is read"
 
 

@@ -89,7 +89,14 @@ OUTSIDE = {
         "workbench.memory.tiers",
     },  # printable (store list's errors); the default store directory, which the tier files' reclaim needs too
     # owners: a tier file's record names the worker process that wrote it (a killed kernel's files are reclaimed)
-    "tiering": {"workbench.memory", "workbench.memory.tiers", "workbench.memory.gpu", "workbench.memory.owners"},
+    # settings: the persistent-memory directory, from the environment's snapshot (settings imports nothing of ours)
+    "tiering": {
+        "workbench.memory",
+        "workbench.memory.tiers",
+        "workbench.memory.gpu",
+        "workbench.memory.owners",
+        "workbench.settings",
+    },
     "disk": set(),
     "tasks": {"workbench.runtime", "workbench.runtime.failures", "workbench.runtime.dask_seam"},
     "table": {"workbench.runtime.dask_seam"},

@@ -15,7 +15,7 @@ import pytest
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import shm, tiers
 from workbench.memory.tier_base import Tier, TierArray, TierError, UnknownTier
-from workbench.runtime.store import ArrayBlock
+from workbench.runtime.store import ArrayBlock, backend_ops
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.model import ObjectRef
 
@@ -116,21 +116,21 @@ def test_the_store_keeps_an_object_on_a_registered_tier(shelf, tmp_path):
     backend.setup(worker)
     try:
         oid = "s" * 32
-        backend.op_put(oid, 0, ArrayBlock(np.arange(10.0)))
-        tier_of = lambda: next(r["tier"] for r in backend.op_table() if r["oid"] == oid)  # noqa: E731
+        backend_ops.op_put.handler(backend, oid, 0, ArrayBlock(np.arange(10.0)))
+        tier_of = lambda: next(r["tier"] for r in backend_ops.op_table.handler(backend) if r["oid"] == oid)  # noqa: E731
         assert tier_of() == "shelf"
         assert backend.invoke(ObjectRef(oid, 0), "apply", False, (np.sum,), {}) == 45.0
-        moved = backend.op_place(oid, 0, "mapped", reason="test")
+        moved = backend_ops.op_place.handler(backend, oid, 0, "mapped", reason="test")
         files = tiering.tier_directory(str(tmp_path))
         assert (moved["from"], tier_of()) == ("shelf", "mapped") and len(tiers.names("mapped", directory=files)) == 1
         assert backend.invoke(ObjectRef(oid, 0), "apply", False, (np.sum,), {}) == 45.0
-        assert backend.op_place(oid, 0, "shelf", reason="test")["from"] == "mapped"
+        assert backend_ops.op_place.handler(backend, oid, 0, "shelf", reason="test")["from"] == "mapped"
         assert tier_of() == "shelf" and tiers.names("mapped", directory=files) == []
-        sent = backend.op_get(oid, 0)
+        sent = backend_ops.op_get.handler(backend, oid, 0)
         try:
             assert np.array_equal(sent.obj.data, np.arange(10.0))
         finally:
             sent.entry.lock.release(False, copy=True)
-        assert backend.op_drop(oid, 0)
+        assert backend_ops.op_drop.handler(backend, oid, 0)
     finally:
         backend.teardown(worker)

@@ -25,7 +25,6 @@ tests it): the same placement rules and counts; its times mean nothing.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +32,14 @@ from typing import Any
 
 import numpy as np
 
+import workbench.settings as settings_names
 from workbench.kernels._checks import is_device_array
 from workbench.memory import shm
 from workbench.memory.tier_base import Tier, TierArray, TierError, check_plain
+from workbench.settings import Settings
 from workbench.units import size_text
 
-GPU_BYTES_ENV = "WORKBENCH_GPU_BYTES"
+GPU_BYTES_ENV = settings_names.GPU_BYTES
 NUMBER_KINDS = "biufc"  # booleans, integers, floats, complex: what device kernels compute on
 
 
@@ -74,7 +75,7 @@ def _host_or_device(value: Any) -> Any:
 
 
 def _limit_from_env() -> int | None:
-    text = os.environ.get(GPU_BYTES_ENV, "").strip()
+    text = Settings.read().get(GPU_BYTES_ENV)
     if not text:
         return None
     from dask.utils import parse_bytes

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+import workbench.settings as settings_names
 from workbench.memory import shm
 from workbench.memory import tiers as memory_tiers
 from workbench.runtime.store import ArrayBlock, BlockCollection
@@ -41,8 +42,9 @@ from workbench.runtime.strategies.base import BlockWork, Strategy, register, tas
 from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.runtime.strategies.store import StorePlan
 from workbench.runtime.worker_state import SpillSpace, worker_state
+from workbench.settings import Settings
 
-BUDGET_ENV = "WORKBENCH_DRAM_BUDGET"
+BUDGET_ENV = settings_names.DRAM_BUDGET
 DEFAULT_DRAM_BUDGET = 256 * 2**20
 
 
@@ -68,7 +70,7 @@ def settings() -> TierSettings:
     (read at each call), else 256 MiB."""
     if _configured is not None:
         return TierSettings(_configured)
-    value = os.environ.get(BUDGET_ENV, "").strip()
+    value = Settings.read().get(BUDGET_ENV)
     if not value:
         return TierSettings(DEFAULT_DRAM_BUDGET)
     try:
