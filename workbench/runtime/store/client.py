@@ -272,6 +272,8 @@ class Store:
         #: True when this Store put the store on the cluster (and so takes it off again in close()).
         self.owns_registration = registered is None
         self.directory = registered if registered is not None else wanted
+        #: Which store this is, for a proxy that travels: its cluster's scheduler and its directory.
+        self.key = f"{session.client.scheduler.address} {self.directory}"
         if self.owns_registration:
             _create_private_directory(self.directory)
             self._register(memory_limit)

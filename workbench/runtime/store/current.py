@@ -41,12 +41,18 @@ class CurrentStore(Protocol):
         """Whether the store was closed."""
         ...
 
+    @property
+    def key(self) -> str:
+        """Which store it is: its cluster's scheduler and its directory (what a travelling proxy names)."""
+        ...
+
     def make_persistent(self, obj: Any, alias: str | None = None, backend: str | None = None) -> Any:
         """Place ``obj`` in the store; its proxy."""
         ...
 
 
 _store: CurrentStore | None = None  # the current store
+_open: dict[str, list[CurrentStore]] = {}  # every store open in this process, by its key (the last opened last)
 _persister: Callable[[Any, str | None, str | None], Any] | None = None  # what make_persistent calls
 
 
@@ -63,16 +69,39 @@ def opened_store() -> CurrentStore | None:
 
 
 def set_current_store(store: CurrentStore) -> None:
-    """Make ``store`` the current store (a ``Store`` does when it opens)."""
+    """Make ``store`` the current store, and one of the stores open here (a ``Store`` does when it opens)."""
     global _store
     _store = store
+    opened = _open.setdefault(store.key, [])
+    if store in opened:
+        opened.remove(store)
+    opened.append(store)
 
 
 def clear_current_store(store: CurrentStore) -> None:
-    """No store is current any more, if ``store`` was (a ``Store`` does when it closes)."""
+    """No store is current any more, if ``store`` was, and it is open here no longer (a ``Store`` does
+    when it closes)."""
     global _store
     if _store is store:
         _store = None
+    opened = _open.get(store.key, [])
+    if store in opened:
+        opened.remove(store)
+    if not opened:
+        _open.pop(store.key, None)
+
+
+def store_named(key: str) -> CurrentStore | None:
+    """The store open in this process whose :attr:`~CurrentStore.key` is ``key``, or None: a proxy
+    that travelled finds the store it belongs to, whichever store is current (of two ``Store`` objects
+    on one store, the last opened)."""
+    opened = _open.get(key)
+    return opened[-1] if opened else None
+
+
+def open_stores() -> list[str]:
+    """The keys of the stores open in this process."""
+    return list(_open)
 
 
 def install_persister(persister: Callable[[Any, str | None, str | None], Any]) -> None:

@@ -28,7 +28,7 @@ from workbench import kernels
 from workbench.runtime.dask_seam import serialized
 from workbench.runtime.session import PinnedCall, Session
 from workbench.runtime.store.catalogue import StoreCatalogue
-from workbench.runtime.store.current import current_store
+from workbench.runtime.store.current import current_store, open_stores, store_named
 from workbench.runtime.store.errors import StoreError, check_writable
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import (
@@ -54,6 +54,7 @@ class Owner(Protocol):
     link: Link
     session: Session
     call_timeout: float  # seconds an active method called with .value() may take
+    key: str  # which store: its cluster's scheduler and its directory
 
     @property
     def read_blocks(self) -> Callable[[list[Any]], list[np.ndarray]]:
@@ -201,20 +202,37 @@ def submit_active(session: Session, tasks: Sequence[PinnedCall]) -> list[Future]
 class Proxy(StoredHandle):
     """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
 
-    def __init__(self, ref: ObjectRef, methods: dict[str, bool], store: Owner | None = None):
+    def __init__(
+        self, ref: ObjectRef, methods: dict[str, bool], store: Owner | None = None, store_key: str | None = None
+    ):
         self.ref = ref
         self.methods = dict(methods)
         self._store = store
+        self._store_key = store.key if store is not None else store_key  # the store it belongs to, by name
         self._locations: list[str] | None = None  # the backends holding it, as last resolved
 
     @property
     def store(self) -> Owner:
-        """The store this proxy belongs to (the current store of this process when it travelled: a
-        ``Store``, which is an ``Owner``)."""
-        return self._store or cast(Owner, current_store())
+        """The store this proxy belongs to: the one it was made by; after it travelled, the store open in
+        this process that it names (two sessions' stores may be open in one kernel), else the current
+        store (a proxy made inside a task names none). A ``StoreError`` when the store it names is not
+        open here and another is: its calls would reach the wrong store."""
+        if self._store is not None:
+            return self._store
+        if self._store_key is not None:
+            named = store_named(self._store_key)
+            if named is not None:
+                return cast(Owner, named)
+            if open_stores():
+                raise StoreError(
+                    f"{self.ref.label()} belongs to the store {self._store_key}, which is not open in this process "
+                    "(another store is): open it again on its cluster (Store(session, directory=...)), or use a proxy "
+                    "of the open store"
+                )
+        return cast(Owner, current_store())
 
-    def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids and method names
-        return (Proxy, (self.ref, self.methods))
+    def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids, method names and its store's name
+        return (Proxy, (self.ref, self.methods, None, self._store_key))
 
     def __getattr__(self, name: str) -> ActiveMethod:
         if name.startswith("_"):

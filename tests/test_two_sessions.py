@@ -1,0 +1,36 @@
+"""Two sessions in one kernel, each with its own store (issue 50): a proxy that travelled (pickled, as a
+task argument or a saved notebook variable is) finds the store it belongs to, not the one opened last."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from store_helpers import Counter
+
+import workbench
+from workbench.runtime.store import Store, StoreError, current_store
+
+
+def test_a_proxy_that_travelled_finds_its_own_store_while_another_is_current(tmp_path):
+    with workbench.start(n_workers=1, timeout=60) as a, workbench.start(n_workers=1, timeout=60) as b:
+        store_a = Store(a, tmp_path / "a")
+        try:
+            proxy = store_a.make_persistent(Counter(np.arange(4.0)), alias="mine")
+            travelled = pickle.dumps(proxy)
+            store_b = Store(b, tmp_path / "b")  # opened last: the current store
+            try:
+                b_proxy = store_b.make_persistent(Counter(np.arange(10.0)), alias="mine")
+                assert current_store() is store_b
+                arrived = pickle.loads(travelled)
+                assert arrived.store is store_a and arrived.total.value() == 6.0  # A's object, not B's "mine"
+                assert pickle.loads(pickle.dumps(b_proxy)).total.value() == 45.0
+                store_a.close()
+                with pytest.raises(StoreError, match=r"belongs to the store .*, which is not open in this process"):
+                    pickle.loads(travelled).total.value()  # never B's object of the same alias
+                b_proxy.delete()
+            finally:
+                store_b.close()
+        finally:
+            store_a.close()
