@@ -8,6 +8,7 @@ import pytest
 
 from workbench import cli
 from workbench.bench import kernels as bench_kernels
+from workbench.bench.report import Report
 
 
 def _workbench(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -132,14 +133,14 @@ def test_kernel_ratios_keep_their_digits_and_name_where_numpy_is_faster():
         ratio_numpy_one_thread=0.0002 / 0.0256,
         fraction_of_stream=0.35,
     )
-    report = dict(
-        size="ci",
+    report = Report(
+        "kernels",
+        "ci",
         repeats=1,
-        numba_threads=2,
-        stream_GBps=dict(all_threads=0.7, one_thread=0.6, bytes=2.0**24),
-        kernels=[row, {**row, "kernel": "histogramdd", "ratio_numpy": 6.69, "ratio_numpy_one_thread": 9.0}],
+        counts={"numba_threads": 2},
+        parts={"stream_GBps": dict(all_threads=0.7, one_thread=0.6, bytes=2.0**24)},
+        rows=[row, {**row, "kernel": "histogramdd", "ratio_numpy": 6.69, "ratio_numpy_one_thread": 9.0}],
         machine={},
-        goals=[],
     )
     text = bench_kernels.format_report(report)
     (line,) = [t for t in text.splitlines() if t.startswith("matrix_add ")]
@@ -314,6 +315,7 @@ def test_each_benchmark_parses_and_its_arguments_are_its_runs(name):
     benchmark = cli.BENCHMARKS[name]
     module = importlib.import_module(benchmark.module_path)
     assert callable(module.format_report)
+    assert inspect.signature(module.run).return_annotation in ("Report", Report)  # every run returns the model
     parameters = inspect.signature(module.run).parameters
     for argument in benchmark.arguments:  # each reaches run as a keyword of the same name
         assert argument.dest in parameters, (name, argument.flags)

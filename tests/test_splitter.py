@@ -202,11 +202,11 @@ def test_bench_splitter_reports_ratios_to_split(session):
     from workbench.bench import splitter as bench_splitter
 
     report = bench_splitter.run(size="ci", repeats=2, blocks_per_core=(1, 4), apps=("histogram",), session=session)
-    rows = {(r["blocks_per_core"], r["variant"]): r for r in report["rows"]}
+    rows = {(r["blocks_per_core"], r["variant"]): r for r in report.rows}
     assert set(rows) == {(b, v) for b in (1, 4) for v in bench_splitter.VARIANTS}
     assert rows[(4, "split")]["ratio_to_split"] == 1.0 and rows[(4, "split")]["partition_building_s"] > 0
     assert rows[(4, "blocks")]["tasks"] > rows[(4, "split")]["tasks"]
-    (at_one,) = report["goals"]  # the goals at 48 and 200 blocks per core were not run: left out
+    (at_one,) = report.goals  # the goals at 48 and 200 blocks per core were not run: left out
     assert at_one["goal"].startswith("histogram at 1 block/core: split at most 5 % slower than blocks")
     assert at_one["peers"] == {"split": rows[(1, "split")]["seconds"], "blocks": rows[(1, "blocks")]["seconds"]}
     assert at_one["measured"] == rows[(1, "split")]["seconds"] / rows[(1, "blocks")]["seconds"]
