@@ -229,11 +229,9 @@ class Column:
         return format(value, self.spec) + self.suffix
 
 
-def table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], indent: str = "") -> list[str]:
+def table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """A header line of the columns' titles, then a line per row (cells apart by one space)."""
-    lines = [indent + " ".join(c.header() for c in columns)]
-    lines += [indent + " ".join(c.cell(r) for c in columns) for r in rows]
-    return lines
+    return [" ".join(c.header() for c in columns), *(" ".join(c.cell(r) for c in columns) for r in rows)]
 
 
 def setting(report: Report, *more: str) -> str:

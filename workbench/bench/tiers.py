@@ -44,7 +44,7 @@ from workbench import kernels, machine
 from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
-from workbench.bench.report import Report, text
+from workbench.bench.report import Column, Report, table, text
 from workbench.bench.store import counts_per_iteration
 from workbench.lab.tier_experiments import APPS, budget_for, small_object_bytes, tier_variants
 from workbench.memory import tiers
@@ -746,15 +746,37 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _counts_text(row: dict[str, Any]) -> str:
-    """An application row's counts as table columns (empty for a row without them: an older report)."""
-    if "tasks_per_iteration" not in row:
-        return ""
+def _cold(row: dict[str, Any]) -> str:
+    """Whether a tier's cold read was cold: ``real``, ``-`` (not asked), or why not."""
     return (
-        f" {row['tasks_per_iteration']:>6.1f} {row['dependencies_per_iteration']:>6.1f} "
-        f"{row['messages_per_iteration']:>7.1f} {row['store_messages_per_iteration']:>6.1f} "
-        f"{row['bytes_moved_per_iteration'] / 1e6:>7.2f} {row['tier_moves_per_run']:>6.1f}"
+        " real" if row["cold_is_real"] else (" -" if row["cold_is_real"] is None else f" NOT cold: {row['cold_note']}")
     )
+
+
+BANDWIDTH_COLUMNS = (
+    Column("tier", "tier", "<8"),
+    Column("read hot GB/s", "read_hot_GBs", ">14.2f"),
+    Column("read cold GB/s", "read_cold_GBs", ">15.2f"),
+    Column("write GB/s", "write_GBs", ">11.2f"),
+    Column("hot/dram", "read_hot_vs_dram", ">9.2f"),
+    Column("cold/dram", "read_cold_vs_dram", ">10.2f"),
+    Column(" cold", _cold),
+)
+APPLICATION_COLUMNS = (
+    Column("app", "app", "<12"),
+    Column("objects", "objects", "<8"),
+    Column("dataset", "dataset", "<8"),
+    Column("variant", "variant", "<15"),
+    Column("whole s", "whole_s", ">9.4f"),
+    Column("whole/dram", "whole_vs_dram", ">11.2f"),
+    Column("method/dram", "method_vs_dram", ">12.2f"),
+    Column("tasks", "tasks_per_iteration", ">6.1f"),
+    Column("deps", "dependencies_per_iteration", ">6.1f"),
+    Column("msgs", "messages_per_iteration", ">7.1f"),
+    Column("store", "store_messages_per_iteration", ">6.1f"),
+    Column("MB", lambda r: r["bytes_moved_per_iteration"] / 1e6 if "bytes_moved_per_iteration" in r else None, ">7.2f"),
+    Column("moves", "tier_moves_per_run", ">6.1f"),
+)
 
 
 def format_report(report: Report) -> str:
@@ -767,30 +789,13 @@ def format_report(report: Report) -> str:
         f"tier files: {parts['medium']}",
         "",
         f"bandwidth ({parts['bandwidth']['nbytes'] / MiB:.0f} MiB array)",
-        f"{'tier':<8} {'read hot GB/s':>14} {'read cold GB/s':>15} {'write GB/s':>11} {'hot/dram':>9} "
-        f"{'cold/dram':>10}  cold",
-    ]
-    for r in parts["bandwidth"]["rows"]:
-        cold = "real" if r["cold_is_real"] else ("-" if r["cold_is_real"] is None else f"NOT cold: {r['cold_note']}")
-        lines.append(
-            f"{r['tier']:<8} {r['read_hot_GBs']:>14.2f} {r['read_cold_GBs']:>15.2f} {r['write_GBs']:>11.2f} "
-            f"{r['read_hot_vs_dram']:>9.2f} {r['read_cold_vs_dram']:>10.2f}  {cold}"
-        )
-    lines += [
+        *table(BANDWIDTH_COLUMNS, parts["bandwidth"]["rows"]),
         "",
         "applications (ratios to dram in the same run; whole = the run, method = its compute tasks; per "
         "iteration: tasks, dependencies, scheduler and store messages, MB moved between workers; tier moves "
         "per run)",
+        *table(APPLICATION_COLUMNS, report.rows),
     ]
-    lines.append(
-        f"{'app':<12} {'objects':<8} {'dataset':<8} {'variant':<15} {'whole s':>9} {'whole/dram':>11} "
-        f"{'method/dram':>12} {'tasks':>6} {'deps':>6} {'msgs':>7} {'store':>6} {'MB':>7} {'moves':>6}"
-    )
-    for r in report.rows:
-        lines.append(
-            f"{r['app']:<12} {r['objects']:<8} {r['dataset']:<8} {r['variant']:<15} {r['whole_s']:>9.4f} "
-            f"{r['whole_vs_dram']:>11.2f} {r['method_vs_dram']:>12.2f}" + _counts_text(r)
-        )
     p = parts["results"]
     lines += [
         "",
