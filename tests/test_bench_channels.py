@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import psutil
@@ -11,6 +12,7 @@ import pytest
 from workbench.bench import channels as bench_channels
 from workbench.bench.goals import goal as make_goal
 from workbench.bench.progress import Progress
+from workbench.bench.report import Report
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +26,9 @@ def run_output(session, monkeypatch_module):
     stream = io.StringIO()
     report = bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True,
                                 progress=Progress("channels", stream=stream))  # fmt: skip
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
     return report, stream.getvalue()
 
 

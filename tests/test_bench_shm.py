@@ -8,6 +8,7 @@ plain Dask moves one to every worker but the one it was scattered to.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from workbench.bench import read_floor
 from workbench.bench import shm as bench_shm
+from workbench.bench.report import Report
 
 
 def _way(way: str, seconds: float, moved: int | None = 0) -> dict:
@@ -105,6 +107,9 @@ def test_publish_seconds_span_every_segment_made_in_a_run():
 
 def test_a_short_run_reports_the_floor_and_each_ways_counts(session):
     report = bench_shm.run(size_mb=2, tasks=2, session=session, only=["workbench-rro", "dask"], table1=False)
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).benchmark == "shm"
+    )  # the model, as bench all reads it back
     workers, array_bytes = len(session.workers()), report.counts["array_bytes"]
     floor = report.parts["read_floor"]
     assert floor["workers"] == workers and floor["reads_per_worker"] == 2 and floor["array_bytes"] == array_bytes

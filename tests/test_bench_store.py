@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from workbench.bench import dataclay_peer
 from workbench.bench import store as bench_store
+from workbench.bench.report import Report
 
 
 def test_store_benchmark_reports_every_path_and_ratios(session):
     report = bench_store.run(size="ci", repeats=2, calls=50, apps=("histogram",), dataclay=False, session=session)
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
     paths = [r["path"] for r in report.rows]
     assert paths[:4] == [
         "store: value (direct to the backend)",
@@ -99,6 +104,9 @@ def test_store_scale_benchmark_reports_curves_goals_and_a_figure():
     from workbench.viz.timing import store_scale_figure
 
     report = store_scale.run("ci", objects=(10, 200), blocks=(30,), workers=1)  # a cluster of its own
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).goals == report.goals
+    )  # the model, as bench all reads it back
     assert [r["objects"] for r in report.rows] == [10, 200]
     assert all(r["catalogued_after_restart"] == r["objects"] for r in report.rows)  # reopened from SQLite
     assert report.parts["blocks"][0]["blocks"] == 30 and report.parts["blocks"][0]["persist_blocks_s"] > 0

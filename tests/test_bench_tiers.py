@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from workbench.bench import tiers as bench_tiers
+from workbench.bench.report import Report
 from workbench.lab import tier_experiments
 
 VARIANTS = ["dram", "mapped", "mapped-cold", "disk", "non-active", "dynamic", "dask-spill", "memmap"]
@@ -20,6 +22,9 @@ def report(session):
 
 
 def test_bandwidth_covers_every_tier_hot_and_cold(report):
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
     rows = {r["tier"]: r for r in report.parts["bandwidth"]["rows"]}
     assert list(rows) == ["dram", "mapped", "disk", "cached"]
     for tier, row in rows.items():

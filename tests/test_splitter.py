@@ -199,9 +199,15 @@ def test_granularity_variants_give_the_same_answer(session, app):
 
 
 def test_bench_splitter_reports_ratios_to_split(session):
+    import json
+
     from workbench.bench import splitter as bench_splitter
+    from workbench.bench.report import Report
 
     report = bench_splitter.run(size="ci", repeats=2, blocks_per_core=(1, 4), apps=("histogram",), session=session)
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
     rows = {(r["blocks_per_core"], r["variant"]): r for r in report.rows}
     assert set(rows) == {(b, v) for b in (1, 4) for v in bench_splitter.VARIANTS}
     assert rows[(4, "split")]["ratio_to_split"] == 1.0 and rows[(4, "split")]["partition_building_s"] > 0
