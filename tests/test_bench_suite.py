@@ -484,7 +484,8 @@ def _text_fields(results: dict, page: bool) -> list[str]:
     for b in results["benchmarks"]:
         texts += [b["name"], b["mechanism"], b["size"], b["status"]] + ([b["error"]] if b["status"] != "ok" else [])
         for g in b["report"]["goals"] if b["report"] else []:
-            texts += [g["goal"], g.get("unit") or ""] + ([g["bound"]] if g.get("bound") and not g["met"] else [])
+            unit = (g.get("unit") or "").strip()  # shown after the figure without its outer spaces (goals._unit)
+            texts += [g["goal"], unit] + ([g["bound"]] if g.get("bound") and not g["met"] else [])
     return texts
 
 
