@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -266,3 +267,46 @@ def refusal(address: str, connection_args: dict) -> str:
         return "" if connects(address, connection_args) else "refused (OSError)"
     except Exception as error:  # a TLS address with no TLS context: TypeError, before any connection
         return f"{type(error).__name__}: {error}"
+
+
+# A node's shell: a private tmpfs on /dev/shm (the mount lives and dies with the namespace), its own
+# hostname ($0), then the command it runs ("$@").
+NODE_SHELL = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname "$0" && exec "$@"'
+
+
+def node_command(hostname: str, command: list[str]) -> list[str]:
+    """``command`` run as a node: its own mount and UTS namespaces, /dev/shm and hostname."""
+    return [
+        "unshare",
+        "--mount",
+        "--uts",
+        "--propagation",
+        "private",
+        "--fork",
+        "sh",
+        "-c",
+        NODE_SHELL,
+        hostname,
+        *command,
+    ]
+
+
+def namespaces_refused() -> str | None:
+    """Why this machine cannot start a node (``unshare`` missing or refused, a tmpfs that cannot be
+    mounted), with the command's own error; None when it can."""
+    if shutil.which("unshare") is None:
+        return "there is no unshare command (util-linux) on this machine"
+    for what, command in (
+        ("`unshare --mount --uts --fork true`", ["unshare", "--mount", "--uts", "--fork", "true"]),
+        ("a node's set-up (a tmpfs on /dev/shm, a hostname) in new namespaces", node_command("probe", ["true"])),
+    ):
+        try:
+            probe = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            return f"{what} did not finish within 30 s"
+        if probe.returncode != 0:
+            return (
+                f"{what} was refused (exit {probe.returncode}, as uid {os.getuid()}): {probe.stderr.strip()!r}; "
+                "namespaces need root, or user namespaces, or CAP_SYS_ADMIN in a container"
+            )
+    return None

@@ -17,6 +17,7 @@ from cluster_helpers import connects, refusal
 import workbench
 from workbench.runtime import clusters
 from workbench.runtime.clusters import ClusterRequest, LocalKind, SlurmOptions
+from workbench.settings import Settings
 
 
 @pytest.fixture
@@ -56,13 +57,13 @@ def test_slurm_options_from_the_environment():
         "WORKBENCH_SLURM_DIRECTIVES": "--qos=debug '--constraint=a b'",
         "WORKBENCH_SLURM_ACCOUNT": "",  # empty: the default
     }
-    options = SlurmOptions.from_env(environ)
+    options = SlurmOptions.from_settings(Settings(environ))
     assert (options.jobs, options.cores, options.walltime, options.partition) == (3, 2, "1-00:00:00", "short")
     assert options.directives == ("--qos=debug", "--constraint=a b") and options.account is None
     with pytest.raises(ValueError, match="WORKBENCH_SLURM_PARTITON is not a Slurm setting"):
-        SlurmOptions.from_env({"WORKBENCH_SLURM_PARTITON": "short"})
+        SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_PARTITON": "short"}))
     with pytest.raises(ValueError, match="WORKBENCH_SLURM_JOBS must be a whole number"):
-        SlurmOptions.from_env({"WORKBENCH_SLURM_JOBS": "two"})
+        SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_JOBS": "two"}))
 
 
 def test_slurm_without_sbatch_says_where_to_run(tmp_path, monkeypatch):
@@ -108,7 +109,9 @@ def test_the_environment_names_the_kind(fake_slurm_commands, monkeypatch):
         workbench.start()
 
 
-def _request(**kwargs) -> ClusterRequest:
+def _request(environ=None, **kwargs) -> ClusterRequest:
+    if environ is not None:
+        kwargs["settings"] = Settings(environ)
     return ClusterRequest(
         **{"n_workers": 2, "threads_per_worker": 1, "memory_limit": "auto", "dashboard": "off", "timeout": 10, **kwargs}
     )
@@ -152,10 +155,10 @@ def test_a_local_cluster_talks_tls_and_refuses_a_client_without_its_credentials(
 def test_tls_can_be_turned_off_and_a_wrong_setting_is_refused(monkeypatch):
     from workbench.runtime.clusters import TLS_ENV, local_security
 
-    assert local_security({TLS_ENV: "0"}) is None
-    assert local_security({}) is not None
+    assert local_security(Settings({TLS_ENV: "0"})) is None
+    assert local_security(Settings({})) is not None
     with pytest.raises(ValueError, match="WORKBENCH_TLS is 1 .* or 0"):
-        local_security({TLS_ENV: "maybe"})
+        local_security(Settings({TLS_ENV: "maybe"}))
 
 
 @pytest.mark.parametrize("setting", ["account", "partition", "log_directory", "directives"])
@@ -171,7 +174,7 @@ def test_a_line_break_in_a_slurm_setting_is_refused(setting, line_break):
     key = f"WORKBENCH_SLURM_{setting.upper()}"
     quoted = shlex.quote(value) if setting == "directives" else value  # one directive holding the break
     with pytest.raises(ValueError, match=rf"\${key} .* has a control character"):
-        SlurmOptions.from_env({key: quoted})
+        SlurmOptions.from_settings(Settings({key: quoted}))
 
 
 def test_a_walltime_with_a_trailing_line_break_is_refused():
@@ -182,11 +185,11 @@ def test_a_walltime_with_a_trailing_line_break_is_refused():
 def test_an_amount_of_memory_no_integer_holds_names_its_setting():
     """Issue 35, item 10: "1e400" made dask's parse_bytes raise a bare OverflowError."""
     with pytest.raises(ValueError, match=r"\$WORKBENCH_MAX_MEMORY='1e400' is not an amount of memory"):
-        clusters.max_memory({clusters.MAX_MEMORY_ENV: "1e400"})
+        clusters.max_memory(Settings({clusters.MAX_MEMORY_ENV: "1e400"}))
     with pytest.raises(ValueError, match="memory must be an amount per job such as '2GiB', got '1e400GiB'"):
         SlurmOptions(memory="1e400GiB")
     with pytest.raises(ValueError, match="memory must be an amount per job"):
-        SlurmOptions.from_env({"WORKBENCH_SLURM_MEMORY": "1e400GiB"})
+        SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_MEMORY": "1e400GiB"}))
     with pytest.raises(ValueError, match="memory_limit must be 'auto' or an amount such as '2GiB', got '1e400GiB'"):
         LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1GiB"}, memory_limit="1e400GiB"))
 
@@ -353,7 +356,7 @@ def test_a_memory_amount_without_a_number_is_refused(memory):
         LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1GiB"}, memory_limit=memory))
     if isinstance(memory, str) and memory.strip():
         with pytest.raises(ValueError, match="is not an amount of memory"):
-            clusters.max_memory({clusters.MAX_MEMORY_ENV: memory})
+            clusters.max_memory(Settings({clusters.MAX_MEMORY_ENV: memory}))
 
 
 def test_a_cap_too_small_to_share_is_refused_not_lifted():

@@ -20,6 +20,7 @@ import pytest
 import workbench
 from workbench.runtime import dashboard
 from workbench.runtime.dashboard import dashboard_place, socket_path
+from workbench.settings import Settings
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -69,16 +70,16 @@ def listening_ips(port: int) -> set[str]:
     + [("Off", "off")],
 )
 def test_the_dashboard_place_is_read_from_the_argument_then_the_environment(value, place):
-    assert dashboard_place(value, environ={}) == place
+    assert dashboard_place(value, Settings({})) == place
     if isinstance(value, str):
-        assert dashboard_place(None, environ={dashboard.DASHBOARD_ENV: value}) == place
+        assert dashboard_place(None, Settings({dashboard.DASHBOARD_ENV: value})) == place
 
 
 def test_an_unknown_dashboard_place_names_the_choices():
     with pytest.raises(ValueError, match=r"dashboard is off, port .* or socket .*got 'sockets'"):
         dashboard_place("sockets")
     with pytest.raises(ValueError, match=r"\$WORKBENCH_DASHBOARD is off"):
-        dashboard_place(None, environ={dashboard.DASHBOARD_ENV: "yes please"})
+        dashboard_place(None, Settings({dashboard.DASHBOARD_ENV: "yes please"}))
     with pytest.raises(ValueError, match="dashboard is off"):
         workbench.start(n_workers=1, dashboard="tcp")
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +27,8 @@ from cluster_helpers import (
     ClusterProcesses,
     Commands,
     check_rro_made_one_copy_per_node,
+    namespaces_refused,
+    node_command,
     run_every_variant,
     store_registrations,
     wait_for,
@@ -41,9 +41,6 @@ from workbench.runtime.channels import run_group
 
 NODES = {"nodeA": 2, "nodeB": 2}  # hostname -> worker processes on it
 SCHEDULER_NODE = "scheduler"
-# A node's shell: a private tmpfs on /dev/shm (the mount lives and dies with the namespace), its own
-# hostname ($0), then the command it runs ("$@").
-NODE_SHELL = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && hostname "$0" && exec "$@"'
 # Four ranks: with two workers on each node, a channel's ranks meet on one node and across two.
 NODE_RUNS = {
     **RUNS,
@@ -53,44 +50,6 @@ NODE_RUNS = {
 }
 HOST_GRACE_SECONDS = 15  # how long a segment new on the host may take to go before it counts as left
 MESSAGES = ("put", "take", "wait")  # a channel's trace events; their task ends with "via <path>"
-
-
-def node_command(hostname: str, command: list[str]) -> list[str]:
-    """``command`` run as a node: its own mount and UTS namespaces, /dev/shm and hostname."""
-    return [
-        "unshare",
-        "--mount",
-        "--uts",
-        "--propagation",
-        "private",
-        "--fork",
-        "sh",
-        "-c",
-        NODE_SHELL,
-        hostname,
-        *command,
-    ]
-
-
-def namespaces_refused() -> str | None:
-    """Why this machine cannot start a node (``unshare`` missing or refused, a tmpfs that cannot be
-    mounted), with the command's own error; None when it can."""
-    if shutil.which("unshare") is None:
-        return "there is no unshare command (util-linux) on this machine"
-    for what, command in (
-        ("`unshare --mount --uts --fork true`", ["unshare", "--mount", "--uts", "--fork", "true"]),
-        ("a node's set-up (a tmpfs on /dev/shm, a hostname) in new namespaces", node_command("probe", ["true"])),
-    ):
-        try:
-            probe = subprocess.run(command, capture_output=True, text=True, timeout=30)
-        except subprocess.TimeoutExpired:
-            return f"{what} did not finish within 30 s"
-        if probe.returncode != 0:
-            return (
-                f"{what} was refused (exit {probe.returncode}, as uid {os.getuid()}): {probe.stderr.strip()!r}; "
-                "namespaces need root, or user namespaces, or CAP_SYS_ADMIN in a container"
-            )
-    return None
 
 
 def _what_is_on_each_process(client) -> dict[str, dict]:

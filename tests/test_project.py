@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -105,10 +106,16 @@ def test_make_lab_installs_no_test_extra_and_make_test_adds_it_once(tmp_path):
 
 
 def test_kernels_never_import_the_runtime():
+    """The kernels import only each other and the settings module (which imports nothing of the workbench)."""
     for path in (ROOT / "workbench" / "kernels").rglob("*.py"):
         text = path.read_text()
         imports = re.findall(r"^\s*(?:from|import)\s+(workbench(?:\.\w+)*)", text, re.M)
-        assert all(name.startswith("workbench.kernels") for name in imports), (path, imports)
+        assert all(name.startswith("workbench.kernels") or name == "workbench.settings" for name in imports), (
+            path,
+            imports,
+        )
+    settings = (ROOT / "workbench" / "settings.py").read_text()
+    assert not re.findall(r"^\s*(?:from|import)\s+workbench", settings, re.M), "workbench.settings imports the package"
 
 
 def test_the_kernels_and_datasets_import_without_the_runtime():
@@ -242,3 +249,46 @@ def test_binder_postbuild_installs_the_project_in_a_fresh_environment(tmp_path):
     where, size, dashboard, link = done.stdout.split()
     assert Path(where).is_relative_to(ROOT) and sys.prefix not in where
     assert (size, dashboard, link) == ("ci", "1", "/user/learner/proxy/8787/status")
+
+
+TIER_MODULES = {"memory/tiers.py", "memory/tier_base.py", "memory/gpu.py"}  # the tiers and their one registry
+RESULT_READERS = ("bench/", "teach/")  # read measured rows and learners' answers by the tier names they show
+
+
+def _tier_name_comparisons(source: str, names: set[str]) -> list[int]:
+    """The lines where ``source`` compares something (``==``, ``!=``, ``in``, ``not in``) with one of
+    ``names`` written out (a source that holds none of them quoted is not parsed)."""
+    if not any(f"{quote}{name}{quote}" in source for name in names for quote in "\"'"):
+        return []
+
+    def literals(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(*(literals(e) for e in node.elts))
+        return set()
+
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare) and set().union(*map(literals, (node.left, *node.comparators))) & names
+    ]
+
+
+def test_only_the_tier_modules_compare_tier_names():
+    """Placement, the store and the strategies ask a tier's flags and methods (``tiers.lookup(name)``),
+    never its name: a new tier touches its own module and the registry only. Benchmarks and lessons
+    read results by the tier names they show, and may."""
+    from workbench.memory import tiers
+
+    names = set(tiers.TIERS)
+    assert _tier_name_comparisons('if tier == "disk" or kind in ("gpu",):\n    pass\n', names) == [1, 1]
+    package = ROOT / "workbench"
+    found = [
+        f"{relative}:{line}"
+        for path in sorted(package.rglob("*.py"))
+        if (relative := path.relative_to(package).as_posix()) not in TIER_MODULES
+        and not relative.startswith(RESULT_READERS)
+        for line in _tier_name_comparisons(path.read_text(), names)
+    ]
+    assert not found, f"tier names compared outside the tier modules (ask the tier's flags): {found}"

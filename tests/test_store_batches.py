@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 import workbench
-from workbench.runtime.store import ArrayBlock, BackendUnreachable, PersistentObject, Store, active, store_for
+from workbench.runtime.store import (
+    ArrayBlock,
+    BackendUnreachable,
+    PersistentObject,
+    Store,
+    active,
+    backend_ops,
+    store_for,
+)
 
 
 class Box(PersistentObject):
@@ -55,7 +63,7 @@ class KillsItsWorker(Box):
 
 
 def _held(store: Store) -> int:
-    return sum(len(store.backend(b, "table")) for b in store.backends())
+    return sum(len(store.link.backend(b, backend_ops.op_table)) for b in store.backends())
 
 
 def test_a_batch_registers_in_one_go_and_answers(session):
@@ -102,7 +110,7 @@ def test_a_worker_lost_during_a_batch_leaves_the_catalogue_consistent(tmp_path):
         with pytest.raises((BackendUnreachable, OSError, RuntimeError)):
             store.make_persistent_many(batch, backends=[survivor, killer, survivor, killer])
         assert store.objects().empty  # nothing registered remains
-        assert len(store.backend(survivor, "table")) == 0  # the survivor dropped its part
+        assert len(store.link.backend(survivor, backend_ops.op_table)) == 0  # the survivor dropped its part
         proxy = store.make_persistent(Box(7), backend=survivor)  # and the store goes on
         assert proxy.get.value() == 7
         proxy.delete()

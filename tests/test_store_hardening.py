@@ -22,6 +22,7 @@ from distributed import futures_of
 from store_helpers import Counter, SlowToLoad
 
 import workbench
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.store import (
     ArrayBlock,
     ObjectLost,
@@ -32,6 +33,7 @@ from workbench.runtime.store import (
     registered_directory,
     store_for,
 )
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.protocol import HANDLER, PLUGIN_NAME
 
 
@@ -220,28 +222,28 @@ def test_the_store_directory_is_private_and_its_disk_copies_are_checked(session,
         # a catalogue edited to point outside the store: the object is not loaded from there
         outside = tmp_path / "evil.pkl"
         outside.write_bytes(open(path, "rb").read())
-        store.catalogue("set_disk", oid=proxy.oid, version=proxy.version, disk_path=str(outside))
+        store.link.catalogue(StoreCatalogue.op_set_disk, oid=proxy.oid, version=proxy.version, disk_path=str(outside))
         with pytest.raises(StoreError, match="outside this store"):
             proxy.total.value()
         # a symlink in the objects directory is not followed either
         link = store.directory / "objects" / "link.pkl"
         link.symlink_to(outside)
-        store.catalogue("set_disk", oid=proxy.oid, version=proxy.version, disk_path=str(link))
+        store.link.catalogue(StoreCatalogue.op_set_disk, oid=proxy.oid, version=proxy.version, disk_path=str(link))
         with pytest.raises(StoreError, match="not a regular file"):
             proxy.total.value()
         link.unlink()
         fifo = store.directory / "objects" / "fifo.pkl"  # opening a FIFO to read would wait for a writer for ever
         os.mkfifo(fifo)
         try:
-            store.catalogue("set_disk", oid=proxy.oid, version=proxy.version, disk_path=str(fifo))
+            store.link.catalogue(StoreCatalogue.op_set_disk, oid=proxy.oid, version=proxy.version, disk_path=str(fifo))
             with pytest.raises(StoreError, match="not a regular file"):
                 proxy.total.value()
         finally:
             fifo.unlink()
-        store.catalogue("set_disk", oid=proxy.oid, version=proxy.version, disk_path=path)
+        store.link.catalogue(StoreCatalogue.op_set_disk, oid=proxy.oid, version=proxy.version, disk_path=path)
         assert proxy.total.value() == 3.0  # the store's own copy still loads
         # deleting an object never deletes a file outside the store that the catalogue names
-        store.catalogue("set_disk", oid=proxy.oid, version=proxy.version, disk_path=str(outside))
+        store.link.catalogue(StoreCatalogue.op_set_disk, oid=proxy.oid, version=proxy.version, disk_path=str(outside))
         proxy.delete()
         assert outside.exists()
         os.unlink(path)  # the store's own copy, which the edited catalogue no longer named
@@ -389,8 +391,9 @@ def test_bad_aliases_are_refused_before_anything_is_sent(session, store, alias):
         session.gather(session.client.submit(_persist_in_a_task, alias, pure=False))
     if alias != "\ud800":  # (a lone surrogate cannot even be sent: the clients refuse it, as above)
         with pytest.raises(ValueError, match="alias"):  # the catalogue refuses it from anyone else, too
-            store.catalogue(
-                "register", entries=[{"oid": "x" * 32, "version": 0, "class_label": "C", "nbytes": 0, "alias": alias}]
+            store.link.catalogue(
+                StoreCatalogue.op_register,
+                entries=[{"oid": "x" * 32, "version": 0, "class_label": "C", "nbytes": 0, "alias": alias}],
             )
     assert len(store.objects()) == before
 
@@ -630,16 +633,16 @@ def test_a_deleted_object_leaves_no_copy_and_no_file_behind(session, store):
     other = next(w for w in session.workers() if w != holder)
     obj = proxy.fetch()
     # Deleted in the catalogue while its backend still holds it (the drop message is on its way).
-    store.catalogue("delete", oids=[proxy.oid])
+    store.link.catalogue(StoreCatalogue.op_delete, oids=[proxy.oid])
     # A copy arriving after the delete (a move or a reload racing it) is refused by the catalogue,
     # and the backend does not keep it: a location of a deleted object would hold it for ever.
     with pytest.raises(KeyError, match="deleted meanwhile"):
-        store.backend(other, "put", oid=proxy.oid, version=0, obj=obj, announce=True)
+        store.link.backend(other, backend_ops.op_put, oid=proxy.oid, version=0, obj=obj, announce=True)
     # A disk copy written meanwhile (a flush or an eviction racing the delete) is removed again.
     with pytest.raises(StoreError, match="deleted while it was written"):
-        store.backend(holder, "flush", oid=proxy.oid, version=0)
+        store.link.backend(holder, backend_ops.op_flush, oid=proxy.oid, version=0)
     assert not list((store.directory / "objects").glob(f"{proxy.oid}*"))
-    assert store.backend(holder, "evict", oid=proxy.oid, version=0) > 0  # an eviction just lets it go
+    assert store.link.backend(holder, backend_ops.op_evict, oid=proxy.oid, version=0) > 0  # an eviction just lets it go
     assert proxy.oid not in set(store.backend_tables()["oid"])
     assert not list((store.directory / "objects").glob(f"{proxy.oid}*"))
 

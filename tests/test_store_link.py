@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from distributed.protocol.serialize import Serialize
 
+import workbench.runtime.store.backend_ops as backend_ops
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef
@@ -77,11 +79,11 @@ def test_the_catalogue_answers_or_its_error_is_raised():
         return {"asked": action, **kwargs}
 
     link, said = fake_link(catalogue)
-    assert link.catalogue("turn", n=3) == {"asked": "turn", "n": 3}
+    assert link.catalogue(StoreCatalogue.op_turn, n=3) == {"asked": "turn", "n": 3}
     with pytest.raises(UnknownAlias, match="no object has the alias 'x'"):
-        link.catalogue("alias", alias="x")
+        link.catalogue(StoreCatalogue.op_alias, alias="x")
     with pytest.raises(ValueError, match="a size is bytes"):
-        link.catalogue("set_nbytes", oid=OID)
+        link.catalogue(StoreCatalogue.op_set_nbytes, oid=OID, version=0, nbytes=-1)
     assert [action for _, action, _ in said] == ["turn", "alias", "set_nbytes"]
 
 
@@ -91,18 +93,20 @@ def test_a_backend_that_does_not_answer_is_unreachable_and_its_operations_errors
 
     backends = {"tcp://b": lambda action, **kwargs: 7, "tcp://hung": silent}
     link, _ = fake_link(lambda action, **kwargs: None, backends, timeout=SHORT)
-    assert link.backend("tcp://b", "table") == 7
-    with pytest.raises(BackendUnreachable, match=r"backend tcp://gone did not answer 'table' \(ConnectionRefusedError"):
-        link.backend("tcp://gone", "table")
+    assert link.backend("tcp://b", backend_ops.op_table) == 7
+    with pytest.raises(
+        BackendUnreachable, match=r"did not answer 'table' \(ConnectionRefusedError.*; it may be sent again"
+    ):
+        link.backend("tcp://gone", backend_ops.op_table)
     with pytest.raises(BackendUnreachable, match=r"backend tcp://hung did not answer 'null' \(TimeoutError"):
-        link.backend("tcp://hung", "null")
+        link.backend("tcp://hung", backend_ops.op_null)
 
     def refuses(action: str, **kwargs: Any) -> Any:
         raise OSError("the method's own file error")
 
     link, _ = fake_link(lambda action, **kwargs: None, {"tcp://b": refuses})
     with pytest.raises(OSError, match="the method's own file error") as raised:
-        link.backend("tcp://b", "call")
+        link.backend("tcp://b", backend_ops.op_call, call={})
     assert not isinstance(raised.value, BackendUnreachable)  # sent back by the backend: it did answer
 
 
@@ -111,20 +115,22 @@ def test_messages_to_several_backends_go_together_and_fail_apart():
         lambda action, **kwargs: None,
         {"tcp://a": lambda action, **kwargs: len(kwargs["keys"]), "tcp://b": lambda action, **kwargs: 1 / 0},
     )
+    sent = {"tcp://a": [[1], [2]], "tcp://b": [[3]], "tcp://gone": [[4]]}
     results, errors = link.backends_together(
-        "put_many", {"tcp://a": {"keys": [1, 2]}, "tcp://b": {"keys": [3]}, "tcp://gone": {"keys": [4]}}
+        backend_ops.op_put_many, {address: {"keys": keys, "data": b"", "buffers": []} for address, keys in sent.items()}
     )
     assert results == {"tcp://a": 2}
     assert isinstance(errors["tcp://b"], ZeroDivisionError)
     assert isinstance(errors["tcp://gone"], BackendUnreachable)
     assert isinstance(errors["tcp://gone"].__cause__, ConnectionRefusedError)
+    assert "it may have run there: look before sending it again" in str(errors["tcp://gone"])  # put_many: no re-send
     assert sorted(name for name, _, _ in said) == ["tcp://a", "tcp://b"]
 
 
 def test_a_closed_link_sends_nothing():
     link, said = fake_link(lambda action, **kwargs: None, {"tcp://b": lambda action, **kwargs: None})
     link.close("this store was closed: open it again")
-    for send in (lambda: link.catalogue("list"), lambda: link.backend("tcp://b", "table")):
+    for send in (lambda: link.catalogue(StoreCatalogue.op_list), lambda: link.backend("tcp://b", backend_ops.op_table)):
         with pytest.raises(StoreError, match="this store was closed"):
             send()
     assert said == []

@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 from store_helpers import Halves, wait_for_file
 
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.store import NotHere, StoreError, store_for
 from workbench.runtime.store.backend import StoreBackend
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.model import ObjectRef, ReadWriteLock
-from workbench.runtime.store.protocol import PLUGIN_NAME, BackendOp, CatalogueOp, Record
+from workbench.runtime.store.protocol import PLUGIN_NAME, Record
+from workbench.runtime.store.wire import Operation
 
 BOUND = 60.0  # the longest any wait of these tests lasts (a bound, never a pause)
 SIZE = 1 << 16  # 512 KiB of float64
@@ -241,16 +244,16 @@ def stub_backend(
     backend.setup(worker)
     said: list[tuple[str, dict[str, Any]]] = []
 
-    def catalogue(op: CatalogueOp, **kwargs: Any) -> Any:
-        said.append((str(op), kwargs))
-        if op == CatalogueOp.RECORDS:
+    def catalogue(op: Operation, **kwargs: Any) -> Any:
+        said.append((op.name, kwargs))
+        if op == StoreCatalogue.op_records:
             (oid, version), *_ = kwargs["refs"]
             record = Record(oid, 0, list(workers), True, [], [], "Halves", "object", 0, {}, {}, None, 0.0)
             return [record.to_wire()]
         return None
 
-    def send(address: str, op: BackendOp, **kwargs: Any) -> Any:
-        said.append((str(op), {"address": address}))
+    def send(address: str, op: Operation, **kwargs: Any) -> Any:
+        said.append((op.name, {"address": address}))
         entry = next(iter(backend.table.values()), None)
         wait_until(lambda: entry is None or getattr(entry.lock, "waiting", 0) > 0, "a writer to wait")
         return 0
@@ -290,7 +293,7 @@ def test_a_writer_that_waited_for_a_copy_does_not_write_a_dropped_or_replicated_
     backend.link.backend = send_and_say  # type: ignore[method-assign]
     kwargs = {"move": True} if move else {}
     try:
-        backend.op_push("o" * 32, 0, there, **kwargs)
+        backend_ops.op_push.handler(backend, "o" * 32, 0, there, **kwargs)
     finally:
         sending.set()
         writer.join(BOUND)
@@ -299,7 +302,7 @@ def test_a_writer_that_waited_for_a_copy_does_not_write_a_dropped_or_replicated_
     if move:
         assert [type(e) for e in errors] == [NotHere]  # the caller asks the catalogue again: the new holder
         assert ("o" * 32, 0) not in backend.table
-        assert (str(CatalogueOp.REMOVE_LOCATION), {"oid": "o" * 32, "version": 0, "worker": here}) in said
+        assert (StoreCatalogue.op_remove_location.name, {"oid": "o" * 32, "version": 0, "worker": here}) in said
     else:
         assert [type(e) for e in errors] == [StoreError] and "replicas" in str(errors[0])
     backend.teardown(backend.worker)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from store_helpers import Bag, tier_files
 
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.memory import tiers
 from workbench.runtime.store import ArrayBlock, Store, store_for
 
@@ -30,15 +31,15 @@ def budgets(store):
     def set_budgets(cache_bytes: int | None = None, memory_limit: int | None = None) -> None:
         for w in store.backends():
             if cache_bytes is not None:
-                old_cache.setdefault(w, store.backend(w, "set_cache", nbytes=cache_bytes))
+                old_cache.setdefault(w, store.link.backend(w, backend_ops.op_set_cache, nbytes=cache_bytes))
             if memory_limit is not None:
-                old_limit.setdefault(w, store.backend(w, "set_memory_limit", nbytes=memory_limit))
+                old_limit.setdefault(w, store.link.backend(w, backend_ops.op_set_memory_limit, nbytes=memory_limit))
 
     yield set_budgets
     for w, nbytes in old_cache.items():
-        store.backend(w, "set_cache", nbytes=nbytes)
+        store.link.backend(w, backend_ops.op_set_cache, nbytes=nbytes)
     for w, limit in old_limit.items():
-        store.backend(w, "set_memory_limit", nbytes=limit)
+        store.link.backend(w, backend_ops.op_set_memory_limit, nbytes=limit)
 
 
 @pytest.mark.parametrize("tier", FILE_TIERS)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from store_helpers import tier_files
 
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.memory import placement, shm
 from workbench.runtime import trace
 from workbench.runtime.store import ArrayBlock, active, store_for
@@ -278,8 +279,8 @@ def test_a_fetch_racing_an_eviction_asks_the_catalogue_again(store, monkeypatch)
     evicted = []
 
     def evict_first(address, op, **kwargs):
-        if op == "get" and not evicted:
-            evicted.append(original(address, "evict", oid=kwargs["oid"], version=kwargs["version"]))
+        if op is backend_ops.op_get and not evicted:
+            evicted.append(original(address, backend_ops.op_evict, oid=kwargs["oid"], version=kwargs["version"]))
         return original(address, op, **kwargs)
 
     monkeypatch.setattr(store.link, "backend", evict_first)

@@ -34,13 +34,13 @@ from store_helpers import Counter
 
 import workbench.runtime.store.tiering as tiering
 from workbench.memory import owners, shm, tiers
-from workbench.runtime.store import BackendUnreachable, NotHere, StoreError, UnknownAlias, catalogue_file
+from workbench.runtime.store import BackendUnreachable, NotHere, StoreError, UnknownAlias, backend_ops, catalogue_file
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue, release_stuck_calls
 from workbench.runtime.store.catalogue_file import CatalogueFile
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, catalogue_entry
-from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, BackendOp, Call, CatalogueOp, Missing, Record, answer
+from workbench.runtime.store.protocol import ACTIVE_KEY_MARK, Call, Missing, Record, answer, unpack_reply
 
 A, B, GONE = "tcp://10.0.0.1:1", "tcp://10.0.0.2:1", "tcp://10.0.0.3:1"  # names only: nothing is reached
 TIMEOUT = 30.0  # the stand-in link's timeout: a bound, never waited for unless a test fails
@@ -183,7 +183,7 @@ class Wire:
 
     def add_backend(self, address: str, directory: str, memory_limit: int | None = None) -> StoreBackend:
         backend = StoreBackend(directory, memory_limit=memory_limit, timeout=TIMEOUT)
-        backend.attach(StandInWorker(address), self.link(address, load_here=backend.op_load))
+        backend.attach(StandInWorker(address), self.link(address, load_here=lambda *key: backend.table.load(*key)))
         self.backends[address] = backend
         return backend
 
@@ -211,14 +211,14 @@ def register(link: Link, obj: Any, worker: str | None, alias: str | None = None)
     """Record ``obj`` in the catalogue as held by ``worker``; its reference."""
     oid = uuid.uuid4().hex
     entry = catalogue_entry(type(obj), oid, 0, worker, 8, alias)
-    link.catalogue(CatalogueOp.REGISTER, entries=[entry])
+    link.catalogue(StoreCatalogue.op_register, entries=[entry])
     return ObjectRef(oid, 0, alias)
 
 
 def put(wire: Wire, obj: Any, worker: str, alias: str | None = None) -> ObjectRef:
     """``obj`` stored on backend ``worker`` as the client does it: registered, then sent."""
     ref = register(wire.client, obj, worker, alias)
-    wire.client.backend(worker, BackendOp.PUT, oid=ref.oid, version=0, obj=obj)
+    wire.client.backend(worker, backend_ops.op_put, oid=ref.oid, version=0, obj=obj)
     return ref
 
 
@@ -230,14 +230,35 @@ def call(link: Link, ref: ObjectRef, worker: str, method: str, writes: bool = Fa
 
 # -- the one error rule ------------------------------------------------------------------------------
 def test_every_error_of_an_operation_becomes_its_reply_and_a_cancellation_passes(wire):
-    with pytest.raises(ValueError, match="the store catalogue has no operation 'nope'"):
-        wire.client.catalogue("nope")
-    with pytest.raises(ValueError, match="a store backend has no operation 'nope'"):
-        wire.client.backend(A, "nope")
-    with pytest.raises(TypeError, match="unexpected keyword"):  # not only KeyError/ValueError/RuntimeError
-        wire.client.catalogue(CatalogueOp.ALIASES, extra=1)
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        wire.client.backend(A, BackendOp.TABLE, extra=1)
+    """A message an end cannot take (no such operation, an argument unknown, missing or of the wrong
+    type) is answered with the error that says so, as every error of an operation is; the link refuses
+    to send one before it leaves."""
+
+    def at_catalogue(**message: Any) -> Any:
+        return unpack_reply(loads(dumps(asyncio.run(wire.catalogue.handle(**message)))), "the scheduler")
+
+    def at_backend(**message: Any) -> Any:
+        return unpack_reply(loads(dumps(asyncio.run(wire.backends[A].handle(Comm(), **message)))), A)
+
+    with pytest.raises(ValueError, match="the store catalogue has no operation 'nope'; it has .*records"):
+        at_catalogue(action="nope")
+    with pytest.raises(ValueError, match="a store backend has no operation 'nope'; it has .*table"):
+        at_backend(action="nope")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'extra': aliases\\(\\)"):
+        at_catalogue(action="aliases", extra=1)
+    with pytest.raises(TypeError, match="'evict' is missing argument 'version': evict\\(oid: str, version: int\\)"):
+        at_backend(action="evict", oid="o" * 32)
+    with pytest.raises(TypeError, match="'evict' takes version: int, got str '0'"):
+        at_backend(action="evict", oid="o" * 32, version="0")
+    with pytest.raises(TypeError, match="unexpected keyword"):  # refused by the sender: it never leaves
+        wire.client.catalogue(StoreCatalogue.op_aliases, extra=1)
+    with pytest.raises(TypeError, match="'table' got an unexpected keyword argument 'extra'"):
+        wire.client.backend(A, backend_ops.op_table, extra=1)
+    with pytest.raises(TypeError, match="a store backend is sent one of its operations .*got 'table'"):
+        wire.client.backend(A, "table")
+    with pytest.raises(TypeError, match="the store catalogue is sent one of its operations"):
+        wire.client.catalogue(backend_ops.op_table)
+    assert wire.backends[A].received["table"] == 0  # nothing malformed reached a handler
 
     async def cancelled() -> None:
         raise asyncio.CancelledError
@@ -257,9 +278,9 @@ def test_register_records_and_aliases(wire):
     (record,) = wire.client.records([ref])
     assert isinstance(record, Record) and record.workers == [A] and record.aliases == ["counter"]
     assert record.class_label.endswith("Counter") and record.methods["scale"] is True
-    assert wire.client.catalogue(CatalogueOp.ALIAS, alias="counter") == ref.oid
+    assert wire.client.catalogue(StoreCatalogue.op_alias, alias="counter") == ref.oid
     with pytest.raises(UnknownAlias, match="did you mean 'counter'"):
-        wire.client.catalogue(CatalogueOp.ALIAS, alias="countr")
+        wire.client.catalogue(StoreCatalogue.op_alias, alias="countr")
     with pytest.raises(ValueError, match="already taken"):
         register(wire.client, Counter(np.ones(2)), B, alias="counter")
     assert isinstance(wire.client.record(ObjectRef("0" * 32)), Missing)
@@ -267,28 +288,30 @@ def test_register_records_and_aliases(wire):
 
 def test_locations_answer_per_object_in_the_compact_reply(wire):
     one, two = (register(wire.client, Counter(np.ones(1)), w) for w in (A, B))
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=two.oid, version=0, worker=A)
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=two.oid, version=0, worker=A)
     gone = register(wire.client, Counter(np.ones(1)), A)
-    wire.client.catalogue(CatalogueOp.DELETE, oids=[gone.oid])
+    wire.client.catalogue(StoreCatalogue.op_delete, oids=[gone.oid])
     assert wire.client.locations([one, two, gone]) == [[A], [A, B], []]
     with pytest.raises(KeyError, match="deleted meanwhile"):
-        wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=gone.oid, version=0, worker=A)
+        wire.client.catalogue(StoreCatalogue.op_add_location, oid=gone.oid, version=0, worker=A)
 
 
 def test_a_disk_copy_is_claimed_for_one_backend_whoever_asks(wire):
     ref = register(wire.client, Counter(np.ones(1)), A)
-    wire.client.catalogue(CatalogueOp.SET_DISK, oid=ref.oid, version=0, disk_path="/s/objects/x.pkl")
-    wire.client.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=0, worker=A)
-    claims = [wire.client.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=0, worker=w) for w in (B, None, B)]
+    wire.client.catalogue(StoreCatalogue.op_set_disk, oid=ref.oid, version=0, disk_path="/s/objects/x.pkl")
+    wire.client.catalogue(StoreCatalogue.op_remove_location, oid=ref.oid, version=0, worker=A)
+    claims = [
+        wire.client.catalogue(StoreCatalogue.op_claim_load, oid=ref.oid, version=0, worker=w) for w in (B, None, B)
+    ]
     assert {c["load_on"] for c in claims} == {A}  # where it was evicted from, for every caller
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=ref.oid, version=0, worker=A)
-    claim = wire.client.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=0, worker=B)
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=ref.oid, version=0, worker=A)
+    claim = wire.client.catalogue(StoreCatalogue.op_claim_load, oid=ref.oid, version=0, worker=B)
     assert list(claim["workers"]) == [A] and claim["load_on"] is None
 
 
 def test_a_worker_that_leaves_loses_its_copies_and_frees_the_calls_pinned_to_it(wire):
     kept, lost = (register(wire.client, Counter(np.ones(1)), GONE) for _ in range(2))
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=kept.oid, version=0, worker=A)
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=kept.oid, version=0, worker=A)
     scheduler = wire.catalogue.scheduler
     pinned = StandInTask(f"total{ACTIVE_KEY_MARK}abc", {GONE})
     elsewhere = StandInTask(f"total{ACTIVE_KEY_MARK}def", {A, GONE})
@@ -315,7 +338,7 @@ def test_catalogue_writes_are_ordered_flushed_on_close_and_a_failed_one_is_repor
     catalogue = start_catalogue(tmp_path, [A])
     link = Wire(catalogue).link()
     refs = [register(link, Counter(np.ones(1)), A, alias=f"a{i}") for i in range(50)]
-    link.catalogue(CatalogueOp.DELETE, oids=[r.oid for r in refs[:10]])
+    link.catalogue(StoreCatalogue.op_delete, oids=[r.oid for r in refs[:10]])
     catalogue.close_database()
     again = start_catalogue(tmp_path, [A])
     assert set(again.aliases) == {f"a{i}" for i in range(10, 50)} and len(again.objects) == 40
@@ -345,7 +368,7 @@ def test_put_call_and_get_on_a_backend(wire):
     ref = put(wire, Counter(np.arange(4.0)), A)
     assert call(wire.client, ref, A, "total") == 6.0
     call(wire.client, ref, A, "scale", True, 2.0)
-    copy = wire.client.backend(A, BackendOp.GET, oid=ref.oid, version=0)
+    copy = wire.client.backend(A, backend_ops.op_get, oid=ref.oid, version=0)
     assert isinstance(copy, Counter) and copy.values.tolist() == [0.0, 2.0, 4.0, 6.0]
     lock = wire.backends[A].table[(ref.oid, 0)].lock
     assert lock.acquire(True, timeout=0)  # the copy's shared lock was released once it was sent
@@ -355,9 +378,9 @@ def test_put_call_and_get_on_a_backend(wire):
     with pytest.raises(AttributeError, match="has no method 'nope'"):
         call(wire.client, ref, A, "nope")
     with pytest.raises(NotHere):
-        wire.client.backend(B, BackendOp.GET, oid=ref.oid, version=0)
+        wire.client.backend(B, backend_ops.op_get, oid=ref.oid, version=0)
     with pytest.raises(BackendUnreachable, match=GONE):
-        wire.client.backend(GONE, BackendOp.NULL)
+        wire.client.backend(GONE, backend_ops.op_null)
 
 
 # -- active calls: one id, run once, two budgets -----------------------------------------------------
@@ -373,9 +396,9 @@ def test_a_reply_lost_after_the_backend_applied_a_write_is_answered_from_memory(
     """The connection fails after backend A scaled the counter: the link sends the same call again,
     and A answers it from its memory of the call's id instead of scaling the counter a second time."""
     ref = put(wire, Counter(np.arange(4.0)), A)
-    wire.drop_replies[BackendOp.CALL] = 1
+    wire.drop_replies[backend_ops.op_call.name] = 1
     assert call(wire.client, ref, A, "scale", True, 2.0) is None
-    assert wire.backends[A].received[BackendOp.CALL] == 2  # sent twice
+    assert wire.backends[A].received[backend_ops.op_call.name] == 2  # sent twice
     assert wire.backends[A].table[(ref.oid, 0)].obj.values.tolist() == [0.0, 2.0, 4.0, 6.0]  # applied once
 
 
@@ -383,12 +406,12 @@ def test_a_write_whose_outcome_was_forgotten_is_refused_not_run_again(wire):
     ref = put(wire, Counter(np.arange(2.0)), A)
     wire.backends[A].call_memory.keep_seconds = -1.0  # every outcome is forgotten at the next call
     sent = Call.new("scale", True, (3.0,), {}).at(ref).to_wire()
-    wire.client.backend(A, BackendOp.CALL, call=sent, wait=TIMEOUT)
+    wire.client.backend(A, backend_ops.op_call, call=sent, wait=TIMEOUT)
     with pytest.raises(StoreError, match="it is not run twice"):
-        wire.client.backend(A, BackendOp.CALL, call=sent, wait=TIMEOUT)
+        wire.client.backend(A, backend_ops.op_call, call=sent, wait=TIMEOUT)
     assert wire.backends[A].table[(ref.oid, 0)].obj.values.tolist() == [0.0, 3.0]
     with pytest.raises(ValueError, match="budget is a finite number of seconds"):
-        wire.client.backend(A, BackendOp.CALL, call={**sent, "budget": float("nan")}, wait=0)
+        wire.client.backend(A, backend_ops.op_call, call={**sent, "budget": float("nan")}, wait=0)
 
 
 def test_a_method_longer_than_the_link_timeout_runs_on_and_its_budget_ends_the_wait(wire):
@@ -400,7 +423,9 @@ def test_a_method_longer_than_the_link_timeout_runs_on_and_its_budget_ends_the_w
     answers: list[Any] = []
     caller = threading.Thread(target=lambda: answers.append(call(client, ref, A, "meet", False, token, 2, TIMEOUT)))
     caller.start()
-    wait_until(lambda: backend.received[BackendOp.CALL] >= 4, "the caller to ask about its running call 3 times")
+    wait_until(
+        lambda: backend.received[backend_ops.op_call.name] >= 4, "the caller to ask about its running call 3 times"
+    )
     store_helpers._BARRIERS.setdefault(token, threading.Barrier(2)).wait(TIMEOUT)  # the method ends now
     caller.join(TIMEOUT)
     assert answers == [True]
@@ -428,8 +453,10 @@ def test_an_operation_that_writes_is_answered_once_its_write_is_committed(tmp_pa
         return reply
 
     try:
-        asyncio.run(ask(CatalogueOp.REGISTER, entries=[catalogue_entry(Counter, oid, 0, A, 8, None)]))
-        asyncio.run(ask(CatalogueOp.SET_DISK, oid=oid, version=0, disk_path=str(tmp_path / "objects" / "x.pkl")))
+        asyncio.run(ask(StoreCatalogue.op_register.name, entries=[catalogue_entry(Counter, oid, 0, A, 8, None)]))
+        asyncio.run(
+            ask(StoreCatalogue.op_set_disk.name, oid=oid, version=0, disk_path=str(tmp_path / "objects" / "x.pkl"))
+        )
         (row,) = catalogue_file.read(tmp_path)["objects"]  # read as a restarted scheduler would
         assert row["oid"] == oid and row["disk_path"] == str(tmp_path / "objects" / "x.pkl")
     finally:
@@ -447,10 +474,10 @@ def test_tier_files_of_killed_backends_are_freed_and_a_live_backends_are_kept(wi
     assert here is not None
     dead = here._replace(pid=exited.pid, start=0)
     live = put(wire, Counter(np.arange(8.0)), A)
-    wire.client.backend(A, BackendOp.PLACE, oid=live.oid, version=0, tier="mapped")
+    wire.client.backend(A, backend_ops.op_place, oid=live.oid, version=0, tier="mapped")
     monkeypatch.setattr(owners, "this_process", lambda: dead)  # the next files are written by the dead process
     killed = put(wire, Counter(np.arange(8.0)), B)
-    wire.client.backend(B, BackendOp.PLACE, oid=killed.oid, version=0, tier="mapped")
+    wire.client.backend(B, backend_ops.op_place, oid=killed.oid, version=0, tier="mapped")
     monkeypatch.undo()
     files = {s.name: s for s in shm.list_segments(directory)}
     assert len(files) == 2 and all(s.lifetime == "owner" for s in files.values())
@@ -477,38 +504,38 @@ def test_a_read_elsewhere_copies_and_a_write_elsewhere_is_sent_back(wire):
 
 def test_push_replicates_or_moves_and_the_catalogue_follows(wire):
     ref = put(wire, Counter(np.ones(2)), A)
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=ref.oid, version=0, worker=A)
-    wire.client.backend(A, BackendOp.PUSH, oid=ref.oid, version=0, target=B)
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=ref.oid, version=0, worker=A)
+    wire.client.backend(A, backend_ops.op_push, oid=ref.oid, version=0, target=B)
     assert wire.client.record(ref).workers == [A, B]
     with pytest.raises(StoreError, match="replicas"):  # a write would make them differ
         wire.backends[A].invoke(ObjectRef(ref.oid, 0), "scale", True, (2.0,), {})
-    wire.client.backend(B, BackendOp.DROP, oid=ref.oid, version=0)
-    wire.client.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=0, worker=B)
-    wire.client.backend(A, BackendOp.PUSH, oid=ref.oid, version=0, target=B, move=True)
+    wire.client.backend(B, backend_ops.op_drop, oid=ref.oid, version=0)
+    wire.client.catalogue(StoreCatalogue.op_remove_location, oid=ref.oid, version=0, worker=B)
+    wire.client.backend(A, backend_ops.op_push, oid=ref.oid, version=0, target=B, move=True)
     assert wire.client.record(ref).workers == [B]
     assert (ref.oid, 0) not in wire.backends[A].table and (ref.oid, 0) in wire.backends[B].table
 
 
 def test_evict_writes_a_private_disk_copy_and_a_call_loads_it_back_once(wire):
     ref = put(wire, Counter(np.arange(5.0)), A)
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=ref.oid, version=0, worker=A)
-    assert wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0) > 0
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=ref.oid, version=0, worker=A)
+    assert wire.client.backend(A, backend_ops.op_evict, oid=ref.oid, version=0) > 0
     record = wire.client.record(ref)
     assert record.workers == [] and Path(record.disk_path).stat().st_mode & 0o777 == 0o600
     assert (ref.oid, 0) not in wire.backends[A].table
-    assert wire.client.backend(A, BackendOp.LOAD, oid=ref.oid, version=0, disk_path=record.disk_path) > 0
-    assert wire.client.backend(A, BackendOp.LOAD, oid=ref.oid, version=0, disk_path=record.disk_path) == 0
-    wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0)
+    assert wire.client.backend(A, backend_ops.op_load, oid=ref.oid, version=0, disk_path=record.disk_path) > 0
+    assert wire.client.backend(A, backend_ops.op_load, oid=ref.oid, version=0, disk_path=record.disk_path) == 0
+    wire.client.backend(A, backend_ops.op_evict, oid=ref.oid, version=0)
     (resolved,) = wire.client.resolve([ref])  # read back on the backend it left, which holds it again
-    assert resolved.workers == [A] and wire.client.backend(A, BackendOp.TABLE)[0]["on_disk"]
+    assert resolved.workers == [A] and wire.client.backend(A, backend_ops.op_table)[0]["on_disk"]
     with pytest.raises(StoreError, match="outside this store's"):
-        wire.client.backend(B, BackendOp.LOAD, oid=ref.oid, version=0, disk_path="/tmp/evil.pkl")
+        wire.client.backend(B, backend_ops.op_load, oid=ref.oid, version=0, disk_path="/tmp/evil.pkl")
 
 
 def test_memory_pressure_sends_objects_to_disk_and_they_come_back(wire):
-    wire.client.backend(A, BackendOp.SET_MEMORY_LIMIT, nbytes=3 * 8_100)  # room for three objects of 8 kB
+    wire.client.backend(A, backend_ops.op_set_memory_limit, nbytes=3 * 8_100)  # room for three objects of 8 kB
     refs = [put(wire, Counter(np.full(1000, float(i))), A) for i in range(6)]
-    assert [r["oid"] for r in wire.client.backend(A, BackendOp.TABLE)] == [r.oid for r in refs[3:]]
+    assert [r["oid"] for r in wire.client.backend(A, backend_ops.op_table)] == [r.oid for r in refs[3:]]
     records = wire.client.records(refs)
     assert [bool(r.workers) for r in records] == [False] * 3 + [True] * 3
     assert all(r.disk_path for r in records[:3])  # the three least recently used went to disk
@@ -518,7 +545,7 @@ def test_memory_pressure_sends_objects_to_disk_and_they_come_back(wire):
         totals.append(call(wire.client, ref, resolved.workers[0], "total"))
     assert totals == [1000.0 * i for i in range(6)] and len(wire.backends[A].table) <= 3
     with pytest.raises(ValueError, match="memory limit is a number of bytes"):
-        wire.client.backend(A, BackendOp.SET_MEMORY_LIMIT, nbytes=-1)
+        wire.client.backend(A, backend_ops.op_set_memory_limit, nbytes=-1)
 
 
 def test_a_read_racing_an_eviction_asks_the_catalogue_again(wire):
@@ -529,8 +556,8 @@ def test_a_read_racing_an_eviction_asks_the_catalogue_again(wire):
     evicted: list[int] = []
 
     def evict_first(address: str, op: str, **kwargs: Any) -> Any:
-        if op == BackendOp.GET and not evicted:
-            evicted.append(Link.backend(reader.link, address, BackendOp.EVICT, oid=ref.oid, version=0))
+        if op == backend_ops.op_get and not evicted:
+            evicted.append(Link.backend(reader.link, address, backend_ops.op_evict, oid=ref.oid, version=0))
         return Link.backend(reader.link, address, op, **kwargs)
 
     reader.link.backend = evict_first  # type: ignore[method-assign]
@@ -543,15 +570,15 @@ def test_a_write_racing_an_eviction_on_its_own_backend_reads_the_object_back_aga
     """Another call evicts the object (its memory limit) between its reload on this backend and the
     write's look: the catalogue still names this backend, so the write tries again, never a NotHere."""
     ref = put(wire, Counter(np.full(1000, 3.0)), A)
-    wire.client.catalogue(CatalogueOp.ADD_LOCATION, oid=ref.oid, version=0, worker=A)
+    wire.client.catalogue(StoreCatalogue.op_add_location, oid=ref.oid, version=0, worker=A)
     writer = wire.backends[A]
-    wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0)
+    wire.client.backend(A, backend_ops.op_evict, oid=ref.oid, version=0)
     evicted: list[int] = []
 
     def evict_after_reload(refs: Any) -> Any:
         resolved = Link.resolve(writer.link, refs)
         if not evicted:  # the first reload is undone at once, as a busy backend's memory limit would
-            evicted.append(wire.client.backend(A, BackendOp.EVICT, oid=ref.oid, version=0))
+            evicted.append(wire.client.backend(A, backend_ops.op_evict, oid=ref.oid, version=0))
         return resolved
 
     writer.link.resolve = evict_after_reload  # type: ignore[method-assign]
@@ -565,7 +592,7 @@ def test_a_load_that_finds_the_object_held_already_tells_the_catalogue(wire):
     table still holds it. Reading it back lands on A, finds it there, and A is named again: before,
     the load returned at once and the catalogue named no one (the model test found it)."""
     ref = put(wire, Counter(np.ones(4)), A)
-    wire.client.backend(A, BackendOp.FLUSH, oid=ref.oid, version=0)
+    wire.client.backend(A, backend_ops.op_flush, oid=ref.oid, version=0)
     scheduler = wire.catalogue.scheduler
     del scheduler.workers[A]
     wire.catalogue.remove_worker(scheduler, A)
@@ -629,9 +656,9 @@ class CatalogueMachine(RuleBasedStateMachine):
         entry = catalogue_entry(Counter, oid, 0, worker, 8, alias)
         if taken:
             with pytest.raises(ValueError, match="already taken"):
-                self.link.catalogue(CatalogueOp.REGISTER, entries=[entry])
+                self.link.catalogue(StoreCatalogue.op_register, entries=[entry])
             return oid  # never registered: later rules find it missing
-        self.link.catalogue(CatalogueOp.REGISTER, entries=[entry])
+        self.link.catalogue(StoreCatalogue.op_register, entries=[entry])
         self.model[oid] = {"aliases": {alias} - {None}, "holders": {worker}}
         return oid
 
@@ -641,24 +668,24 @@ class CatalogueMachine(RuleBasedStateMachine):
         if oid not in self.model or (owner is not None and owner != oid):
             if owner is not None and owner != oid:
                 with pytest.raises(ValueError, match="already taken"):
-                    self.link.catalogue(CatalogueOp.SET_ALIAS, alias=alias, oid=oid)
+                    self.link.catalogue(StoreCatalogue.op_set_alias, alias=alias, oid=oid)
             return
-        self.link.catalogue(CatalogueOp.SET_ALIAS, alias=alias, oid=oid)
+        self.link.catalogue(StoreCatalogue.op_set_alias, alias=alias, oid=oid)
         self.model[oid]["aliases"].add(alias)
 
     @rule(oid=objects, leaving=st.sampled_from([A, B]), arriving=st.sampled_from([A, B]))
     def move(self, oid: str, leaving: str, arriving: str) -> None:
         if oid not in self.model:
             return
-        self.link.catalogue(CatalogueOp.ADD_LOCATION, oid=oid, version=0, worker=arriving)
-        self.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=0, worker=leaving)
+        self.link.catalogue(StoreCatalogue.op_add_location, oid=oid, version=0, worker=arriving)
+        self.link.catalogue(StoreCatalogue.op_remove_location, oid=oid, version=0, worker=leaving)
         holders = self.model[oid]["holders"]
         holders.add(arriving)
         holders.discard(leaving)
 
     @rule(oid=consumes(objects))
     def delete(self, oid: str) -> None:
-        self.link.catalogue(CatalogueOp.DELETE, oids=[oid])
+        self.link.catalogue(StoreCatalogue.op_delete, oids=[oid])
         self.model.pop(oid, None)
 
     @rule(worker=st.sampled_from([A, B]))
@@ -691,9 +718,9 @@ class CatalogueMachine(RuleBasedStateMachine):
         """A writing call; with ``reply_lost`` the connection fails after the backend applied it."""
         if not self.reachable(oid):
             return
-        self.wire.drop_replies[BackendOp.CALL] = int(reply_lost)
+        self.wire.drop_replies[backend_ops.op_call.name] = int(reply_lost)
         self.link.call(lambda again: self.holder(oid), Call.new("scale", True, (factor,), {}))
-        assert self.wire.drop_replies[BackendOp.CALL] == 0
+        assert self.wire.drop_replies[backend_ops.op_call.name] == 0
         counter = self.counters_model[oid]
         counter["value"] *= factor
         counter["flushed"] = None  # a write deletes the stale disk copy
@@ -703,7 +730,7 @@ class CatalogueMachine(RuleBasedStateMachine):
         if not self.reachable(oid):
             return
         _, worker = self.holder(oid)
-        self.link.backend(worker, BackendOp.FLUSH, oid=oid, version=0)
+        self.link.backend(worker, backend_ops.op_flush, oid=oid, version=0)
         self.counters_model[oid]["flushed"] = self.counters_model[oid]["value"]
 
     @rule()
@@ -729,8 +756,8 @@ class CatalogueMachine(RuleBasedStateMachine):
         ]
         assert {r.oid for r in records if r.disk_path} == {o for o, c in self.counters_model.items() if c["flushed"]}
         aliases = {a: o for o, m in self.model.items() for a in m["aliases"]}
-        assert self.link.catalogue(CatalogueOp.ALIASES) == aliases
-        assert len(self.link.catalogue(CatalogueOp.LIST)) == len(self.model)
+        assert self.link.catalogue(StoreCatalogue.op_aliases) == aliases
+        assert len(self.link.catalogue(StoreCatalogue.op_list)) == len(self.model)
 
     @invariant()
     def counters_hold_each_write_once(self) -> None:

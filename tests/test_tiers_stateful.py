@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from store_helpers import Bag, wait_for_file
 
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.memory import gpu, shm, tiers
 from workbench.runtime.store import store_for
 from workbench.runtime.store.protocol import PLUGIN_NAME
@@ -398,13 +399,13 @@ class StoreMachine(RuleBasedStateMachine):
 @pytest.fixture
 def restored_budgets(session):
     store = store_for(session)
-    caches = {w: store.backend(w, "set_cache", nbytes=2**20) for w in store.backends()}
-    limits = {w: store.backend(w, "set_memory_limit", nbytes=None) for w in store.backends()}
+    caches = {w: store.link.backend(w, backend_ops.op_set_cache, nbytes=2**20) for w in store.backends()}
+    limits = {w: store.link.backend(w, backend_ops.op_set_memory_limit, nbytes=None) for w in store.backends()}
     yield store
     for w, nbytes in caches.items():
-        store.backend(w, "set_cache", nbytes=nbytes)
+        store.link.backend(w, backend_ops.op_set_cache, nbytes=nbytes)
     for w, limit in limits.items():
-        store.backend(w, "set_memory_limit", nbytes=limit)
+        store.link.backend(w, backend_ops.op_set_memory_limit, nbytes=limit)
 
 
 def test_the_store_against_a_model(restored_budgets):

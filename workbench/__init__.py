@@ -11,8 +11,9 @@ Dask, and ``import workbench`` costs nothing until a session is started.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import TYPE_CHECKING, Any
+
+from workbench.settings import SIZE as SIZE_ENV  # notebooks read $WORKBENCH_SIZE in their parameters cell
 
 if TYPE_CHECKING:
     from workbench.datasets import SIZES
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-SIZE_ENV = "WORKBENCH_SIZE"  # notebooks read $WORKBENCH_SIZE in their parameters cell
 _LAZY = {  # name -> the module that defines it
     "SIZES": "workbench.datasets",  # "ci", "lab", "full"
     "SlurmOptions": "workbench.runtime.clusters",
@@ -46,8 +46,9 @@ def resolve_size(size: str | None = None) -> str:
     """The experiment size a notebook runs at: ``size`` if given (papermill injects it), else
     ``$WORKBENCH_SIZE`` (Binder sets "ci"), else "lab"."""
     from workbench.datasets import SIZES
+    from workbench.settings import Settings
 
-    size = size or os.environ.get(SIZE_ENV) or "lab"
+    size = size or Settings.read().get(SIZE_ENV) or "lab"
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (from the parameters cell or ${SIZE_ENV}), got {size!r}")
     return size

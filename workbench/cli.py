@@ -454,6 +454,19 @@ def _machine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    from workbench import settings
+
+    rows = settings.described()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        value = "(not set)" if row["value"] is None else repr(row["value"])
+        print(f"{row['name']} = {value}\n    {row['meaning']}")
+    return 0
+
+
 def _course(args: argparse.Namespace) -> int:
     from workbench.teach import course
 
@@ -851,6 +864,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("datasets", "list the dataset catalogue", _datasets, (_size("ci"), arg("--json", action="store_true"))),
     Command(
         "machine", "describe this machine and the installed versions", _machine, (arg("--json", action="store_true"),)
+    ),
+    Command(
+        "settings",
+        "every environment variable the workbench reads, what it sets, and its value here",
+        _settings,
+        (arg("--json", action="store_true"),),
     ),
     Command(
         "course",

@@ -35,6 +35,7 @@ from typing import Any
 from dask.utils import format_bytes
 
 from workbench import machine
+from workbench.settings import NUMBA_CACHE, Settings
 from workbench.units import size_text
 
 GIB = 1024**3
@@ -431,13 +432,11 @@ def jupyter_lab(
     with tempfile.TemporaryDirectory(prefix="lwb-doctor-") as scratch:
         log_path = Path(scratch) / "jupyter.log"
         project = Path(__file__).resolve().parents[1]
-        config = os.pathsep.join(filter(None, [str(project / "jupyter-config"), os.environ.get("JUPYTER_CONFIG_PATH")]))
-        env = {
-            **os.environ,
-            "JUPYTER_RUNTIME_DIR": str(Path(scratch) / "runtime"),
-            "JUPYTER_CONFIG_PATH": config,
-            **(env or {}),
-        }
+        now = Settings.read()
+        config = os.pathsep.join(filter(None, [str(project / "jupyter-config"), now.given("JUPYTER_CONFIG_PATH")]))
+        env = now.child_environment(
+            JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"), JUPYTER_CONFIG_PATH=config, **(env or {})
+        )
         command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
         command += [f"--ServerApp.token={token}", f"--ServerApp.root_dir={root or scratch}"]
         if hasattr(os, "getuid") and os.getuid() == 0:
@@ -531,7 +530,7 @@ def run(quick: bool = False, learners: int | None = None) -> list[Check]:
         check_shm(info["shm"]),
         check_own_segments(),
         check_learners(info["logical_cores"], info["memory_available"], info["shm"], learners),
-        check_numba_cache(os.environ.get("NUMBA_CACHE_DIR")),
+        check_numba_cache(Settings.read().given(NUMBA_CACHE)),
         check_import_name(),
         check_gpu(gpu.devices(), gpu.simulated()),
         check_lab_extensions(),

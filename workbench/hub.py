@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.settings import Settings
 from workbench.teach.course import COPY_NAME
 
 COPY_SECONDS = 60.0  # the course's files into a learner's home: well under a second, bounded here
@@ -152,9 +153,10 @@ async def _as_learner(
     argv = wrap(argv) if wrap is not None else argv
     drop = as_user(name) if os.geteuid() == 0 and wrap is None else None
     home = pwd.getpwnam(name).pw_dir
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "USER": name}
-    if "PYTHONPATH" in os.environ:  # as JupyterHub's spawners keep it (Spawner.env_keep): the same workbench
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    now = Settings.read()
+    env = {"PATH": now.given("PATH") or "/usr/bin:/bin", "HOME": home, "USER": name}
+    if now.given("PYTHONPATH") is not None:  # as JupyterHub's spawners keep it (Spawner.env_keep): the same workbench
+        env["PYTHONPATH"] = now.environ["PYTHONPATH"]
     process = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, preexec_fn=drop, env=env, cwd="/"
     )

@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from workbench.settings import NUMBA_CACHE, Settings
+
 PACKAGES = ("numpy", "numba", "dask", "distributed", "bokeh", "ipywidgets", "scipy", "pandas", "papermill")
 SHM_DIR = "/dev/shm"
 
@@ -80,7 +82,7 @@ def describe() -> dict[str, Any]:
         "memory_available": memory.available,
         "shm": shm_space(),
         "numba_threads": numba.config.NUMBA_NUM_THREADS,
-        "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
+        "numba_cache_dir": Settings.read().given(NUMBA_CACHE),
         "packages": package_versions(),
     }
 

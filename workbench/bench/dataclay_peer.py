@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,6 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from workbench.settings import Settings
 
 START_SECONDS = 60.0
 
@@ -60,7 +61,7 @@ def running_dataclay() -> Iterator[dict[str, Any]]:
         root = Path(directory)
         redis_port, metadata_port, backend_port = _free_port(), _free_port(), _free_port()
         env = {
-            **os.environ,
+            **Settings.read().environ,
             "DATACLAY_KV_HOST": "127.0.0.1",
             "DATACLAY_KV_PORT": str(redis_port),
             "DATACLAY_METADATA_HOST": "127.0.0.1",

@@ -55,6 +55,7 @@ from workbench.memory import shm
 from workbench.runtime import counts
 from workbench.runtime.session import Session
 from workbench.runtime.tasks import RRO, TaskRuntime, task
+from workbench.settings import export
 
 MB = 1e6
 SIZES_MB = {"ci": 32, "lab": 256, "full": 1024}  # the array at each size (ci: small enough for a 2-core CI box)
@@ -250,7 +251,7 @@ def _stop_joblib_pool() -> None:
 
 
 def _ray(session: Session, array: np.ndarray, tasks: int, measure: Measure) -> list[float]:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray 2.60 writes a token under $HOME
+    export("RAY_AUTH_MODE", "disabled")  # read at Ray's import: else Ray 2.60 writes a token under $HOME
     import ray
 
     n_workers = len(session.workers())

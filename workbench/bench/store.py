@@ -52,7 +52,7 @@ from workbench.datasets import SIZES
 from workbench.lab.runner import grid_points, run_experiment
 from workbench.runtime.session import Session
 from workbench.runtime.store import PersistentObject, Store, active
-from workbench.runtime.store.handles import submit_active
+from workbench.runtime.store.handles import active_task, submit_active
 
 
 class Null(PersistentObject):
@@ -164,9 +164,7 @@ def null_calls(
             "store: future (task pinned to the backend)",
             few,
             lambda: proxy.nothing().result(timeout=timeout),
-            lambda n: [
-                submit_active(store, resolved.ref, resolved.workers, "nothing", False, (), {}) for _ in range(n)
-            ],
+            lambda n: [submit_active(session, [active_task(resolved, "nothing", False, (), {})])[0] for _ in range(n)],
             session.gather,
         )
         measure(

@@ -84,7 +84,7 @@ def objects_at(session: Session, count: int, calls: int = 300) -> dict[str, Any]
         reopened = Store(session, directory)  # the catalogue is read back from SQLite
         restart_s = time.perf_counter() - start
         try:
-            catalogued = len(reopened.catalogue("list"))
+            catalogued = len(reopened.objects())
         finally:
             reopened.close()
     return {

@@ -396,7 +396,7 @@ def mixed_workload(store: Store, budget: int, rounds: int = 4) -> dict[str, Any]
             )
         finally:
             for worker, limit in limits.items():
-                store.backend(worker, "set_memory_limit", nbytes=limit)
+                store.set_memory_limit(limit, backends=[worker])
     checksums = {c["checksum"] for c in out["configurations"].values()}
     if len(checksums) != 1:
         raise AssertionError(f"the placements computed different answers: {checksums}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import workbench.settings as _settings
 from workbench.kernels.cache import cache_directory
 
 
@@ -28,12 +29,18 @@ def _default_numba_cache_dir() -> str:
 
 
 # Set before numba reads its configuration; worker processes inherit the variable.
-os.environ.setdefault("NUMBA_CACHE_DIR", _default_numba_cache_dir())
+_settings.export(_settings.NUMBA_CACHE, _default_numba_cache_dir())
 
 import numba.core.config  # noqa: E402
 
 if not numba.core.config.CACHE_DIR:  # numba was imported before us: tell it directly
-    numba.core.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+    numba.core.config.CACHE_DIR = _settings.Settings.read().get(_settings.NUMBA_CACHE)
+
+
+def numba_cache_directory() -> str:
+    """The directory numba keeps this process's compiled kernels in (what workers are told to share)."""
+    return str(numba.core.config.CACHE_DIR)
+
 
 from workbench.kernels import prk  # noqa: E402
 from workbench.kernels.histogram import (  # noqa: E402
@@ -58,6 +65,7 @@ from workbench.kernels.linalg import (  # noqa: E402
 from workbench.kernels.stream import stream_sum  # noqa: E402
 
 __all__ = [
+    "numba_cache_directory",
     "histogram1d",
     "histogram1d_reference",
     "histogramdd",

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
 from pathlib import Path
+
+from workbench.settings import CACHE_HOME, Settings
 
 CACHE_NAME = "locality-workbench"
 
 
-def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_CACHE_HOME/locality-workbench``, else ``~/.cache/locality-workbench`` (not made here)."""
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+def cache_root(settings: Settings | None = None) -> Path:
+    """``$XDG_CACHE_HOME/locality-workbench``, else ``~/.cache/locality-workbench`` (not made here), in
+    ``settings`` (default: the environment now)."""
+    base = (settings or Settings.read()).get(CACHE_HOME) or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(os.path.abspath(base)) / CACHE_NAME
 
 
@@ -64,11 +66,11 @@ def private_directories(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def cache_directory(*parts: str, environ: Mapping[str, str] = os.environ) -> Path:
+def cache_directory(*parts: str, settings: Settings | None = None) -> Path:
     """``cache_root()/parts``, made (:func:`private_directories`). The ``locality-workbench`` directory,
     when it is this user's and open to others (an older workbench made it under a umask such as 002),
     is made 0700 again: the checks that refuse a directory others could change would refuse it."""
-    root = cache_root(environ)
+    root = cache_root(settings)
     private_directories(root)
     info = os.lstat(root)
     if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:

@@ -47,6 +47,7 @@ import numpy as np
 
 from workbench.lab import stats
 from workbench.memory import shm
+from workbench.settings import Settings
 
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 * 2**20
@@ -142,7 +143,7 @@ def _time_posix_spawn(argv: list[str], wait_exit: bool) -> float:
     read_end, write_end = os.pipe()
     actions = [(os.POSIX_SPAWN_DUP2, write_end, 1)]
     start = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+    pid = os.posix_spawn(argv[0], argv, Settings.read().child_environment(), file_actions=actions)
     os.close(write_end)
     try:
         if wait_exit:

@@ -17,7 +17,8 @@ Nothing is spilled to the host behind the caller's back: moving an array off the
 ``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead).
 
 The arrays are this process's (a CUDA context belongs to one process, as ``dram``'s arrays do): named
-in :data:`DEVICE`, freed by ``tiers.free``. numba is imported on first use, never at import time.
+in :data:`DEVICE`, freed by ``tiers.free``. :class:`GpuTier` is the tier itself (in the registry of
+:mod:`workbench.memory.tiers`). numba is imported on first use, never at import time.
 Under ``NUMBA_ENABLE_CUDASIM=1`` the tier runs in numba's CUDA simulator (how CI, which has no GPU,
 tests it): the same placement rules and counts; its times mean nothing.
 """
@@ -27,12 +28,14 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from workbench.kernels._checks import is_device_array
-from workbench.memory.tier_base import TierArray, TierError
+from workbench.memory import shm
+from workbench.memory.tier_base import Tier, TierArray, TierError, check_plain
 from workbench.units import size_text
 
 GPU_BYTES_ENV = "WORKBENCH_GPU_BYTES"
@@ -263,3 +266,30 @@ class GpuArray(TierArray):
 
     def __repr__(self) -> str:
         return f"<gpu array {self.name!r} {tuple(self.device.shape)} {np.dtype(self.device.dtype)}>"
+
+
+class GpuTier(Tier):
+    """The ``gpu`` tier: device arrays of this process, every copy across the bus counted."""
+
+    name = "gpu"
+    process_local = True
+    counts_transfers = True
+
+    def put(
+        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+    ) -> GpuArray:
+        """Copy ``array`` (host or device) onto the device under ``name``, within the limit."""
+        check_plain(array, f"array {name!r}", self.name)
+        return GpuArray(name, DEVICE.put(name, array, replace))
+
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> GpuArray:
+        """The device array this process placed under ``name``."""
+        return GpuArray(name, DEVICE.get(name))
+
+    def free(self, name: str, *, directory: Path | None) -> bool:
+        """Forget the device array ``name`` (its memory goes with its last reference)."""
+        return DEVICE.pop(name)
+
+    def names(self, *, directory: Path | None) -> list[str]:
+        """The device arrays this process holds."""
+        return DEVICE.names()

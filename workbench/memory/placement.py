@@ -52,10 +52,13 @@ class Decision:
 class DynamicPolicy:
     """Hot (read at least ``hot_reads`` times, or written) objects in DRAM within ``budget`` bytes;
     cold ones (read fewer times, never written) in place on ``mapped``, unless already in DRAM with
-    room to spare. See the module for why an object in DRAM keeps its place against near-equals."""
+    room to spare. See the module for why an object in DRAM keeps its place against near-equals.
+    ``hot_tier`` and ``cold_tier`` name the two tiers (``dram`` and ``mapped``)."""
 
     budget: int
     hot_reads: int = 2
+    hot_tier: str = "dram"  # where hot objects go, within the budget
+    cold_tier: str = "mapped"  # where cold ones stay, used in place
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
@@ -71,29 +74,29 @@ class DynamicPolicy:
         """``usage``'s place in the queue for DRAM (smallest first): written ones first, more writes,
         then more reads, an object in DRAM credited ``hot_reads - 1`` reads (so another must be read
         ``hot_reads`` times more to take its place, and wins no tie), then smaller, then by key."""
-        resident = usage.tier == "dram"
+        resident = usage.tier == self.hot_tier
         credited = usage.reads + (self.hot_reads - 1 if resident else 0)
         return (-(usage.writes > 0), -usage.writes, -credited, -resident, usage.nbytes, usage.key)
 
     def decide(self, usages: Sequence[Usage]) -> list[Decision]:
         """The moves that put every object where the policy wants it (objects already there: none);
         demotions first, so DRAM is freed before it is filled."""
-        wanting = [u for u in usages if self.hot(u.reads, u.writes) or u.tier == "dram"]
+        wanting = [u for u in usages if self.hot(u.reads, u.writes) or u.tier == self.hot_tier]
         used = 0
         demotions, promotions = [], []
         for usage in sorted(wanting, key=self.rank):
             if used + usage.nbytes <= self.budget:
                 used += usage.nbytes
-                if usage.tier != "dram":
+                if usage.tier != self.hot_tier:
                     promotions.append(
                         Decision(
                             usage.key,
-                            "dram",
+                            self.hot_tier,
                             f"{self._use(usage)}: hot, and it fits the DRAM budget ({used} of {self.budget} B)",
                         )
                     )
-            elif usage.tier == "dram":
-                demotions.append(Decision(usage.key, "mapped", self._leaves(usage)))
+            elif usage.tier == self.hot_tier:
+                demotions.append(Decision(usage.key, self.cold_tier, self._leaves(usage)))
         return demotions + promotions
 
     def _use(self, usage: Usage) -> str:

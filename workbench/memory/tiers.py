@@ -1,7 +1,10 @@
 """Memory tiers: where an array's bytes live, and what using them costs.
 
 Five named tiers: four of the node (thesis ch. 6, with what this machine has instead of Optane),
-:data:`HOST_TIERS`, and the GPU's memory:
+:data:`HOST_TIERS`, and the GPU's memory. Each is a :class:`~workbench.memory.tier_base.Tier` (its
+flags and its put, open, free and names), one class per tier, registered once in :data:`REGISTRY`;
+:func:`place`, :func:`open_array`, :func:`move`, :func:`free` and :func:`names` look the tier up by
+its name (the public string) and ask it:
 
 * ``dram``: process memory. Fastest, volatile, and what a DRAM budget counts.
 * ``mapped``: a file mapped ``MAP_SHARED`` and used *in place* (no copy into DRAM): the
@@ -44,11 +47,9 @@ from typing import Any
 import numpy as np
 
 from workbench.memory import gpu, shm
-from workbench.memory.tier_base import TierArray, TierError, UnknownTier, medium
+from workbench.memory.tier_base import PLAIN_TYPES as PLAIN_TYPES  # what a tier file holds, as it always was here
+from workbench.memory.tier_base import Tier, TierArray, TierError, UnknownTier, check_plain, medium
 
-HOST_TIERS = ("dram", "mapped", "cached", "disk")  # the tiers of the node's memory and storage
-TIERS = (*HOST_TIERS, "gpu")  # the one list of tiers (the store adds the "dynamic" policy)
-FILE_TIERS = ("mapped", "cached", "disk")  # the tiers whose arrays are files in a directory
 PMEM_ENV = "WORKBENCH_PMEM_DIR"
 TIER_DIR_ENV = "WORKBENCH_TIER_DIR"
 
@@ -63,18 +64,21 @@ def default_directory(tier: str) -> Path:
     used only if it is this user's own real directory (made 0700 here, whatever the umask), as is
     every directory made on the way (:func:`private_directory`); one another user made first, or a
     symlink, is refused with what to do. ``$WORKBENCH_PMEM_DIR`` is refused like a ``directory=``
-    others could replace files in."""
-    if tier in ("mapped", "cached") and os.environ.get(PMEM_ENV):
+    others could replace files in. A tier that keeps no files (dram, gpu) has no directory: a ``TierError``."""
+    kind = lookup(tier)
+    if not isinstance(kind, FileTier):
+        files = ", ".join(FILE_TIERS)
+        raise TierError(f"the {tier} tier keeps no files, so it has no directory: ask a file tier's ({files})")
+    if kind.on_pmem and os.environ.get(PMEM_ENV):
         path = Path(os.environ[PMEM_ENV])
         if not path.is_dir():
             raise TierError(f"${PMEM_ENV} names {path}, which is not a directory: create it or unset the variable")
         _refuse_shared(path, f"${PMEM_ENV}={path}", "unset it or point it at a directory of your own")
         return path
-    leaf = "mapped" if tier == "cached" else tier
     if os.environ.get(TIER_DIR_ENV):
-        return private_directory(Path(os.environ[TIER_DIR_ENV]) / leaf)
+        return private_directory(Path(os.environ[TIER_DIR_ENV]) / kind.leaf)
     base = Path(tempfile.gettempdir()) / f"workbench-tiers-{os.geteuid()}"
-    return private_directory(base / leaf, private_from=base)
+    return private_directory(base / kind.leaf, private_from=base)
 
 
 def _refuse_shared(path: Path, what: str, instead: str) -> None:
@@ -179,10 +183,10 @@ def _check_private(path: Path) -> None:
 
 
 def check_tier(tier: object, policies: tuple[str, ...] = ()) -> str:
-    """``tier`` if it is one of :data:`TIERS` (or one of ``policies``, such as the store's "dynamic");
-    :class:`UnknownTier` naming the choices otherwise. The one tier check of the workbench."""
-    if tier not in TIERS and tier not in policies:
-        choices = ", ".join(TIERS) + "".join(f", or the {p!r} placement" for p in policies)
+    """``tier`` if it names a tier of :data:`REGISTRY` (or is one of ``policies``, such as the store's
+    "dynamic"); :class:`UnknownTier` naming the choices otherwise. The one tier check of the workbench."""
+    if not (isinstance(tier, str) and tier in REGISTRY) and tier not in policies:
+        choices = ", ".join(REGISTRY) + "".join(f", or the {p!r} placement" for p in policies)
         raise UnknownTier(f"no tier {tier!r}: the tiers are {choices}")
     return str(tier)
 
@@ -343,6 +347,27 @@ class MappedArray(TierArray):
     def unmap(self) -> None:
         """Drop this handle's mapping (views others hold keep theirs); the next use maps again."""
         self._view = None
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the file's array (mapped: nothing read)."""
+        return int(self.array.nbytes)
+
+    @property
+    def mapping(self) -> np.ndarray:
+        """The mapping (made on first use)."""
+        return self.array
+
+    def is_mapping(self, value: object) -> bool:
+        """Whether ``value`` is this handle's mapping itself."""
+        return self._view is not None and value is self._view
+
+    def remap(self) -> np.ndarray:
+        """Sync, unmap, and map the file again (reading nothing: no page comes back until code touches
+        it): the fresh mapping, so the old one can go with its last view before the pages are evicted."""
+        self.sync()
+        self.unmap()
+        return self.array
 
     def evict(self) -> Eviction:
         """Unmap and make the file cold (see :func:`evict_pages`)."""
@@ -614,6 +639,210 @@ class CachedArray(TierArray):
         self.cache.drop(self)
         return self.mapped.evict()
 
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the file's array (from its header; nothing read)."""
+        return self.file_nbytes
+
+    @property
+    def mapping(self) -> np.ndarray:
+        """The mapping of the file, not the cache's copy (what a store object's attribute is at rest)."""
+        return self.mapped.array
+
+    def is_mapping(self, value: object) -> bool:
+        """Whether ``value`` is the mapping of the file (what the array is at rest)."""
+        return self.mapped.is_mapping(value)
+
+    def in_call(self, writes: bool) -> np.ndarray:
+        """The cache's DRAM copy (a hit or a miss), pinned while held, writeable if ``writes``."""
+        copy = self.array
+        copy.flags.writeable = writes
+        return copy
+
+    def remap(self) -> np.ndarray:
+        """Out of the cache (written back first if changed), then :meth:`MappedArray.remap`."""
+        self.cache.drop(self)
+        return self.mapped.remap()
+
+
+# -- the tiers ---------------------------------------------------------------------------------
+def _on_host(array: Any) -> Any:
+    """``array``, or a counted host copy of it if it is a device array (a host tier holds host bytes)."""
+    return gpu.DEVICE.to_host(array) if gpu.is_device_array(array) else array
+
+
+class DramTier(Tier):
+    """``dram``: process memory, named in this process only; volatile, and what a DRAM budget counts."""
+
+    name = "dram"
+    process_local = True
+    counts_against_dram_budget = True
+
+    def put(
+        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+    ) -> DramArray:
+        """A copy of ``array`` in this process's memory under ``name``."""
+        array = _on_host(array)
+        with _DRAM_LOCK:
+            if name in _DRAM and not replace:
+                raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
+            _DRAM[name] = np.array(array, copy=True, subok=True)
+            return DramArray(name, _DRAM[name])
+
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> DramArray:
+        """This process's own placement ``name`` (dram does not survive a restart)."""
+        with _DRAM_LOCK:
+            if name not in _DRAM:
+                raise TierError(f"no dram array {name!r} in this process: dram does not survive a restart")
+            return DramArray(name, _DRAM[name])
+
+    def free(self, name: str, *, directory: Path | None) -> bool:
+        """Forget ``name``."""
+        with _DRAM_LOCK:
+            return _DRAM.pop(name, None) is not None
+
+    def names(self, *, directory: Path | None) -> list[str]:
+        """This process's dram arrays."""
+        with _DRAM_LOCK:
+            return sorted(_DRAM)
+
+
+class FileTier(Tier):
+    """A tier whose arrays are ``workbench.memory.shm`` files (``.npy`` segments) in a directory:
+    ``leaf`` names its default directory, ``on_pmem`` whether ``$WORKBENCH_PMEM_DIR`` holds them."""
+
+    persistent = True
+    file_backed = True
+    leaf = ""
+    on_pmem = False
+
+    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> TierArray:
+        """The handle of file ``name`` in ``where`` as this tier uses it (nothing is read or checked)."""
+        raise NotImplementedError
+
+    def put(
+        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+    ) -> TierArray:
+        """Write ``array`` as file ``name`` (atomically, the space reserved first); its handle."""
+        array = _on_host(array)
+        check_plain(array, f"array {name!r}", self.name)
+        array = np.asarray(array)
+        where = _directory(self.name, directory)
+        exists = TierError(f"{name!r} is on {self.name} already ({where}): free() it, or place(..., replace=True)")
+        try:
+            if replace:
+                shm.replace(name, array, directory=where, owner=owner)
+                forget_cached(shm.segment_path(name, where))
+            elif shm.exists(name, where):
+                raise exists
+            else:  # made under the name's writer lock, renamed into place whole: one of two racing callers makes it
+                view, created = shm.copy_in(name, array, directory=where, owner=owner)
+                del view
+                if not created:
+                    raise exists
+        except shm.SharedMemoryError as error:
+            if not replace and "exists with shape" in str(error):
+                raise exists from None
+            raise TierError(f"cannot place {name!r} on {self.name}: {error}") from None
+        return self.handle(name, where, cache)
+
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> TierArray:
+        """The handle of file ``name``, its header and owner checked now (not at first use)."""
+        where = _directory(self.name, directory)
+        if not shm.exists(name, where):
+            raise FileNotFoundError(
+                f"no {self.name} array {name!r} in {where}; list them with tiers.names({self.name!r})"
+            )
+        handle = self.handle(name, where, cache, writable)
+        try:
+            handle.array  # noqa: B018 - check the file now (header, owner), not at first use
+        except TierError:
+            raise
+        except shm.SharedMemoryError as error:
+            raise TierError(f"cannot open {name!r} on {self.name}: {error}") from None
+        return handle
+
+    def free(self, name: str, *, directory: Path | None) -> bool:
+        """Delete file ``name`` (DRAM cache copies of it dropped)."""
+        where = _directory(self.name, directory)
+        forget_cached(shm.segment_path(name, where))
+        return shm.delete(name, where)
+
+    def names(self, *, directory: Path | None) -> list[str]:
+        """The complete files of this user in the tier's directory."""
+        return sorted(s.name for s in shm.list_segments(_directory(self.name, directory)) if s.state == "complete")
+
+
+class MappedTier(FileTier):
+    """``mapped``: files mapped ``MAP_SHARED`` and used in place (persistent memory's software form)."""
+
+    name = "mapped"
+    leaf = "mapped"
+    on_pmem = True
+
+    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> MappedArray:
+        """The file mapped (on first use)."""
+        return MappedArray(name, where, writable=writable)
+
+
+class CachedTier(FileTier):
+    """``cached``: the ``mapped`` files used through a DRAM cache with a byte budget (Memory Mode)."""
+
+    name = "cached"
+    leaf = "mapped"  # the same files as mapped
+    on_pmem = True
+    through_dram_cache = True
+
+    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> CachedArray:
+        """The file through ``cache`` (the process's default cache if None)."""
+        return CachedArray(name, where, cache)
+
+
+class DiskTier(FileTier):
+    """``disk``: staged, read into DRAM when used and written back (atomically) when changed."""
+
+    name = "disk"
+    leaf = "disk"
+    staged = True
+
+    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> DiskArray:
+        """The file, read in on first use."""
+        return DiskArray(name, where)
+
+
+# -- the registry: every tier, registered once -------------------------------------------------
+REGISTRY: dict[str, Tier] = {}  # name -> tier, in the order the tiers were registered
+
+
+def register(tier: Tier) -> Tier:
+    """Add ``tier`` to :data:`REGISTRY` under its name, after which every operation here (and the
+    store) takes that name; a name taken already is an error (:func:`unregister` it first)."""
+    if not isinstance(tier, Tier) or not isinstance(tier.name, str) or not tier.name:
+        raise TypeError(f"register() takes a Tier with a name, got {tier!r}")
+    if tier.name in REGISTRY:
+        raise ValueError(f"a tier {tier.name!r} is registered already: unregister({tier.name!r}) it first")
+    REGISTRY[tier.name] = tier
+    return tier
+
+
+def unregister(name: str) -> Tier:
+    """Take the tier ``name`` out of :data:`REGISTRY` (arrays still on it stay where they are); the tier."""
+    return REGISTRY.pop(check_tier(name))
+
+
+def lookup(name: object) -> Tier:
+    """The tier named ``name``; :class:`UnknownTier` naming the choices otherwise."""
+    return REGISTRY[check_tier(name)]
+
+
+for _tier in (DramTier(), MappedTier(), CachedTier(), DiskTier(), gpu.GpuTier()):
+    register(_tier)
+
+HOME = DramTier.name  # where an array is as Python made it (process memory): a new store object is there
+TIERS = tuple(REGISTRY)  # the workbench's own tiers, by name (the store adds the "dynamic" policy)
+HOST_TIERS = tuple(n for n, t in REGISTRY.items() if not t.counts_transfers)  # the node's memory and storage
+FILE_TIERS = tuple(n for n, t in REGISTRY.items() if t.file_backed)  # those whose arrays are files in a directory
+
 
 # -- operations by name ------------------------------------------------------------------------
 def _directory(tier: str, directory: str | Path | None) -> Path:
@@ -656,62 +885,10 @@ def place(
     record, and once that process is dead ``shm.reclaim`` of its directory frees it (a store
     backend's files: see :func:`reclaim_store_files`).
     """
-    check_tier(tier)
+    kind = lookup(tier)
     shm._check_name(name, "tier array name")
-    if tier == "gpu":
-        check_plain(array, f"array {name!r}", tier)
-        return gpu.GpuArray(name, gpu.DEVICE.put(name, array, replace))
-    if gpu.is_device_array(array):  # off the device: a counted host copy first
-        array = gpu.DEVICE.to_host(array)
-    if tier == "dram":
-        with _DRAM_LOCK:
-            if name in _DRAM and not replace:
-                raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
-            _DRAM[name] = np.array(array, copy=True, subok=True)
-            return DramArray(name, _DRAM[name])
-    check_plain(array, f"array {name!r}", tier)
-    array = np.asarray(array)
-    where = _directory(tier, directory)
-    exists = TierError(f"{name!r} is on {tier} already ({where}): free() it, or place(..., replace=True)")
-    try:
-        if replace:
-            shm.replace(name, array, directory=where, owner=owner)
-            forget_cached(shm.segment_path(name, where))
-        elif shm.exists(name, where):
-            raise exists
-        else:  # made under the name's writer lock, renamed into place whole: one of two racing callers makes it
-            view, created = shm.copy_in(name, array, directory=where, owner=owner)
-            del view
-            if not created:
-                raise exists
-    except shm.SharedMemoryError as error:
-        if not replace and "exists with shape" in str(error):
-            raise exists from None
-        raise TierError(f"cannot place {name!r} on {tier}: {error}") from None
-    return _handle(name, tier, where, cache)
-
-
-PLAIN_TYPES = (np.ndarray, np.memmap)  # what a tier file holds whole: the bytes, shape and dtype
-
-
-def check_plain(array: object, what: str, tier: str) -> None:
-    """A ``TierError`` if ``array`` is a numpy array subclass whose meaning a file would lose (a masked
-    array's mask, a matrix's type): a tier file holds a plain array (bytes, shape, dtype) only."""
-    if isinstance(array, np.ndarray) and type(array) not in PLAIN_TYPES:
-        kind = f"{type(array).__module__}.{type(array).__qualname__}"
-        raise TierError(
-            f"{what} is a {kind}, and a {tier} file holds a plain array only (the subclass and what it "
-            "adds, such as a mask, would be lost): keep it on dram, or store its parts as plain arrays "
-            "(np.asarray(x), and x.mask for a masked array)"
-        )
-
-
-def _handle(name: str, tier: str, where: Path, cache: DramCache | None, writable: bool = True) -> TierArray:
-    if tier == "mapped":
-        return MappedArray(name, where, writable=writable)
-    if tier == "disk":
-        return DiskArray(name, where)
-    return CachedArray(name, where, cache)
+    where = None if directory is None else Path(directory)
+    return kind.put(name, array, directory=where, cache=cache, replace=replace, owner=owner)
 
 
 def open_array(
@@ -719,43 +896,24 @@ def open_array(
 ) -> TierArray:
     """Reopen an array placed earlier (after a restart too: the file is the data and its header).
     ``dram`` is volatile: only this process's own placements reopen."""
-    check_tier(tier)
-    if tier == "gpu":
-        return gpu.GpuArray(name, gpu.DEVICE.get(name))
-    if tier == "dram":
-        with _DRAM_LOCK:
-            if name not in _DRAM:
-                raise TierError(f"no dram array {name!r} in this process: dram does not survive a restart")
-            return DramArray(name, _DRAM[name])
-    where = _directory(tier, directory)
-    if not shm.exists(name, where):
-        raise FileNotFoundError(f"no {tier} array {name!r} in {where}; list them with tiers.names({tier!r})")
-    handle = _handle(name, tier, where, cache, writable)
-    try:
-        handle.array  # noqa: B018 - check the file now (header, owner), not at first use
-    except TierError:
-        raise
-    except shm.SharedMemoryError as error:
-        raise TierError(f"cannot open {name!r} on {tier}: {error}") from None
-    return handle
+    where = None if directory is None else Path(directory)
+    return lookup(tier).open(name, directory=where, cache=cache, writable=writable)
 
 
 def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, replace: bool = False) -> TierArray:
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
     Another array of that name already on ``tier`` is an error unless ``replace=True``. ``directory`` is
     a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does."""
-    check_tier(tier)
-    if tier not in FILE_TIERS:
+    kind = lookup(tier)
+    if not kind.file_backed:
         directory = None
     if tier == handle.tier and (directory is None or handle.directory == Path(directory)):
         return handle
-    if handle.directory is not None and tier in FILE_TIERS:
+    if handle.directory is not None and isinstance(kind, FileTier):
         where = _directory(tier, directory)
         if where.resolve() == handle.directory.resolve():  # the same file serves both tiers: no copy
-            handle.sync()
-            if isinstance(handle, CachedArray):
-                handle.cache.drop(handle)
-            return _handle(handle.name, tier, where, None)
+            handle.sync()  # a cached copy is written back and leaves its cache
+            return kind.handle(handle.name, where, None)
     if not replace and handle.name in names(tier, directory=directory):
         raise TierError(
             f"another array {handle.name!r} is on {tier} already: free() it, or move(..., replace=True) to overwrite it"
@@ -768,26 +926,12 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, r
 
 def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
     """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped)."""
-    check_tier(tier)
-    if tier == "gpu":
-        return gpu.DEVICE.pop(name)
-    if tier == "dram":
-        with _DRAM_LOCK:
-            return _DRAM.pop(name, None) is not None
-    where = _directory(tier, directory)
-    forget_cached(shm.segment_path(name, where))
-    return shm.delete(name, where)
+    return lookup(tier).free(name, directory=None if directory is None else Path(directory))
 
 
 def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
     """The arrays on ``tier`` (complete files of this user only)."""
-    check_tier(tier)
-    if tier == "gpu":
-        return gpu.DEVICE.names()
-    if tier == "dram":
-        with _DRAM_LOCK:
-            return sorted(_DRAM)
-    return sorted(s.name for s in shm.list_segments(_directory(tier, directory)) if s.state == "complete")
+    return lookup(tier).names(directory=None if directory is None else Path(directory))
 
 
 # -- the active object store's tier files ------------------------------------------------------

@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -50,6 +50,7 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 
 import workbench.runtime.dask_seam as dask_seam
+import workbench.settings as settings_names
 from workbench.kernels.cache import cache_root, private_directories
 from workbench.memory.tiers import others_could_swap
 from workbench.runtime.dashboard import (
@@ -62,12 +63,15 @@ from workbench.runtime.dashboard import (
     no_worker_routes,
     socket_path,
 )
+from workbench.settings import Settings
 
-NODE_ID_ENV = "WORKBENCH_NODE_ID"
-CLUSTER_ENV = "WORKBENCH_CLUSTER"  # the kind start() uses when its caller names none
-MAX_MEMORY_ENV = "WORKBENCH_MAX_MEMORY"  # the per-learner cap: workers x memory limit of a local cluster
-TLS_ENV = "WORKBENCH_TLS"  # "0": clusters the workbench starts talk plain TCP (default: TLS, credentials of their own)
-SLURM_ENV_PREFIX = "WORKBENCH_SLURM_"  # WORKBENCH_SLURM_JOBS, _CORES, ...: SlurmOptions.from_env
+NODE_ID_ENV = settings_names.NODE_ID
+CLUSTER_ENV = settings_names.CLUSTER  # the kind start() uses when its caller names none
+MAX_MEMORY_ENV = settings_names.MAX_MEMORY  # the per-learner cap: workers x memory limit of a local cluster
+TLS_ENV = (
+    settings_names.TLS
+)  # "0": clusters the workbench starts talk plain TCP (default: TLS, credentials of their own)
+SLURM_ENV_PREFIX = settings_names.SLURM_PREFIX  # WORKBENCH_SLURM_JOBS, _CORES, ...: SlurmOptions.from_settings
 # Slurm's --time: [D-]HH:MM:SS (MM:SS or a bare minute count also parse in Slurm, but read as different things).
 WALLTIME = re.compile(r"(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d")  # matched whole: fullmatch, so no trailing newline
 # A line break (or any control character) in a job script's setting ends its #SBATCH line: the rest
@@ -75,20 +79,26 @@ WALLTIME = re.compile(r"(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d")  # matched whole: fullm
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
-def worker_env(threads_per_worker: int) -> dict[str, str]:
-    """Environment for worker processes: numba uses the worker's threads, and the shared kernel cache."""
-    from workbench import kernels  # noqa: F401  (sets NUMBA_CACHE_DIR when the user has not)
+def worker_env(threads_per_worker: int, settings: Settings) -> dict[str, str]:
+    """Environment for worker processes the session starts: its settings that workers read
+    (:meth:`~workbench.settings.Settings.for_workers`), numba on the worker's threads, and the shared
+    kernel cache."""
+    from workbench.kernels import numba_cache_directory
 
-    return {"NUMBA_NUM_THREADS": str(threads_per_worker), "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"]}
+    return {
+        **settings.for_workers(),
+        "NUMBA_NUM_THREADS": str(threads_per_worker),
+        settings_names.NUMBA_CACHE: numba_cache_directory(),
+    }
 
 
-def tls_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+def tls_wanted(settings: Settings) -> bool:
     """Whether a cluster the workbench starts talks TLS: yes unless ``$WORKBENCH_TLS`` is 0, false, off or no."""
-    value = environ.get(TLS_ENV, "").strip().lower()
+    value = settings.get(TLS_ENV).lower()
     if value in ("0", "false", "off", "no"):
         return False
     if value not in ("", "1", "true", "on", "yes"):
-        raise ValueError(f"${TLS_ENV} is 1 (TLS, the default) or 0 (plain TCP), got {environ[TLS_ENV]!r}")
+        raise ValueError(f"${TLS_ENV} is 1 (TLS, the default) or 0 (plain TCP), got {settings.given(TLS_ENV)!r}")
     return True
 
 
@@ -103,10 +113,10 @@ def _temporary_security() -> Security:
         ) from error
 
 
-def local_security(environ: Mapping[str, str] = os.environ) -> Security | None:
+def local_security(settings: Settings) -> Security | None:
     """TLS credentials made for one local cluster (None when ``$WORKBENCH_TLS`` is 0, false, off or no):
     without them no other process, another user's included, can connect to its scheduler or workers."""
-    return _temporary_security() if tls_wanted(environ) else None
+    return _temporary_security() if tls_wanted(settings) else None
 
 
 def _write_private(directory_fd: int, name: str, text: str) -> None:
@@ -183,9 +193,9 @@ def amount_of_memory(value: object) -> int:
         return 0
 
 
-def max_memory(environ: Mapping[str, str] = os.environ) -> int | None:
+def max_memory(settings: Settings) -> int | None:
     """The per-learner memory cap in bytes, from ``$WORKBENCH_MAX_MEMORY`` (None: no cap)."""
-    text = environ.get(MAX_MEMORY_ENV, "").strip()
+    text = settings.get(MAX_MEMORY_ENV)
     if not text:
         return None
     cap = amount_of_memory(text)
@@ -251,15 +261,13 @@ class SlurmOptions:
             one_line("directives", directive)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> SlurmOptions:
+    def from_settings(cls, settings: Settings) -> SlurmOptions:
         """The options set by ``$WORKBENCH_SLURM_<FIELD>`` (``JOBS``, ``CORES``, ``MEMORY``, ``WALLTIME``,
         ``ACCOUNT``, ``PARTITION``, ``INTERFACE``, ``DIRECTIVES`` as one shell-quoted string, ``LOG_DIRECTORY``);
         the defaults for the others. A misspelt name is refused."""
         names = {f.name.upper(): f.name for f in fields(cls)}
         given: dict[str, Any] = {}
-        for key, value in environ.items():
-            if not key.startswith(SLURM_ENV_PREFIX) or not value.strip():
-                continue
+        for key, value in settings.prefixed(SLURM_ENV_PREFIX).items():
             name = names.get(key.removeprefix(SLURM_ENV_PREFIX))
             if name is None:
                 known = ", ".join(SLURM_ENV_PREFIX + n for n in names)
@@ -294,7 +302,7 @@ class ClusterRequest:
     nodes: tuple[str, ...] | None = None
     address: str | None = None
     slurm: SlurmOptions | None = None
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+    settings: Settings = field(default_factory=Settings.read, repr=False)
 
     @property
     def scheduler_options(self) -> dict[str, Any]:
@@ -377,7 +385,7 @@ class LocalKind(ClusterKind):
 
     def memory_limit(self, request: ClusterRequest) -> str | int:
         """Each worker's memory limit within the per-learner cap (``$WORKBENCH_MAX_MEMORY``)."""
-        n_workers, cap = self.n_workers(request), max_memory(request.environ)
+        n_workers, cap = self.n_workers(request), max_memory(request.settings)
         if request.memory_limit == "auto":
             machine = dask_seam.machine_memory()
             share = min(machine, cap or machine) // n_workers
@@ -406,15 +414,15 @@ class LocalKind(ClusterKind):
         """Refuse a memory request above the per-learner cap, and a dashboard socket path Unix cannot bind."""
         self.memory_limit(request)
         if request.dashboard == SOCKET:  # refused here, not as a scheduler that fails to start
-            check_socket_place(socket_path(request.environ))
+            check_socket_place(socket_path(request.settings))
 
     def open(self, request: ClusterRequest) -> tuple[Client, Cluster | None]:
         """A LocalCluster, or a SpecCluster when ``nodes`` names each worker's simulated node."""
         n_workers, memory_limit = self.n_workers(request), self.memory_limit(request)
-        env = worker_env(request.threads_per_worker)
+        env = worker_env(request.threads_per_worker, request.settings)
         # with the dashboard on the user's socket, no HTTP route on any worker's port either
         routes = {"config": no_worker_routes()} if request.dashboard == SOCKET else {}
-        security = local_security(request.environ)
+        security = local_security(request.settings)
         tls = {"security": security, "protocol": "tls://"} if security is not None else {}
         cluster: LocalCluster | SpecCluster
         if request.nodes is None:
@@ -651,7 +659,7 @@ class SlurmKind(ClusterKind):
 
     def options(self, request: ClusterRequest) -> SlurmOptions:
         """The request's Slurm options, else those of ``$WORKBENCH_SLURM_*``."""
-        return request.slurm if request.slurm is not None else SlurmOptions.from_env(request.environ)
+        return request.slurm if request.slurm is not None else SlurmOptions.from_settings(request.settings)
 
     def shape(self, request: ClusterRequest) -> tuple[int, int]:
         """(jobs, worker processes per job)."""
@@ -692,13 +700,13 @@ class SlurmKind(ClusterKind):
         _slurm_cluster_class()
         self.shape(request)
         if request.dashboard == SOCKET:  # its scheduler runs here: refused before any job is submitted
-            check_socket_place(socket_path(request.environ))
+            check_socket_place(socket_path(request.settings))
 
     def log_directory(self, request: ClusterRequest) -> str:
         """Where the jobs' logs (and the workers' TLS credentials) go, as an absolute path (the job script
         and the worker command name it): the options' ``log_directory``, else
         ``~/.cache/locality-workbench/slurm`` (``$XDG_CACHE_HOME`` when set)."""
-        chosen = self.options(request).log_directory or str(cache_root(request.environ) / "slurm")
+        chosen = self.options(request).log_directory or str(cache_root(request.settings) / "slurm")
         return os.path.abspath(os.path.expanduser(chosen))
 
     def cluster(self, request: ClusterRequest) -> Cluster:
@@ -707,12 +715,12 @@ class SlurmKind(ClusterKind):
         It talks TLS with credentials of its own unless ``$WORKBENCH_TLS`` is 0: the workers read them
         from a private directory of the log directory (:func:`shared_security`), removed at close."""
         options, (_, per_job) = self.options(request), self.shape(request)
-        env = worker_env(request.threads_per_worker)
+        env = worker_env(request.threads_per_worker, request.settings)
         if request.dashboard == SOCKET:
             env.update(NO_WORKER_ROUTES_ENV)
         log_directory = self.log_directory(request)
         security, credentials_directory = (
-            shared_security(log_directory) if tls_wanted(request.environ) else (None, None)
+            shared_security(log_directory) if tls_wanted(request.settings) else (None, None)
         )
         try:
             cluster = _slurm_cluster_class()(

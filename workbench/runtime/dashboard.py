@@ -29,7 +29,6 @@ import os
 import socket
 import stat
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,14 @@ import dask
 from tornado.netutil import bind_unix_socket
 
 import workbench.runtime.dask_seam as dask_seam
+import workbench.settings as settings_names
+from workbench.settings import Settings
 
-DASHBOARD_ENV = "WORKBENCH_DASHBOARD"
+DASHBOARD_ENV = settings_names.DASHBOARD
 OFF, PORT, SOCKET = "off", "port", "socket"
 PLACES = (OFF, PORT, SOCKET)
 PROXY_NAME = "lwb-dashboard"  # the learner's Jupyter server serves the socket at <base url>lwb-dashboard/
-SOCKET_DIR_ENV = "WORKBENCH_DASHBOARD_DIR"  # where the socket's private directory is made (default: the temp dir)
+SOCKET_DIR_ENV = settings_names.DASHBOARD_DIR  # where the socket's private directory is made (default: the temp dir)
 # Workers' HTTP routes (health, metrics) in socket mode: none. A local worker gets it as its nanny's
 # config (a worker process has read its environment's Dask settings before the nanny's env applies);
 # a Slurm job, whose worker starts fresh, from its environment.
@@ -56,12 +57,13 @@ def no_worker_routes() -> dict[str, Any]:
     return {"distributed": dask.config.merge(dask.config.get("distributed"), {"worker": {"http": {"routes": []}}})}
 
 
-def dashboard_place(value: bool | str | None, environ: Mapping[str, str] = os.environ) -> str:
+def dashboard_place(value: bool | str | None, settings: Settings | None = None) -> str:
     """The place of the dashboard, one of :data:`PLACES`: ``value`` (True, False or a place's name),
-    else ``$WORKBENCH_DASHBOARD``, else "off". ValueError naming the choices for anything else."""
+    else ``$WORKBENCH_DASHBOARD`` in ``settings`` (default: the environment now), else "off". ValueError
+    naming the choices for anything else."""
     where = f"${DASHBOARD_ENV}" if value is None else "dashboard"
     if value is None:
-        value = environ.get(DASHBOARD_ENV, "")
+        value = (settings or Settings.read()).given(DASHBOARD_ENV) or ""
     if isinstance(value, bool):
         return PORT if value else OFF
     word = str(value).strip().lower()
@@ -77,18 +79,19 @@ def dashboard_place(value: bool | str | None, environ: Mapping[str, str] = os.en
     )
 
 
-def socket_directory(environ: Mapping[str, str] = os.environ) -> Path:
+def socket_directory(settings: Settings | None = None) -> Path:
     """The directory holding this user's dashboard socket (not made here): ``lwb-UID-dashboard`` in
-    ``$WORKBENCH_DASHBOARD_DIR``, else in the temporary directory."""
-    parent = environ.get(SOCKET_DIR_ENV) or tempfile.gettempdir()
+    ``$WORKBENCH_DASHBOARD_DIR`` of ``settings`` (default: the environment now), else in the temporary
+    directory."""
+    parent = (settings or Settings.read()).given(SOCKET_DIR_ENV) or tempfile.gettempdir()
     if not os.path.isabs(parent):  # the Jupyter server and the kernel resolve it from different directories
         raise ValueError(f"${SOCKET_DIR_ENV} must be an absolute path, got {parent!r}")
     return Path(parent) / f"lwb-{os.geteuid()}-dashboard"
 
 
-def socket_path(environ: Mapping[str, str] = os.environ) -> Path:
+def socket_path(settings: Settings | None = None) -> Path:
     """This user's dashboard socket: what :class:`SocketScheduler` binds and :func:`server_proxy` proxies."""
-    return socket_directory(environ) / "dashboard.sock"
+    return socket_directory(settings) / "dashboard.sock"
 
 
 def server_proxy() -> dict[str, Any]:
@@ -104,10 +107,10 @@ def server_proxy() -> dict[str, Any]:
     }
 
 
-def proxy_link(environ: Mapping[str, str] = os.environ) -> str:
+def proxy_link(settings: Settings | None = None) -> str:
     """The dashboard's address for the learner's browser: under the Jupyter server's base URL
-    (``$JUPYTERHUB_SERVICE_PREFIX``, "/user/NAME/", on a hub)."""
-    prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+    (``$JUPYTERHUB_SERVICE_PREFIX``, "/user/NAME/", on a hub, in ``settings``; default: the environment now)."""
+    prefix = (settings or Settings.read()).given(settings_names.HUB_PREFIX) or "/"
     return f"{prefix.rstrip('/')}/{PROXY_NAME}/status"
 
 

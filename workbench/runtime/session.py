@@ -20,7 +20,6 @@ import dataclasses
 import html
 import math
 import numbers
-import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +33,7 @@ import dask
 from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecCluster, wait
 
 import workbench.runtime.dask_seam as dask_seam
+import workbench.settings as settings_names
 from workbench.memory import shm, tiers
 from workbench.runtime.clusters import (
     CLUSTER_ENV,
@@ -50,9 +50,10 @@ from workbench.runtime.frames import PLUGIN_NAME, FramesPlugin, install
 from workbench.runtime.shutdown import at_kernel_shutdown
 from workbench.runtime.worker_state import PLUGIN_NAME as STATE_PLUGIN_NAME
 from workbench.runtime.worker_state import WorkerState
+from workbench.settings import Settings
 from workbench.units import size_text
 
-SCHEDULER_ENV = "WORKBENCH_SCHEDULER"
+SCHEDULER_ENV = settings_names.SCHEDULER
 # The dashboard pages Session.dashboard_links gives, name -> page (Dask's routes, beside "status")
 DASHBOARD_PAGES = {
     "Status": "status",
@@ -115,8 +116,9 @@ def set_memory_limits(session: Session, limit: int) -> None:
 
 
 def node_id() -> str:
-    """The node this process runs on: ``$WORKBENCH_NODE_ID`` or the hostname."""
-    return os.environ.get(NODE_ID_ENV) or socket.gethostname()
+    """The node this process runs on: ``$WORKBENCH_NODE_ID`` or the hostname (read where it runs: a
+    worker's node is its own process's setting)."""
+    return Settings.read().get(NODE_ID_ENV) or socket.gethostname()
 
 
 @dataclass
@@ -137,6 +139,12 @@ class Session:
 
     def __post_init__(self) -> None:
         self._unhook = at_kernel_shutdown(self.close, "the workbench session")
+
+    @property
+    def settings(self) -> Settings:
+        """The ``$WORKBENCH_*`` settings this session started with (:class:`~workbench.settings.Settings`,
+        read once by :func:`start`); a session made from a client alone reads them now."""
+        return self.request.settings if self.request is not None else Settings.read()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -323,7 +331,7 @@ class Session:
             request = dataclasses.replace(self.request, n_workers=n_workers, nodes=None)
             memory_limit = kind_named("local").memory_limit(request)  # refuses a total above the cap
             dask_seam.set_new_worker_option(self.cluster, "memory_limit", memory_limit)
-            if max_memory(request.environ) is not None:
+            if max_memory(request.settings) is not None:
                 share = amount_of_memory(memory_limit)
         growing = n_workers > len(self.workers())
         if share is not None and growing:  # lower the running workers' limits before new ones start
@@ -484,6 +492,7 @@ def start(
     slurm: SlurmOptions | None = None,
     dashboard: bool | str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    settings: Settings | None = None,
 ) -> Session:
     """Start (or join) the cluster for a workbench run and return a :class:`Session`.
 
@@ -510,6 +519,9 @@ def start(
         "socket" (a Unix socket only the user can open, which the user's Jupyter server proxies at
         ``lwb-dashboard/status``: for a server learners share); default ``$WORKBENCH_DASHBOARD``, else off.
     timeout: seconds for connecting, waiting for workers (Slurm jobs included) and closing.
+    settings: the ``$WORKBENCH_*`` variables named above, as a :class:`~workbench.settings.Settings`
+        (default: the environment, read once now); the session keeps them (``session.settings``), and the
+        arguments above override them.
 
     Every worker, those that join later included, gets a :class:`~workbench.runtime.worker_state.WorkerState`
     plugin: the tables task code keeps there (RRO views, spill buffers, channel marks and inboxes).
@@ -517,8 +529,13 @@ def start(
     :func:`workbench.runtime.frames.byte_view` in this process and, through a worker plugin, on every
     worker of the cluster (a CPython bug crashes a worker otherwise; see that module).
     """
-    request = _checked_request(address, n_workers, threads_per_worker, nodes, memory_limit, slurm, dashboard, timeout)
-    kind = kind_named(_kind_name(cluster, address, slurm))
+    settings = settings if settings is not None else Settings.read()
+    if not isinstance(settings, Settings):
+        raise ValueError(f"settings must be a workbench.settings.Settings (Settings.read()), got {settings!r}")
+    request = _checked_request(
+        address, n_workers, threads_per_worker, nodes, memory_limit, slurm, dashboard, timeout, settings
+    )
+    kind = kind_named(_kind_name(cluster, address, slurm, settings))
     kind.check(request)
     # What this user's dead sessions left in /dev/shm (a kernel killed with SIGKILL cannot delete its
     # RRO copies): freed before this session makes its own. Only copies whose owner and maker are both
@@ -550,12 +567,13 @@ def _checked_request(
     slurm: SlurmOptions | None,
     dashboard: bool | str | None,
     timeout: float,
+    settings: Settings,
 ) -> ClusterRequest:
     """:func:`start`'s arguments as the request every cluster kind takes, each checked first: a
     ValueError naming the argument, what it got and what it takes (before anything starts)."""
     if not _is_number(timeout) or not _finite(timeout) or timeout <= 0:
         raise ValueError(f"timeout must be positive seconds (a finite number), got {timeout!r}")
-    place = dashboard_place(dashboard)
+    place = dashboard_place(dashboard, settings)
     if not _is_whole(threads_per_worker) or threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be a whole number, at least 1, got {threads_per_worker!r}")
     if n_workers is not None and (not _is_whole(n_workers) or n_workers < 1):
@@ -589,8 +607,9 @@ def _checked_request(
         dashboard=place,
         timeout=timeout,
         nodes=tuple(nodes) if nodes is not None else None,
-        address=address or os.environ.get(SCHEDULER_ENV) or None,
+        address=address or settings.get(SCHEDULER_ENV) or None,
         slurm=slurm,
+        settings=settings,
     )
 
 
@@ -626,7 +645,7 @@ def _memory_limit_ok(value: object) -> bool:
     return 0 < amount_of_memory(value) <= MAX_MEMORY_BYTES
 
 
-def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None) -> str:
+def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None, settings: Settings) -> str:
     """The kind of cluster to start: the caller's words first (``cluster``, ``address``, ``slurm``), then
     ``$WORKBENCH_CLUSTER``, then ``$WORKBENCH_SCHEDULER``, else "local"."""
     if cluster is not None:
@@ -641,7 +660,7 @@ def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | N
         return "scheduler"
     if slurm is not None:
         return "slurm"
-    named, scheduler = os.environ.get(CLUSTER_ENV, "").strip(), os.environ.get(SCHEDULER_ENV, "").strip()
+    named, scheduler = settings.get(CLUSTER_ENV), settings.get(SCHEDULER_ENV)
     if named and scheduler and named != "scheduler":
         raise ValueError(
             f"${CLUSTER_ENV}={named} and ${SCHEDULER_ENV}={scheduler} ask for two clusters: unset one of them"

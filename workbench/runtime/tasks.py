@@ -27,7 +27,6 @@ import contextvars
 import enum
 import functools
 import inspect
-import os
 import shutil
 import tempfile
 import time
@@ -158,7 +157,7 @@ class TaskRuntime:
         self.recorder = recorder  # client-side events (a segment made by the client) go here
         self.token = uuid.uuid4().hex[:8]
         self.owner = owners.this_process()  # what the RRO copies live for: this session's process
-        base = files_dir or os.environ.get(FILES_DIR_ENV)
+        base = files_dir or session.settings.get(FILES_DIR_ENV) or None
         self._files_dir = (
             Path(tempfile.mkdtemp(prefix=f"lwb-files-{self.token}-", dir=base)) if mode == "files" else None
         )

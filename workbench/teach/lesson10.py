@@ -20,12 +20,13 @@ import numpy as np
 
 from workbench.lab import gpu_experiments
 from workbench.memory import gpu, tiers
+from workbench.settings import NUMBA_SIMULATOR, Settings, export, unexport
 from workbench.teach.answers import AnswerError, choice, number
 from workbench.teach.feedback import not_yet, passed
 from workbench.teach.registry import exercise
 from workbench.units import size_text
 
-SIMULATOR_ENV = "NUMBA_ENABLE_CUDASIM"
+SIMULATOR_ENV = NUMBA_SIMULATOR
 
 
 # -- which device ---------------------------------------------------------------------------------
@@ -54,12 +55,12 @@ def choose_device() -> dict[str, Any]:
     set_simulator, imported_before = False, "numba.cuda" in sys.modules
     if imported_before:
         why = "numba's CUDA module was imported already, so its target stays as it was"
-    elif os.environ.get(SIMULATOR_ENV) is not None:
-        why = f"${SIMULATOR_ENV}={os.environ[SIMULATOR_ENV]} was set before the lesson: kept"
+    elif (given := Settings.read().given(SIMULATOR_ENV)) is not None:
+        why = f"${SIMULATOR_ENV}={given} was set before the lesson: kept"
     elif _driver_here():
         why = "an NVIDIA driver is here: numba runs the GPU code on the device"
     else:
-        os.environ[SIMULATOR_ENV] = "1"
+        export(SIMULATOR_ENV, "1", replace=True)
         from numba.core import config
 
         config.reload_config()  # numba (not its CUDA module) is imported with the workbench: read the variable now
@@ -124,20 +125,17 @@ def full_device() -> Iterator[dict[str, str]]:
     ``$WORKBENCH_GPU_BYTES`` set so that only :data:`ROOM` bytes are left (above what this process held
     on the device before). Yields ``{name: what it holds and its size}``. On exit the variable is
     restored (unset if it was) and the exercise's arrays are freed from ``gpu`` and ``dram``."""
-    previous = os.environ.get(gpu.GPU_BYTES_ENV)
+    previous = Settings.read().given(gpu.GPU_BYTES_ENV)
     _clear_scenario()
     others = gpu.DEVICE.used()  # the learner's own device arrays stay, and count
     held = sum(values * 8 for values, _ in FULL_DEVICE.values())
-    os.environ[gpu.GPU_BYTES_ENV] = str(others + held + ROOM)
+    export(gpu.GPU_BYTES_ENV, str(others + held + ROOM), replace=True)
     try:
         for value, (name, (values, _)) in enumerate(FULL_DEVICE.items()):
             tiers.place(name, np.full(values, float(value)), "gpu")
         yield {name: f"{what} ({size_text(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}
     finally:
-        if previous is None:
-            os.environ.pop(gpu.GPU_BYTES_ENV, None)
-        else:
-            os.environ[gpu.GPU_BYTES_ENV] = previous
+        unexport(gpu.GPU_BYTES_ENV, previous)
         _clear_scenario()
 
 

@@ -7,10 +7,10 @@ entries, locks, arrivals, copies, evictions), tier placement
 (:mod:`~workbench.runtime.store.disk`) and the task bodies (:mod:`~workbench.runtime.store.tasks`).
 Here: the plugin's lifecycle, running active methods (:meth:`StoreBackend.invoke`, under the
 object's lock, on a thread), and the ``workbench_store`` handler, a direct message from a client or
-another backend (one round trip, no scheduler). Its operations are
-:class:`~workbench.runtime.store.protocol.BackendOp`, each handled by the method
-:data:`BACKEND_HANDLERS` names (``BackendOp.CALL``: :meth:`StoreBackend.op_call`), which hands it to
-the part that does it. Its replies follow the one error rule of both ends
+another backend (one round trip, no scheduler). Its operations are defined once each in
+:mod:`~workbench.runtime.store.backend_ops` (``op_call`` is the operation ``call``; see
+:mod:`~workbench.runtime.store.wire`), each handing itself to the part that does it; :meth:`StoreBackend.run`
+finds one by name, checks its arguments and runs it on its pool. Its replies follow the one error rule of both ends
 (:func:`~workbench.runtime.store.protocol.answer`).
 
 What a backend asks of the catalogue and of other backends goes through its
@@ -20,7 +20,6 @@ What a backend asks of the catalogue and of other backends goes through its
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import time
 from collections import Counter
@@ -30,7 +29,9 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+import workbench.runtime.store.backend_ops  # noqa: F401  (defines the operations this plugin answers)
 import workbench.runtime.store.tiering as tiering
+import workbench.runtime.store.wire as wire
 from workbench.memory import tiers
 from workbench.memory.placement import DynamicPolicy
 from workbench.runtime.dask_seam import (
@@ -43,7 +44,7 @@ from workbench.runtime.dask_seam import (
 )
 from workbench.runtime.store.calls import CallMemory, CallRecord
 from workbench.runtime.store.current import install_persister
-from workbench.runtime.store.errors import StoreError
+from workbench.runtime.store.errors import NotHere, StoreError, check_writable
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, StoredHandle, detach_result, set_arrays_writeable, stop_shipping
 from workbench.runtime.store.placing import TierPlacement
@@ -51,15 +52,15 @@ from workbench.runtime.store.protocol import (
     HANDLER,
     PLUGIN_NAME,
     RESULT_KEY,
-    BackendOp,
     Call,
     CallAnswer,
     answer,
     error_reply,
-    handler_for,
+    found,
     result_reply,
 )
 from workbench.runtime.store.table import ObjectTable, SendLocked, release_unsent
+from workbench.runtime.store.wire import Pool
 from workbench.runtime.trace import EVENT_TOPIC, record
 
 COPY_THREADS = 32  # a backend's threads for copies of its objects (each may wait for its object's lock)
@@ -103,7 +104,7 @@ class StoreBackend(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         """Attach to the worker, reaching the catalogue and the other backends through the worker's
         connections (:meth:`Link.of_worker <workbench.runtime.store.link.Link.of_worker>`)."""
-        self.attach(worker, Link.of_worker(worker, self.timeout, load_here=self.op_load))
+        self.attach(worker, Link.of_worker(worker, self.timeout, load_here=lambda *key: self.table.load(*key)))
 
     def attach(self, worker: Any, link: Link) -> None:
         """Attach to ``worker`` (its address, threads, memory limit, handlers, event log) with ``link``
@@ -171,14 +172,16 @@ class StoreBackend(WorkerPlugin):
         return reply
 
     async def run(self, action: str, kwargs: dict[str, Any]) -> Any:
-        """The result of the operation ``action`` (a :class:`BackendOp`, by :data:`BACKEND_HANDLERS`),
-        run on a thread of its kind: calls, copies, the rest."""
-        handler = handler_for(BACKEND_HANDLERS, action, "a store backend")
-        self.received[action] += 1
-        if inspect.iscoroutinefunction(handler):  # an active call: it runs on a call thread of its own
-            return await handler(self, **kwargs)
-        pool = self.copies if action in COPIES else self.io
-        running = pool.submit(handler, self, **kwargs)
+        """The result of the backend operation called ``action`` (found in :data:`wire.BACKEND
+        <workbench.runtime.store.wire.BACKEND>`, its arguments checked), run where its definition
+        says: on the event loop, or on a thread of its pool."""
+        operation = wire.BACKEND.find(action)
+        arguments = operation.checked(kwargs)
+        self.received[operation.name] += 1
+        if operation.pool is Pool.LOOP:
+            return await operation.handler(self, **arguments)
+        pool = self.copies if operation.pool is Pool.COPIES else self.io
+        running = pool.submit(operation.handler, self, **arguments)
         try:
             return await asyncio.wrap_future(running)
         except asyncio.CancelledError:  # the worker is closing: a lock the thread still takes is given back
@@ -216,7 +219,7 @@ class StoreBackend(WorkerPlugin):
     ) -> Any:
         """Run ``method`` on the object named by ``ref``, under its lock, with proxy arguments resolved.
 
-        ``call``: the record of an active call (``BackendOp.CALL``): its deadline bounds the wait for the
+        ``call``: the record of an active call (``backend_ops.op_call``): its deadline bounds the wait for the
         lock, the object and the arguments are found in one try each (its caller's loop tries again),
         and it is marked started just before the method runs. Without it (a task), they are found by
         the link's one rule and the lock waited for ``LOCK_WAIT_SECONDS``."""
@@ -259,12 +262,40 @@ class StoreBackend(WorkerPlugin):
 
         return tuple(resolve(a) for a in args), {k: resolve(v) for k, v in kwargs.items()}
 
-    # -- operations (BackendOp.X is handled by op_x, see BACKEND_HANDLERS) --------------------------
-    async def op_call(self, call: dict[str, Any], wait: float = 0.0) -> dict[str, Any]:
-        """Run an active method here (a direct message from a client): the :class:`Call` ``call``,
-        started on a call thread unless this backend has it already (a re-send, answered from
-        :attr:`call_memory`: never run twice); its :class:`CallAnswer` once it ended, or "still
-        running" after ``wait`` seconds (the caller asks again with the same call)."""
+    # -- the in-process API: what task bodies on this worker use (never the table or the placement) --
+    def copy_of(self, ref: ObjectRef, task: str) -> Any:
+        """A copy of the object ``ref`` names, from wherever it is (a non-active call's)."""
+        return self.table.fetch_copy(ref, task)
+
+    def adopt(self, obj: Any, oid: str, alias: str | None) -> None:
+        """Make ``obj`` the object ``oid`` (version 0) of this backend, registered in the catalogue."""
+        self.table.register_and_add(obj, oid, alias)
+
+    async def adopt_here(self, objs: list[Any], oids: list[str]) -> int:
+        """:meth:`adopt` many objects in place, registered in one catalogue message; how many."""
+        return await self.table.register_and_add_many_here(objs, oids)
+
+    def place(self, oid: str, version: int, tier: str, reason: str) -> dict[str, Any]:
+        """Put an object held here on ``tier`` (:meth:`TierPlacement.place`)."""
+        return self.placing.place(oid, version, tier, reason)
+
+    def held(self, ref: ObjectRef) -> Any:
+        """The object ``ref`` names as this backend holds it, no copy and no lock (``local_object``);
+        ``NotHere`` if it is not held here."""
+        return _held_here(self.table, ref)[1].obj
+
+    def writing(self, ref: ObjectRef) -> LocalWrite:
+        """The object ``ref`` names under its exclusive lock, for a ``with`` block
+        (``local_object(proxy, for_write=True)``)."""
+        return LocalWrite(self.table, ref)
+
+    # -- active calls ------------------------------------------------------------------------------
+    async def answer_call(self, call: dict[str, Any], wait: float) -> dict[str, Any]:
+        """The answer to an active call (:func:`backend_ops.op_call
+        <workbench.runtime.store.backend_ops.op_call>`): the :class:`Call` ``call``, started on a call
+        thread unless this backend has it already (a re-send, answered from :attr:`call_memory`: never
+        run twice); its :class:`CallAnswer` once it ended, or "still running" after ``wait`` seconds
+        (the caller asks again with the same call)."""
         sent = Call.from_wire(call)
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
             raise ValueError(f"a call's wait is seconds >= 0, got {wait!r}")
@@ -291,113 +322,60 @@ class StoreBackend(WorkerPlugin):
         else:
             self.call_memory.end(record, value=value)
 
-    def op_put(self, oid: str, version: int, obj: Any, announce: bool = False) -> int:
-        """Take a copy of an object (a move or a replica); ``announce``: record this backend as a holder."""
-        return self.table.add(oid, version, obj, announce=announce)
 
-    def op_put_many(
-        self, keys: list[list[Any]], data: bytes, buffers: list[Any], nbytes: list[int] | None = None
-    ) -> int:
-        """Take a batch of new objects, one message for all (:meth:`ObjectTable.put_many`)."""
-        return self.table.put_many(keys, data, buffers, nbytes)
-
-    def op_drop(self, oid: str, version: int) -> bool:
-        """Forget a version here (and free its tier files); whether it was held."""
-        return self.table.drop(oid, version)
-
-    def op_drop_many(self, keys: list[list[Any]]) -> int:
-        """Forget a batch of objects here (a batch that failed elsewhere); how many were held."""
-        return self.table.drop_many(keys)
-
-    def op_get(self, oid: str, version: int) -> SendLocked:
-        """The object for a copy, under its shared lock until :meth:`send_locked` has sent it."""
-        return self.table.copy_out(oid, version)
-
-    def op_push(self, oid: str, version: int, target: str, move: bool = False) -> int:
-        """Send a copy of the object to backend ``target`` (a replica, or with ``move`` the object itself)."""
-        return self.table.push(oid, version, target, move)
-
-    def op_copy_version(self, oid: str, version: int, new_version: int) -> int:
-        """Copy a version into a new one here (``new_version``)."""
-        return self.table.copy_version(oid, version, new_version)
-
-    def op_flush(self, oid: str, version: int) -> str:
-        """Write the object to the disk tier (it stays in memory too); returns the file."""
-        return self.table.flush(oid, version)
-
-    def op_evict(self, oid: str, version: int) -> int:
-        """Move the object to the disk tier; returns bytes freed."""
-        return self.table.evict(oid, version)
-
-    def op_load(self, oid: str, version: int, disk_path: str) -> int:
-        """Read the object from the disk tier into this backend's memory (once, however many ask)."""
-        return self.table.load(oid, version, disk_path)
-
-    def op_place(self, oid: str, version: int, tier: str, reason: str = "") -> dict[str, Any]:
-        """Put the object's numpy attributes on ``tier``; the placement (:meth:`TierPlacement.place`)."""
-        return self.placing.place(oid, version, tier, reason)
-
-    def op_place_many(self, keys: list[list[Any]], tier: str, reason: str = "") -> dict[str, list[list[Any]]]:
-        """Place a batch of objects held here, all or nothing (:meth:`TierPlacement.place_many`)."""
-        return self.placing.place_many(keys, tier, reason)
-
-    def op_unplace_many(self, placed: list[list[Any]], tier: str) -> int:
-        """Put objects placed by :meth:`op_place_many` back on the tiers they were on; how many went back."""
-        return self.placing.unplace(placed, tier)
-
-    def op_cool(self, oid: str, version: int) -> list[dict[str, Any]]:
-        """Make the object's tier files cold; what each eviction achieved."""
-        return self.placing.cool(oid, version)
-
-    def op_cool_many(self, keys: list[list[Any]]) -> list[dict[str, Any]]:
-        """:meth:`op_cool` for a batch of objects held here; every eviction."""
-        return self.placing.cool_many(keys)
-
-    def op_set_memory_limit(self, nbytes: int | None) -> int | None:
-        """Set the bytes of objects kept in DRAM before evicting to disk (None: no limit); the old limit."""
-        return self.table.set_memory_limit(nbytes)
-
-    def op_set_cache(self, nbytes: int) -> int:
-        """Set the byte budget of this backend's DRAM cache; the old budget."""
-        return self.placing.set_cache(nbytes)
-
-    def op_rebalance(self, budget: int | None = None, hot_reads: int | None = None) -> list[dict[str, Any]]:
-        """Dynamic placement now, with a new budget when given; the moves made (:meth:`TierPlacement.rebalance`)."""
-        return self.placing.rebalance(budget, hot_reads)
-
-    def op_table(self) -> list[dict[str, Any]]:
-        """What this backend holds: one row per object version."""
-        return self.table.rows()
-
-    def op_null(self) -> None:
-        """Nothing: the cost of a message round trip."""
-        return None
+def _held_here(table: ObjectTable, ref: ObjectRef) -> tuple[ObjectRef, Any]:
+    """``ref``'s version held in the backend's ``table`` (the current one, for a proxy of whatever is
+    current) and its entry; ``NotHere`` if that backend does not hold it."""
+    entry = table.local(ref) if ref.version is not None else None
+    if entry is None:  # a proxy of "the current version": ask the catalogue which that is
+        record = found(table.link.record(ref), ref)
+        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
+        entry = table.local(ref)
+    if entry is None:
+        raise NotHere(
+            f"{ref.label()} is not held by this backend ({table.address}): it lives on other backends "
+            "(or only on disk). Run the task where the object lives (proxy.locations()), or call an active method, "
+            "which does"
+        )
+    return ref, entry
 
 
-# The backend's handler of each operation: ``BackendOp.X`` is handled by ``StoreBackend.op_x``.
-BACKEND_HANDLERS: dict[str, Callable[..., Any]] = {
-    BackendOp.CALL: StoreBackend.op_call,
-    BackendOp.PUT: StoreBackend.op_put,
-    BackendOp.PUT_MANY: StoreBackend.op_put_many,
-    BackendOp.DROP: StoreBackend.op_drop,
-    BackendOp.DROP_MANY: StoreBackend.op_drop_many,
-    BackendOp.GET: StoreBackend.op_get,
-    BackendOp.PUSH: StoreBackend.op_push,
-    BackendOp.COPY_VERSION: StoreBackend.op_copy_version,
-    BackendOp.FLUSH: StoreBackend.op_flush,
-    BackendOp.EVICT: StoreBackend.op_evict,
-    BackendOp.LOAD: StoreBackend.op_load,
-    BackendOp.PLACE: StoreBackend.op_place,
-    BackendOp.PLACE_MANY: StoreBackend.op_place_many,
-    BackendOp.UNPLACE_MANY: StoreBackend.op_unplace_many,
-    BackendOp.COOL: StoreBackend.op_cool,
-    BackendOp.COOL_MANY: StoreBackend.op_cool_many,
-    BackendOp.SET_MEMORY_LIMIT: StoreBackend.op_set_memory_limit,
-    BackendOp.SET_CACHE: StoreBackend.op_set_cache,
-    BackendOp.REBALANCE: StoreBackend.op_rebalance,
-    BackendOp.TABLE: StoreBackend.op_table,
-    BackendOp.NULL: StoreBackend.op_null,
-}
+class LocalWrite:
+    """``local_object(proxy, for_write=True)``: the object under its exclusive lock for a ``with`` block."""
 
-# The operations that copy an object under its shared lock: they run on the backend's copy threads.
-COPIES = frozenset({BackendOp.GET, BackendOp.PUSH, BackendOp.COPY_VERSION})
+    def __init__(self, table: ObjectTable, ref: ObjectRef):
+        self._table = table
+        self._ref = ref
+        self._entry: Any = None
+
+    def __enter__(self) -> Any:
+        if self._entry is not None:
+            raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
+        table, ref = self._table, self._ref
+        record = found(table.link.record(ref), ref)
+        check_writable(ref, record.workers, "local_object(for_write=True)", True)
+        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
+        self._ref, self._entry = table.locked(ref, "local_object", True, find=lambda r: _held_here(table, r))
+        try:
+            table.check_single_copy(self._ref, self._entry, "local_object(for_write=True)")
+        except BaseException:
+            entry, self._entry = self._entry, None
+            entry.lock.release(True)
+            raise
+        set_arrays_writeable(self._entry.obj, True)
+        return self._entry.obj
+
+    def __exit__(self, *exc: object) -> None:
+        entry, self._entry = self._entry, None
+        try:
+            self._table.wrote(self._ref, entry)
+        finally:
+            entry.lock.release(True)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise TypeError(
+            f"local_object(proxy, for_write=True) is a context manager, not the object (no .{name}): "
+            "write inside `with local_object(proxy, for_write=True) as obj:`"
+        )

@@ -1,4 +1,4 @@
-"""A backend's memory of the active calls it was sent (``BackendOp.CALL``), by call id.
+"""A backend's memory of the active calls it was sent (``backend_ops.op_call``), by call id.
 
 A caller sends a :class:`~workbench.runtime.store.protocol.Call` again when it got no reply (the
 connection failed after the backend ran it, or the reply was lost) and to ask whether a long method

@@ -5,8 +5,9 @@ collection), disk copy, which version is current, and aliases; these are written
 so they survive a cluster restart. Locations (which workers hold a copy in memory) live only in
 memory: a restarted cluster has new workers, and an object comes back from its disk copy when it is
 next used. Clients and backends reach the catalogue through one scheduler handler,
-``workbench_store``, whose operations are :class:`~workbench.runtime.store.protocol.CatalogueOp`
-(handled by :data:`CATALOGUE_HANDLERS`); a worker that leaves is dropped from every location at once.
+``workbench_store``, whose operations are its methods decorated with
+:func:`~workbench.runtime.store.wire.catalogue_op` (``op_records`` is the operation ``records``: see
+:mod:`~workbench.runtime.store.wire`); a worker that leaves is dropped from every location at once.
 An operation that changes the file is answered once its change is committed (see
 :mod:`~workbench.runtime.store.catalogue_file`): what a caller was told is done survives a killed scheduler.
 """
@@ -17,12 +18,13 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+import workbench.runtime.store.wire as wire
 from workbench.names import did_you_mean
 from workbench.runtime.dask_seam import add_scheduler_handler, release_unrunnable, worker_addresses
 from workbench.runtime.store.catalogue_file import Batch, CatalogueFile, Statement
@@ -31,15 +33,14 @@ from workbench.runtime.store.protocol import (
     ACTIVE_KEY_MARK,
     HANDLER,
     PLUGIN_NAME,
-    CatalogueOp,
     LoadClaim,
     Missing,
     Record,
     answer,
     encode_locations,
-    handler_for,
     without_gc,
 )
+from workbench.runtime.store.wire import catalogue_op
 
 
 def release_stuck_calls(scheduler: Any) -> list[str]:
@@ -126,15 +127,16 @@ class StoreCatalogue(SchedulerPlugin):
         return await answer(lambda: self.run(action, kwargs))
 
     def run(self, action: str, kwargs: dict[str, Any]) -> Any:
-        """The result of the catalogue operation ``action`` (a :class:`CatalogueOp`, by
-        :data:`CATALOGUE_HANDLERS`), run on the scheduler's event loop: one operation at a time, so
-        each is atomic (``claim_load`` relies on it). An operation that wrote to the file gives an
-        awaitable of its result, done once that write is committed (the reply waits for it; the
-        event loop does not)."""
-        handler = handler_for(CATALOGUE_HANDLERS, action, "the store catalogue")
-        self.received[action] += 1
+        """The result of the catalogue operation called ``action`` (found in :data:`wire.CATALOGUE
+        <workbench.runtime.store.wire.CATALOGUE>`, its arguments checked), run on the scheduler's event
+        loop: one operation at a time, so each is atomic (``claim_load`` relies on it). An operation
+        that wrote to the file gives an awaitable of its result, done once that write is committed
+        (the reply waits for it; the event loop does not)."""
+        operation = wire.CATALOGUE.find(action)
+        arguments = operation.checked(kwargs)
+        self.received[operation.name] += 1
         self._written = None
-        result = handler(self, **kwargs)
+        result = operation.handler(self, **arguments)
         written, self._written = self._written, None
         if written is None:
             return result
@@ -165,7 +167,8 @@ class StoreCatalogue(SchedulerPlugin):
     def _live_workers(self) -> list[str]:
         return sorted(worker_addresses(self.scheduler))
 
-    # -- operations (CatalogueOp.X is handled by op_x, see CATALOGUE_HANDLERS) ------------------------
+    # -- operations (each defined by its handler, see workbench.runtime.store.wire) ---------------------
+    @catalogue_op()
     def op_backends(self, n: int = 1, exclude: list[str] | None = None) -> list[str]:
         """``n`` backends in round-robin order (skipping ``exclude`` when others exist)."""
         workers = self._live_workers()
@@ -176,6 +179,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._turn += n
         return chosen
 
+    @catalogue_op()
     def op_turn(self, n: int, exclude: list[str] | None = None) -> dict[str, Any]:
         """The backends and where ``n`` placements start in their round-robin order (the caller
         places object ``i`` on ``workers[(start + i) % len(workers)]``): the answer to ``backends(n)``
@@ -188,6 +192,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._turn += int(n)
         return {"workers": candidates, "start": start}
 
+    @catalogue_op()
     def op_register_groups(self, groups: list[dict[str, Any]]) -> int:
         """``op_register`` of a batch sent by columns: each group's ``common`` fields (class, methods,
         kind, version ...) once, then its ``entries`` (id, size, worker, alias); one commit for all."""
@@ -198,6 +203,7 @@ class StoreCatalogue(SchedulerPlugin):
                 entries.extend({**common, **e} for e in group["entries"])
         return self.op_register(entries)
 
+    @catalogue_op()
     def op_register(self, entries: list[dict[str, Any]]) -> int:
         """Add objects (id, version, class, methods, size, kind, meta, worker, alias) in one commit."""
         for e in entries:
@@ -262,6 +268,7 @@ class StoreCatalogue(SchedulerPlugin):
         )
         return len(entries)
 
+    @catalogue_op(resend=True)
     def op_alias(self, alias: str) -> str:
         """The object id of ``alias``; an error with close matches when there is none."""
         if alias in self.aliases:
@@ -272,6 +279,7 @@ class StoreCatalogue(SchedulerPlugin):
             + (f"; {hint}" if hint else f"; the store has {len(self.aliases)} aliases (store.aliases() lists them)")
         )
 
+    @catalogue_op(resend=True)
     def op_set_alias(self, alias: str, oid: str) -> None:
         """Give object ``oid`` the alias ``alias``."""
         check_alias(alias)
@@ -280,6 +288,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._set_alias(alias, oid)
         self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
 
+    @catalogue_op(resend=True)
     def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
         """For each ``[oid, version or None]``: its :class:`Record` with live locations, or why it is
         :class:`Missing` (as message parts)."""
@@ -310,6 +319,7 @@ class StoreCatalogue(SchedulerPlugin):
             )
         return out
 
+    @catalogue_op(resend=True)
     def op_locations(self, oids: str) -> dict[str, Any]:
         """Live locations of each object's current version, for ``oids`` joined by newlines, in the
         compact reply of :func:`~workbench.runtime.store.protocol.encode_locations`. A location
@@ -326,6 +336,7 @@ class StoreCatalogue(SchedulerPlugin):
             ]
         return encode_locations(held_by, set(worker_addresses(self.scheduler)))
 
+    @catalogue_op(resend=True)
     def op_add_location(self, oid: str, version: int, worker: str) -> None:
         """``worker`` holds the object now; a ``KeyError`` if it was deleted meanwhile (the backend then
         drops its copy: a location of a deleted object would keep that copy alive for ever)."""
@@ -336,6 +347,7 @@ class StoreCatalogue(SchedulerPlugin):
         for pending in (self.lost_from, self.loading, self.last_holder):
             pending.pop(key, None)
 
+    @catalogue_op()
     def op_claim_load(self, oid: str, version: int, worker: str | None = None) -> dict[str, Any]:
         """Where an object only on disk comes back: one backend, whoever asks.
 
@@ -364,6 +376,7 @@ class StoreCatalogue(SchedulerPlugin):
             self.loading[key] = target
         return LoadClaim([], load_on=target, disk_path=record["disk_path"]).to_wire()
 
+    @catalogue_op(resend=True)
     def op_remove_location(self, oid: str, version: int, worker: str) -> None:
         """A backend no longer holds this version."""
         key = (oid, int(version))
@@ -372,6 +385,7 @@ class StoreCatalogue(SchedulerPlugin):
         if not held_by and key in self.objects:  # evicted: it comes back here (see op_claim_load)
             self.last_holder[key] = worker
 
+    @catalogue_op(resend=True)
     def op_set_disk(self, oid: str, version: int, disk_path: str | None) -> bool:
         """Record the object's disk copy (None: it has none); False when the object was deleted meanwhile."""
         key = (oid, int(version))
@@ -381,6 +395,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._commit([("UPDATE objects SET disk_path=? WHERE oid=? AND version=?", (disk_path, oid, int(version)))])
         return True
 
+    @catalogue_op(resend=True)
     def op_set_nbytes(self, oid: str, version: int, nbytes: int) -> None:
         """Record the size of a version after a writing method."""
         key = (oid, int(version))
@@ -388,6 +403,7 @@ class StoreCatalogue(SchedulerPlugin):
             self.objects[key]["nbytes"] = int(nbytes)
             self._commit([("UPDATE objects SET nbytes=? WHERE oid=? AND version=?", (int(nbytes), oid, int(version)))])
 
+    @catalogue_op()
     def op_new_version(self, oid: str, version: int, worker: str) -> int:
         """Register version ``max + 1`` of ``oid``, copied from ``version`` on ``worker`` (not current yet)."""
         source = self.objects.get((oid, int(version)))
@@ -399,6 +415,7 @@ class StoreCatalogue(SchedulerPlugin):
         )
         return new
 
+    @catalogue_op()
     def op_consolidate(self, oid: str, version: int) -> list[dict[str, Any]]:
         """Make ``version`` current; the replaced version is dropped. Returns what backends must drop."""
         if (oid, int(version)) not in self.objects:
@@ -413,6 +430,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._commit(statements)
         return dropped
 
+    @catalogue_op()
     def op_delete(self, oids: list[str]) -> list[dict[str, Any]]:
         """Forget every version of ``oids`` and their aliases; returns what backends must drop."""
         live = set(worker_addresses(self.scheduler))
@@ -451,6 +469,7 @@ class StoreCatalogue(SchedulerPlugin):
         held_by = sorted(self.locations.pop(key, set()) & live)
         return {"oid": key[0], "version": key[1], "workers": held_by, "disk_path": record["disk_path"]}
 
+    @catalogue_op(resend=True)
     def op_list(self) -> list[dict[str, Any]]:
         """Every object version: id, version, class, kind, size, locations, disk copy, aliases."""
         live = set(worker_addresses(self.scheduler))
@@ -470,34 +489,12 @@ class StoreCatalogue(SchedulerPlugin):
             for (oid, version), r in sorted(self.objects.items(), key=lambda kv: kv[1]["created"])
         ]
 
+    @catalogue_op(resend=True)
     def op_aliases(self) -> dict[str, str]:
         """Alias -> object id, for every alias."""
         return dict(self.aliases)
 
+    @catalogue_op(resend=True)
     def op_directory(self) -> str:
         """The store's directory."""
         return self.directory
-
-
-# The catalogue's handler of each operation: ``CatalogueOp.X`` is handled by ``StoreCatalogue.op_x``.
-CATALOGUE_HANDLERS: dict[str, Callable[..., Any]] = {
-    CatalogueOp.BACKENDS: StoreCatalogue.op_backends,
-    CatalogueOp.TURN: StoreCatalogue.op_turn,
-    CatalogueOp.REGISTER: StoreCatalogue.op_register,
-    CatalogueOp.REGISTER_GROUPS: StoreCatalogue.op_register_groups,
-    CatalogueOp.ALIAS: StoreCatalogue.op_alias,
-    CatalogueOp.SET_ALIAS: StoreCatalogue.op_set_alias,
-    CatalogueOp.RECORDS: StoreCatalogue.op_records,
-    CatalogueOp.LOCATIONS: StoreCatalogue.op_locations,
-    CatalogueOp.ADD_LOCATION: StoreCatalogue.op_add_location,
-    CatalogueOp.REMOVE_LOCATION: StoreCatalogue.op_remove_location,
-    CatalogueOp.CLAIM_LOAD: StoreCatalogue.op_claim_load,
-    CatalogueOp.SET_DISK: StoreCatalogue.op_set_disk,
-    CatalogueOp.SET_NBYTES: StoreCatalogue.op_set_nbytes,
-    CatalogueOp.NEW_VERSION: StoreCatalogue.op_new_version,
-    CatalogueOp.CONSOLIDATE: StoreCatalogue.op_consolidate,
-    CatalogueOp.DELETE: StoreCatalogue.op_delete,
-    CatalogueOp.LIST: StoreCatalogue.op_list,
-    CatalogueOp.ALIASES: StoreCatalogue.op_aliases,
-    CatalogueOp.DIRECTORY: StoreCatalogue.op_directory,
-}

@@ -23,6 +23,7 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 
+import workbench.runtime.store.backend_ops as backend_ops
 import workbench.runtime.store.tiering as tiering
 from workbench.kernels.cache import private_directories
 from workbench.memory.tiers import others_could_swap
@@ -54,8 +55,6 @@ from workbench.runtime.store.protocol import (
     CALL_SECONDS,
     HANDLER,
     PLUGIN_NAME,
-    BackendOp,
-    CatalogueOp,
     Missing,
     Record,
     Resolved,
@@ -249,7 +248,7 @@ class Store:
         if cache_bytes is not None:
             _check_bytes(cache_bytes, "cache_bytes is a number of bytes per backend")
         self._tier = tiering.check_tier(tier)
-        if self._tier == "disk":
+        if tiering.evicts(self._tier):
             raise ValueError(
                 "new objects start in memory or in a mapped file: tier='dram', 'mapped', 'cached' or 'dynamic'"
             )
@@ -320,16 +319,6 @@ class Store:
                 detach(self.session)
             raise
 
-    # -- plumbing (the link's, for callers that hold the store) -----------------------------------
-    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
-        """One catalogue operation (see :meth:`Link.catalogue <workbench.runtime.store.link.Link.catalogue>`)."""
-        return self.link.catalogue(op, **kwargs)
-
-    def backend(self, address: str, op: BackendOp, timeout: float | None = None, **kwargs: Any) -> Any:
-        """One operation on the backend at ``address`` (see :meth:`Link.backend
-        <workbench.runtime.store.link.Link.backend>`): ``BackendUnreachable`` if it does not answer."""
-        return self.link.backend(address, op, timeout, **kwargs)
-
     def backends(self) -> list[str]:
         """Addresses of the workers with a backend."""
         return self.session.workers()
@@ -343,14 +332,14 @@ class Store:
         tiers they were on, and the error says why."""
         tiering.check_tier(tier)
         refs = _batch_refs(proxies)
-        if tier == "disk":  # objects only on disk are there already: nothing to load
+        if tiering.evicts(tier):  # objects only on disk are there already: nothing to load
             by_worker: dict[str, list[list[Any]]] = {}
             for ref, record in zip(refs, self.link.records(refs)):
                 record = found(record, ref)
                 for w in record.workers:
                     by_worker.setdefault(w, []).append([ref.oid, record.version])
             for w, keys in by_worker.items():
-                self.link.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
+                self.link.backend(w, backend_ops.op_place_many, keys=keys, tier=tier, reason=reason)
             return len(refs)
         placed: dict[str, list[list[Any]]] = {}
         pending = refs
@@ -362,7 +351,7 @@ class Store:
                         by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
                 missing: set[str] = set()
                 for w, keys in by_worker.items():
-                    reply = self.link.backend(w, BackendOp.PLACE_MANY, keys=keys, tier=tier, reason=reason)
+                    reply = self.link.backend(w, backend_ops.op_place_many, keys=keys, tier=tier, reason=reason)
                     placed.setdefault(w, []).extend(reply["placed"])
                     missing.update(str(k[0]) for k in reply["missing"])
                 if not missing:
@@ -375,7 +364,7 @@ class Store:
         except BaseException:
             for w, done in placed.items():
                 try:
-                    self.link.backend(w, BackendOp.UNPLACE_MANY, placed=done, tier=tier)
+                    self.link.backend(w, backend_ops.op_unplace_many, placed=done, tier=tier)
                 except Exception:  # noqa: S112 - the backend is gone: its objects with it; the error says why
                     continue
             raise
@@ -386,19 +375,20 @@ class Store:
         for resolved in self.link.resolve([p.ref for p in proxies]):
             for w in resolved.workers:
                 by_worker.setdefault(w, []).append([resolved.ref.oid, resolved.ref.version])
-        return [e for w, keys in by_worker.items() for e in self.link.backend(w, BackendOp.COOL_MANY, keys=keys)]
+        return [e for w, keys in by_worker.items() for e in self.link.backend(w, backend_ops.op_cool_many, keys=keys)]
 
-    def set_memory_limit(self, nbytes: int | None) -> dict[str, int | None]:
-        """Set every backend's DRAM budget for objects (beyond it the least recently used go to the
-        disk tier; None: no limit); each backend's old limit, to set back."""
+    def set_memory_limit(self, nbytes: int | None, backends: Iterable[str] | None = None) -> dict[str, int | None]:
+        """Set the DRAM budget for objects of every backend (or of ``backends``: addresses), beyond which
+        the least recently used go to the disk tier (None: no limit); each backend's old limit, to set back."""
         _check_limit(nbytes)
-        return {w: self.link.backend(w, BackendOp.SET_MEMORY_LIMIT, nbytes=nbytes) for w in self.backends()}
+        chosen = self.backends() if backends is None else list(backends)
+        return {w: self.link.backend(w, backend_ops.op_set_memory_limit, nbytes=nbytes) for w in chosen}
 
     def set_cache(self, nbytes: int) -> None:
         """Set every backend's DRAM cache budget (for ``cached`` objects) to ``nbytes``."""
         _check_bytes(nbytes, "a cache budget is bytes per backend")
         for w in self.backends():
-            self.link.backend(w, BackendOp.SET_CACHE, nbytes=nbytes)
+            self.link.backend(w, backend_ops.op_set_cache, nbytes=nbytes)
 
     def set_dynamic_budget(self, budget: int) -> None:
         """Set every backend's DRAM budget for dynamic placement (``rebalance(budget)``), unless this
@@ -420,7 +410,7 @@ class Store:
         return [
             {"worker": w, **move}
             for w in self.backends()
-            for move in self.link.backend(w, BackendOp.REBALANCE, budget=budget, hot_reads=hot_reads)
+            for move in self.link.backend(w, backend_ops.op_rebalance, budget=budget, hot_reads=hot_reads)
         ]
 
     def close(self) -> None:
@@ -479,7 +469,7 @@ class Store:
             check_alias(alias)
         known = set(self.backends())
         if backends is None:  # round-robin from where the catalogue's turn is
-            turn = self.link.catalogue(CatalogueOp.TURN, n=len(objs))
+            turn = self.link.catalogue(StoreCatalogue.op_turn, n=len(objs))
             workers, start = list(turn["workers"]), int(turn["start"])
             backends = [workers[(start + i) % len(workers)] for i in range(len(objs))]
         backends = list(backends)
@@ -490,7 +480,7 @@ class Store:
         for b in backends:
             if b not in known:
                 raise ValueError(f"backend {b!r} is not a worker of this cluster; backends are {sorted(known)}")
-        taken = self.link.catalogue(CatalogueOp.ALIASES)
+        taken = self.link.catalogue(StoreCatalogue.op_aliases)
         for alias in aliases:
             if alias is not None and alias in taken:
                 raise ValueError(
@@ -528,7 +518,7 @@ class Store:
                 groups[cls]["entries"].append(entry)
         # In the catalogue first (one transaction): a backend taking objects may evict others to
         # disk, and tells the catalogue about objects it knows.
-        self.link.catalogue(CatalogueOp.REGISTER_GROUPS, groups=list(groups.values()))
+        self.link.catalogue(StoreCatalogue.op_register_groups, groups=list(groups.values()))
         self._put_batches(by_backend, payloads, oids)
         labels = {cls: (group["common"]["class_label"], group["common"]["methods"]) for cls, group in groups.items()}
         with without_gc():
@@ -541,14 +531,14 @@ class Store:
         """One ``put_many`` message per backend, all in flight together; if any fails, the batch is
         taken back everywhere (catalogue and backends) before the error is raised."""
         messages = {b: {"keys": [[oids[i], 0] for i in indexes], **payloads[b]} for b, indexes in by_backend.items()}
-        _, failures = self.link.backends_together(BackendOp.PUT_MANY, messages)
+        _, failures = self.link.backends_together(backend_ops.op_put_many, messages)
         if failures:
             with contextlib.suppress(Exception):
-                self.link.catalogue(CatalogueOp.DELETE, oids=oids)
+                self.link.catalogue(StoreCatalogue.op_delete, oids=oids)
             for b in by_backend:  # a failed backend may be gone: asked briefly, in case it took its part
                 with contextlib.suppress(Exception):
                     keys = [[oids[i], 0] for i in by_backend[b]]
-                    self.link.backend(b, BackendOp.DROP_MANY, keys=keys, timeout=2.0 if b in failures else None)
+                    self.link.backend(b, backend_ops.op_drop_many, keys=keys, timeout=2.0 if b in failures else None)
             b, error = next(iter(failures.items()))
             if isinstance(error, BackendUnreachable):
                 cause = error.__cause__
@@ -575,7 +565,7 @@ class Store:
                 f"block_class must be a PersistentObject subclass taking the block's array, got {block_class!r}"
             )
         check_alias(alias)
-        if alias is not None and alias in self.link.catalogue(CatalogueOp.ALIASES):
+        if alias is not None and alias in self.link.catalogue(StoreCatalogue.op_aliases):
             raise ValueError(f"alias {alias!r} is already taken: choose another, or delete that collection first")
         ship_by_value(block_class, self)
         if isinstance(array, da.Array):
@@ -613,7 +603,7 @@ class Store:
         try:
             self.session.run(store_blocks_here, assignments, block_class, workers=list(assignments))
         except BaseException:
-            self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=oids))
+            self.drop_deleted(self.link.catalogue(StoreCatalogue.op_delete, oids=oids))
             raise
         chunks = list(row_counts)
         return oids, chunks, [sum(chunks), *(int(n) for n in array.shape[1:])], str(array.dtype)
@@ -646,7 +636,7 @@ class Store:
         (e.g. the alias was taken meanwhile), the blocks are deleted too."""
         try:
             self.link.catalogue(
-                CatalogueOp.REGISTER,
+                StoreCatalogue.op_register,
                 entries=[
                     {
                         "oid": oid,
@@ -662,7 +652,7 @@ class Store:
                 ],
             )
         except BaseException:
-            self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=meta["blocks"]))
+            self.drop_deleted(self.link.catalogue(StoreCatalogue.op_delete, oids=meta["blocks"]))
             raise
 
     def _collection(
@@ -691,7 +681,7 @@ class Store:
     def get_by_alias(self, alias: str) -> Proxy | BlockCollection:
         """The object (or block collection) called ``alias``; ``UnknownAlias`` with close matches if none."""
         check_alias(alias)
-        oid = self.link.catalogue(CatalogueOp.ALIAS, alias=alias)
+        oid = self.link.catalogue(StoreCatalogue.op_alias, alias=alias)
         (record,) = self.link.records([ObjectRef(oid)])
         if isinstance(record, Missing):
             raise UnknownAlias(f"alias {alias!r} names object {oid[:8]}, which was {record.reason}")
@@ -717,13 +707,13 @@ class Store:
     def objects(self) -> pd.DataFrame:
         """Every object version in the catalogue: id, class, kind, bytes, locations, disk copy, aliases."""
         return pd.DataFrame(
-            self.link.catalogue(CatalogueOp.LIST),
+            self.link.catalogue(StoreCatalogue.op_list),
             columns=["oid", "version", "current", "class", "kind", "nbytes", "workers", "disk_path", "aliases"],
         )
 
     def aliases(self) -> dict[str, str]:
         """Alias -> object id, for every alias in the store."""
-        return dict(self.link.catalogue(CatalogueOp.ALIASES))
+        return dict(self.link.catalogue(StoreCatalogue.op_aliases))
 
     def flush(self, objects: Iterable[Proxy] | None = None) -> int:
         """Write objects (default: every object in memory) to the disk tier; returns how many."""
@@ -732,19 +722,21 @@ class Store:
             if objects is not None
             else [
                 ObjectRef(r["oid"], r["version"], pinned=True)
-                for r in self.link.catalogue(CatalogueOp.LIST)
+                for r in self.link.catalogue(StoreCatalogue.op_list)
                 if r["workers"] and r["kind"] == "object"
             ]
         )
         count = 0
         for resolved in self.link.resolve(refs):
-            self.link.backend(resolved.workers[0], BackendOp.FLUSH, oid=resolved.ref.oid, version=resolved.ref.version)
+            self.link.backend(
+                resolved.workers[0], backend_ops.op_flush, oid=resolved.ref.oid, version=resolved.ref.version
+            )
             count += 1
         return count
 
     def delete(self, objects: Iterable[Proxy]) -> None:
         """Delete objects (every version, alias, replica and disk copy)."""
-        self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=[p.ref.oid for p in objects]))
+        self.drop_deleted(self.link.catalogue(StoreCatalogue.op_delete, oids=[p.ref.oid for p in objects]))
 
     def drop_deleted(self, dropped: list[dict[str, Any]]) -> None:
         """Make the backends forget what the catalogue deleted (one message per backend) and remove
@@ -755,7 +747,7 @@ class Store:
                 by_worker.setdefault(worker, []).append([d["oid"], d["version"]])
         for worker, keys in by_worker.items():
             try:
-                self.link.backend(worker, BackendOp.DROP_MANY, keys=keys)
+                self.link.backend(worker, backend_ops.op_drop_many, keys=keys)
             except BackendUnreachable:  # the backend left meanwhile: nothing to drop there
                 pass
         for d in dropped:
@@ -764,15 +756,15 @@ class Store:
 
     def clear(self) -> int:
         """Delete every object of the store; returns how many objects were deleted."""
-        oids = sorted({r["oid"] for r in self.link.catalogue(CatalogueOp.LIST)})
-        self.drop_deleted(self.link.catalogue(CatalogueOp.DELETE, oids=oids))
+        oids = sorted({r["oid"] for r in self.link.catalogue(StoreCatalogue.op_list)})
+        self.drop_deleted(self.link.catalogue(StoreCatalogue.op_delete, oids=oids))
         return len(oids)
 
     def backend_tables(self) -> pd.DataFrame:
         """What each backend holds in memory right now (asked of the backends themselves)."""
         rows = []
         for worker in self.backends():
-            rows += [{"worker": worker, **r} for r in self.link.backend(worker, BackendOp.TABLE)]
+            rows += [{"worker": worker, **r} for r in self.link.backend(worker, backend_ops.op_table)]
         return pd.DataFrame(rows, columns=["worker", "oid", "version", "class", "nbytes", "on_disk"])
 
 

@@ -1,14 +1,16 @@
-"""Handles on stored objects, as the caller holds them: ``Proxy``, ``ActiveMethod``, ``BlockCollection``.
+"""Handles on stored objects, as the caller holds them: ``Proxy``, ``ActiveMethod``,
+``BlockCollection``.
 
-``proxy.method(*args)`` runs on the backend holding the object and returns a Dask future (the task
-body is :func:`~workbench.runtime.store.tasks.run_active`); ``proxy.method.value(*args)`` sends the
-backend the operation ``BackendOp.CALL`` through the store's link (:meth:`Link.backend
-<workbench.runtime.store.link.Link.backend>`), which ``BACKEND_HANDLERS`` in
-:mod:`~workbench.runtime.store.backend` hands to ``StoreBackend.op_call``; ``.local`` fetches a copy
-and runs here. A handle holds its :class:`Owner` (the ``Store`` it came from): its link for messages,
-its session for tasks. A handle travels as its reference; where it arrives it belongs to the current
-store of that process (:mod:`~workbench.runtime.store.current`). ``persist_here`` and
-``run_active_to_store`` are here too: task bodies that make new handles.
+``proxy.method(*args)`` runs on the backend holding the object and returns a Dask future: its task
+is made by :func:`active_task`, the one maker of active-call tasks (its body is
+:func:`~workbench.runtime.store.tasks.run_active`), and submitted by :func:`submit_active`;
+``proxy.method.value(*args)`` sends the backend the operation :func:`backend_ops.op_call
+<workbench.runtime.store.backend_ops.op_call>` through the store's link (:meth:`Link.call
+<workbench.runtime.store.link.Link.call>`); ``.local`` fetches a copy and runs here. A handle holds
+its :class:`Owner` (the ``Store`` it came from): its link for messages, its session for tasks. A
+handle travels as its reference; where it arrives it belongs to the current store of that process
+(:mod:`~workbench.runtime.store.current`). ``persist_here`` and ``run_active_to_store`` are here
+too: task bodies that make new handles.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any, Protocol, cast
 import numpy as np
 from distributed import Future
 
+import workbench.runtime.store.backend_ops as backend_ops
 import workbench.runtime.store.tiering as tiering
 from workbench import kernels
 from workbench.runtime.dask_seam import serialized
 from workbench.runtime.session import PinnedCall, Session
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.current import current_store
 from workbench.runtime.store.errors import StoreError, check_writable
 from workbench.runtime.store.link import Link
@@ -37,7 +41,7 @@ from workbench.runtime.store.model import (
     class_name,
     ship_by_value,
 )
-from workbench.runtime.store.protocol import BackendOp, Call, CatalogueOp, Resolved, call_task_name, found
+from workbench.runtime.store.protocol import Call, Resolved, call_task_name, found
 from workbench.runtime.store.tasks import local_backend, run_active, run_non_active
 from workbench.runtime.trace import task_key
 
@@ -75,7 +79,8 @@ class ActiveMethod:
         """Run on the backend holding the object, as a Dask task; returns its future."""
         store = self.proxy.store
         (resolved,) = store.link.resolve([self.proxy.ref])
-        return submit_active(store, resolved.ref, resolved.workers, self.name, self.writes, args, kwargs)
+        (future,) = submit_active(store.session, [active_task(resolved, self.name, self.writes, args, kwargs)])
+        return future
 
     def value(self, *args: Any, **kwargs: Any) -> Any:
         """Run on the backend holding the object and return the plain value (one direct round trip
@@ -121,23 +126,11 @@ class ActiveMethod:
         check_alias(alias)
 
         def call(*args: Any, **kwargs: Any) -> Future:
-            (resolved,) = self.proxy.store.link.resolve([self.proxy.ref])
-            ref, workers = resolved.ref, resolved.workers
-            check_writable(ref, workers, self.name, self.writes)
-            return self.proxy.store.session.client.submit(
-                run_active_to_store,
-                ref,
-                self.name,
-                self.writes,
-                args,
-                kwargs,
-                tier,
-                alias,
-                workers=workers,
-                allow_other_workers=False,
-                pure=False,
-                key=task_key(call_task_name(self.name, active=True)),
-            )
+            store = self.proxy.store
+            (resolved,) = store.link.resolve([self.proxy.ref])
+            task = active_task(resolved, self.name, self.writes, args, kwargs, kept=(tier, alias))
+            (future,) = submit_active(store.session, [task])
+            return future
 
         return call
 
@@ -164,56 +157,45 @@ def run_active_to_store(
             "or a PersistentObject (call the method without to_store for any other value)"
         )
     proxy = persist_here(result, alias)
-    if tier != "dram":
-        local_backend().placing.place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
+    if tiering.placed_when_new(tier):
+        local_backend().place(proxy.ref.oid, 0, tier, reason=f"the result of {method!r} placed on {tier}")
     return proxy
 
 
-def submit_active(
-    store: Owner,
-    ref: ObjectRef,
-    workers: list[str],
+def active_task(
+    target: Resolved,
     method: str,
     writes: bool,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> Future:
-    """The task of one active call, pinned to the object's locations (any of them, for a read).
+    kept: tuple[str, str | None] | None = None,
+    name: str | None = None,
+) -> PinnedCall:
+    """The task of one active call of ``method`` on the object ``target`` resolved, pinned to the
+    backends holding it (any of them, for a read): every active-call task is made here.
 
-    One task is one graph either way; ``client.submit`` builds it with less overhead than a graph
-    of delayed calls (this is the path ``workbench bench store`` times).
+    ``kept``: ``(tier, alias)`` keeps the result in the store, a new object on that tier
+    (:func:`run_active_to_store`); ``name``: what its key is named after (default: the method), a
+    key that marks it active (``call_task_name``) so that the catalogue frees it when its backends leave.
     """
-    check_writable(ref, workers, method, writes)
-    return store.session.client.submit(
-        run_active,
-        ref,
-        method,
-        writes,
-        args,
-        kwargs,
-        workers=workers,
-        allow_other_workers=False,
-        pure=False,
-        key=task_key(call_task_name(method, active=True)),
-    )
+    check_writable(target.ref, target.workers, method, writes)
+    key = task_key(call_task_name(name or method, active=True))
+    if kept is None:
+        return PinnedCall(run_active, (target.ref, method, writes, args, kwargs), target.workers, key)
+    return PinnedCall(run_active_to_store, (target.ref, method, writes, args, kwargs, *kept), target.workers, key)
 
 
-def submit_active_many(
-    store: Owner,
-    targets: Sequence[Resolved],
-    method: str,
-    writes: bool,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> list[Future]:
-    """One active call per resolved object, each pinned to the backends holding it, submitted as one
-    graph (one scheduler message for a whole collection, not one per block)."""
-    for target in targets:
-        check_writable(target.ref, target.workers, method, writes)
-    name = call_task_name(method, active=True)
-    return store.session.submit_pinned(
-        [PinnedCall(run_active, (t.ref, method, writes, args, kwargs), t.workers, task_key(name)) for t in targets]
+def submit_active(session: Session, tasks: Sequence[PinnedCall]) -> list[Future]:
+    """Submit active-call tasks (:func:`active_task`), their futures in order: one task by
+    ``client.submit``, which builds it with less overhead than a graph (the path ``workbench bench
+    store`` times); several as one graph (one scheduler message for a whole collection, not one per block)."""
+    if len(tasks) != 1:
+        return session.submit_pinned(tasks)
+    (task,) = tasks
+    future = session.client.submit(
+        task.function, *task.args, workers=list(task.worker), allow_other_workers=False, pure=False, key=task.key
     )
+    return [future]
 
 
 class Proxy(StoredHandle):
@@ -287,7 +269,7 @@ class Proxy(StoredHandle):
 
         def once(again: bool) -> Any:
             ref, workers = self._resolved(refresh=True)
-            return link.backend(workers[0], BackendOp.GET, oid=ref.oid, version=ref.version)
+            return link.backend(workers[0], backend_ops.op_get, oid=ref.oid, version=ref.version)
 
         return link.retrying(once)
 
@@ -302,12 +284,12 @@ class Proxy(StoredHandle):
             # The target records itself in the catalogue as a holder; the source drops the object
             # once it is there, before a writing call waiting for it can change the dropped copy.
             self.store.link.backend(
-                workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend, move=True
+                workers[0], backend_ops.op_push, oid=ref.oid, version=ref.version, target=backend, move=True
             )
             others = others[1:]  # the source dropped itself
         for w in others:  # the replicas
-            self.store.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
-            self.store.link.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+            self.store.link.catalogue(StoreCatalogue.op_remove_location, oid=ref.oid, version=ref.version, worker=w)
+            self.store.link.backend(w, backend_ops.op_drop, oid=ref.oid, version=ref.version)
         self._locations = [backend]
         return self
 
@@ -315,11 +297,11 @@ class Proxy(StoredHandle):
         """Copy the object to another backend (default: one that does not hold it); returns where."""
         ref, workers = self._resolved(refresh=True)
         if backend is None:
-            (backend,) = self.store.link.catalogue(CatalogueOp.BACKENDS, n=1, exclude=workers)
+            (backend,) = self.store.link.catalogue(StoreCatalogue.op_backends, n=1, exclude=workers)
         self._check_backend(backend)
         if backend not in workers:
             # The target records itself in the catalogue as a holder.
-            self.store.link.backend(workers[0], BackendOp.PUSH, oid=ref.oid, version=ref.version, target=backend)
+            self.store.link.backend(workers[0], backend_ops.op_push, oid=ref.oid, version=ref.version, target=backend)
         self._locations = None
         return backend
 
@@ -327,15 +309,19 @@ class Proxy(StoredHandle):
         """Keep one copy only (before calling a writing method on a replicated object)."""
         ref, workers = self._resolved(refresh=True)
         for w in workers[1:]:
-            self.store.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=ref.oid, version=ref.version, worker=w)
-            self.store.link.backend(w, BackendOp.DROP, oid=ref.oid, version=ref.version)
+            self.store.link.catalogue(StoreCatalogue.op_remove_location, oid=ref.oid, version=ref.version, worker=w)
+            self.store.link.backend(w, backend_ops.op_drop, oid=ref.oid, version=ref.version)
         self._locations = None
 
     def new_version(self) -> Proxy:
         """A copy of the object as a new version on the same backend; change it, then ``consolidate()``."""
         ref, workers = self._resolved(refresh=True)
-        new = self.store.link.catalogue(CatalogueOp.NEW_VERSION, oid=ref.oid, version=ref.version, worker=workers[0])
-        self.store.link.backend(workers[0], BackendOp.COPY_VERSION, oid=ref.oid, version=ref.version, new_version=new)
+        new = self.store.link.catalogue(
+            StoreCatalogue.op_new_version, oid=ref.oid, version=ref.version, worker=workers[0]
+        )
+        self.store.link.backend(
+            workers[0], backend_ops.op_copy_version, oid=ref.oid, version=ref.version, new_version=new
+        )
         return Proxy(ObjectRef(ref.oid, new, ref.alias, ref.class_label, pinned=True), self.methods, self.store)
 
     def consolidate(self) -> Proxy:
@@ -345,7 +331,7 @@ class Proxy(StoredHandle):
                 f"{self.ref.label()} is the current version already: consolidate() a proxy from new_version()"
             )
         self.store.drop_deleted(
-            self.store.link.catalogue(CatalogueOp.CONSOLIDATE, oid=self.ref.oid, version=self.ref.version)
+            self.store.link.catalogue(StoreCatalogue.op_consolidate, oid=self.ref.oid, version=self.ref.version)
         )
         return Proxy(
             ObjectRef(self.ref.oid, self.ref.version, self.ref.alias, self.ref.class_label), self.methods, self.store
@@ -354,7 +340,7 @@ class Proxy(StoredHandle):
     def flush(self) -> str:
         """Write the object to the disk tier (it also stays in memory); returns the file."""
         ref, workers = self._resolved(refresh=True)
-        return self.store.link.backend(workers[0], BackendOp.FLUSH, oid=ref.oid, version=ref.version)
+        return self.store.link.backend(workers[0], backend_ops.op_flush, oid=ref.oid, version=ref.version)
 
     def place(self, tier: str, reason: str = "") -> list[dict[str, Any]]:
         """Put the object's numpy attributes on ``tier`` on every backend holding it: ``dram``, ``mapped``
@@ -364,10 +350,10 @@ class Proxy(StoredHandle):
         tier = tiering.check_tier(tier)
         ref, workers = self._resolved(refresh=True)
         placed = [
-            self.store.link.backend(w, BackendOp.PLACE, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
+            self.store.link.backend(w, backend_ops.op_place, oid=ref.oid, version=ref.version, tier=tier, reason=reason)
             for w in workers
         ]
-        if tier == "disk":
+        if tiering.evicts(tier):
             self._locations = None
         return placed
 
@@ -377,7 +363,7 @@ class Proxy(StoredHandle):
         ref, workers = ObjectRef(self.ref.oid, info["version"]), info["workers"]
         if not workers:
             return "disk"
-        rows = self.store.link.backend(workers[0], BackendOp.TABLE)
+        rows = self.store.link.backend(workers[0], backend_ops.op_table)
         return next((r["tier"] for r in rows if r["oid"] == ref.oid and r["version"] == ref.version), "disk")
 
     def cool(self) -> list[dict[str, Any]]:
@@ -385,14 +371,16 @@ class Proxy(StoredHandle):
         for a cold run; each eviction says whether the medium could be made cold and why not."""
         ref, workers = self._resolved(refresh=True)
         return [
-            e for w in workers for e in self.store.link.backend(w, BackendOp.COOL, oid=ref.oid, version=ref.version)
+            e
+            for w in workers
+            for e in self.store.link.backend(w, backend_ops.op_cool, oid=ref.oid, version=ref.version)
         ]
 
     def evict(self) -> None:
         """Move the object to the disk tier only (reloaded into memory on its next use)."""
         ref, workers = self._resolved(refresh=True)
         for w in workers:
-            self.store.link.backend(w, BackendOp.EVICT, oid=ref.oid, version=ref.version)
+            self.store.link.backend(w, backend_ops.op_evict, oid=ref.oid, version=ref.version)
         self._locations = None
 
     def delete(self) -> None:
@@ -501,9 +489,8 @@ class BlockCollection:
         if self.blocks:
             check_method("the blocks", self.blocks[0].methods, method)
         writes = self.blocks[0].methods.get(method, False) if self.blocks else False
-        return submit_active_many(
-            self.store, self.store.link.resolve([b.ref for b in self.blocks]), method, writes, args, kwargs
-        )
+        targets = self.store.link.resolve([b.ref for b in self.blocks])
+        return submit_active(self.store.session, [active_task(t, method, writes, args, kwargs) for t in targets])
 
     def fetch(self) -> np.ndarray:
         """The whole array, here (every block copied to the caller)."""
@@ -524,7 +511,7 @@ def persist_here(obj: Any, alias: str | None = None) -> Proxy:
     check_alias(alias)
     ship_by_value(type(obj), local_backend())
     oid = uuid.uuid4().hex
-    local_backend().table.register_and_add(obj, oid, alias)
+    local_backend().adopt(obj, oid, alias)
     return Proxy(ObjectRef(oid, 0, alias, class_name(type(obj))), type(obj).active_methods())
 
 

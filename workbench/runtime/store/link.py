@@ -32,14 +32,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.dask_seam import client_link, worker_link
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, StoreError, UnknownAlias, object_lost
 from workbench.runtime.store.model import ObjectRef
 from workbench.runtime.store.protocol import (
-    BackendOp,
     Call,
     CallAnswer,
-    CatalogueOp,
     LoadClaim,
     Missing,
     Record,
@@ -49,6 +49,7 @@ from workbench.runtime.store.protocol import (
     record_from_wire,
     unpack_reply,
 )
+from workbench.runtime.store.wire import End, Operation, message
 
 T = TypeVar("T")
 FIRST_PAUSE, LONGEST_PAUSE = 0.001, 0.1  # seconds between tries of retrying(): doubling from the first
@@ -101,26 +102,31 @@ class Link:
             raise StoreError(self._closed)
 
     # -- the catalogue -------------------------------------------------------------------------------
-    async def catalogue_async(self, op: CatalogueOp, **kwargs: Any) -> Any:
-        """One catalogue operation from the event loop (a ``Client.run`` body): its result, or its error
-        raised (``UnknownAlias`` for an alias the catalogue does not know)."""
+    async def catalogue_async(self, op: Operation, **kwargs: Any) -> Any:
+        """One catalogue operation (a method of the catalogue decorated with ``catalogue_op``, such as
+        ``StoreCatalogue.op_records``) from the event loop (a ``Client.run`` body): its result, or its
+        error raised (``UnknownAlias`` for an alias the catalogue does not know). Its arguments are
+        checked before it is sent (a ``TypeError`` naming a wrong one)."""
         self._check_open()
-        reply = await asyncio.wait_for(self._scheduler().workbench_store(action=str(op), **kwargs), self.timeout)
+        arguments = message(op, End.CATALOGUE, kwargs)
+        reply = await asyncio.wait_for(self._scheduler().workbench_store(action=op.name, **arguments), self.timeout)
         try:
             return unpack_reply(reply, "the scheduler")
         except KeyError as error:
-            if op == CatalogueOp.ALIAS:
+            if op is StoreCatalogue.op_alias:
                 raise UnknownAlias(error.args[0] if error.args else str(error)) from None
             raise
 
-    def catalogue(self, op: CatalogueOp, **kwargs: Any) -> Any:
+    def catalogue(self, op: Operation, **kwargs: Any) -> Any:
         """One catalogue operation from a thread: its result, or its error raised."""
         return self._run(lambda: self.catalogue_async(op, **kwargs))
 
     def records(self, refs: Sequence[ObjectRef]) -> list[Record | Missing]:
         """The catalogue's record of each object (current version unless pinned) with its live
         locations, or why it is missing; one message for all."""
-        replies = self.catalogue(CatalogueOp.RECORDS, refs=[[r.oid, r.version if r.pinned else None] for r in refs])
+        replies = self.catalogue(
+            StoreCatalogue.op_records, refs=[[r.oid, r.version if r.pinned else None] for r in refs]
+        )
         return [record_from_wire(reply) for reply in replies]
 
     def record(self, ref: ObjectRef) -> Record | Missing:
@@ -133,41 +139,48 @@ class Link:
         are looked up as such; an object only on disk, or deleted, is held nowhere: [])."""
         if any(r.pinned for r in refs):
             return [r.workers if isinstance(r, Record) else [] for r in self.records(refs)]
-        reply = self.catalogue(CatalogueOp.LOCATIONS, oids="\n".join(r.oid for r in refs))
+        reply = self.catalogue(StoreCatalogue.op_locations, oids="\n".join(r.oid for r in refs))
         return locations_of(reply, len(refs))
 
     # -- the backends --------------------------------------------------------------------------------
-    async def _backend_reply(self, address: str, op: BackendOp, timeout: float | None, kwargs: Any) -> Any:
+    async def _backend_reply(self, address: str, op: Operation, timeout: float | None, kwargs: Any) -> Any:
         """The raw reply of backend ``address`` to ``op``, waited on at most ``timeout`` (default: the link's)."""
         return await asyncio.wait_for(
-            self._rpc(address).workbench_store(action=str(op), **kwargs), timeout or self.timeout
+            self._rpc(address).workbench_store(action=op.name, **kwargs), timeout or self.timeout
         )
 
-    def _unreachable(self, address: str, op: BackendOp, error: BaseException) -> BackendUnreachable:
-        """The one error for a backend that did not answer ``op`` (timed out, or its connection failed)."""
-        return BackendUnreachable(f"backend {address} did not answer {op!r} ({type(error).__name__}: {error})")
+    def _unreachable(self, address: str, op: Operation, error: BaseException) -> BackendUnreachable:
+        """The one error for a backend that did not answer ``op`` (timed out, or its connection failed),
+        saying whether ``op`` may be sent again (its definition's ``resend``)."""
+        again = "it may be sent again" if op.resend else "it may have run there: look before sending it again"
+        return BackendUnreachable(
+            f"backend {address} did not answer {op.name!r} ({type(error).__name__}: {error}); {again}"
+        )
 
-    def backend(self, address: str, op: BackendOp, timeout: float | None = None, **kwargs: Any) -> Any:
-        """One operation on the backend at ``address``, waiting at most ``timeout`` seconds (default:
-        the link's). Errors of the operation itself (a method's exception) are raised as they are; a
+    def backend(self, address: str, op: Operation, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One operation (a function decorated with ``backend_op``, such as ``backend_ops.op_get``) on
+        the backend at ``address``, its arguments checked before it is sent, waiting at most ``timeout``
+        seconds (default: the link's). Errors of the operation itself (a method's exception) are raised as they are; a
         backend that does not answer raises ``BackendUnreachable``."""
         self._check_open()
+        arguments = message(op, End.BACKEND, kwargs)
         try:
-            reply = self._run(lambda: self._backend_reply(address, op, timeout, kwargs))
+            reply = self._run(lambda: self._backend_reply(address, op, timeout, arguments))
         except (TimeoutError, OSError) as error:
             raise self._unreachable(address, op, error) from error
         return unpack_reply(reply, f"backend {address}")
 
     def backends_together(
-        self, op: BackendOp, messages: Mapping[str, Mapping[str, Any]]
+        self, op: Operation, messages: Mapping[str, Mapping[str, Any]]
     ) -> tuple[dict[str, Any], dict[str, BaseException]]:
         """``op`` sent to every backend of ``messages`` (address -> the operation's arguments), all in
         flight at once: the results by address, and the errors by address (``BackendUnreachable``
         for a backend that did not answer)."""
         self._check_open()
+        checked = {address: message(op, End.BACKEND, kwargs) for address, kwargs in messages.items()}
 
         async def ask_all() -> list[Any]:
-            asks = (self._backend_reply(address, op, None, dict(kwargs)) for address, kwargs in messages.items())
+            asks = (self._backend_reply(address, op, None, kwargs) for address, kwargs in checked.items())
             return await asyncio.gather(*asks, return_exceptions=True)
 
         results: dict[str, Any] = {}
@@ -201,13 +214,15 @@ class Link:
         chooses for it (every caller meanwhile gets the same one; a backend asking may be chosen, and
         reads it in this thread); the backends holding it then. ``ObjectLost`` if it has no disk copy."""
         claim = LoadClaim.from_wire(
-            self.catalogue(CatalogueOp.CLAIM_LOAD, oid=ref.oid, version=ref.version, worker=self.here)
+            self.catalogue(StoreCatalogue.op_claim_load, oid=ref.oid, version=ref.version, worker=self.here)
         )
         if claim.load_on is not None:
             if claim.load_on == self.here and self._load_here is not None:
                 self._load_here(ref.oid, ref.version, claim.disk_path)
             else:
-                self.backend(claim.load_on, BackendOp.LOAD, oid=ref.oid, version=ref.version, disk_path=claim.disk_path)
+                self.backend(
+                    claim.load_on, backend_ops.op_load, oid=ref.oid, version=ref.version, disk_path=claim.disk_path
+                )
             return [claim.load_on]
         if claim.workers:
             return list(claim.workers)
@@ -255,7 +270,7 @@ class Link:
                 ref, address = target
                 hold = max(0.0, min(self.timeout / 2, run_until - time.monotonic()))
                 reply = self.backend(
-                    address, BackendOp.CALL, timeout=self.timeout + hold, call=call.at(ref).to_wire(), wait=hold
+                    address, backend_ops.op_call, timeout=self.timeout + hold, call=call.at(ref).to_wire(), wait=hold
                 )
                 answer = CallAnswer.from_wire(reply, call)
                 if answer.done:

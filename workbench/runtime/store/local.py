@@ -15,12 +15,11 @@ from distributed import get_worker
 
 from workbench.runtime.dask_seam import worker_plugin, worker_value
 from workbench.runtime.store.current import current_store
-from workbench.runtime.store.errors import NotHere, StoreError, check_writable
+from workbench.runtime.store.errors import StoreError
 from workbench.runtime.store.handles import Proxy, persist_here
-from workbench.runtime.store.model import ObjectRef, StoredHandle, set_arrays_writeable
-from workbench.runtime.store.protocol import PLUGIN_NAME, found
-from workbench.runtime.store.table import ObjectTable
-from workbench.runtime.store.tasks import local_backend
+from workbench.runtime.store.model import StoredHandle
+from workbench.runtime.store.protocol import PLUGIN_NAME
+from workbench.runtime.store.tasks import LocalBackend, local_backend
 
 
 def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
@@ -57,79 +56,21 @@ def local_object(proxy: StoredHandle, for_write: bool = False) -> Any:
     if not isinstance(proxy, StoredHandle):
         raise TypeError(f"local_object takes a store proxy, got {type(proxy).__name__}")
     try:
-        table = local_backend().table
+        backend = local_backend()
     except ValueError:
         raise RuntimeError(
             "local_object runs inside a task on a worker (it reads that worker's backend); in a client, call an "
             "active method of the proxy, or proxy.fetch() for a copy"
         ) from None
     if for_write:
-        return LocalWrite(table, proxy.ref)
-    return _held_here(table, proxy.ref)[1].obj
+        return backend.writing(proxy.ref)
+    return backend.held(proxy.ref)
 
 
 def block_arrays(proxies: list[Any]) -> list[Any]:
     """Inside a task on the blocks' worker: the arrays of store blocks (``ArrayBlock``), from this
     worker's backend, without a copy (how SplIter reads a store collection's partition)."""
     return [local_object(p).data for p in proxies]
-
-
-def _held_here(table: ObjectTable, ref: ObjectRef) -> tuple[ObjectRef, Any]:
-    """``ref``'s version held in the backend's ``table`` (the current one, for a proxy of whatever is
-    current) and its entry; ``NotHere`` if that backend does not hold it."""
-    entry = table.local(ref) if ref.version is not None else None
-    if entry is None:  # a proxy of "the current version": ask the catalogue which that is
-        record = found(table.link.record(ref), ref)
-        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
-        entry = table.local(ref)
-    if entry is None:
-        raise NotHere(
-            f"{ref.label()} is not held by this backend ({table.address}): it lives on other backends "
-            "(or only on disk). Run the task where the object lives (proxy.locations()), or call an active method, "
-            "which does"
-        )
-    return ref, entry
-
-
-class LocalWrite:
-    """``local_object(proxy, for_write=True)``: the object under its exclusive lock for a ``with`` block."""
-
-    def __init__(self, table: ObjectTable, ref: ObjectRef):
-        self._table = table
-        self._ref = ref
-        self._entry: Any = None
-
-    def __enter__(self) -> Any:
-        if self._entry is not None:
-            raise RuntimeError(f"{self._ref.label()}: this local_object(..., for_write=True) block is already open")
-        table, ref = self._table, self._ref
-        record = found(table.link.record(ref), ref)
-        check_writable(ref, record.workers, "local_object(for_write=True)", True)
-        ref = ObjectRef(ref.oid, record.version, ref.alias, ref.class_label, ref.pinned)
-        self._ref, self._entry = table.locked(ref, "local_object", True, find=lambda r: _held_here(table, r))
-        try:
-            table.check_single_copy(self._ref, self._entry, "local_object(for_write=True)")
-        except BaseException:
-            entry, self._entry = self._entry, None
-            entry.lock.release(True)
-            raise
-        set_arrays_writeable(self._entry.obj, True)
-        return self._entry.obj
-
-    def __exit__(self, *exc: object) -> None:
-        entry, self._entry = self._entry, None
-        try:
-            self._table.wrote(self._ref, entry)
-        finally:
-            entry.lock.release(True)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise TypeError(
-            f"local_object(proxy, for_write=True) is a context manager, not the object (no .{name}): "
-            "write inside `with local_object(proxy, for_write=True) as obj:`"
-        )
 
 
 def persist_anywhere(obj: Any, alias: str | None, backend: str | None) -> Proxy:
@@ -150,11 +91,11 @@ async def store_blocks_here(assignments: dict[str, Any], block_class: type, dask
     if not mine:
         return 0
     keys, oids = mine
-    backend = worker_plugin(dask_worker, PLUGIN_NAME)
+    backend: LocalBackend | None = worker_plugin(dask_worker, PLUGIN_NAME)
     if backend is None:
         raise StoreError(f"worker {dask_worker.address} has no store backend: open the store first (Store(session))")
     objs = [block_class(worker_value(dask_worker, _as_key(key))) for key in keys]
-    return await backend.table.register_and_add_many_here(objs, list(oids))
+    return await backend.adopt_here(objs, list(oids))
 
 
 def _as_key(key: Any) -> Any:

@@ -10,6 +10,7 @@ Each move is a tier event in the trace that names its reason.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -50,8 +51,9 @@ class TierPlacement:
         self.tag = uuid.uuid4().hex[:8]  # in tier file names: backends of one node never share a file
 
     def arrived(self, oid: str, version: int) -> None:
-        """An object arrived in the table: placed on the default tier (nothing to do for ``dram``)."""
-        if self.default_tier != "dram":
+        """An object arrived in the table: placed on the default tier (nothing to do for ``dram``, where a
+        new object's arrays are)."""
+        if tiering.placed_when_new(self.default_tier):
             self.place(oid, version, self.default_tier, reason="the store's default tier")
 
     def place(self, oid: str, version: int, tier: str, reason: str = "") -> dict[str, Any]:
@@ -62,19 +64,20 @@ class TierPlacement:
         if tier == tiering.DYNAMIC:  # under the dynamic policy from now on: cold (mapped) until its use says otherwise
             entry = self.table.here(oid, version)
             entry.managed = True
-            if entry.placement.tier in ("dram", "mapped"):
+            if entry.placement.tier in (self.dynamic.hot_tier, self.dynamic.cold_tier):
                 self.trace("place", time.time(), 0, f"place {entry.placement.tier}->dynamic: {reason or 'asked'}")
                 return {"tier": entry.placement.tier, "from": entry.placement.tier, "dram_bytes": entry.nbytes}
-            tier = "mapped"
-        if tier == "disk":
-            return self._to_disk(oid, version, reason)
+            tier = self.dynamic.cold_tier
+        if tiering.evicts(tier):
+            return self._to_disk(oid, version, tier, reason)
         placed = self._in_memory(oid, version, tier, reason)
-        if tier == "dram":
+        if tiers.lookup(tier).counts_against_dram_budget:
             self.table.make_room(keep=(oid, version))
         return placed
 
-    def _to_disk(self, oid: str, version: int, reason: str) -> dict[str, Any]:
-        """:meth:`place` on ``disk``: evicted, its copy out of the page cache (staged back from the device)."""
+    def _to_disk(self, oid: str, version: int, tier: str, reason: str) -> dict[str, Any]:
+        """:meth:`place` on a ``staged`` tier (``disk``): evicted to the disk tier, its copy out of the page
+        cache (staged back from the device)."""
         entry = self.table.here(oid, version)
         old = entry.placement.tier
         start = time.time()
@@ -85,8 +88,8 @@ class TierPlacement:
                 tiers.evict_pages(disk_copy)  # staged back from the device, not the page cache
             except FileNotFoundError:
                 pass  # a writing call made the copy stale and deleted it meanwhile: nothing to cool
-        self.trace("demote", start, freed, f"place {old}->disk: {reason or 'asked'}", source=old)
-        return {"tier": "disk", "from": old, "dram_bytes": 0, "seconds": time.time() - start}
+        self.trace("demote", start, freed, f"place {old}->{tier}: {reason or 'asked'}", source=old)
+        return {"tier": tier, "from": old, "dram_bytes": 0, "seconds": time.time() - start}
 
     def _in_memory(self, oid: str, version: int, tier: str, reason: str) -> dict[str, Any]:
         """:meth:`place` on a tier of the worker's node (dram, mapped, cached), under the object's exclusive lock."""
@@ -105,7 +108,8 @@ class TierPlacement:
             before, entry.nbytes = entry.nbytes, dram_bytes(entry)
             with self.table.lock:
                 self.table.used_bound += max(0, entry.nbytes - before)
-            action = "promote" if tier == "dram" and old != "dram" else "demote" if old == "dram" else "place"
+            counted, was_counted = (tiers.lookup(t).counts_against_dram_budget for t in (tier, old))
+            action = "promote" if counted and not was_counted else "demote" if was_counted else "place"
             moved = entry.placement.tier_bytes or entry.placement.device_bytes or entry.nbytes
             self.trace(action, start, moved, f"place {old}->{tier}: {reason or 'asked'}", source=old)
             return {"tier": tier, "from": old, "dram_bytes": entry.nbytes, "seconds": time.time() - start}
@@ -179,9 +183,10 @@ class TierPlacement:
         """Set the dynamic policy's DRAM ``budget`` (and ``hot_reads``) when given, and place the
         dynamically managed objects here by it now; the moves made, each with its reason."""
         if budget is not None or hot_reads is not None:
-            self.dynamic = DynamicPolicy(
-                self.dynamic.budget if budget is None else int(budget),
-                self.dynamic.hot_reads if hot_reads is None else int(hot_reads),
+            self.dynamic = dataclasses.replace(
+                self.dynamic,
+                budget=self.dynamic.budget if budget is None else int(budget),
+                hot_reads=self.dynamic.hot_reads if hot_reads is None else int(hot_reads),
             )
         return self.place_dynamically(wait=True)
 
@@ -199,7 +204,7 @@ class TierPlacement:
             usages = [
                 Usage(key, int(e.placement.tier_bytes or e.nbytes), e.reads, e.writes, e.placement.tier)
                 for key, (_, _, e) in entries.items()
-                if e.managed and e.placement.tier in ("dram", "mapped")
+                if e.managed and e.placement.tier in (self.dynamic.hot_tier, self.dynamic.cold_tier)
             ]
             moves = []
             for decision in self.dynamic.decide(usages):

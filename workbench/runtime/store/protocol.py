@@ -1,17 +1,16 @@
-"""The store's wire protocol: operation names, reply records, the error encoding, both ends' constants.
+"""The store's wire protocol: reply records, the error encoding, both ends' constants.
 
 Clients and backends reach the catalogue (a scheduler plugin) and the backends (worker plugins)
-through one Dask comm handler each, :data:`HANDLER`, sending ``action=<operation>`` and the
-operation's arguments. The operations are :class:`CatalogueOp` and :class:`BackendOp`; each end
-has one table from operation to handler (``CATALOGUE_HANDLERS`` in
-:mod:`~workbench.runtime.store.catalogue`, ``BACKEND_HANDLERS`` in
-:mod:`~workbench.runtime.store.backend`), so a call is followed by names::
+through one Dask comm handler each, :data:`HANDLER`, sending ``action=<operation's name>`` and the
+operation's arguments. The operations are defined once each, by their handlers
+(:mod:`~workbench.runtime.store.wire`), so a call is followed by names::
 
-    proxy.total.value()                       # handles.ActiveMethod.value
-      -> link.backend(worker, BackendOp.CALL, ...)    # link.Link.backend (the proxy's store's link)
-      -> BACKEND_HANDLERS[BackendOp.CALL]             # = StoreBackend.op_call, on the worker
+    proxy.total.value()                              # handles.ActiveMethod.value
+      -> link.call(locate, call)                     # link.Link.call (the proxy's store's link)
+      -> link.backend(worker, backend_ops.op_call, ...)
+      -> backend_ops.op_call -> StoreBackend.answer_call, on the worker
 
-An active call (``BackendOp.CALL``) is a :class:`Call`: an id, the method and its arguments, and a
+An active call (``backend_ops.op_call``) is a :class:`Call`: an id, the method and its arguments, and a
 budget (seconds the method may take, waiting for the object's lock included). Its reply is a
 :class:`CallAnswer`: the value, or "still running" (the caller asks again with the same call, which
 the backend answers from its memory of that id: a re-sent call is never run twice).
@@ -33,7 +32,6 @@ import pickle
 import uuid
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 import cloudpickle
@@ -51,65 +49,6 @@ DELETED = 65535  # in a compact locations reply: the object was deleted
 ACTIVE_KEY_MARK = "-active-"  # in the key of every active-call task (see call_task_name); the catalogue looks for it
 CALL_SECONDS = 3600.0  # an active call's default budget: how long its method may take (lock wait included)
 PLAIN = (type(None), bool, int, float, str)  # values msgpack carries as they are
-
-
-class CatalogueOp(StrEnum):
-    """Operations of the catalogue (the scheduler plugin); each is handled by ``StoreCatalogue.op_<value>``."""
-
-    BACKENDS = "backends"
-    TURN = "turn"
-    REGISTER = "register"
-    REGISTER_GROUPS = "register_groups"
-    ALIAS = "alias"
-    SET_ALIAS = "set_alias"
-    RECORDS = "records"
-    LOCATIONS = "locations"
-    ADD_LOCATION = "add_location"
-    REMOVE_LOCATION = "remove_location"
-    CLAIM_LOAD = "claim_load"
-    SET_DISK = "set_disk"
-    SET_NBYTES = "set_nbytes"
-    NEW_VERSION = "new_version"
-    CONSOLIDATE = "consolidate"
-    DELETE = "delete"
-    LIST = "list"
-    ALIASES = "aliases"
-    DIRECTORY = "directory"
-
-
-class BackendOp(StrEnum):
-    """Operations of a backend (a worker plugin); each is handled by ``StoreBackend.op_<value>``."""
-
-    CALL = "call"
-    PUT = "put"
-    PUT_MANY = "put_many"
-    DROP = "drop"
-    DROP_MANY = "drop_many"
-    GET = "get"
-    PUSH = "push"
-    COPY_VERSION = "copy_version"
-    FLUSH = "flush"
-    EVICT = "evict"
-    LOAD = "load"
-    PLACE = "place"
-    PLACE_MANY = "place_many"
-    UNPLACE_MANY = "unplace_many"
-    COOL = "cool"
-    COOL_MANY = "cool_many"
-    SET_MEMORY_LIMIT = "set_memory_limit"
-    SET_CACHE = "set_cache"
-    REBALANCE = "rebalance"
-    TABLE = "table"
-    NULL = "null"
-
-
-def handler_for(table: Mapping[str, Callable[..., Any]], action: str, end: str) -> Callable[..., Any]:
-    """The handler ``table`` has for ``action`` (an operation's name); a ``ValueError`` naming ``end``
-    (``the store catalogue``, ``a store backend``) if it has none."""
-    handler = table.get(action)
-    if handler is None:
-        raise ValueError(f"{end} has no operation {action!r}")
-    return handler
 
 
 def call_task_name(method: str, active: bool) -> str:
@@ -297,7 +236,7 @@ class LoadClaim:
 # -- active calls -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Call:
-    """One active call of ``method`` on object ``oid`` (``BackendOp.CALL``), as the caller sends it and
+    """One active call of ``method`` on object ``oid`` (``backend_ops.op_call``), as the caller sends it and
     sends it again: the same ``call_id`` every time, so the backend runs it once.
 
     ``budget``: seconds the method may take on the backend, waiting for the object's lock included,

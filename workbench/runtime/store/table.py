@@ -24,13 +24,15 @@ from typing import Any, Protocol
 
 import cloudpickle
 
+import workbench.runtime.store.backend_ops as backend_ops
 import workbench.runtime.store.tiering as tiering
 from workbench.runtime.dask_seam import serialized
+from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.disk import disk_path, read_object, write_object
 from workbench.runtime.store.errors import NotHere, StoreError, check_writable
 from workbench.runtime.store.link import Link
 from workbench.runtime.store.model import ObjectRef, ReadWriteLock, catalogue_entry, set_arrays_writeable, state_nbytes
-from workbench.runtime.store.protocol import BackendOp, CatalogueOp, found
+from workbench.runtime.store.protocol import found
 
 LOCK_WAIT_SECONDS = 60.0  # longest wait for an object's lock, or for another call reading it from disk
 Key = tuple[str, int]  # an object version: (id, version)
@@ -159,7 +161,7 @@ class ObjectTable(Mapping[Key, Entry]):
                 self.used_bound += entry.nbytes
             if announce:
                 try:
-                    self.link.catalogue(CatalogueOp.ADD_LOCATION, oid=oid, version=key[1], worker=self.address)
+                    self.link.catalogue(StoreCatalogue.op_add_location, oid=oid, version=key[1], worker=self.address)
                 except BaseException:
                     self.remove(key, entry)
                     raise
@@ -199,14 +201,14 @@ class ObjectTable(Mapping[Key, Entry]):
         is asked without blocking the loop, the objects are taken in on a thread (taking them may
         evict others to disk, which asks the catalogue too)."""
         groups, sizes = self._groups(objs, oids)
-        await self.link.catalogue_async(CatalogueOp.REGISTER_GROUPS, groups=groups)
+        await self.link.catalogue_async(StoreCatalogue.op_register_groups, groups=groups)
         return await asyncio.to_thread(self.add_many, [(oid, 0) for oid in oids], objs, sizes)
 
     def register_and_add_many(self, objs: list[Any], oids: list[str]) -> int:
         """Record many objects in the catalogue as held here (one message, one transaction), then
         take them into the table (version 0)."""
         groups, sizes = self._groups(objs, oids)
-        self.link.catalogue(CatalogueOp.REGISTER_GROUPS, groups=groups)
+        self.link.catalogue(StoreCatalogue.op_register_groups, groups=groups)
         return self.add_many([(oid, 0) for oid in oids], objs, sizes)
 
     def _groups(self, objs: list[Any], oids: list[str]) -> tuple[list[dict[str, Any]], list[int]]:
@@ -227,7 +229,7 @@ class ObjectTable(Mapping[Key, Entry]):
     def register_and_add(self, obj: Any, oid: str, alias: str | None) -> int:
         """Record ``obj`` in the catalogue as held here, then take it into the table (version 0)."""
         self.link.catalogue(
-            CatalogueOp.REGISTER,
+            StoreCatalogue.op_register,
             entries=[catalogue_entry(type(obj), oid, 0, self.address, state_nbytes(obj), alias)],
         )
         return self.add(oid, 0, obj)
@@ -266,7 +268,7 @@ class ObjectTable(Mapping[Key, Entry]):
             with self.lock:
                 if self.entries.get(key) is not entry:
                     return False
-            self.link.catalogue(CatalogueOp.ADD_LOCATION, oid=key[0], version=key[1], worker=self.address)
+            self.link.catalogue(StoreCatalogue.op_add_location, oid=key[0], version=key[1], worker=self.address)
             return True
         finally:
             entry.lock.release(False)
@@ -347,7 +349,7 @@ class ObjectTable(Mapping[Key, Entry]):
             )
         source = workers[0]
         start = time.time()
-        obj = self.link.backend(source, BackendOp.GET, oid=ref.oid, version=ref.version)
+        obj = self.link.backend(source, backend_ops.op_get, oid=ref.oid, version=ref.version)
         entry = Entry(obj, state_nbytes(obj), copy=True)
         self.trace("transfer", start, entry.nbytes, f"store-get {task}", source=source)
         return ref, entry  # a copy for this call only: the object stays where it lives
@@ -362,7 +364,7 @@ class ObjectTable(Mapping[Key, Entry]):
         (resolved,) = self.link.resolve([ref])
         source = resolved.workers[0]
         start = time.time()
-        obj = self.link.backend(source, BackendOp.GET, oid=ref.oid, version=resolved.ref.version)
+        obj = self.link.backend(source, backend_ops.op_get, oid=ref.oid, version=resolved.ref.version)
         self.trace("transfer", start, state_nbytes(obj), f"store-get {task}", source=source)
         return obj
 
@@ -434,7 +436,7 @@ class ObjectTable(Mapping[Key, Entry]):
         if entry.disk_path:  # the disk copy is now stale
             Path(entry.disk_path).unlink(missing_ok=True)
             entry.disk_path = None
-            self.link.catalogue(CatalogueOp.SET_DISK, oid=ref.oid, version=ref.version, disk_path=None)
+            self.link.catalogue(StoreCatalogue.op_set_disk, oid=ref.oid, version=ref.version, disk_path=None)
 
     # -- copies out ------------------------------------------------------------------------------
     def copy_out(self, oid: str, version: int) -> SendLocked:
@@ -450,12 +452,14 @@ class ObjectTable(Mapping[Key, Entry]):
 
     def leaving(self, entry: Entry, task: str) -> Any:
         """``entry``'s object as it may be pickled (the caller holds its lock): itself, or for an object
-        on the ``gpu`` tier a copy with host arrays, the bytes copied off the device a transfer event."""
-        if entry.placement.tier != "gpu":
+        on a ``counts_transfers`` tier (``gpu``) a copy with host arrays, the bytes copied off the device a
+        transfer event."""
+        tier = entry.placement.tier
+        if not entry.placement.kind.counts_transfers:
             return entry.obj
         start = time.time()
         obj = tiering.on_host(entry.obj, entry.placement)
-        self.trace("transfer", start, entry.placement.device_bytes, f"gpu-to-host {task}", source="gpu")
+        self.trace("transfer", start, entry.placement.device_bytes, f"{tier}-to-host {task}", source=tier)
         return obj
 
     def push(self, oid: str, version: int, target: str, move: bool = False) -> int:
@@ -472,7 +476,7 @@ class ObjectTable(Mapping[Key, Entry]):
             start = time.time()
             self.link.backend(
                 target,
-                BackendOp.PUT,
+                backend_ops.op_put,
                 oid=oid,
                 version=version,
                 obj=serialized(self.leaving(entry, "store-push")),
@@ -480,7 +484,9 @@ class ObjectTable(Mapping[Key, Entry]):
             )
             self.trace("transfer", start, entry.nbytes, "store-push", source=self.address)
             if move:  # the catalogue first, the table after, as an eviction does
-                self.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=int(version), worker=self.address)
+                self.link.catalogue(
+                    StoreCatalogue.op_remove_location, oid=oid, version=int(version), worker=self.address
+                )
                 self.remove((oid, int(version)), entry)
             else:
                 entry.replicated = True
@@ -536,7 +542,7 @@ class ObjectTable(Mapping[Key, Entry]):
             start = time.time()
             written = write_object(path, self.leaving(entry, "store-flush"))
             self.trace("tier-write", start, written, "store-flush")
-            if not self.link.catalogue(CatalogueOp.SET_DISK, oid=oid, version=version, disk_path=str(path)):
+            if not self.link.catalogue(StoreCatalogue.op_set_disk, oid=oid, version=version, disk_path=str(path)):
                 path.unlink(missing_ok=True)  # deleted meanwhile: no file outlives its object
                 raise StoreError(f"object {oid[:8]} v{version} was deleted while it was written to disk")
             entry.disk_path = str(path)
@@ -564,7 +570,7 @@ class ObjectTable(Mapping[Key, Entry]):
                 return entry.nbytes
             # The catalogue first, the table after: while the catalogue names this backend, the
             # object is in its table (a call arriving meanwhile waits for the lock, then reloads).
-            self.link.catalogue(CatalogueOp.REMOVE_LOCATION, oid=oid, version=key[1], worker=self.address)
+            self.link.catalogue(StoreCatalogue.op_remove_location, oid=oid, version=key[1], worker=self.address)
             self.remove(key, entry)  # the disk copy has the arrays now
             return entry.nbytes
         finally:
@@ -581,7 +587,11 @@ class ObjectTable(Mapping[Key, Entry]):
             used = self.used_bound = sum(e.nbytes for e in self.entries.values())
             if used <= self.memory_limit:
                 return
-            victims = sorted((e.placement.tier != "dram", e.last_used, k) for k, e in self.entries.items() if k != keep)
+            victims = sorted(
+                (not e.placement.kind.counts_against_dram_budget, e.last_used, k)
+                for k, e in self.entries.items()
+                if k != keep
+            )
         for _, _, key in victims:
             if used <= self.memory_limit:
                 break

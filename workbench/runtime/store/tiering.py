@@ -19,7 +19,11 @@ An object in a backend's table is on one tier (thesis ch. 6):
 
 Files are named ``<oid>-v<version>-<attribute>`` in ``<store>/tiers/mapped`` (or
 ``$WORKBENCH_PMEM_DIR``), made and checked by :mod:`workbench.memory.tiers` (and so by
-``workbench.memory.shm``'s file code): no second copy of that code here. Each file ends with an owner
+``workbench.memory.shm``'s file code): no second copy of that code here. What is done with an object
+depends on its tier's flags (:class:`~workbench.memory.tier_base.Tier`), never on the tier's name: a
+``counts_transfers`` tier (``gpu``) holds device arrays, a ``file_backed`` one (``mapped``, ``cached``)
+files used in place, any other (``dram``) the arrays as Python made them; a ``staged`` one (``disk``)
+is the placing's (:mod:`~workbench.runtime.store.placing`). Each file ends with an owner
 record naming the worker process that wrote it, so the files of a killed kernel's backends are freed
 (``tiers.reclaim_store_files``: every new backend, ``workbench.start()``, ``workbench shm clean``).
 """
@@ -47,9 +51,14 @@ class Placement:
     """The tier of one object version here, and the tier files of its numpy attributes (attributes
     that are one array share one handle, and so one file)."""
 
-    tier: str = "dram"
+    tier: str = tiers.HOME  # a new object's arrays are where Python made them: in process memory
     arrays: dict[str, tiers.TierArray] = field(default_factory=dict)
     stem: str = ""  # what its files (or device arrays) are named after
+
+    @property
+    def kind(self) -> tiers.Tier:
+        """The tier itself (its flags: what the store does with the object)."""
+        return tiers.lookup(self.tier)
 
     @property
     def handles(self) -> list[tiers.TierArray]:
@@ -59,22 +68,30 @@ class Placement:
     @property
     def tier_bytes(self) -> int:
         """Bytes of the object's arrays held in tier files (not counted against DRAM)."""
-        return sum(
-            int(h.mapped.array.nbytes if isinstance(h, tiers.CachedArray) else h.array.nbytes)
-            for h in self.handles
-            if not isinstance(h, gpu.GpuArray)
-        )
+        return sum(h.file_bytes for h in self.handles)
 
     @property
     def device_bytes(self) -> int:
         """Bytes of the object's arrays held in device memory (the ``gpu`` tier)."""
-        return sum(h.device_bytes for h in self.handles if isinstance(h, gpu.GpuArray))
+        return sum(h.device_bytes for h in self.handles)
 
 
 def check_tier(tier: object) -> str:
     """``tier`` if the store can place objects there (a tier, or the dynamic policy); a clear error
     (:class:`workbench.memory.tiers.UnknownTier`, a ``ValueError``) otherwise."""
     return tiers.check_tier(tier, policies=(DYNAMIC,))
+
+
+def placed_when_new(tier: str) -> bool:
+    """Whether a new object (its arrays in process memory, where Python made them) is placed to be on
+    ``tier`` (a tier's name, or the dynamic policy): on any but ``tiers.HOME`` (dram)."""
+    return tier != tiers.HOME
+
+
+def evicts(tier: str) -> bool:
+    """Whether placing an object on ``tier`` (a tier's name, or the dynamic policy) evicts it to the
+    store's disk tier, from where it is staged back when used: a ``staged`` tier (``disk``)."""
+    return tier != DYNAMIC and tiers.lookup(tier).staged
 
 
 def tier_directory(store_directory: str) -> Path:
@@ -145,47 +162,33 @@ def _check_arrays(arrays: dict[str, np.ndarray], tier: str) -> None:
                 )
 
 
-def _handle(tier: str, name: str, directory: Path, cache: tiers.DramCache) -> tiers.TierArray:
-    if tier == "mapped":
-        return tiers.MappedArray(name, directory, writable=True)
-    return tiers.CachedArray(name, directory, cache)
-
-
-def _mapping(handle: tiers.TierArray) -> np.ndarray:
-    """The mapping of a mapped or cached handle's file (what the object's attribute is at rest)."""
-    return handle.mapped.array if isinstance(handle, tiers.CachedArray) else handle.array
-
-
-def _stored(handle: tiers.TierArray, value: np.ndarray) -> bool:
-    """Whether ``value`` is the handle's own mapping (else it is a new array, not yet in the file)."""
-    if isinstance(handle, gpu.GpuArray):
-        return False
-    view = (handle.mapped if isinstance(handle, tiers.CachedArray) else handle)._view  # type: ignore[union-attr]
-    return view is not None and value is view
+def _file_handle(tier: str, name: str, directory: Path, cache: tiers.DramCache) -> tiers.TierArray:
+    """The handle of the store's file ``name`` as file tier ``tier`` uses it (nothing read)."""
+    kind = tiers.lookup(tier)
+    assert isinstance(kind, tiers.FileTier), kind  # place_state and _keep_writes call this for file tiers only
+    return kind.handle(name, directory, cache)
 
 
 def _free(handle: tiers.TierArray) -> None:
     """Free a handle's file (or its device array)."""
-    if isinstance(handle, gpu.GpuArray):
-        tiers.free(handle.name, "gpu")
-        return
-    tiers.forget_cached(handle.path)
-    tiers.free(handle.name, "mapped", directory=handle.directory)
+    tiers.free(handle.name, handle.tier, directory=handle.directory)
 
 
 def _free_unused(old: list[tiers.TierArray], kept: dict[str, tiers.TierArray]) -> None:
-    """Free the files of ``old`` handles that no attribute in ``kept`` uses any more."""
-    names = {(isinstance(h, gpu.GpuArray), h.name) for h in kept.values()}  # a device array and a file may share a name
+    """Free the files of ``old`` handles that no attribute in ``kept`` uses any more (a file is its
+    name in its directory, whatever tier uses it; a device array has none: it and a file may share a name)."""
+    names = {(h.directory, h.name) for h in kept.values()}
     for handle in old:
-        if (isinstance(handle, gpu.GpuArray), handle.name) not in names:
+        if (handle.directory, handle.name) not in names:
             _free(handle)
 
 
 def place_state(
     obj: Any, placement: Placement, tier: str, directory: Path, stem: str, cache: tiers.DramCache
 ) -> Placement:
-    """Move ``obj``'s numpy attributes to ``tier`` (``dram``, ``mapped`` or ``cached``); the caller holds
-    the object's exclusive lock. Returns the new placement; files the object no longer uses are freed.
+    """Move ``obj``'s numpy attributes to ``tier`` (any but a ``staged`` one: ``dram``, ``mapped``, ``cached``
+    or ``gpu``); the caller holds the object's exclusive lock. Returns the new placement; files the object
+    no longer uses are freed.
     ``stem`` names the files: unique per object version *and* backend (two backends of one node
     holding replicas must never share a file: dropping one would delete the other's data).
 
@@ -194,17 +197,20 @@ def place_state(
     object as it was, on its old placement. Attributes that are one array stay one array (one file).
     On ``gpu`` the numeric attributes go to the device (others stay in DRAM); off ``gpu`` each device
     array comes back as one host copy first (counted)."""
-    if tier == placement.tier == "gpu":
+    kind = tiers.lookup(tier)
+    if kind.staged:
+        raise tiers.TierError(f"the {tier} tier stages objects: the placing evicts them there, not place_state")
+    if tier == placement.tier and kind.counts_transfers:
         return placement
     state = obj.__dict__
     before = {attr: state[attr] for attr in placement.arrays}
-    if placement.tier == "gpu":
+    if placement.kind.counts_transfers:
         state.update(_host_copies(placement))
     arrays = _arrays(obj)
     before.update({attr: state[attr] for attr in arrays if attr not in before})
-    if tier == "gpu":
-        return _to_device(obj, placement, {a: v for a, v in arrays.items() if _numeric(v)}, stem, before)
-    if tier != "dram":
+    if kind.counts_transfers:
+        return _to_device(obj, placement, tier, {a: v for a, v in arrays.items() if _numeric(v)}, stem, before)
+    if kind.file_backed:
         _check_arrays(arrays, tier)
     old_names = {h.name for h in placement.handles}
     new = Placement(tier, stem=stem)
@@ -212,10 +218,10 @@ def place_state(
     try:
         for handle in placement.handles:  # cache copies are stale once the object changes tier
             tiers.forget_cached(handle.path)
-        if tier == "dram":
+        if not kind.file_backed:  # the arrays in process memory, as Python made them
             copies: dict[tuple[Any, ...], np.ndarray] = {}
             for attr, value in arrays.items():
-                if any(_stored(h, value) for h in placement.handles):  # promoted: a DRAM copy of the mapping
+                if any(h.is_mapping(value) for h in placement.handles):  # promoted: a DRAM copy of the mapping
                     key = _same_array(value)
                     if key not in copies:
                         copies[key] = np.array(value, copy=True)
@@ -224,32 +230,33 @@ def place_state(
             return new
         groups: dict[tuple[Any, ...], tiers.TierArray] = {}
         reused = {
-            h.name: h for attr, v in arrays.items() if (h := placement.arrays.get(attr)) is not None and _stored(h, v)
+            h.name: h for attr, v in arrays.items() if (h := placement.arrays.get(attr)) is not None and h.is_mapping(v)
         }
         taken = set(reused)
         for attr, value in arrays.items():
             key = _same_array(value)
             if key not in groups:
                 old = placement.arrays.get(attr)
-                if old is not None and old.name in reused and _stored(old, value):
+                if old is not None and old.name in reused and old.is_mapping(value):
                     name = old.name  # already this array's file
+                    groups[key] = _file_handle(tier, name, directory, cache)
                 else:  # not in a file yet: a new one
                     name = _unused(file_name(stem, attr), taken)
-                    tiers.place(name, value, "mapped", directory=directory, replace=True, owner=owners.this_process())
+                    groups[key] = tiers.place(
+                        name, value, tier, directory=directory, cache=cache, replace=True, owner=owners.this_process()
+                    )
                     if name not in old_names:
                         made.append(name)
                 taken.add(name)
-                groups[key] = _handle(tier, name, directory, cache)
             new.arrays[attr] = groups[key]
         for attr, handle in new.arrays.items():
-            mapping = _mapping(handle)
+            mapping = handle.mapping
             mapping.flags.writeable = False
             state[attr] = mapping
     except BaseException:
         state.update(before)
         for name in made:
-            tiers.forget_cached(tiers.shm.segment_path(name, directory))
-            tiers.free(name, "mapped", directory=directory)
+            tiers.free(name, tier, directory=directory)  # DRAM cache copies of it dropped too
         raise
     _free_unused(placement.handles, new.arrays)
     return new
@@ -270,22 +277,23 @@ def _host_copies(placement: Placement) -> dict[str, np.ndarray]:
 
 
 def _to_device(
-    obj: Any, placement: Placement, arrays: dict[str, np.ndarray], stem: str, before: dict[str, Any]
+    obj: Any, placement: Placement, tier: str, arrays: dict[str, np.ndarray], stem: str, before: dict[str, Any]
 ) -> Placement:
-    """:func:`place_state` onto ``gpu``: each distinct numeric array a device array named after its
-    attribute; all or nothing (a full device frees what was placed and leaves the object as it was)."""
+    """:func:`place_state` onto device tier ``tier`` (``gpu``): each distinct numeric array a device array
+    named after its attribute; all or nothing (a full device frees what was placed and leaves the object
+    as it was)."""
     state = obj.__dict__
-    new = Placement("gpu", stem=stem)
+    new = Placement(tier, stem=stem)
     made: list[str] = []
     try:
-        _check_arrays(arrays, "gpu")
+        _check_arrays(arrays, tier)
         groups: dict[tuple[Any, ...], tiers.TierArray] = {}
         taken = {h.name for h in placement.handles}
         for attr, value in arrays.items():
             key = _same_array(value)
             if key not in groups:
                 name = _unused(file_name(stem, attr), taken)
-                groups[key] = tiers.place(name, value, "gpu", replace=True)
+                groups[key] = tiers.place(name, value, tier, replace=True)
                 made.append(name)
                 taken.add(name)
             new.arrays[attr] = groups[key]
@@ -294,7 +302,7 @@ def _to_device(
     except BaseException:
         state.update(before)
         for name in made:
-            tiers.free(name, "gpu")
+            tiers.free(name, tier)
         raise
     _free_unused(placement.handles, new.arrays)
     return new
@@ -304,7 +312,7 @@ def on_host(obj: Any, placement: Placement) -> Any:
     """``obj`` as it may leave this process (pickled for a client, another backend or the disk): the
     object itself, or for a ``gpu`` placement a shallow copy whose device arrays are host copies
     (the bytes cross the bus here, counted in :attr:`gpu.DeviceMemory.transfers`)."""
-    if placement.tier != "gpu" or not placement.arrays:
+    if not placement.kind.counts_transfers or not placement.arrays:
         return obj
     leaving = copy.copy(obj)
     leaving.__dict__.update(_host_copies(placement))
@@ -330,7 +338,8 @@ def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
     else (``None``, a list) or deleted keeps that value, and its file is freed. A ``gpu`` object's
     attributes are its device arrays throughout; after a writing call see :func:`_keep_device_writes`."""
     given: dict[str, np.ndarray] = {}
-    if placement.tier == "gpu":
+    kind = placement.kind
+    if kind.counts_transfers:
         given = {attr: obj.__dict__.get(attr) for attr in placement.arrays}
         try:
             yield
@@ -338,22 +347,20 @@ def in_use(obj: Any, placement: Placement, writes: bool) -> Iterator[None]:
             if writes:
                 _keep_device_writes(obj, placement, given)
         return
-    if placement.tier in ("mapped", "cached"):
+    if kind.file_backed:
         state = obj.__dict__
-        copies: dict[int, np.ndarray] = {}
+        copies: dict[int, np.ndarray | None] = {}
         for attr, handle in placement.arrays.items():
-            if placement.tier == "cached":
-                if id(handle) not in copies:
-                    copies[id(handle)] = handle.array
-                    copies[id(handle)].flags.writeable = writes
-                array = state[attr] = copies[id(handle)]
-            else:
-                array = state[attr]
-            given[attr] = array
+            if id(handle) not in copies:
+                copies[id(handle)] = handle.in_call(writes)  # a cached file's DRAM copy; None: the mapping
+            copy = copies[id(handle)]
+            if copy is not None:
+                state[attr] = copy
+            given[attr] = state[attr]
     try:
         yield
     finally:
-        if placement.tier in ("mapped", "cached"):
+        if kind.file_backed:
             _after_call(obj, placement, writes, given)
 
 
@@ -362,7 +369,7 @@ def _after_call(obj: Any, placement: Placement, writes: bool, given: dict[str, n
     if writes:
         _keep_writes(obj, placement, given)
     for attr, handle in placement.arrays.items():
-        mapping = _mapping(handle)
+        mapping = handle.mapping
         mapping.flags.writeable = False
         state[attr] = mapping
 
@@ -395,9 +402,15 @@ def _keep_writes(obj: Any, placement: Placement, given: dict[str, np.ndarray]) -
         if id(value) not in groups:
             previous = placement.arrays[attr]
             name = previous.name if previous.name not in taken else _unused(previous.name, taken)
-            tiers.place(name, value, "mapped", directory=previous.directory, replace=True, owner=owners.this_process())
-            cache = previous.cache if isinstance(previous, tiers.CachedArray) else tiers._DEFAULT_CACHE
-            groups[id(value)] = _handle(placement.tier, name, previous.directory, cache)  # type: ignore[arg-type]
+            groups[id(value)] = tiers.place(
+                name,
+                value,
+                placement.tier,
+                directory=previous.directory,
+                cache=previous.cache,
+                replace=True,
+                owner=owners.this_process(),
+            )
             taken.add(name)
         kept[attr] = groups[id(value)]
         for alias in fresh.pop(id(value), ()):  # a new attribute bound to the same array stays its alias
@@ -441,7 +454,7 @@ def _keep_device_writes(obj: Any, placement: Placement, given: dict[str, Any]) -
         if on_device:
             handle = gpu.GpuArray(name, gpu.DEVICE.adopt(name, value))
         else:
-            handle = tiers.place(name, value, "gpu", replace=True)
+            handle = tiers.place(name, value, placement.tier, replace=True)
             state[attr] = handle.device  # type: ignore[attr-defined]
         made[id(value)] = kept[attr] = handle
     old = placement.handles
@@ -459,17 +472,10 @@ def cool(obj: Any, placement: Placement) -> list[tiers.Eviction]:
     mapping or the new one, never a missing array). A mapping still held elsewhere keeps its pages:
     the eviction then says so."""
     evictions = []
-    if placement.tier == "gpu":
-        return evictions  # device memory has no page cache to drop
+    if not placement.kind.file_backed:
+        return evictions  # device memory (or process memory) has no page cache to drop
     for handle in placement.handles:
-        if isinstance(handle, tiers.CachedArray):
-            handle.cache.drop(handle)
-            mapped = handle.mapped
-        else:
-            mapped = handle  # type: ignore[assignment]
-        mapped.sync()
-        mapped.unmap()
-        mapping = mapped.array  # mapped again (if this fails, the attribute keeps the mapping it had)
+        mapping = handle.remap()  # out of the DRAM cache, synced, mapped again (on failure the attribute keeps its own)
         mapping.flags.writeable = False
         for attr, h in placement.arrays.items():
             if h is handle:

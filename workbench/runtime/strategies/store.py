@@ -27,10 +27,10 @@ import numpy as np
 
 from workbench.runtime import splitter
 from workbench.runtime.blocks import concatenate, rows_of
-from workbench.runtime.session import PinnedCall
 from workbench.runtime.store import ArrayBlock, BlockCollection, store_for
-from workbench.runtime.store.protocol import call_task_name
-from workbench.runtime.store.tasks import run_active, run_non_active
+from workbench.runtime.store.handles import active_task, submit_active
+from workbench.runtime.store.protocol import Resolved, call_task_name
+from workbench.runtime.store.tasks import run_non_active
 from workbench.runtime.strategies.base import BlockWork, Broadcast, Plan, Strategy, register, task_key
 
 
@@ -132,12 +132,9 @@ class StorePlan(Plan):
     def submit_all(self, name: str, messages: list[tuple[Any, ...]]) -> list[Any]:
         """One active call of ``apply`` per block, pinned to its holders, as one graph."""
         resolved = self.store.resolve([b.ref for b in self.collection.blocks])
-        key_name = call_task_name(name, active=True)
-        return self.session.submit_pinned(
-            [
-                PinnedCall(run_active, (r.ref, "apply", False, message, {}), r.workers, task_key(key_name))
-                for r, message in zip(resolved, messages)
-            ]
+        return submit_active(
+            self.session,
+            [active_task(r, "apply", False, message, {}, name=name) for r, message in zip(resolved, messages)],
         )
 
 
@@ -170,7 +167,7 @@ class ActiveSplitPlan(StorePlan):
         """One active call per partition, on its first block's backend."""
         layout, values = self.call_values(args)
         locations = {r.ref: r.workers for r in self.store.resolve([p.blocks[0].ref for p in self.partitions])}
-        calls = []
+        tasks = []
         for p in self.partitions:
             first, others = p.blocks[0], p.blocks[1:]
             call = StoreCall(
@@ -178,15 +175,9 @@ class ActiveSplitPlan(StorePlan):
             )
             aligned = [[a.block_futures[i] for i in p.block_indexes] for a in self.aligned]
             message = (call, *others, *aligned, *values)
-            calls.append(
-                PinnedCall(
-                    run_active,
-                    (first.ref, "apply", False, message, {}),
-                    locations.get(first.ref, [p.worker]),
-                    task_key(call_task_name(work.name, active=True)),
-                )
-            )
-        return self.session.submit_pinned(calls)
+            target = Resolved(first.ref, locations.get(first.ref, [p.worker]))
+            tasks.append(active_task(target, "apply", False, message, {}, name=work.name))
+        return submit_active(self.session, tasks)
 
 
 def _delete(collection: BlockCollection) -> None:

@@ -92,7 +92,8 @@ class TierPlan(StorePlan):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.tier == "cached":
+        kind = memory_tiers.REGISTRY.get(self.tier)  # None: a placement policy (dynamic), not a tier
+        if kind is not None and kind.through_dram_cache:
             self.store.set_cache(settings().dram_budget)
         if self.cold:
             with self.recorder.phase("cool"):
@@ -105,7 +106,7 @@ class TierPlan(StorePlan):
     def make_collection(self) -> BlockCollection:
         """The blocks as store objects where they live, then placed on the tier."""
         collection = super().make_collection()
-        if self.tier != "dram":
+        if self.tier != memory_tiers.HOME:  # blocks are made in process memory: elsewhere they are placed
             try:
                 self.store.place(collection.blocks, self.tier, reason=f"strategy {self.strategy.name!r}")
             except BaseException:

@@ -1,0 +1,138 @@
+"""The workbench's settings from the environment: every variable it reads, and the one place it reads them.
+
+:class:`Settings` is a snapshot of the process's environment, taken by :meth:`Settings.read`. A
+session takes one when :func:`workbench.start` opens it (its arguments override what the snapshot
+says) and keeps it (``session.settings``): what the session's cluster, dashboard and Slurm jobs are
+made from, and the environment of the processes it starts. Code that runs without a session in hand
+(a worker's node id, a lesson's size before its session starts, the command line) reads a snapshot
+where it runs. No other module of the package reads ``os.environ``, and none writes it but through
+:func:`export`, for the variables another library reads when it is first imported (numba's cache
+directory and its CUDA simulator). ``tests/test_project.py`` checks both.
+
+This module imports nothing of the workbench, so every layer (the kernels included) may use it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# The workbench's variables, each with what it sets (docs/course/setup.md explains them for a user).
+SIZE = "WORKBENCH_SIZE"
+CLUSTER = "WORKBENCH_CLUSTER"
+SCHEDULER = "WORKBENCH_SCHEDULER"
+NODE_ID = "WORKBENCH_NODE_ID"
+MAX_MEMORY = "WORKBENCH_MAX_MEMORY"
+TLS = "WORKBENCH_TLS"
+SLURM_PREFIX = "WORKBENCH_SLURM_"
+DASHBOARD = "WORKBENCH_DASHBOARD"
+DASHBOARD_DIR = "WORKBENCH_DASHBOARD_DIR"
+FILES_DIR = "WORKBENCH_FILES_DIR"
+TIER_DIR = "WORKBENCH_TIER_DIR"
+STORE_DIR = "WORKBENCH_STORE_DIR"
+PMEM_DIR = "WORKBENCH_PMEM_DIR"
+DRAM_BUDGET = "WORKBENCH_DRAM_BUDGET"
+GPU_BYTES = "WORKBENCH_GPU_BYTES"
+HUB_PREFIX = "JUPYTERHUB_SERVICE_PREFIX"  # set by JupyterHub: the learner's server's base URL
+CACHE_HOME = "XDG_CACHE_HOME"  # the user's cache; the workbench's is locality-workbench in it
+NUMBA_CACHE = "NUMBA_CACHE_DIR"  # numba's compiled kernels (workbench.kernels sets it when the user has not)
+NUMBA_SIMULATOR = "NUMBA_ENABLE_CUDASIM"  # numba's CUDA simulator (lesson 10 sets it where there is no GPU)
+
+# What code on the workers reads: a session carries these of its settings to the workers it starts
+# (their environment), so that its workers follow its settings, not those of the process they came from.
+WORKER_NAMES = (FILES_DIR, TIER_DIR, STORE_DIR, PMEM_DIR, DRAM_BUDGET, GPU_BYTES)
+
+NAMES: dict[str, str] = {
+    SIZE: 'the lessons\' and benchmarks\' problem size: "ci", "lab" (default) or "full"',
+    CLUSTER: 'the kind of cluster start() opens when its caller names none: "local", "scheduler", "slurm", ...',
+    SCHEDULER: "the address of a running Dask scheduler start() joins (the 'scheduler' kind)",
+    NODE_ID: "this process's node id (default: its hostname): workers with the same id share a node's memory",
+    MAX_MEMORY: "the per-learner cap on a local cluster's memory (workers x memory limit), e.g. '4GiB'",
+    TLS: "0: clusters the workbench starts talk plain TCP (default 1: TLS, with credentials of their own)",
+    SLURM_PREFIX + "<FIELD>": "the Slurm kind's options (JOBS, CORES, MEMORY, WALLTIME, ACCOUNT, PARTITION, ...)",
+    DASHBOARD: 'where the dashboard is served: "off", "port" or "socket"',
+    DASHBOARD_DIR: "where the dashboard socket's private directory is made (default: the temporary directory)",
+    FILES_DIR: "a directory every worker can read, for the files tasks write (a shared file system)",
+    TIER_DIR: "where the file tiers keep their files (default: a private directory in the temporary directory)",
+    STORE_DIR: "the active store's directory (default: ~/.cache/locality-workbench/store)",
+    PMEM_DIR: "a DAX-mounted persistent-memory directory for the mapped tier, where the node has one",
+    DRAM_BUDGET: "the tier strategies' DRAM budget per backend, in bytes (default 256 MiB)",
+    GPU_BYTES: "the most device memory the gpu tier may hold, e.g. '8GiB' (default: the device's free memory)",
+    HUB_PREFIX: "set by JupyterHub in a learner's server: its base URL, under which the dashboard is linked",
+    CACHE_HOME: "the user's cache directory; the workbench's (kernels, Slurm logs) is locality-workbench in it",
+    NUMBA_CACHE: "numba's cache of compiled kernels (default: the workbench's cache, numba/ in it)",
+    NUMBA_SIMULATOR: "1: numba's CUDA simulator instead of a GPU (lesson 10 sets it where it finds no GPU)",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The environment as it was when it was read: ``get`` a variable of it, ``prefixed`` a family of
+    them, ``child_environment`` for a process started from it. Frozen, and its mapping read-only: a
+    session's settings stay what they were when it started, whatever the process sets later."""
+
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "environ", MappingProxyType(dict(self.environ)))
+
+    @classmethod
+    def read(cls) -> Settings:
+        """A snapshot of this process's environment now (the one place the package reads it)."""
+        return cls(os.environ)
+
+    def get(self, name: str, default: str = "") -> str:
+        """``name``'s value with its surrounding blanks removed; ``default`` when it is unset or blank."""
+        return self.environ.get(name, "").strip() or default
+
+    def given(self, name: str) -> str | None:
+        """``name``'s value exactly as set (None when unset), for a message that quotes it."""
+        return self.environ.get(name)
+
+    def prefixed(self, prefix: str) -> dict[str, str]:
+        """The variables whose names start with ``prefix`` and that are not blank, as set."""
+        return {k: v for k, v in self.environ.items() if k.startswith(prefix) and v.strip()}
+
+    def for_workers(self) -> dict[str, str]:
+        """The variables of :data:`WORKER_NAMES` set here, for the environment of the workers a session
+        starts (a worker started elsewhere, by the user, has its own)."""
+        return {name: self.environ[name] for name in WORKER_NAMES if self.get(name)}
+
+    def child_environment(self, **extra: str) -> dict[str, str]:
+        """The environment for a process the workbench starts: this snapshot, with ``extra`` added."""
+        return {**self.environ, **extra}
+
+
+def described(settings: Settings | None = None) -> list[dict[str, str | None]]:
+    """Every variable of :data:`NAMES` with what it sets and its value in ``settings`` (default: the
+    environment now; None where unset; the Slurm family as the variables of it that are set)."""
+    settings = settings or Settings.read()
+    rows: list[dict[str, str | None]] = []
+    for name, meaning in NAMES.items():
+        if name.endswith("<FIELD>"):
+            given = settings.prefixed(name.removesuffix("<FIELD>"))
+            rows.append(
+                {"name": name, "meaning": meaning, "value": " ".join(f"{k}={v}" for k, v in given.items()) or None}
+            )
+        else:
+            rows.append({"name": name, "meaning": meaning, "value": settings.given(name)})
+    return rows
+
+
+def export(name: str, value: str, *, replace: bool = False) -> str:
+    """Set ``name`` in this process's environment (unless it is set and ``replace`` is false): only for a
+    variable another library reads at its first import, before the workbench's own use of it (numba's
+    ``NUMBA_CACHE_DIR``, ``NUMBA_ENABLE_CUDASIM``). Returns the value in force."""
+    if replace or name not in os.environ:
+        os.environ[name] = value
+    return os.environ[name]
+
+
+def unexport(name: str, previous: str | None) -> None:
+    """Put ``name`` back as it was before an :func:`export` (``previous`` None: unset)."""
+    if previous is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = previous
