@@ -214,16 +214,20 @@ def test_a_full_device_leaves_the_object_where_it_was(session):
 
 def test_the_benchmark_runs_simulated_and_says_so(session):
     report = gpu_bench.run(size="ci", session=session, allow_simulated=True)
-    assert report["device"]["simulated"] and len(report["goals"]) == 5
-    assert report["histogram"]["exact"] and report["kmeans"]["same_centres"] and report["store"]["same_counts"]
-    k = report["kmeans"]
+    assert report.parts["device"]["simulated"] and len(report.goals) == 5
+    assert (
+        report.parts["histogram"]["exact"]
+        and report.parts["kmeans"]["same_centres"]
+        and report.parts["store"]["same_counts"]
+    )
+    k = report.parts["kmeans"]
     assert k["copied_bytes_to_device"] == k["points_bytes"] * k["iterations"]
     assert k["resident_bytes_to_device"] == k["points_bytes"]
-    assert report["store"]["active_bytes_off_device"] == 0
-    assert report["store"]["non_active_bytes_off_device"] == report["store"]["values_bytes"]
+    assert report.parts["store"]["active_bytes_off_device"] == 0
+    assert report.parts["store"]["non_active_bytes_off_device"] == report.parts["store"]["values_bytes"]
     text = gpu_bench.format_report(report)
     assert "SIMULATED" in text and "goals:" in text and "not measured: dask-cuda" in text
-    assert gpu_bench.run(size="ci")["skipped"].startswith("numba's CUDA simulator")  # never measured by default
+    assert gpu_bench.run(size="ci").skipped.startswith("numba's CUDA simulator")  # never measured by default
     assert gpu_experiments.device()["simulated"]
 
 

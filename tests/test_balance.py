@@ -23,6 +23,7 @@ from workbench import datasets
 from workbench.apps import skewed
 from workbench.bench import balance
 from workbench.bench.goals import goal
+from workbench.bench.report import Report
 from workbench.lab import imbalance
 from workbench.lab.runner import run_experiment
 from workbench.runtime import strategies
@@ -455,15 +456,10 @@ def test_balance_benchmark_reports_every_scenario_and_the_goals(session):
     # not met (rechunk merges blocks that sit together here), it says so with the bytes measured
     moved = goals[4]["peers"]
     assert goals[4]["met"] or f"moved {moved['rechunk']:.3f} MB between workers" in goals[4]["bound"]
-    report = {
-        "size": "ci",
-        "workers": 2,
-        "blocks": 8,
-        "repeats": 1,
-        "skewed_ceilings": ceilings,
-        "goals": goals,
-        "scenarios": {k: t.reset_index().to_dict("records") for k, t in tables.items()},
-    }
+    rows = balance.scenario_rows(tables)
+    report = Report(
+        "balance", "ci", goals, rows, {"skewed_ceilings": ceilings}, counts={"blocks": 8}, workers=2, repeats=1
+    )
     text = balance.format_report(report)
     assert "split-balanced-replicas" in text and text.count("goal:") == 10
     assert "more than 1.62x (skewed)" in text and "tasks/it" in text and "3 per run, 8 blocks" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import psutil
@@ -11,6 +12,7 @@ import pytest
 from workbench.bench import channels as bench_channels
 from workbench.bench.goals import goal as make_goal
 from workbench.bench.progress import Progress
+from workbench.bench.report import Report
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +26,9 @@ def run_output(session, monkeypatch_module):
     stream = io.StringIO()
     report = bench_channels.run(size="ci", session=session, two_nodes=False, mpi=True,
                                 progress=Progress("channels", stream=stream))  # fmt: skip
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
     return report, stream.getvalue()
 
 
@@ -39,21 +44,25 @@ def monkeypatch_module():
 
 
 def test_pingpong_rows_for_every_variant(report):
-    assert [r["nbytes"] for r in report["channels"]] == [8, 64 * 1024, 1 << 20]
-    assert [r["nbytes"] for r in report["eager"]] == [8, 64 * 1024, 1 << 20]
-    for row in report["channels"] + report["eager"]:
+    assert [r["nbytes"] for r in report.rows] == [8, 64 * 1024, 1 << 20]
+    assert [r["nbytes"] for r in report.parts["eager"]] == [8, 64 * 1024, 1 << 20]
+    for row in [*report.rows, *report.parts["eager"]]:
         assert row["round_trip_s"] > 0 and row["MBps"] > 0
-    assert "rows" in report["mpi"] or "pip install" in report["mpi"]["skipped"] or "mpiexec" in report["mpi"]["skipped"]
+    assert (
+        "rows" in report.parts["mpi"]
+        or "pip install" in report.parts["mpi"]["skipped"]
+        or "mpiexec" in report.parts["mpi"]["skipped"]
+    )
 
 
 def test_a_channels_groups_scheduler_messages_do_not_follow_its_round_trips(report):
-    rows = {r["nbytes"]: r for r in report["channels"]}
+    rows = {r["nbytes"]: r for r in report.rows}
     assert rows[8]["round_trips"] == 220 and rows[1 << 20]["round_trips"] == 22  # timed + a tenth warm-up
-    counted = [r["scheduler_messages"] for r in report["channels"]]
+    counted = [r["scheduler_messages"] for r in report.rows]
     assert min(counted) > 0  # the group's start and end: its tasks, through the scheduler
     assert max(counted) - min(counted) <= 4  # 10x the round trips, the same messages: they go rank to rank
-    assert all(r["scheduler_messages"] > 0 for r in report["eager"])
-    grown = next(g for g in report["goals"] if g["goal"].startswith("channels: scheduler messages grow"))
+    assert all(r["scheduler_messages"] > 0 for r in report.parts["eager"])
+    grown = next(g for g in report.goals if g["goal"].startswith("channels: scheduler messages grow"))
     assert grown["better"] == "lower" and grown["threshold"] == bench_channels.MESSAGES_PER_THOUSAND
     assert set(grown["peers"]) == {"22 round trips", "220 round trips"} and grown["peer_unit"] == "messages"
     assert "scheduler-worker messages per ping-pong group" in bench_channels.format_report(report)
@@ -73,15 +82,15 @@ def test_the_message_goal_is_the_growth_per_thousand_round_trips_between_the_few
 
 
 def test_steady_state_and_kernels(report):
-    steady = report["steady_state"]
+    steady = report.parts["steady_state"]
     assert len(steady["ranks"]) == 2 and steady["messages"] == 2_000
-    assert {r["kernel"] for r in report["kernels"]} == {"reduce", "transpose", "stencil"}
-    for row in report["kernels"]:
+    assert {r["kernel"] for r in report.parts["kernels"]} == {"reduce", "transpose", "stencil"}
+    for row in report.parts["kernels"]:
         assert row["channels_s_per_iteration"] > 0 and row["eager_s_per_iteration"] > 0
 
 
 def test_goals_are_listed_with_figures(report):
-    goals = {g["goal"]: g for g in report["goals"]}
+    goals = {g["goal"]: g for g in report.goals}
     assert any("round trip <= 20 us" in g for g in goals)
     assert any("no allocation per message" in g for g in goals)
     for goal in goals.values():
@@ -91,12 +100,12 @@ def test_goals_are_listed_with_figures(report):
 
 
 def test_the_loaded_ping_pong_has_its_rows_goals_and_leaves_no_load_behind(report):
-    loaded = report["loaded"]
+    loaded = report.parts["loaded"]
     assert loaded["processes"] == bench_channels.LOAD_PROCESSES and loaded["repeats"] == 2
     assert [r["nbytes"] for r in loaded["channels"]] == [8, 64 * 1024, 1 << 20]
     for row in loaded["channels"]:
         assert len(row["runs_round_trip_s"]) == 2 and row["round_trip_s"] == sorted(row["runs_round_trip_s"])[1]
-    goals = [g["goal"] for g in report["goals"]]
+    goals = [g["goal"] for g in report.goals]
     assert any(g.startswith("loaded (2 CPU-bound processes) small-message (8 B) round trip <= 100 us") for g in goals)
     if "rows" in loaded["mpi"]:
         assert any("no worse than mpi4py's under the same load" in g for g in goals)
@@ -106,27 +115,27 @@ def test_the_loaded_ping_pong_has_its_rows_goals_and_leaves_no_load_behind(repor
 
 
 def test_the_cpu_share_of_a_waiting_rank_is_measured_for_channels_and_mpi(report):
-    waiting = report["wait_cpu_share"]
+    waiting = report.parts["wait_cpu_share"]
     assert 0 <= waiting["channels"] < 1.5
-    if "rows" in report["mpi"]:
+    if "rows" in report.parts["mpi"]:
         assert 0 <= waiting["mpi"] < 1.5
-    assert any("leaves its core to others" in g["goal"] for g in report["goals"])
+    assert any("leaves its core to others" in g["goal"] for g in report.goals)
     assert "uses" in bench_channels.format_report(report)
 
 
 def test_every_goal_has_one_shape_with_its_peers_and_the_loaded_ones_their_noise(report):
     shape = set(make_goal("x", 1.0, 1.0))
-    assert all(set(g) == shape for g in report["goals"])
-    goals = {g["goal"]: g for g in report["goals"]}
+    assert all(set(g) == shape for g in report.goals)
+    goals = {g["goal"]: g for g in report.goals}
     small = next(g for text, g in goals.items() if text.startswith("small-message"))
     assert small["better"] == "lower" and small["threshold"] == 20.0 and small["unit"] == " us"
     assert small["peers"]["channels"] == small["measured"] and small["peer_unit"] == "us"
     loaded = next(g for text, g in goals.items() if text.startswith("loaded (2"))
     assert loaded["noise"] is not None and loaded["noise"] >= 0  # two runs per loaded payload
-    if "rows" in report["mpi"]:
+    if "rows" in report.parts["mpi"]:
         bandwidth = next(g for text, g in goals.items() if text.startswith("channels >= mpi4py"))
         assert set(bandwidth["peers"]) == {"channels", "mpi4py"} and bandwidth["peer_unit"] == "MB/s"
-    assert [r["nbytes"] for r in report["copy"]] == [1 << 20] and report["copy"][0]["MBps"] > 0
+    assert [r["nbytes"] for r in report.parts["copy"]] == [1 << 20] and report.parts["copy"][0]["MBps"] > 0
     assert "memory copy, MB/s: 1 MiB" in bench_channels.format_report(report)
 
 

@@ -1,9 +1,12 @@
 """The kernels benchmark's plain-loop reference line (no timing is asserted: the bench prints ratios)."""
 
+import json
+
 import numpy as np
 
 from workbench import kernels
 from workbench.bench import kernels as bench_kernels
+from workbench.bench.report import Report
 
 
 def test_plain_loop_counts_like_numpy_where_the_arithmetic_bin_is_exact(rng):
@@ -26,7 +29,8 @@ def test_plain_loop_is_not_exact_near_edges_which_is_why_it_is_only_a_reference(
 
 def test_report_has_the_plain_loop_line_next_to_histogramdd():
     report = bench_kernels.run(size="ci", repeats=1, only=["histogramdd"])
-    (row,) = report["kernels"]
+    assert isinstance(report, Report) and Report.from_json(json.loads(json.dumps(report.to_json()))) == report
+    (row,) = report.rows
     assert row["plain_loop_s"] > 0 and row["plain_loop_counts_equal_kernel"] is True
     assert row["plain_loop_ratio_numpy"] == row["numpy_s"] / row["plain_loop_s"]
     assert row["kernel_speed_vs_plain_loop"] == row["plain_loop_s"] / row["numba_s"]
@@ -41,14 +45,14 @@ def test_goals_are_one_list_in_the_goal_shape_and_met_agrees_with_the_threshold(
     from workbench.bench.goals import goal
 
     report = bench_kernels.run(size="ci", repeats=2, only=["histogram1d", "histogramdd"])
-    goals = report["goals"]
+    goals = report.goals
     assert [g["goal"].split(":")[0] for g in goals] == ["histogramdd", "histogramdd", "histogram1d"]
-    assert all("goals" not in row for row in report["kernels"])  # no per-row goal dicts any more
+    assert all("goals" not in row for row in report.rows)  # no per-row goal dicts any more
     for g in goals:
         assert set(g) == set(goal("x", 1, 1))
         assert g["met"] == (g["measured"] >= g["threshold"]) and g["better"] == "higher"
         assert len(g["peers"]) == 2 and all(v > 0 for v in g["peers"].values()) and g["noise"] is not None
-    dd = next(r for r in report["kernels"] if r["kernel"] == "histogramdd")
+    dd = next(r for r in report.rows if r["kernel"] == "histogramdd")
     assert goals[0]["peers"] == {"numba": dd["numba_s"], "numpy": dd["numpy_s"]}
     assert "goal: histogram1d: numba on all threads faster than numpy" in bench_kernels.format_report(report)
 

@@ -5,6 +5,7 @@ that can fail by timing is a defect; the benchmark prints its goals, met or not.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from workbench import cli
+from workbench.bench.report import Report
 from workbench.teach import run_times as lessons
 from workbench.teach import syllabus
 
@@ -49,25 +51,25 @@ def test_bench_lessons_runs_a_lesson_at_ci_and_prints_it_against_its_budget(tmp_
     status = cli.main(argv)
     captured = capsys.readouterr()
     assert status == 0, captured.err[-2000:]
-    report, err = json.loads(captured.out), captured.err
+    report, err = Report.from_json(json.loads(captured.out)), captured.err
     assert "bench lessons: size ci, expected about" in err and "00-welcome: running at size ci" in err
     assert "lessons [####################] 1/1 00-welcome" in err  # progress as it goes
-    [row] = report["lessons"]
+    [row] = report.rows
     assert (row["lesson"], row["title"], row["status"], row["errors"]) == ("00", "welcome", "ok", [])
     assert row["seconds"] > 0 and row["minutes"] == syllabus.lessons()["00"].minutes
     assert 1 <= len(row["slowest"]) <= lessons.SLOWEST
     assert row["slowest"] == sorted(row["slowest"], key=lambda c: -c["seconds"])
     assert row["slowest"][0]["seconds"] >= 0.2  # the cell that sleeps
     assert (out / "00-welcome.ipynb").exists()  # --out keeps the executed copy
-    [g] = report["goals"]
+    [g] = report.goals
     assert g["goal"] == "lesson 00's Run All at size ci <= 60 s" and g["measured"] == row["seconds"]
     assert g["threshold"] == lessons.BUDGET_S["ci"] and g["better"] == "lower" and g["unit"] == "s"
     assert g["met"] == (row["seconds"] <= 60)
-    assert report["machine"]["cpu"] and len(report["load"]["before"]) == 3
+    assert report.machine["cpu"] and len(report.parts["load"]["before"]) == 3
     text = lessons.format_report(report)
     assert "00 welcome" in text and "budget per lesson: 60 s" in text and "goal: lesson 00's Run All" in text
     table = lessons.read_table(lessons.markdown_table(report))
-    assert table["size"] == "ci" and table["cpu"] == report["machine"]["cpu"]
+    assert table["size"] == "ci" and table["cpu"] == report.machine["cpu"]
     assert table["lessons"] == {"00": {"title": "welcome", "seconds": round(row["seconds"]), "status": "ok"}}
 
 
@@ -96,7 +98,7 @@ def test_the_instructor_guides_run_times_are_the_benchmarks_table_at_lab_on_a_na
         assert row["title"] == lessons.notebooks([number])[0].stem[3:]
 
 
-def _report(seconds: dict[str, float], status: str = "ok", load: float = 0.5) -> dict:
+def _report(seconds: dict[str, float], status: str = "ok", load: float = 0.5) -> Report:
     rows = [
         {"lesson": n, "title": f"lesson-{n}", "seconds": s, "status": status, "errors": [], "minutes": 40,
          "slowest": [{"cell": 4, "seconds": s / 2, "first_line": "sweep = run(a | b, `x`)"}]}
@@ -104,8 +106,8 @@ def _report(seconds: dict[str, float], status: str = "ok", load: float = 0.5) ->
     ]  # fmt: skip
     machine = {"cpu": "Some CPU @ 2.0GHz"}
     load_average = {"before": [load, 0, 0], "after": [load, 0, 0]}
-    return {"size": "lab", "budget_s": 150.0, "lessons": rows, "cores": 2, "markdown": True, "load": load_average,
-            "machine": machine}  # fmt: skip
+    parts = {"budget_s": 150.0, "total_s": sum(seconds.values()), "markdown": True, "load": load_average}
+    return Report("lessons", "lab", rows=rows, parts=parts, counts={"cores": 2}, machine=machine)
 
 
 def test_the_table_says_the_machine_its_load_and_each_lesson_and_reads_back():
@@ -143,11 +145,11 @@ def test_a_lesson_that_did_not_finish_has_no_figure_and_its_goal_is_not_met(monk
                                  "slowest": []},
     )  # fmt: skip
     report = lessons.run("lab", only=["00", "03"])
-    assert [r["lesson"] for r in report["lessons"]] == ["00", "03"]
-    assert all(math.isnan(g["measured"]) and not g["met"] for g in report["goals"])
-    assert report["goals"][0]["bound"] == "it did not run to its end (timed out)"
-    assert "TIMED OUT" in lessons.format_report({**report, "markdown": False})
-    assert lessons.run("full", only=["00"])["goals"] == []  # full has no budget: no goal
+    assert [r["lesson"] for r in report.rows] == ["00", "03"]
+    assert all(math.isnan(g["measured"]) and not g["met"] for g in report.goals)
+    assert report.goals[0]["bound"] == "it did not run to its end (timed out)"
+    assert "TIMED OUT" in lessons.format_report(dataclasses.replace(report, parts={**report.parts, "markdown": False}))
+    assert lessons.run("full", only=["00"]).goals == ()  # full has no budget: no goal
     with pytest.raises(ValueError, match="no lesson 42: the lessons are 00, 01"):
         lessons.notebooks(["42"])
 

@@ -8,6 +8,7 @@ plain Dask moves one to every worker but the one it was scattered to.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from workbench.bench import read_floor
 from workbench.bench import shm as bench_shm
+from workbench.bench.report import Report
 
 
 def _way(way: str, seconds: float, moved: int | None = 0) -> dict:
@@ -105,16 +107,19 @@ def test_publish_seconds_span_every_segment_made_in_a_run():
 
 def test_a_short_run_reports_the_floor_and_each_ways_counts(session):
     report = bench_shm.run(size_mb=2, tasks=2, session=session, only=["workbench-rro", "dask"], table1=False)
-    workers, array_bytes = len(session.workers()), report["array_bytes"]
-    floor = report["read_floor"]
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).benchmark == "shm"
+    )  # the model, as bench all reads it back
+    workers, array_bytes = len(session.workers()), report.counts["array_bytes"]
+    floor = report.parts["read_floor"]
     assert floor["workers"] == workers and floor["reads_per_worker"] == 2 and floor["array_bytes"] == array_bytes
-    ways = {r["way"]: r for r in report["ways"]}
+    ways = {r["way"]: r for r in report.rows}
     for r in ways.values():
         assert r["time_vs_floor"] == r["seconds"] / floor["seconds"]
         assert r["counts"]["tasks"] >= r["tasks"] == 2 * workers
     assert ways["workbench-rro"]["counts"]["bytes_moved"] < 0.01 * array_bytes
     assert ways["dask"]["counts"]["bytes_moved"] >= (workers - 1) * array_bytes  # scattered to one, fetched by all
-    goals = {g["goal"].split(" (")[0]: g for g in report["goals"]}
+    goals = {g["goal"].split(" (")[0]: g for g in report.goals}
     assert goals["RRO moves no copy of the array between workers"]["met"]
     text = bench_shm.format_report(report)
     assert "read floor: all 2 workers" in text and "msgs/task" in text and "x floor" in text

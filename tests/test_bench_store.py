@@ -2,43 +2,52 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
 from workbench.bench import dataclay_peer
 from workbench.bench import store as bench_store
+from workbench.bench.report import Report
 
 
 def test_store_benchmark_reports_every_path_and_ratios(session):
     report = bench_store.run(size="ci", repeats=2, calls=50, apps=("histogram",), dataclay=False, session=session)
-    paths = [r["path"] for r in report["null_calls"]]
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
+    paths = [r["path"] for r in report.rows]
     assert paths[:4] == [
         "store: value (direct to the backend)",
         "store: future (task pinned to the backend)",
         "dask: client.submit (null task)",
         "dask: actor method",
     ]
-    assert all(r["latency_ms"] > 0 for r in report["null_calls"])
-    assert {r["app"] for r in report["applications"]} == {"histogram"}
-    assert all(r["non_active_bytes_moved"] > r["active_bytes_moved"] for r in report["applications"])  # what moved
+    assert all(r["latency_ms"] > 0 for r in report.rows)
+    assert {r["app"] for r in report.parts["applications"]} == {"histogram"}
+    assert all(
+        r["non_active_bytes_moved"] > r["active_bytes_moved"] for r in report.parts["applications"]
+    )  # what moved
     text = bench_store.format_report(report)
     assert "dataClay: skipped" in text and "goal: store null call latency: measured" in text
-    assert all(len(r["active_runs_s"]) == len(r["non_active_runs_s"]) == 2 for r in report["applications"])
-    goals = [g["goal"] for g in report["goals"]]  # no k-means asked for, no dataClay
-    points = len(report["applications"])
+    assert all(len(r["active_runs_s"]) == len(r["non_active_runs_s"]) == 2 for r in report.parts["applications"])
+    goals = [g["goal"] for g in report.goals]  # no k-means asked for, no dataClay
+    points = len(report.parts["applications"])
     assert goals[0] == "store null call latency" and len(goals) == 4 + 2 * points  # each point: gain, messages
     assert all(g.startswith("histogram active-split at ") for g in goals[1 : 1 + 2 * points])
     assert goals[1 + 2 * points].startswith("store fetch of 1 MiB under the object's lock")
-    at_once = report["moves_at_once"]
-    assert at_once["nbytes"] == 2**20 * report["workers"] and at_once["MBps"] > 0 and "all 2 backends" in text
+    at_once = report.parts["moves_at_once"]
+    assert at_once["nbytes"] == 2**20 * report.workers and at_once["MBps"] > 0 and "all 2 backends" in text
     paths = ("store: fetch (backend -> client)", "store: move (backend -> backend)", "dask: gather (worker -> client)")
     sizes = bench_store.TRANSFER_SIZES["ci"]
-    assert {(r["path"], r["nbytes"]) for r in report["copies"]} == {(p, n) for p in paths for n in sizes}
-    assert all(r["MBps"] > 0 and r["best_MBps"] >= r["MBps"] for r in report["copies"])
-    assert set(report["readers"]) == {"read_s", "two_reads_ratio", "fetch_alone_ms", "fetch_beside_read_ms"}
+    assert {(r["path"], r["nbytes"]) for r in report.parts["copies"]} == {(p, n) for p in paths for n in sizes}
+    assert all(r["MBps"] > 0 and r["best_MBps"] >= r["MBps"] for r in report.parts["copies"])
+    assert set(report.parts["readers"]) == {"read_s", "two_reads_ratio", "fetch_alone_ms", "fetch_beside_read_ms"}
     assert "copies of an object" in text and "read-only calls together" in text and "msgs/worker" in text
-    assert all(set(r["counts"]) == set(bench_store.VARIANTS) == set(r["variants"]) for r in report["applications"])
+    assert all(
+        set(r["counts"]) == set(bench_store.VARIANTS) == set(r["variants"]) for r in report.parts["applications"]
+    )
     with pytest.raises(ValueError, match="size must be one of"):
         bench_store.run(size="big", session=session)
 
@@ -95,15 +104,20 @@ def test_store_scale_benchmark_reports_curves_goals_and_a_figure():
     from workbench.viz.timing import store_scale_figure
 
     report = store_scale.run("ci", objects=(10, 200), blocks=(30,), workers=1)  # a cluster of its own
-    assert [r["objects"] for r in report["objects"]] == [10, 200]
-    assert all(r["catalogued_after_restart"] == r["objects"] for r in report["objects"])  # reopened from SQLite
-    assert report["blocks"][0]["blocks"] == 30 and report["blocks"][0]["persist_blocks_s"] > 0
-    (latency,) = report["goals"]  # the 10^4-block and 10^5-object goals did not run: left out
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).goals == report.goals
+    )  # the model, as bench all reads it back
+    assert [r["objects"] for r in report.rows] == [10, 200]
+    assert all(r["catalogued_after_restart"] == r["objects"] for r in report.rows)  # reopened from SQLite
+    assert report.parts["blocks"][0]["blocks"] == 30 and report.parts["blocks"][0]["persist_blocks_s"] > 0
+    (latency,) = report.goals  # the 10^4-block and 10^5-object goals did not run: left out
     assert latency["goal"] == ".value() latency at 200 objects within 20 % of 10 (ratio)"
-    assert latency["peers"] == {f"{r['objects']} objects": r["value_latency_ms"] for r in report["objects"]}
+    assert latency["peers"] == {f"{r['objects']} objects": r["value_latency_ms"] for r in report.rows}
     assert latency["met"] == (latency["measured"] <= latency["threshold"] == 1.2) and latency["better"] == "lower"
     assert "persist_blocks s" in store_scale.format_report(report)
-    assert len(store_scale_figure(report).renderers) == 2 * 4  # a line and its points per curve
+    assert (
+        len(store_scale_figure(report.rows, report.parts["blocks"]).renderers) == 2 * 4
+    )  # a line and its points per curve
 
 
 def test_store_scale_goals_at_the_counts_the_issue_names():

@@ -34,6 +34,8 @@ from workbench.bench import page as bench_page
 from workbench.bench import suite
 from workbench.bench.goals import describe
 from workbench.bench.progress import duration
+from workbench.bench.report import VERSION as report_version
+from workbench.bench.report import Report
 from workbench.memory import shm
 from workbench.teach import site, site_pages
 
@@ -78,8 +80,9 @@ def test_bench_all_writes_every_goal_with_the_machine_and_the_versions(kernels_r
     assert kernels["name"] == "kernels" and kernels["mechanism"] == cli.BENCHMARKS["kernels"].mechanism
     assert kernels["size"] == "ci" and kernels["status"] == "ok" and kernels["error"] is None
     assert 0 < kernels["wall_s"] < results["wall_s"] + 1
-    assert kernels["goals"] == kernels["report"]["goals"] and kernels["goals"]
-    for goal in kernels["goals"]:
+    assert Report.from_json(kernels["report"]).to_json() == kernels["report"] and kernels["report"]["goals"]
+    assert kernels["report"]["version"] == report_version and kernels["report"]["benchmark"] == "kernels"
+    for goal in kernels["report"]["goals"]:
         assert {"goal", "measured", "threshold", "better", "met", "noise", "peers", "bound"} <= set(goal)
     page = (out / "results.html").read_text()
     assert "Bokeh" in page and "https://" not in page.split("<body>")[0]  # BokehJS inlined: offline
@@ -89,15 +92,15 @@ def test_the_table_has_a_row_per_benchmark_then_every_goal(results):
     lines = suite.table_lines(results)
     row = next(line for line in lines if line.startswith("kernels "))
     kernels = results["benchmarks"][0]
-    met = sum(g["met"] for g in kernels["goals"])
-    assert f"{met}/{len(kernels['goals'])}" in row and "numba kernels" in row and row.endswith("ok")
-    for goal in kernels["goals"]:
+    met = sum(g["met"] for g in kernels["report"]["goals"])
+    assert f"{met}/{len(kernels['report']['goals'])}" in row and "numba kernels" in row and row.endswith("ok")
+    for goal in kernels["report"]["goals"]:
         assert f"  {describe(goal)}" in lines
 
 
 def test_a_run_compared_with_itself_is_within_noise(results):
     comparison = suite.compare(results, results)
-    assert len(comparison["rows"]) == len(results["benchmarks"][0]["goals"])
+    assert len(comparison["rows"]) == len(results["benchmarks"][0]["report"]["goals"])
     assert not comparison["only_a"] and not comparison["only_b"]
     for row in comparison["rows"]:
         assert row["change_pct"] == 0 and row["flip"] is None
@@ -108,12 +111,12 @@ def test_compare_says_better_worse_within_noise_and_flips(results):
     """B is the real run with its figures changed by the test: the first goal 2x better, the second
     2x worse, the third by less than its noise; each file has a goal the other lacks."""
     before = copy.deepcopy(results)
-    goals = before["benchmarks"][0]["goals"]
+    goals = before["benchmarks"][0]["report"]["goals"]
     assert len(goals) >= 3, "kernels at size ci reports at least three goals"
     for g in goals[:3]:
         g["noise"] = 0.1
     after = copy.deepcopy(before)
-    changed = after["benchmarks"][0]["goals"]
+    changed = after["benchmarks"][0]["report"]["goals"]
     for g, factor in zip(changed, (2.0, 0.5, 1.05)):
         g["measured"] *= factor if g["better"] == "higher" else 1 / factor
         g["met"] = g["measured"] >= g["threshold"] if g["better"] == "higher" else g["measured"] <= g["threshold"]
@@ -127,7 +130,7 @@ def test_compare_says_better_worse_within_noise_and_flips(results):
     assert second["noise_pct"] == pytest.approx(10.0)
     assert abs(first["change_pct"]) in (pytest.approx(100.0), pytest.approx(50.0))
     for g, row in ((goals[0], first), (goals[1], second)):
-        changed_goal = next(c for c in after["benchmarks"][0]["goals"] if c["goal"] == g["goal"])
+        changed_goal = next(c for c in after["benchmarks"][0]["report"]["goals"] if c["goal"] == g["goal"])
         expected = None if g["met"] == changed_goal["met"] else ("met -> not met" if g["met"] else "not met -> met")
         assert row["flip"] == expected
     assert comparison["only_b"] == [{"benchmark": "kernels", "goal": "a goal only B has"}]
@@ -141,7 +144,9 @@ def test_bench_compare_command_and_its_errors(kernels_run, tmp_path, capsys):
     path = str(kernels_run[0] / "results.json")
     assert cli.main(["bench", "compare", path, path]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("within noise") + printed.count("unchanged") == len(suite.load(path)["benchmarks"][0]["goals"])
+    assert printed.count("within noise") + printed.count("unchanged") == len(
+        suite.load(path)["benchmarks"][0]["report"]["goals"]
+    )
     report = tmp_path / "report.json"  # a benchmark's own report: JSON, but not a results file
     report.write_text(json.dumps(suite.load(path)["benchmarks"][0]["report"]))
     text = tmp_path / "notes.txt"
@@ -166,31 +171,46 @@ def test_a_goal_of_another_shape_is_an_error_naming_the_benchmark(results, tmp_p
         (lambda g: g.update(peers={"numba": "quick"}), "peers of the wrong type"),
     ):
         edited = copy.deepcopy(results)
-        edit(edited["benchmarks"][0]["goals"][0])
+        edit(edited["benchmarks"][0]["report"]["goals"][0])
         path.write_text(json.dumps(edited))
-        with pytest.raises(suite.ResultsError, match=rf"results.json is .*: benchmarks\[0\]\.goals\[0\] .* {says}"):
+        with pytest.raises(
+            suite.ResultsError, match=rf"results.json is .*: benchmarks\[0\]\.report\.goals\[0\] .* {says}"
+        ):
             suite.load(path)
 
 
 def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_said(results, tmp_path):
     path = tmp_path / "results.json"
     lying = copy.deepcopy(results)
-    for g in lying["benchmarks"][0]["goals"]:
+    for g in lying["benchmarks"][0]["report"]["goals"]:
         g["met"] = not g["met"]  # hand-edited: the figures say otherwise
-    lying["benchmarks"][0]["goals"][0]["noise"] = None  # unknown (a NaN there is refused: bench all writes null)
+    lying["benchmarks"][0]["report"]["goals"][0]["noise"] = (
+        None  # unknown (a NaN there is refused: bench all writes null)
+    )
     path.write_text(json.dumps(lying))
     loaded = suite.load(path)
     no_figure = copy.deepcopy(results)
-    no_figure["benchmarks"][0]["goals"][1]["measured"] = float("nan")  # a figure that could not be had
+    no_figure["benchmarks"][0]["report"]["goals"][1]["measured"] = float("nan")  # a figure that could not be had
     suite._write_json(no_figure, tmp_path / "nan")  # strict JSON: null
     assert '"measured": null' in (tmp_path / "nan" / "results.json").read_text()
-    read_back = suite.load(tmp_path / "nan" / "results.json")["benchmarks"][0]["goals"][1]
+    read_back = suite.load(tmp_path / "nan" / "results.json")["benchmarks"][0]["report"]["goals"][1]
     assert math.isnan(read_back["measured"]) and read_back["met"] is False
-    assert [g["met"] for g in loaded["benchmarks"][0]["goals"]] == [g["met"] for g in results["benchmarks"][0]["goals"]]
-    assert loaded["benchmarks"][0]["goals"][0]["noise"] is None  # unknown, not a whisker across the axis
+    assert [g["met"] for g in loaded["benchmarks"][0]["report"]["goals"]] == [
+        g["met"] for g in results["benchmarks"][0]["report"]["goals"]
+    ]
+    assert loaded["benchmarks"][0]["report"]["goals"][0]["noise"] is None  # unknown, not a whisker across the axis
     for edit, says in (
         (lambda r: r.pop("machine"), "machine is missing"),
-        (lambda r: r["benchmarks"][0].pop("goals"), r"benchmarks\[0\]\.goals is missing"),
+        (lambda r: r["benchmarks"][0].pop("report"), r"benchmarks\[0\]\.report is missing"),
+        (lambda r: r["benchmarks"][0]["report"].pop("goals"), r"benchmarks\[0\]\.report\.goals is missing"),
+        (
+            lambda r: r["benchmarks"][0]["report"].pop("version"),
+            r"benchmarks\[0\]\.report\.version is missing: a report older",
+        ),
+        (
+            lambda r: r["benchmarks"][0]["report"].update(version=0),
+            r"benchmarks\[0\]\.report\.version is 0, not 1: another workbench's report",
+        ),
         (lambda r: r["benchmarks"][0].update(status="fine"), r"benchmarks\[0\]\.status is .fine., not one of"),
         (lambda r: r.update(wall_s="long"), "wall_s is .long., not a number"),
     ):
@@ -208,7 +228,7 @@ def test_a_results_file_is_untrusted_its_met_worked_out_again_and_a_stopped_run_
 
 def test_a_figure_from_nothing_is_a_change_and_one_run_says_nothing_of_the_noise(results):
     before, after = copy.deepcopy(results), copy.deepcopy(results)
-    a, b = before["benchmarks"][0]["goals"][0], after["benchmarks"][0]["goals"][0]
+    a, b = before["benchmarks"][0]["report"]["goals"][0], after["benchmarks"][0]["report"]["goals"][0]
     a.update(measured=0.0, better="lower", noise=None)
     b.update(measured=5.0, better="lower", noise=None)
     row = suite.compare(before, after)["rows"][0]
@@ -222,7 +242,7 @@ def test_a_figure_from_nothing_is_a_change_and_one_run_says_nothing_of_the_noise
 def test_the_site_page_escapes_what_a_results_file_holds(results):
     hostile = copy.deepcopy(results)
     hostile["size"] = "<script>alert(1)</script>"
-    hostile["benchmarks"][0]["goals"][0]["goal"] = "[click](javascript:alert(1)) *loud* `code`"
+    hostile["benchmarks"][0]["report"]["goals"][0]["goal"] = "[click](javascript:alert(1)) *loud* `code`"
     text = site_pages.bench_results_markdown(hostile)
     assert "<script>" not in text and "](javascript:" not in text and "`code`" not in text
     assert "\\[click\\]" in text and "\\<script\\>" in text  # each mark escaped: MyST reads text
@@ -239,7 +259,7 @@ def test_the_page_of_figures_typesets_no_tex_from_a_results_file(results):
     hostile["machine"]["hostname"] = tex
     b = hostile["benchmarks"][0]
     b["mechanism"] = tex
-    b["goals"][0].update(goal=tex, peer_unit=tex, peers={"a": 1.0, "b": 2.0})
+    b["report"]["goals"][0].update(goal=tex, peer_unit=tex, peers={"a": 1.0, "b": 2.0})
     models = list(bench_page.build(hostile).references())
     divs = [m for m in models if isinstance(m, Div)]
     assert divs and all(d.disable_math for d in divs)
@@ -292,7 +312,7 @@ def test_a_benchmark_that_fails_or_runs_out_of_time_is_recorded_and_its_processe
         for name in stopped["error"].split("it left segments ")[1].split(" (")[0].split(", "):
             shm.delete(name)
     assert stopped["status"] == "timed out" and "time limit of 6 s" in stopped["error"], stopped["error"]
-    assert 6 <= stopped["wall_s"] < 30 and stopped["goals"] == [] and stopped["report"] is None
+    assert 6 <= stopped["wall_s"] < 30 and stopped["report"] is None
     assert missing["status"] == "failed" and "invalid choice: 'no-such'" in missing["error"], missing["error"]
     assert suite.failed(results) == ["shm", "no-such"]
     assert most[pids[0]] >= 3, "the benchmark and its 2 workers ran in one process group"
@@ -326,7 +346,7 @@ def test_the_site_page_shows_the_latest_results_of_this_machine(kernels_run, res
     assert site_pages.NO_BENCH_RESULTS.split(".")[0] not in text
     up = "../" * len(Path(site.COURSE_DIR).parts)  # from the page's folder to the site's top
     assert f'<a href="{up}bench/results.html">' in text and f"**{site_pages._cell(host)}**" in text
-    for goal in results["benchmarks"][0]["goals"]:
+    for goal in results["benchmarks"][0]["report"]["goals"]:
         assert site_pages._cell(goal["goal"]) in text
     figures = (page / "_extra" / "bench" / "results.html").read_text()
     assert f'src="../_static/{site_pages.bokeh_js_name()}"' in figures and len(figures) < 500_000  # not inlined
@@ -367,6 +387,11 @@ MYST = (  # each takes effect at a line's start, or anywhere in a line (roles, s
 )
 
 
+def report_json(name: str, goals: list[dict]) -> dict:
+    """A benchmark's report as it prints it (``--json``) with these goals."""
+    return Report(name, "ci", goals).to_json()
+
+
 def synthetic_results(text: str = "fast", *, status: str = "ok") -> dict:
     """A results dict of the shape bench all writes (no benchmark run): ``text`` in the first goal's
     words; ``status``: the second benchmark's."""
@@ -376,7 +401,8 @@ def synthetic_results(text: str = "fast", *, status: str = "ok") -> dict:
         goal(text, 12.5, 20.0, peers={"numba": 0.5, "numpy": 6.25}, noise=0.2, bound="memory bandwidth"),
         goal("a time at most", 0.25, 1.0, better="lower", unit=" s"),
     ]
-    failed = {"status": status, "error": None if status == "ok" else "exit status 1: ValueError: no", "goals": []}
+    failed = {"status": status, "error": None if status == "ok" else "exit status 1: ValueError: no"}
+    failed["report"] = report_json("shm", goals) if status == "ok" else None
     return suite.strict_json(
         {
             "size": "ci",
@@ -394,9 +420,8 @@ def synthetic_results(text: str = "fast", *, status: str = "ok") -> dict:
             "versions": {"numpy": "2.4.6", "bokeh": "3.9.2", "git": "33674cf4+dirty", "locality-workbench": None},
             "benchmarks": [
                 {"name": "kernels", "mechanism": "numba kernels", "size": "ci", "wall_s": 14.9, "status": "ok",
-                 "error": None, "goals": goals, "report": {"goals": goals}},
-                {"name": "shm", "mechanism": "node-shared memory (RRO)", "size": "ci", "wall_s": 6.0,
-                 "report": None, **failed},
+                 "error": None, "report": report_json("kernels", goals)},
+                {"name": "shm", "mechanism": "node-shared memory (RRO)", "size": "ci", "wall_s": 6.0, **failed},
             ],
         }
     )  # fmt: skip
@@ -458,8 +483,9 @@ def _text_fields(results: dict, page: bool) -> list[str]:
     texts += [results["versions"].get("git") or ""] if not page else []
     for b in results["benchmarks"]:
         texts += [b["name"], b["mechanism"], b["size"], b["status"]] + ([b["error"]] if b["status"] != "ok" else [])
-        for g in b["goals"]:
-            texts += [g["goal"], g.get("unit") or ""] + ([g["bound"]] if g.get("bound") and not g["met"] else [])
+        for g in b["report"]["goals"] if b["report"] else []:
+            unit = (g.get("unit") or "").strip()  # shown after the figure without its outer spaces (goals._unit)
+            texts += [g["goal"], unit] + ([g["bound"]] if g.get("bound") and not g["met"] else [])
     return texts
 
 
@@ -542,11 +568,11 @@ def test_myst_syntax_in_a_text_field_is_shown_as_text_in_the_site_and_the_page(p
 @pytest.mark.parametrize(
     ("literal", "field"),
     [
-        ("1" + "0" * 400, "benchmarks[0].goals[0].measured"),  # was an OverflowError
-        ("-" + "9" * 5000, "benchmarks[0].goals[0].measured"),  # past Python's 4300 digits
-        ("1e400", "benchmarks[0].goals[0].measured"),  # read as infinity
-        ("NaN", "benchmarks[0].goals[0].measured"),  # Python's JSON reads it; bench all writes null
-        ("-Infinity", "benchmarks[0].goals[0].measured"),
+        ("1" + "0" * 400, "benchmarks[0].report.goals[0].measured"),  # was an OverflowError
+        ("-" + "9" * 5000, "benchmarks[0].report.goals[0].measured"),  # past Python's 4300 digits
+        ("1e400", "benchmarks[0].report.goals[0].measured"),  # read as infinity
+        ("NaN", "benchmarks[0].report.goals[0].measured"),  # Python's JSON reads it; bench all writes null
+        ("-Infinity", "benchmarks[0].report.goals[0].measured"),
         ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),  # was a RecursionError
     ],
     ids=["1e400 as an integer", "5000 digits", "1e400", "NaN", "-Infinity", "100000 deep"],
@@ -570,10 +596,16 @@ def test_a_huge_number_or_deep_nesting_is_a_one_line_error_of_bench_compare(lite
         (lambda r: r["machine"].update(caches=[{}]), "machine.caches[0].level is missing"),  # KeyError
         (lambda r: r["machine"]["caches"][0].update(type=2), "machine.caches[0].type is not text"),
         (lambda r: r["machine"]["caches"][0].update(size="big"), "machine.caches[0].size is 'big'"),
-        (lambda r: r["benchmarks"][0]["goals"][0].update(threshold=10**300 * 10**100), ".goals[0].threshold is 1"),
-        (lambda r: r["benchmarks"][0]["goals"][0]["peers"].update(numba=10**400), ".goals[0].peers.numba is 1"),
+        (
+            lambda r: r["benchmarks"][0]["report"]["goals"][0].update(threshold=10**300 * 10**100),
+            ".goals[0].threshold is 1",
+        ),
+        (
+            lambda r: r["benchmarks"][0]["report"]["goals"][0]["peers"].update(numba=10**400),
+            ".goals[0].peers.numba is 1",
+        ),
         (lambda r: r["machine"].update(memory_total=10**400), "machine.memory_total is 1"),  # OverflowError
-        (lambda r: r["benchmarks"][0]["goals"][0].update(noise=-0.5), "noise of the wrong type"),
+        (lambda r: r["benchmarks"][0]["report"]["goals"][0].update(noise=-0.5), "noise of the wrong type"),
         (lambda r: r["benchmarks"][1].update(error=None), "benchmarks[1].error is missing"),
         (lambda r: r["versions"].update(numpy=["2", "4"]), "versions.numpy is not text"),
         (lambda r: r.update(workers="two"), "workers is 'two'"),
@@ -597,10 +629,10 @@ def test_what_load_returns_is_shown_and_compared(tmp_path):
     """The synthetic file (a failed benchmark, a peer that could not be had) loads, every goal's
     figures as floats, and the page, the site and compare show it."""
     results = synthetic_results(status="failed")
-    results["benchmarks"][0]["goals"][0]["peers"]["numba"] = None  # NaN, in strict JSON
-    results["benchmarks"][0]["goals"][0]["threshold"] = 20  # an integer, as another tool may write it
+    results["benchmarks"][0]["report"]["goals"][0]["peers"]["numba"] = None  # NaN, in strict JSON
+    results["benchmarks"][0]["report"]["goals"][0]["threshold"] = 20  # an integer, as another tool may write it
     loaded = suite.load(_write(tmp_path, results))
-    g = loaded["benchmarks"][0]["goals"][0]
+    g = loaded["benchmarks"][0]["report"]["goals"][0]
     assert math.isnan(g["peers"]["numba"]) and g["threshold"] == 20.0 and isinstance(g["threshold"], float)
     assert_site_shows_as_text(loaded)
     assert_page_shows_as_text(loaded)
@@ -688,7 +720,8 @@ def a_benchmark(draw) -> dict:
     return {
         "name": draw(clean_text), "mechanism": draw(st.sampled_from(("numba kernels", "RRO")) | clean_text),
         "size": draw(clean_text), "wall_s": draw(st.floats(0, 1e5)), "status": status,
-        "error": None if status == "ok" else draw(clean_text), "goals": goals, "report": {"goals": goals},
+        "error": None if status == "ok" else draw(clean_text),
+        "report": Report(draw(clean_text), draw(clean_text), goals=goals).to_json() if status == "ok" else None,
     }  # fmt: skip
 
 
@@ -835,7 +868,7 @@ def test_bench_all_leaves_out_what_this_machine_cannot_run_and_says_why(capsys):
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == {"benchmark": "gpu", "size": "ci", "skipped": reason, "goals": []}
+    assert Report.from_json(json.loads(done.stdout)) == Report("gpu", "ci", skipped=reason)
     assert f"bench gpu: skipped: {reason}" in done.stderr
 
 

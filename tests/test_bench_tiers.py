@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from workbench.bench import tiers as bench_tiers
+from workbench.bench.report import Report
 from workbench.lab import tier_experiments
 
 VARIANTS = ["dram", "mapped", "mapped-cold", "disk", "non-active", "dynamic", "dask-spill", "memmap"]
@@ -20,27 +22,30 @@ def report(session):
 
 
 def test_bandwidth_covers_every_tier_hot_and_cold(report):
-    rows = {r["tier"]: r for r in report["bandwidth"]["rows"]}
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
+    rows = {r["tier"]: r for r in report.parts["bandwidth"]["rows"]}
     assert list(rows) == ["dram", "mapped", "disk", "cached"]
     for tier, row in rows.items():
         assert row["read_hot_GBs"] > 0 and row["read_cold_GBs"] > 0 and row["write_GBs"] > 0
         if tier != "dram":
             assert row["cold_is_real"] or row["cold_note"], row  # made cold for real, or says why not
     assert rows["dram"]["read_hot_vs_dram"] == 1.0
-    assert "on " in report["medium"]
+    assert "on " in report.parts["medium"]
 
 
 def test_every_configuration_ran_with_ratios_to_dram(report):
-    apps = {(r["app"], r["variant"]) for r in report["applications"]}
+    apps = {(r["app"], r["variant"]) for r in report.rows}
     assert apps == {(a, v) for a in ("histogram1d", "kmeans") for v in VARIANTS}
-    for row in report["applications"]:
+    for row in report.rows:
         assert row["whole_s"] > 0 and math.isfinite(row["whole_vs_dram"])
-        assert row["data_bytes"] >= 2 * report["dram_budget_per_worker"]  # the big dataset: over the budget
-    assert all(r["whole_vs_dram"] == 1.0 for r in report["applications"] if r["variant"] == "dram")
+        assert row["data_bytes"] >= 2 * report.counts["dram_budget_per_worker"]  # the big dataset: over the budget
+    assert all(r["whole_vs_dram"] == 1.0 for r in report.rows if r["variant"] == "dram")
 
 
 def test_result_modes_and_mixed_workload(report):
-    modes = report["results"]
+    modes = report.parts["results"]
     sizes = [m["object_bytes"] for m in modes["matadd"]]
     assert len(sizes) == len(bench_tiers.SIZES["ci"]["matadd"]) and sizes == sorted(sizes)
     for m in modes["matadd"]:
@@ -49,14 +54,14 @@ def test_result_modes_and_mixed_workload(report):
             m["fetch_GBs"] > 0 and m["add_GBs"] > 0 and m["expected_ratio"] > 1
         )  # fetching both costs more than adding
     assert modes["fma"]["mapped_vs_dram"] > 0 and modes["fma"]["c_bytes"] == modes["fma"]["side"] ** 2 * 8
-    mixed = report["mixed"]["configurations"]
+    mixed = report.parts["mixed"]["configurations"]
     assert set(mixed) == {"dram", "mapped", "cached", "dynamic"}
     assert len({c["checksum"] for c in mixed.values()}) == 1  # the same answers everywhere
     assert mixed["dynamic"]["in_dram"]["hot"] > 0  # the written objects were promoted
 
 
 def test_goals_have_thresholds_peers_and_say_what_bounds_them(report):
-    goals = {g["goal"]: g for g in report["goals"]}
+    goals = {g["goal"]: g for g in report.goals}
     assert any("histogram in place on mapped" in g for g in goals)
     assert any("Dask spill-to-disk" in g for g in goals)
     assert any("volatile result >= 10x faster than non-active" in g for g in goals)

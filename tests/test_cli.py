@@ -8,6 +8,7 @@ import pytest
 
 from workbench import cli
 from workbench.bench import kernels as bench_kernels
+from workbench.bench.report import Report
 
 
 def _workbench(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -19,15 +20,15 @@ def _workbench(*args: str, cwd=None) -> subprocess.CompletedProcess:
 def test_bench_kernels_json_reports_every_kernel_with_its_ratios():
     result = _workbench("bench", "kernels", "--size", "ci", "--repeat", "1", "--json")
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    names = {row["kernel"] for row in report["kernels"]}
+    report = Report.from_json(json.loads(result.stdout))  # the model, as bench all reads it back
+    names = {row["kernel"] for row in report.rows}
     assert names == {case.name for case in bench_kernels._cases()}
-    for row in report["kernels"]:
+    for row in report.rows:
         assert row["numba_s"] > 0 and row["numpy_s"] > 0 and row["first_call_s"] > 0
         assert row["ratio_numpy"] == row["numpy_s"] / row["numba_s"]
         assert row["fraction_of_stream"] > 0
-    assert report["stream_GBps"]["all_threads"] > 0
-    assert [g["goal"].split(":")[0] for g in report["goals"]] == ["histogramdd", "histogramdd", "histogram1d"]
+    assert report.parts["stream_GBps"]["all_threads"] > 0 and report.counts["numba_threads"] >= 1
+    assert [g["goal"].split(":")[0] for g in report.goals] == ["histogramdd", "histogramdd", "histogram1d"]
 
 
 def test_bench_table_names_goals():
@@ -132,14 +133,14 @@ def test_kernel_ratios_keep_their_digits_and_name_where_numpy_is_faster():
         ratio_numpy_one_thread=0.0002 / 0.0256,
         fraction_of_stream=0.35,
     )
-    report = dict(
-        size="ci",
+    report = Report(
+        "kernels",
+        "ci",
         repeats=1,
-        numba_threads=2,
-        stream_GBps=dict(all_threads=0.7, one_thread=0.6, bytes=2.0**24),
-        kernels=[row, {**row, "kernel": "histogramdd", "ratio_numpy": 6.69, "ratio_numpy_one_thread": 9.0}],
+        counts={"numba_threads": 2},
+        parts={"stream_GBps": dict(all_threads=0.7, one_thread=0.6, bytes=2.0**24)},
+        rows=[row, {**row, "kernel": "histogramdd", "ratio_numpy": 6.69, "ratio_numpy_one_thread": 9.0}],
         machine={},
-        goals=[],
     )
     text = bench_kernels.format_report(report)
     (line,) = [t for t in text.splitlines() if t.startswith("matrix_add ")]
@@ -314,6 +315,7 @@ def test_each_benchmark_parses_and_its_arguments_are_its_runs(name):
     benchmark = cli.BENCHMARKS[name]
     module = importlib.import_module(benchmark.module_path)
     assert callable(module.format_report)
+    assert inspect.signature(module.run).return_annotation in ("Report", Report)  # every run returns the model
     parameters = inspect.signature(module.run).parameters
     for argument in benchmark.arguments:  # each reaches run as a keyword of the same name
         assert argument.dest in parameters, (name, argument.flags)

@@ -105,7 +105,7 @@ def test_split_tasks_and_dependencies_per_iteration_follow_the_workers(session):
     from workbench.bench import splitter as bench_splitter
 
     report = bench_splitter.run(size="ci", repeats=1, blocks_per_core=(1, 16), apps=("kmeans",), session=session)
-    rows = {(r["blocks_per_core"], r["variant"]): r for r in report["rows"]}
+    rows = {(r["blocks_per_core"], r["variant"]): r for r in report.rows}
     partitions = len(session.workers())
     for variant in ("split", "split-materialized", "rechunk"):
         per_iteration = {
@@ -116,7 +116,7 @@ def test_split_tasks_and_dependencies_per_iteration_follow_the_workers(session):
         # one task per partition (its one dependency), one merge (a dependency per partition)
         assert per_iteration[1] == per_iteration[16] == (partitions + 1, 2 * partitions), variant
     assert rows[(16, "blocks")]["tasks_per_iteration"] > 16 * partitions  # tasks = blocks: the baseline
-    count_goals = [g for g in report["goals"] if "per iteration" in g["goal"]]
+    count_goals = [g for g in report.goals if "per iteration" in g["goal"]]
     assert len(count_goals) == 2 and all(g["met"] and g["threshold"] == 3 * partitions + 1 for g in count_goals)
     assert {"messages_per_iteration", "bytes_moved_per_iteration"} <= set(rows[(16, "split")])
     assert "deps/it" in bench_splitter.format_report(report)

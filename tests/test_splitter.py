@@ -199,14 +199,20 @@ def test_granularity_variants_give_the_same_answer(session, app):
 
 
 def test_bench_splitter_reports_ratios_to_split(session):
+    import json
+
     from workbench.bench import splitter as bench_splitter
+    from workbench.bench.report import Report
 
     report = bench_splitter.run(size="ci", repeats=2, blocks_per_core=(1, 4), apps=("histogram",), session=session)
-    rows = {(r["blocks_per_core"], r["variant"]): r for r in report["rows"]}
+    assert (
+        Report.from_json(json.loads(json.dumps(report.to_json(), default=str))).rows == report.rows
+    )  # the model, as bench all reads it back
+    rows = {(r["blocks_per_core"], r["variant"]): r for r in report.rows}
     assert set(rows) == {(b, v) for b in (1, 4) for v in bench_splitter.VARIANTS}
     assert rows[(4, "split")]["ratio_to_split"] == 1.0 and rows[(4, "split")]["partition_building_s"] > 0
     assert rows[(4, "blocks")]["tasks"] > rows[(4, "split")]["tasks"]
-    (at_one,) = report["goals"]  # the goals at 48 and 200 blocks per core were not run: left out
+    (at_one,) = report.goals  # the goals at 48 and 200 blocks per core were not run: left out
     assert at_one["goal"].startswith("histogram at 1 block/core: split at most 5 % slower than blocks")
     assert at_one["peers"] == {"split": rows[(1, "split")]["seconds"], "blocks": rows[(1, "blocks")]["seconds"]}
     assert at_one["measured"] == rows[(1, "split")]["seconds"] / rows[(1, "blocks")]["seconds"]

@@ -227,13 +227,13 @@ def test_bench_shm_reports_every_way_it_can_run(session):
         session=session,
         only=["workbench-rro", "dask", "files", "multiprocessing.shared_memory"],
     )
-    ways = {r["way"]: r for r in report["ways"]}
+    ways = {r["way"]: r for r in report.rows}
     assert set(ways) == {"workbench-rro", "dask", "files", "multiprocessing.shared_memory"}
     assert ways["workbench-rro"]["time_vs_workbench"] == 1.0
     assert all(r["tasks"] == 2 * len(session.workers()) for r in ways.values())
-    assert set(report["attach_seconds_by_size"]) == {"16MB", "64MB", "256MB"}
+    assert set(report.parts["attach_seconds_by_size"]) == {"16MB", "64MB", "256MB"}
     assert "workbench-rro" in bench_shm.format_report(report)
-    goals = {g["goal"].split(" (")[0]: g for g in report["goals"]}
+    goals = {g["goal"].split(" (")[0]: g for g in report.goals}
     assert list(goals) == [
         "RRO faster than files",
         "RRO fastest of the shared-memory peers",
@@ -269,8 +269,8 @@ def test_missing_peers_are_skipped_with_how_to_install(session, monkeypatch):
 
     monkeypatch.setitem(bench_shm.PEERS, "imaginary", (lambda *a: [], "no_such_module_xyz"))
     report = bench_shm.run(size_mb=1, tasks=1, session=session, only=["workbench-rro", "imaginary"], table1=False)
-    assert "pip install no_such_module_xyz" in report["skipped"]["imaginary"]
-    assert [g["goal"].split(" (")[0] for g in report["goals"]] == [  # the goals that need a peer are left out
+    assert "pip install no_such_module_xyz" in report.parts["skipped_ways"]["imaginary"]
+    assert [g["goal"].split(" (")[0] for g in report.goals] == [  # the goals that need a peer are left out
         "RRO within 10 % of the node's read floor, or the fastest way by at least 5 %",
         "RRO's peak extra memory about one copy of the array per node",
         "RRO moves no copy of the array between workers",

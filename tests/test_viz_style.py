@@ -66,13 +66,8 @@ def every_figure() -> dict[str, object]:
         "comparison_figure, one point": timing.comparison_figure(_results(points=(4,)), ["blocks_per_worker"]),
         "scaling_figure": timing.scaling_figure(scaling),
         "store_scale_figure": timing.store_scale_figure(
-            {
-                "objects": [
-                    {"objects": n, "per_object_ms": 0.1, "locations_s": 0.01, "value_latency_ms": 1.0}
-                    for n in (100, 1000)
-                ],
-                "blocks": [{"blocks": n, "per_block_ms": 0.2} for n in (100, 1000)],
-            }
+            [{"objects": n, "per_object_ms": 0.1, "locations_s": 0.01, "value_latency_ms": 1.0} for n in (100, 1000)],
+            [{"blocks": n, "per_block_ms": 0.2} for n in (100, 1000)],
         ),
         "tier_bandwidth_figure": timing.tier_bandwidth_figure(
             {

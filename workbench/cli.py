@@ -73,8 +73,9 @@ class Command:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One ``workbench bench`` benchmark: ``workbench.bench.<module>.run(**arguments)`` makes the report,
-    the module's ``format_report`` prints it for people (``--json`` prints the report itself)."""
+    """One ``workbench bench`` benchmark: ``workbench.bench.<module>.run(**arguments)`` makes the report (a
+    :class:`workbench.bench.report.Report`), the module's ``format_report`` prints it for people (``--json``
+    prints its JSON, which ``bench all`` reads back)."""
 
     name: str
     help: str
@@ -206,9 +207,9 @@ def _bench(args: argparse.Namespace) -> int:
         estimated = args.size not in benchmark.timed_sizes
         progress.expect(args.size, benchmark.expected_s[args.size], estimated=estimated, extra=extra)
     report = module.run(**options, progress=progress)
-    if args.json and report.get("skipped"):  # stdout is the report: the person watching reads why on stderr
-        progress.say(f"skipped: {report['skipped']}")
-    print(json.dumps(report, indent=2, default=str) if args.json else module.format_report(report))
+    if args.json and report.skipped:  # stdout is the report: the person watching reads why on stderr
+        progress.say(f"skipped: {report.skipped}")
+    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else module.format_report(report))
     return 0
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from workbench import datasets, machine
 from workbench.apps import skewed
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, setting, table, text
 from workbench.lab import imbalance
 from workbench.runtime.session import Session
 
@@ -48,9 +49,9 @@ def run(
     workers: int | None = 2,
     session: Session | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Every scenario with every variant; the goals of issue 17 next to the figures. ``progress`` shows
-    a step per scenario (each runs every variant ``repeats`` times after a warm-up)."""
+) -> Report:
+    """Every scenario with every variant (a row per scenario and variant); the goals of issue 17 next to
+    the figures. ``progress`` shows a step per scenario (each runs every variant ``repeats`` times after a warm-up)."""
     checked_size(size, SKEWS)
     progress = progress or Progress.quiet()
     with bench_session(session, workers, timeout=300) as session:
@@ -76,19 +77,22 @@ def run(
     samples = {name: seconds_by_variant(e) for name, e in experiments.items()}
     ceilings = {f"skewed-{skew:g}": ceiling(c, n_workers) for skew, c in costs.items()}
     blocks = n_workers * BLOCKS_PER_WORKER
-    return {
-        "benchmark": "balance",
-        "size": size,
-        "repeats": repeats,
-        "workers": n_workers,
-        "blocks": blocks,
-        "skews": list(SKEWS[size]),
-        "skewed_ceilings": ceilings,
-        "scenarios": {name: t.reset_index().to_dict("records") for name, t in tables.items()},
-        "seconds": samples,
-        "goals": goals(tables, ceilings, samples, blocks),
-        "machine": machine.describe(),
-    }
+    return Report(
+        "balance",
+        size,
+        goals(tables, ceilings, samples, blocks),
+        scenario_rows(tables),
+        {"skews": list(SKEWS[size]), "skewed_ceilings": ceilings, "seconds": samples},
+        counts={"blocks": blocks},
+        workers=n_workers,
+        repeats=repeats,
+        machine=machine.describe(),
+    )
+
+
+def scenario_rows(tables: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row per scenario and variant of :func:`workbench.lab.imbalance.table`'s tables, its scenario named."""
+    return [{"scenario": name, **row} for name, t in tables.items() for row in t.reset_index().to_dict("records")]
 
 
 def seconds_by_variant(experiment: Any) -> dict[str, list[float]]:
@@ -184,36 +188,31 @@ def goals(
     return found + ([counted] if counted else [])
 
 
-def format_report(report: dict[str, Any]) -> str:
+COLUMNS = (
+    Column("variant", "variant", "<24"),
+    Column("seconds", "mean_s", ">8.3f"),
+    Column("split/var", "split / variant", ">9.2f"),
+    Column("tasks", "tasks", ">6.0f"),
+    Column("MB moved", "MB_moved_with_replicas", ">9.3f"),
+    Column("steals", "steals", ">6"),
+    Column("MB stolen", "MB_stolen", ">9.3f"),
+    Column("MB repl.", "MB_replicated", ">8.3f"),
+    Column("tasks/it", "tasks_per_iteration", ">8.1f"),
+    Column("deps/it", "dependencies_per_iteration", ">8.1f"),
+    Column("msgs/it", "messages_per_iteration", ">8.1f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The scenario tables and the goals, as the command prints them."""
-    lines = [
-        f"size {report['size']}, {report['workers']} workers, mean of {report['repeats']} runs; no balancing can beat "
-        "split by more than " + ", ".join(f"{c:.2f}x ({name})" for name, c in report["skewed_ceilings"].items())
-    ]
-    for name, rows in report["scenarios"].items():
-        lines += [
-            "",
-            f"{name}:",
-            f"{'variant':<24} {'seconds':>8} {'split/var':>9} {'tasks':>6} {'MB moved':>9} "
-            f"{'steals':>6} {'MB stolen':>9} {'MB repl.':>8} {'tasks/it':>8} {'deps/it':>8} {'msgs/it':>8}",
-        ]
-        for r in rows:
-            counted = (
-                f" {r['tasks_per_iteration']:>8.1f} {r['dependencies_per_iteration']:>8.1f} "
-                f"{r['messages_per_iteration']:>8.1f}"
-                if "tasks_per_iteration" in r
-                else ""
-            )
-            lines.append(
-                f"{r['variant']:<24} {r['mean_s']:>8.3f} {r['split / variant']:>9.2f} {r['tasks']:>6.0f} "
-                f"{r['MB_moved_with_replicas']:>9.3f} {r['steals']:>6} {r['MB_stolen']:>9.3f} "
-                f"{r['MB_replicated']:>8.3f}{counted}"
-            )
-    blocks = f", {report['blocks']} blocks" if "blocks" in report else ""
+    ceilings = ", ".join(f"{c:.2f}x ({name})" for name, c in report.parts["skewed_ceilings"].items())
+    lines = [setting(report, f"mean of {report.repeats} runs; no balancing can beat split by more than {ceilings}")]
+    for name in dict.fromkeys(r["scenario"] for r in report.rows):
+        lines += ["", f"{name}:", *table(COLUMNS, [r for r in report.rows if r["scenario"] == name])]
+    blocks = f", {report.counts['blocks']} blocks" if "blocks" in report.counts else ""
     lines += [
         "",
         f"per iteration (it; {skewed.ITERATIONS} per run{blocks}): tasks and dependencies submitted, "
         "scheduler-worker messages (steals and replicas included)",
-        "",
     ]
-    return "\n".join(lines + goal_lines(report["goals"]))
+    return text(lines, report)

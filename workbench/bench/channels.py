@@ -44,9 +44,10 @@ import psutil
 
 from workbench import machine
 from workbench.apps import prk
-from workbench.bench.goals import goal, goal_lines, ratio_noise, spread
+from workbench.bench.goals import goal, ratio_noise, spread
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, table, text
 from workbench.runtime import counts
 from workbench.runtime.channels import ArrayChannel, EagerChannel, Rank, run_group
 from workbench.runtime.session import Session, start
@@ -336,30 +337,32 @@ def run(
     two_nodes: bool = True,
     mpi: bool = True,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`. ``progress`` shows a
+) -> Report:
+    """The whole benchmark: a row per payload of the channels' ping-pong, the other parts by name (eager,
+    loaded, two nodes, mpi4py, copy, waiting, steady state, kernels), the goals. ``progress`` shows a
     phase per part, a step per payload or kernel (the command prints it to stderr)."""
     payloads = PAYLOADS[checked_size(size, PAYLOADS)]
     progress = progress or Progress.quiet()
     with bench_session(session, workers or 2, timeout=600) as session:
         if len(session.workers()) < 2:
             raise ValueError("bench channels needs at least 2 workers (one per ping-pong rank)")
-        report = {"benchmark": "channels", "size": size, **one_node(session, size, payloads, mpi, progress)}
-    report["channels_two_nodes"] = []
+        workers = len(session.workers())
+        figures = one_node(session, size, payloads, mpi, progress)
+    figures["channels_two_nodes"] = []
     if two_nodes:
         with start(nodes=["nodeA", "nodeB"], timeout=600) as nodes:
             with progress.phase("ping-pong between two simulated nodes (sockets)", len(payloads)) as phase:
-                report["channels_two_nodes"] = pingpongs(nodes, payloads, False, phase.step)
+                figures["channels_two_nodes"] = pingpongs(nodes, payloads, False, phase.step)
     progress.say(f"ping-pong, mpi4py: one mpiexec run of {len(payloads)} payloads")
     peer = mpi_pingpong(payloads, wait_seconds=WAIT_SECONDS) if mpi else {"skipped": "not asked for (--no-mpi)"}
-    report["mpi"] = peer
-    report["wait_cpu_share"]["mpi"] = peer.get("wait_cpu_share")
+    figures["mpi"] = peer
+    figures["wait_cpu_share"]["mpi"] = peer.get("wait_cpu_share")
     copied = [n for n in payloads if n >= MiB]
     progress.say(f"memory copy bandwidth at {len(copied)} payloads of 1 MiB and more")
-    report["copy"] = [{"nbytes": n, "MBps": copy_bandwidth(n)} for n in copied]  # a round trip's cap, in the goals
-    report["machine"] = machine.describe()
-    report["goals"] = goals(report)
-    return report
+    figures["copy"] = [{"nbytes": n, "MBps": copy_bandwidth(n)} for n in copied]  # a round trip's cap, in the goals
+    found = goals(figures)
+    parts = {key: value for key, value in figures.items() if key != "channels"}
+    return Report("channels", size, found, figures["channels"], parts, workers=workers, machine=machine.describe())
 
 
 def pingpongs(
@@ -557,16 +560,26 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def format_report(report: dict[str, Any]) -> str:
+KERNEL_COLUMNS = (
+    Column("kernel", "kernel", "<10"),
+    Column("ranks", "ranks", ">5"),
+    Column("channels s/it", "channels_s_per_iteration", ">14.5f"),
+    Column("eager s/it", "eager_s_per_iteration", ">11.5f"),
+    Column("eager/channels", "channels_vs_eager", ">15.2f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
-    eager = {r["nbytes"]: r for r in report["eager"]}
-    sockets = {r["nbytes"]: r for r in report["channels_two_nodes"]}
-    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
-    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
-    loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
+    p = report.parts
+    eager = {r["nbytes"]: r for r in p["eager"]}
+    sockets = {r["nbytes"]: r for r in p["channels_two_nodes"]}
+    mpi_rows = {r["nbytes"]: r for r in p["mpi"].get("rows", [])}
+    loaded = {r["nbytes"]: r for r in p["loaded"]["channels"]}
+    loaded_mpi = {r["nbytes"]: r for r in p["loaded"]["mpi"].get("rows", [])}
     lines = [
-        f"ping-pong, MB/s (round trip in us); loaded: {report['loaded']['processes']} CPU-bound processes beside it, "
-        f"median of {report['loaded']['repeats']} runs"
+        f"ping-pong, MB/s (round trip in us); loaded: {p['loaded']['processes']} CPU-bound processes beside it, "
+        f"median of {p['loaded']['repeats']} runs"
     ]
     lines.append(
         f"{'payload':>10} {'channels':>20} {'eager':>20} {'mpi4py':>20} {'channels, 2 nodes':>20} "
@@ -576,19 +589,19 @@ def format_report(report: dict[str, Any]) -> str:
     def cell(row: dict[str, Any] | None) -> str:
         return f"{row['MBps']:>9.1f} ({row['round_trip_s'] * 1e6:>8.1f})" if row else f"{'-':>20}"
 
-    for r in report["channels"]:
+    for r in report.rows:
         n = r["nbytes"]
         lines.append(
             f"{n:>10} {cell(r):>20} {cell(eager.get(n)):>20} {cell(mpi_rows.get(n)):>20} {cell(sockets.get(n)):>20} "
             f"{cell(loaded.get(n)):>20} {cell(loaded_mpi.get(n)):>20}"
         )
-    if "skipped" in report["mpi"]:
-        lines.append(f"mpi4py: skipped ({report['mpi']['skipped']})")
+    if "skipped" in p["mpi"]:
+        lines.append(f"mpi4py: skipped ({p['mpi']['skipped']})")
     else:
-        lines.append(f"mpi4py: {report['mpi']['library']}")
-    if "skipped" in report["loaded"]["mpi"]:
-        lines.append(f"mpi4py, loaded: skipped ({report['loaded']['mpi']['skipped']})")
-    counted = [r for r in report["channels"] if "scheduler_messages" in r]
+        lines.append(f"mpi4py: {p['mpi']['library']}")
+    if "skipped" in p["loaded"]["mpi"]:
+        lines.append(f"mpi4py, loaded: skipped ({p['loaded']['mpi']['skipped']})")
+    counted = [r for r in report.rows if "scheduler_messages" in r]
     if counted:
         eager_counts = {n: r["scheduler_messages"] for n, r in eager.items() if "scheduler_messages" in r}
         lines.append(
@@ -599,16 +612,16 @@ def format_report(report: dict[str, Any]) -> str:
                 for r in counted
             )
         )
-    waiting = report["wait_cpu_share"]
+    waiting = p["wait_cpu_share"]
     mpi_share = waiting["mpi"]
-    if report.get("copy"):
-        rates = ", ".join(f"{size_text(r['nbytes'])} {r['MBps']:.0f}" for r in report["copy"])
+    if p.get("copy"):
+        rates = ", ".join(f"{size_text(r['nbytes'])} {r['MBps']:.0f}" for r in p["copy"])
         lines.append(f"memory copy, MB/s: {rates} (a round trip moves at most half of it)")
     lines.append(
         f"a rank waiting {waiting['seconds']:g} s for its peer uses {waiting['channels']:.1%} of a core (channels)"
         + (f", {mpi_share:.1%} (mpi4py)" if mpi_share is not None else "")
     )
-    steady = report["steady_state"]
+    steady = p["steady_state"]
     lines += [
         "",
         f"steady state, {steady['messages']} round trips of {steady['nbytes']} B: "
@@ -617,13 +630,6 @@ def format_report(report: dict[str, Any]) -> str:
             for i, r in enumerate(steady["ranks"])
         ),
         "",
-        f"{'kernel':<10} {'ranks':>5} {'channels s/it':>14} {'eager s/it':>11} {'eager/channels':>15}",
+        *table(KERNEL_COLUMNS, p["kernels"]),
     ]
-    for r in report["kernels"]:
-        lines.append(
-            f"{r['kernel']:<10} {r['ranks']:>5} {r['channels_s_per_iteration']:>14.5f} "
-            f"{r['eager_s_per_iteration']:>11.5f} {r['channels_vs_eager']:>15.2f}"
-        )
-    lines.append("")
-    lines += goal_lines(report["goals"])
-    return "\n".join(lines)
+    return text(lines, report)

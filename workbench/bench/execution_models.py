@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench import machine
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal
 from workbench.bench.progress import Progress
+from workbench.bench.report import Report, text
 from workbench.lab import execution_models as em
 
 APPS = ("histogram", "kmeans")
@@ -48,14 +49,14 @@ def run(
     apps: Sequence[str] | None = APPS,
     cores: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Every measurement at ``size`` (``ci``, ``lab``, ``full``): spawn costs (``dask``: with Dask
     workers), first touch, page tables, ``mmap`` contention, and ``apps`` in each execution model
     (None or empty: skipped); with the goals and a recommendation per application. ``progress``
-    shows a step per measurement."""
+    shows a step per measurement. Each measurement is a part of the report (``parts["spawn"]``, ...)."""
     sizes = em._check_size(size)
     progress = progress or Progress.quiet()
-    report: dict[str, Any] = {
+    figures: dict[str, Any] = {
         "size": size,
         "machine": {
             "cpu": machine.cpu_model(),
@@ -67,26 +68,27 @@ def run(
     }
     steps = 1 + len(em.TOUCH_MODES) + 2 + 1 + (1 if apps else 0)
     with progress.phase("measurements", steps) as phase:
-        report["spawn"] = em.spawn_costs(sizes["spawn_repeats"], sizes["dask_repeats"], dask=dask)
+        figures["spawn"] = em.spawn_costs(sizes["spawn_repeats"], sizes["dask_repeats"], dask=dask)
         phase.step("spawn costs")
-        report["first_touch"] = []
+        figures["first_touch"] = []
         for mode in em.TOUCH_MODES:
-            report["first_touch"].append(em.first_touch(sizes["touch_bytes"], mode))
+            figures["first_touch"].append(em.first_touch(sizes["touch_bytes"], mode))
             phase.step(f"first touch, {mode}")
-        report["page_tables"] = []
+        figures["page_tables"] = []
         for model in ("processes", "threads"):
-            report["page_tables"] += em.page_tables(sizes["pte_bytes"], sizes["tasks"], model)
+            figures["page_tables"] += em.page_tables(sizes["pte_bytes"], sizes["tasks"], model)
             phase.step(f"page tables, {model}")
-        report["mmap"] = em.mmap_contention(sizes["mmap_tasks"], sizes["mmap_iterations"])
+        figures["mmap"] = em.mmap_contention(sizes["mmap_tasks"], sizes["mmap_iterations"])
         phase.step("mmap contention")
         if apps:
             rows = em.application_models(apps, size=size, cores=cores, repeats=sizes["app_repeats"])
-            report["applications"] = rows
-            report["recommendations"] = [em.recommendation(rows, app) for app in apps]
+            figures["applications"] = rows
+            figures["recommendations"] = [em.recommendation(rows, app) for app in apps]
             phase.step("applications: " + ", ".join(apps))
-    report["goals"] = goals(report)
-    report["pip_side_by_side"] = side_by_side(report)
-    return report
+    found = goals(figures)
+    figures["pip_side_by_side"] = side_by_side(figures)
+    parts = {key: value for key, value in figures.items() if key not in ("size", "machine")}
+    return Report("execution-models", size, found, parts=parts, machine=figures["machine"])
 
 
 def page_table_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,21 +203,21 @@ def side_by_side(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: Report) -> str:
     """The report as text: each measurement's table with its ratios, PiP's results beside, goals last."""
-    m = report["machine"]
+    m, p = report.machine or {}, report.parts
     lines = [
-        f"execution models, size {report['size']}: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, "
+        f"execution models, size {report.size}: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, "
         f"transparent huge pages: {m['thp']}",
         "",
         "spawn, to the first useful instruction",
     ]
     lines += [
         f"  {r['model']:<28} {r['seconds'] * 1e3:10.3f} ms  (x{r['vs_thread']:8.1f} a thread)  {r['how']}"
-        for r in report["spawn"]
+        for r in p["spawn"]
     ]
     lines += ["  PiP: " + PIP_PUBLISHED["spawn"], "", "first touch, one write per 4 KiB page"]
-    for r in report["first_touch"]:
+    for r in p["first_touch"]:
         lines.append(
             f"  {r['mode']:<14} {r['faults']:>8} faults ({r['faults_per_page']:.3f}/page)  "
             f"{r['ns_per_page']:8.0f} ns/page first, {r['ns_per_page_mapped']:6.0f} ns/page mapped  "
@@ -224,10 +226,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [
         "  PiP: " + PIP_PUBLISHED["first_touch"],
         "",
-        f"page tables for one shared segment of {report['page_tables'][0]['bytes'] // em.MiB} MiB read by every task",
+        f"page tables for one shared segment of {p['page_tables'][0]['bytes'] // em.MiB} MiB read by every task",
     ]
-    one = {r["model"]: r["vmpte_kib"] for r in report["page_tables"] if r["tasks"] == 1}
-    for r in report["page_tables"]:
+    one = {r["model"]: r["vmpte_kib"] for r in p["page_tables"] if r["tasks"] == 1}
+    for r in p["page_tables"]:
         lines.append(
             f"  {r['model']:<10} {r['tasks']:>3} tasks: VmPTE {r['vmpte_kib']:>7} KiB "
             f"(x{r['vmpte_kib'] / max(one[r['model']], 1):5.2f}"
@@ -236,24 +238,24 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [
         "  PiP: " + PIP_PUBLISHED["page_tables"],
         "",
-        f"mmap + first write + munmap of {report['mmap']['bytes']} B, {report['mmap']['iterations']} per task "
-        f"(numba loop compiled in {report['mmap']['compile_s']:.2f} s, not timed)",
+        f"mmap + first write + munmap of {p['mmap']['bytes']} B, {p['mmap']['iterations']} per task "
+        f"(numba loop compiled in {p['mmap']['compile_s']:.2f} s, not timed)",
     ]
-    for r in report["mmap"]["rows"]:
+    for r in p["mmap"]["rows"]:
         lines.append(
             f"  {r['tasks']:>3} tasks: threads {r['threads_per_s']:10.0f}/s, processes {r['processes_per_s']:10.0f}/s"
             f"  threads / processes {r['threads_vs_processes']:.2f}"
         )
     lines += ["  PiP: " + PIP_PUBLISHED["mmap"]]
-    if "applications" in report:
+    if "applications" in p:
         lines += ["", "applications, per execution model (median s, peak PSS of the workers)"]
-        for r in report["applications"]:
+        for r in p["applications"]:
             lines.append(
                 f"  {r['app']:<10} {r['configuration']:<33} {r['workers']}x{r['threads']}  "
                 f"{r['seconds']:8.3f} s (x{r['time_vs_best']:.2f})  "
                 f"{r['peak_pss_mib']:8.1f} MiB (x{r['memory_vs_best']:.2f})"
             )
-        lines += [f"  recommended for {r['app']}: {r['configuration']} ({r['why']})" for r in report["recommendations"]]
+        lines += [f"  recommended for {r['app']}: {r['configuration']} ({r['why']})" for r in p["recommendations"]]
     lines += ["", "PiP's findings, measured here"]
-    lines += [f"  {r['finding (PiP)']}: {r['measured here']}" for r in report["pip_side_by_side"]]
-    return "\n".join([*lines, "", *goal_lines(report["goals"])])
+    lines += [f"  {r['finding (PiP)']}: {r['measured here']}" for r in p["pip_side_by_side"]]
+    return text(lines, report)

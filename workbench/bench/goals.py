@@ -202,19 +202,3 @@ def problem(g: Any) -> str | None:
         if wrong_text:
             return f"has a {field} that {wrong_text}"
     return None
-
-
-def check_goals(benchmark: str, goals: Any, where: str = "") -> None:
-    """Raise ValueError naming ``benchmark`` when ``goals`` is not a list of goals of the one shape
-    (:func:`goal`'s: words, measured, threshold, better, met, ..., each of its type)."""
-    place = f" in {where}" if where else ""
-    if not isinstance(goals, list):
-        raise ValueError(f"benchmark {benchmark}{place}: 'goals' is not a list of goals")
-    for g in goals:
-        wrong = problem(g)
-        if wrong:
-            text = g.get("goal", g) if isinstance(g, Mapping) else g
-            raise ValueError(
-                f"benchmark {benchmark}{place}: goal {str(text)[:80]!r} {wrong} "
-                "(every goal is made by workbench.bench.goals.goal)"
-            )

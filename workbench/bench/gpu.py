@@ -22,9 +22,10 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal
 from workbench.bench.opening import bench_session
 from workbench.bench.progress import Progress
+from workbench.bench.report import Report, text
 from workbench.lab import gpu_experiments as experiments
 from workbench.memory import tiers
 from workbench.runtime.session import Session
@@ -54,18 +55,19 @@ def run(
     workers: int | None = None,
     allow_simulated: bool = False,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The whole benchmark at ``size``; a dict for ``--json`` and :func:`format_report`. The store part
+) -> Report:
+    """The whole benchmark at ``size``: each part in ``parts`` (device, bus, floor, histogram, kmeans, store),
+    the goals; skipped, saying why, where this machine has no device to measure. The store part
     runs on ``session`` when given, else on a local cluster of ``workers`` started for it."""
     experiments.size_named(size)
     progress = progress or Progress.quiet()
     reason = why_not()
     if reason and not (allow_simulated and reason.startswith("numba's CUDA simulator")):
-        return {"benchmark": "gpu", "size": size, "skipped": reason, "goals": []}
+        return Report("gpu", size, skipped=reason)
     try:
         device = experiments.device()
     except tiers.TierError as error:
-        return {"benchmark": "gpu", "size": size, "skipped": str(error), "goals": []}
+        return Report("gpu", size, skipped=str(error))
     with progress.phase("device", 4) as phase:
         bus = experiments.bus(size)
         phase.step("bus")
@@ -84,9 +86,7 @@ def run(
             finally:
                 store.close()
         phase.step("active vs non-active")
-    report = {
-        "benchmark": "gpu",
-        "size": size,
+    parts = {
         "device": device,
         "bus": bus,
         "floor": floor,
@@ -95,12 +95,12 @@ def run(
         "store": on_store,
         "not_measured": NOT_MEASURED,
     }
-    report["goals"] = goals(report)
-    return report
+    return Report("gpu", size, goals({**parts, "size": size}), parts=parts)
 
 
 def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's goals, each a ratio of two figures of this run (or a byte count)."""
+    """The issue's goals, each a ratio of two figures of this run (or a byte count); ``report``: what
+    :func:`run` measured, by name, and the size."""
     bus, histogram, kmeans, store = report["bus"], report["histogram"], report["kmeans"], report["store"]
     return [
         goal(
@@ -141,11 +141,11 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: Report) -> str:
     """The report as the text the command prints, goals last."""
-    if report.get("skipped"):
-        return f"bench gpu: skipped: {report['skipped']}"
-    d, b, f, h, k, s = (report[key] for key in ("device", "bus", "floor", "histogram", "kmeans", "store"))
+    if report.skipped:
+        return f"bench gpu: skipped: {report.skipped}"
+    d, b, f, h, k, s = (report.parts[key] for key in ("device", "bus", "floor", "histogram", "kmeans", "store"))
     memory = f", {d['bytes'] / 2**30:.0f} GiB" if d["bytes"] else ""
     lines = [
         f"device: {d['name']}{memory}" + ("  -- SIMULATED: the times below mean nothing" if d["simulated"] else ""),
@@ -161,5 +161,5 @@ def format_report(report: dict[str, Any]) -> str:
         f"({s['active_bytes_off_device']} B off the device), non-active fetch {s['non_active_s'] * 1e3:.2f} ms "
         f"({s['non_active_bytes_off_device']} B off the device): {s['speedup']:.1f}x; same counts: {s['same_counts']}",
     ]
-    lines += [f"not measured: {what}: {why}" for what, why in report["not_measured"].items()]
-    return "\n".join([*lines, "", "goals:", *goal_lines(report["goals"])])
+    lines += [f"not measured: {what}: {why}" for what, why in report.parts["not_measured"].items()]
+    return text(lines, report)

@@ -23,9 +23,10 @@ import numpy as np
 from numba import njit, prange
 
 from workbench import kernels, machine
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, table, text
 from workbench.kernels import prk
 from workbench.lab.timing import time_once
 
@@ -405,10 +406,9 @@ def kernel_goals(rows: list[dict[str, Any]], stream: dict[str, Any]) -> list[dic
     return goals
 
 
-def run(
-    size: str = "lab", repeats: int = 5, only: list[str] | None = None, progress: Progress | None = None
-) -> dict[str, Any]:
-    """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SCALES`); a JSON-ready report."""
+def run(size: str = "lab", repeats: int = 5, only: list[str] | None = None, progress: Progress | None = None) -> Report:
+    """Measure every kernel (or those named in ``only``) at ``size`` (:data:`SCALES`): a row per kernel, the
+    streaming read (``parts["stream_GBps"]``) and the goals."""
     checked_size(size, SCALES)
     progress = progress or Progress.quiet()
     scale = SCALES[size]
@@ -425,16 +425,16 @@ def run(
         for case in cases:
             rows.append(_kernel_row(case, scale, repeats, stream))
             phase.step(case.name)
-    return {
-        "benchmark": "kernels",
-        "size": size,
-        "repeats": repeats,
-        "numba_threads": numba.get_num_threads(),
-        "stream_GBps": stream,
-        "kernels": rows,
-        "goals": kernel_goals(rows, stream),
-        "machine": machine.describe(),
-    }
+    return Report(
+        "kernels",
+        size,
+        goals=kernel_goals(rows, stream),
+        rows=rows,
+        parts={"stream_GBps": stream},
+        counts={"numba_threads": numba.get_num_threads()},
+        repeats=repeats,
+        machine=machine.describe(),
+    )
 
 
 def ratio_text(ratio: float) -> str:
@@ -445,27 +445,33 @@ def ratio_text(ratio: float) -> str:
     return f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.3g}"
 
 
-def format_report(report: dict[str, Any]) -> str:
+# the table's columns: first call c = compiled now, l = loaded from the numba cache
+COLUMNS = (
+    Column("kernel", "kernel", "<20"),
+    Column("first call", lambda r: f"{r['first_call_s']:.3f}{'c' if r['first_call_compiled'] else 'l'}", ">11"),
+    Column("numba", "numba_s", ">9.4f"),
+    Column("1 thread", lambda r: r["numba_one_thread_s"] or None, ">9.4f"),
+    Column("numpy", "numpy_s", ">9.4f"),
+    Column("GB/s", "GBps", ">6.2f"),
+    Column("x numpy", lambda r: ratio_text(r["ratio_numpy"]), ">8"),
+    Column(
+        "x numpy 1t", lambda r: ratio_text(r["ratio_numpy_one_thread"]) if r["ratio_numpy_one_thread"] else None, ">10"
+    ),
+    Column("of stream", "fraction_of_stream", ">9.0%"),
+    Column(" rate", lambda r: f" {r['rate']:.4g} {r['rate_unit']}" if "rate" in r else ""),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as a table a person reads: one line per kernel, goals last."""
-    stream = report["stream_GBps"]
+    stream = report.parts["stream_GBps"]
     lines = [
-        f"size {report['size']}; streaming read: {stream['all_threads']:.1f} GB/s on {report['numba_threads']} "
-        f"threads, {stream['one_thread']:.1f} GB/s on one   (median of {report['repeats']})",
+        f"size {report.size}; streaming read: {stream['all_threads']:.1f} GB/s on {report.counts['numba_threads']} "
+        f"threads, {stream['one_thread']:.1f} GB/s on one   (median of {report.repeats})",
         "",
-        f"{'kernel':<20} {'first call':>11} {'numba':>9} {'1 thread':>9} {'numpy':>9} {'GB/s':>6} "
-        f"{'x numpy':>8} {'x numpy 1t':>10} {'of stream':>9}  rate",
+        *table(COLUMNS, report.rows),
     ]
-    for r in report["kernels"]:
-        first = f"{r['first_call_s']:.3f}{'c' if r['first_call_compiled'] else 'l'}"
-        one = f"{r['numba_one_thread_s']:.4f}" if r["numba_one_thread_s"] else "-"
-        one_ratio = ratio_text(r["ratio_numpy_one_thread"]) if r["ratio_numpy_one_thread"] else "-"
-        rate = f"{r['rate']:.4g} {r['rate_unit']}" if "rate" in r else ""
-        lines.append(
-            f"{r['kernel']:<20} {first:>11} {r['numba_s']:>9.4f} {one:>9} {r['numpy_s']:>9.4f} "
-            f"{r['GBps']:>6.2f} {ratio_text(r['ratio_numpy']):>8} {one_ratio:>10} "
-            f"{r['fraction_of_stream']:>9.0%}  {rate}"
-        )
-    for r in report["kernels"]:
+    for r in report.rows:
         if "plain_loop_s" in r:  # the reference line under the table: same columns, what it is at the end
             same = "same counts" if r["plain_loop_counts_equal_kernel"] else "counts DIFFER"
             lines.append(
@@ -476,16 +482,16 @@ def format_report(report: dict[str, Any]) -> str:
             )
     lines.append("first call: c = compiled now, l = loaded from the numba cache; times in seconds (medians)")
     lines.append("x numpy: numpy's time / numba's (all threads; 1t: one thread); below 1 numpy is faster")
-    slower = [r for r in report["kernels"] if r["ratio_numpy"] < 1]
+    slower = [r for r in report.rows if r["ratio_numpy"] < 1]
     if slower:
         lines.append(
             "numpy faster than numba on all threads: "
             + ", ".join(f"{r['kernel']} {ratio_text(1 / r['ratio_numpy'])}x" for r in slower)
         )
-    llc = report["machine"].get("last_level_cache")
+    llc = (report.machine or {}).get("last_level_cache")
     if llc:
         lines.append(
             f"'of stream' compares with a {stream['bytes'] / 2**30:.3g} GiB read; inputs smaller than the "
             f"{llc / 2**20:.0f} MiB last-level cache can exceed 100 % (and writes count as bytes too)"
         )
-    return "\n".join([*lines, "", *goal_lines(report["goals"])])
+    return text(lines, report)

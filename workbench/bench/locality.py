@@ -20,9 +20,10 @@ from typing import Any
 
 from workbench import datasets, machine
 from workbench.apps import registry
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, setting, table, text
 from workbench.locality import observe
 from workbench.runtime import trace
 from workbench.runtime.session import Session
@@ -95,7 +96,7 @@ def run(
     session: Session | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Observe's overhead on each of ``apps`` at ``size``: ratios of the median times, and the goals."""
     checked_size(size, SIZES)
     progress = progress or Progress.quiet()
@@ -133,29 +134,24 @@ def run(
                     noise=ratio_noise(runs, r["runs_unobserved_s"]),
                 )
             )
-    return {
-        "benchmark": "locality",
-        "size": size,
-        "repeats": repeats,
-        "workers": workers,
-        "rows": rows,
-        "goals": goals,
-        "machine": machine.describe(),
-    }
+    return Report("locality", size, goals, rows, workers=workers, repeats=repeats, machine=machine.describe())
 
 
-def format_report(report: dict[str, Any]) -> str:
+COLUMNS = (
+    Column("app", "app", "<10"),
+    Column("variant", "variant", "<10"),
+    Column("unobserved s", "unobserved_s", ">13.4f"),
+    Column("observed s", "observed_work_s", ">11.4f"),
+    Column("ratio", "work_ratio", ">6.3f", "x"),
+    Column("with reading s", "observed_block_s", ">15.4f"),
+    Column("ratio", "block_ratio", ">6.3f", "x"),
+    Column("start+read s", "start_and_read_s", ">13.4f"),
+    Column("watch s", "watch_s", ">8.4f"),
+    Column("findings", "findings", ">9"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text table the command prints, goals last."""
-    lines = [
-        f"size {report['size']}, {report['workers']} workers, median of {report['repeats']} runs of each, alternated",
-        "",
-        f"{'app':<10} {'variant':<10} {'unobserved s':>13} {'observed s':>11} {'ratio':>7} {'with reading s':>15} "
-        f"{'ratio':>7} {'start+read s':>13} {'watch s':>8} {'findings':>9}",
-    ]
-    for r in report["rows"]:
-        lines.append(
-            f"{r['app']:<10} {r['variant']:<10} {r['unobserved_s']:>13.4f} {r['observed_work_s']:>11.4f} "
-            f"{r['work_ratio']:>6.3f}x {r['observed_block_s']:>15.4f} {r['block_ratio']:>6.3f}x "
-            f"{r['start_and_read_s']:>13.4f} {r['watch_s']:>8.4f} {r['findings']:>9}"
-        )
-    return "\n".join([*lines, "", "goals:", *goal_lines(report["goals"])])
+    lines = [setting(report, f"median of {report.repeats} runs of each, alternated"), "", *table(COLUMNS, report.rows)]
+    return text(lines, report)

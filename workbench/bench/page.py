@@ -25,6 +25,7 @@ from bokeh.plotting import figure
 
 from workbench.bench.goals import figure_text, threshold_text
 from workbench.bench.progress import run_time
+from workbench.bench.report import of_record
 from workbench.units import size_text
 from workbench.viz.page import TABLE, WIDTH, document, text_div
 
@@ -64,7 +65,8 @@ def _by_mechanism(results: Mapping[str, Any]) -> dict[str, list[tuple[str, Mappi
     groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for b in results["benchmarks"]:
         groups.setdefault(b["mechanism"], [])
-        groups[b["mechanism"]] += [(b["name"], g) for g in b.get("goals", [])]
+        report = of_record(b)
+        groups[b["mechanism"]] += [(b["name"], g) for g in (report.goals if report else ())]
     return groups
 
 
@@ -162,8 +164,8 @@ def _header(results: Mapping[str, Any]) -> Div:
 
 
 def _met_count(b: Mapping[str, Any]) -> str:
-    goals = b.get("goals") or []
-    return f"{sum(g['met'] for g in goals)}/{len(goals)}" if b["status"] == "ok" else "-"
+    report = of_record(b)
+    return "-" if report is None else f"{report.met}/{len(report.goals)}"
 
 
 def _goal_table(rows: Iterable[tuple[str, Mapping[str, Any]]]) -> Div:

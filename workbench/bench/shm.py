@@ -47,9 +47,10 @@ import psutil
 
 from workbench import machine
 from workbench.bench import read_floor
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, table, text
 from workbench.memory import shm
 from workbench.runtime import counts
 from workbench.runtime.session import Session
@@ -514,8 +515,9 @@ def run(
     table1: bool = True,
     session: Session | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Run every available way; returns a JSON-ready report with ratios to the workbench and the goals.
+) -> Report:
+    """Run every available way: a row per way with its ratios to the workbench, and the goals; the ways
+    not run and why (``parts["skipped_ways"]``), the read floor, attach times and Table I's point.
 
     The array has the MB of ``size`` (:data:`SIZES_MB`) unless ``size_mb`` is given. Uses ``session``
     when given (a notebook's), else starts its own cluster of ``workers``. ``table1``: also k-means
@@ -549,60 +551,67 @@ def run(
     with progress.phase("attach", 1) as phase:
         attach = attach_times()
         phase.step("16, 64, 256 MB")
-    return {
-        "benchmark": "shm",
-        "size": size,
-        "array_bytes": array.nbytes,
-        "workers": n_workers,
-        "tasks_per_worker": tasks,
-        "ways": rows,
-        "skipped": skipped,
-        "attach_seconds_by_size": attach,
-        "read_floor": floor,
-        "table1": point,
-        "goals": shm_goals(rows, floor, array.nbytes) + ([table1_goal(point)] if point else []),
-        "machine": machine.describe(),
-    }
+    return Report(
+        "shm",
+        size,
+        shm_goals(rows, floor, array.nbytes) + ([table1_goal(point)] if point else []),
+        rows,
+        {"skipped_ways": skipped, "attach_seconds_by_size": attach, "read_floor": floor, "table1": point},
+        counts={"array_bytes": array.nbytes, "tasks_per_worker": tasks},
+        workers=n_workers,
+        machine=machine.describe(),
+    )
 
 
-def format_report(report: dict[str, Any]) -> str:
+def _counted(key: str, per: Callable[[dict[str, Any]], float] | None = None) -> Callable[[dict[str, Any]], Any]:
+    """A column of a way's counts (None, a dash, for a way the scheduler does not see), over ``per(row)``."""
+
+    def value(row: dict[str, Any]) -> Any:
+        if row.get("counts") is None:
+            return None
+        return row["counts"][key] if per is None else row["counts"][key] / per(row)
+
+    return value
+
+
+COLUMNS = (
+    Column("way", "way", "<30"),
+    Column("seconds", "seconds", ">8.3f"),
+    Column("x workbench", lambda r: r["time_vs_workbench"] or None, ">11.2f"),
+    Column("x floor", "time_vs_floor", ">7.2f"),
+    Column("extra MB", lambda r: r["extra_memory_bytes"] / MB, ">9.0f"),
+    Column("copies", "copies_per_node", ">7.2f"),
+    Column("x workbench", lambda r: r["memory_vs_workbench"] or None, ">11.2f"),
+    Column("tasks", _counted("tasks"), ">6"),
+    Column("deps", _counted("dependencies"), ">5"),
+    Column("msgs/task", _counted("messages", lambda r: r["tasks"]), ">9.1f"),
+    Column("MB moved", _counted("bytes_moved", lambda r: MB), ">8.1f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text table the command prints: each way's time against RRO's and the floor's,
     its memory, its counts; the floor; Table I's point; the goals last."""
+    parts = report.parts
     lines = [
-        f"one {report['array_bytes'] / MB:.0f} MB read-only array, {report['tasks_per_worker']} tasks on each of "
-        f"{report['workers']} workers (every task reads all of it)",
+        f"one {report.counts['array_bytes'] / MB:.0f} MB read-only array, {report.counts['tasks_per_worker']} tasks on "
+        f"each of {report.workers} workers (every task reads all of it)",
         "",
-        f"{'way':<30} {'seconds':>8} {'x workbench':>11} {'x floor':>7} {'extra MB':>9} {'copies':>7} "
-        f"{'x workbench':>11} {'tasks':>6} {'deps':>5} {'msgs/task':>9} {'MB moved':>8}",
+        *table(COLUMNS, report.rows),
     ]
-    for r in report["ways"]:
-        t = f"{r['time_vs_workbench']:.2f}" if r["time_vs_workbench"] else "-"
-        m = f"{r['memory_vs_workbench']:.2f}" if r["memory_vs_workbench"] else "-"
-        lines.append(
-            f"{r['way']:<30} {r['seconds']:>8.3f} {t:>11} {r['time_vs_floor']:>7.2f} "
-            f"{r['extra_memory_bytes'] / MB:>9.0f} {r['copies_per_node']:>7.2f} {m:>11} {_counts_text(r)}"
-        )
-    for name, why in report["skipped"].items():
+    for name, why in parts["skipped_ways"].items():
         lines.append(f"{name:<30} skipped: {why}")
     lines += [
         "extra MB: peak node memory above the start (sum of PSS: shared pages count once); copies = extra / array",
         "tasks, deps: submitted to the scheduler; msgs/task: scheduler-worker messages per task run; MB moved "
         "between workers ('-': a way with its own pool, not through Dask)",
-        _floor_text(report["read_floor"]),
+        _floor_text(parts["read_floor"]),
         "attach (map, no pre-fault): "
-        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in report["attach_seconds_by_size"].items()),
+        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in parts["attach_seconds_by_size"].items()),
     ]
-    if report.get("table1"):
-        lines += _table1_lines(report["table1"])
-    return "\n".join([*lines, "", *goal_lines(report["goals"])])
-
-
-def _counts_text(row: dict[str, Any]) -> str:
-    """A way's counts as the table's last columns (dashes for a way the scheduler does not see)."""
-    c = row.get("counts")
-    if c is None:
-        return f"{'-':>6} {'-':>5} {'-':>9} {'-':>8}"
-    return f"{c['tasks']:>6} {c['dependencies']:>5} {c['messages'] / row['tasks']:>9.1f} {c['bytes_moved'] / MB:>8.1f}"
+    if parts.get("table1"):
+        lines += _table1_lines(parts["table1"])
+    return text(lines, report)
 
 
 def _floor_text(floor: dict[str, Any]) -> str:

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench import machine
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, setting, table, text
 from workbench.datasets import SIZES
 from workbench.lab.runner import run_experiment
 from workbench.runtime.session import Session
@@ -167,7 +168,7 @@ def run(
     session: Session | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Measure every variant of ``apps`` at each block count; ratios to ``split``, and the goals.
 
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
@@ -182,40 +183,35 @@ def run(
                     rows += _point_rows(session, app, bpc, size, repeats)
                     phase.step(f"{app} at {bpc} blocks/core")
         workers = len(session.workers())
-    return {
-        "benchmark": "splitter",
-        "size": size,
-        "repeats": repeats,
-        "workers": workers,
-        "rows": rows,
-        "goals": splitter_goals(rows),
-        "machine": machine.describe(),
-    }
+    goals = splitter_goals(rows)
+    return Report("splitter", size, goals, rows, workers=workers, repeats=repeats, machine=machine.describe())
 
 
-def format_report(report: dict[str, Any]) -> str:
+COLUMNS = (
+    Column("app", "app", "<10"),
+    Column("blocks/core", "blocks_per_core", ">11"),
+    Column("variant", "variant", "<19"),
+    Column("seconds", "seconds", ">8.4f"),
+    Column("tasks", "tasks", ">7.0f"),
+    Column("/ split", "ratio_to_split", ">8.2f"),
+    Column("partitioning s", "partition_building_s", ">15.4f"),
+    Column("tasks/it", "tasks_per_iteration", ">8.1f"),
+    Column("deps/it", "dependencies_per_iteration", ">8.1f"),
+    Column("msgs/it", "messages_per_iteration", ">8.1f"),
+    Column(
+        "MB/it", lambda r: r["bytes_moved_per_iteration"] / 1e6 if "bytes_moved_per_iteration" in r else None, ">7.2f"
+    ),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text table the command prints, goals last."""
     lines = [
-        f"size {report['size']}, {report['workers']} workers (one per core), mean of {report['repeats']} runs",
+        setting(report, "one per core", f"mean of {report.repeats} runs"),
         "",
-        f"{'app':<10} {'blocks/core':>11} {'variant':<19} {'seconds':>8} {'tasks':>7} {'/ split':>8} "
-        f"{'partitioning s':>15} {'tasks/it':>8} {'deps/it':>8} {'msgs/it':>8} {'MB/it':>7}",
-    ]
-    for r in report["rows"]:
-        building = f"{r['partition_building_s']:.4f}" if r["partition_building_s"] is not None else "-"
-        counts = (
-            f" {r['tasks_per_iteration']:>8.1f} {r['dependencies_per_iteration']:>8.1f} "
-            f"{r['messages_per_iteration']:>8.1f} {r['bytes_moved_per_iteration'] / 1e6:>7.2f}"
-            if "tasks_per_iteration" in r
-            else ""
-        )
-        lines.append(
-            f"{r['app']:<10} {r['blocks_per_core']:>11} {r['variant']:<19} {r['seconds']:>8.4f} {r['tasks']:>7.0f} "
-            f"{r['ratio_to_split']:>8.2f} {building:>15}{counts}"
-        )
-    lines += [
+        *table(COLUMNS, report.rows),
         "",
         "per iteration (it): tasks and dependencies submitted in an iteration after the first (a one-pass app: "
         "the run), scheduler-worker messages and MB moved between workers (the run's over its iterations)",
     ]
-    return "\n".join([*lines, "", *goal_lines(report["goals"])])
+    return text(lines, report)

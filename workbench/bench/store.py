@@ -43,9 +43,10 @@ import numpy as np
 
 from workbench import machine
 from workbench.apps import registry
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, table, text
 from workbench.bench.splitter import per_iteration
 from workbench.datasets import SIZES
 from workbench.lab.runner import grid_points, run_experiment
@@ -528,8 +529,9 @@ def run(
     session: Session | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`.
+) -> Report:
+    """The whole benchmark: a row per null-call path, the rest in ``parts`` (applications, copies, readers,
+    moves at once, dataClay's peer), the goals.
 
     ``workers``: local worker processes when no ``session`` is given (default: one per core).
     """
@@ -566,44 +568,44 @@ def run(
                 "throughput_ms": peer.get("throughput_ms"),
             }
         )
-    return {
-        "benchmark": "store",
-        "size": size,
-        "repeats": repeats,
-        "calls": calls,
-        "workers": workers,
-        "null_calls": calls_rows,
-        "applications": app_rows,
-        "copies": copy_rows,
-        "readers": readers,
-        "moves_at_once": at_once,
-        "dataclay": peer,
-        "goals": store_goals(calls_rows, app_rows, copy_rows, readers, at_once),
-        "machine": machine.describe(),
-    }
+    return Report(
+        "store",
+        size,
+        store_goals(calls_rows, app_rows, copy_rows, readers, at_once),
+        calls_rows,
+        {"applications": app_rows, "copies": copy_rows, "readers": readers, "moves_at_once": at_once, "dataclay": peer},
+        counts={"calls": calls},
+        workers=workers,
+        repeats=repeats,
+        machine=machine.describe(),
+    )
 
 
-def format_report(report: dict[str, Any]) -> str:
+CALL_COLUMNS = (
+    Column("path", "path", "<46"),
+    Column("latency ms", "latency_ms", ">11.3f"),
+    Column("throughput ms/call", "throughput_ms", ">19.3f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
+    parts = report.parts
     lines = [
-        f"{report['workers']} workers; null calls: {report['calls']} per path",
+        f"{report.workers} workers; null calls: {report.counts['calls']} per path",
         "",
-        f"{'path':<46} {'latency ms':>11} {'throughput ms/call':>19}",
+        *table(CALL_COLUMNS, report.rows),
     ]
-    for r in report["null_calls"]:
-        through = f"{r['throughput_ms']:.3f}" if r["throughput_ms"] is not None else "-"
-        lines.append(f"{r['path']:<46} {r['latency_ms']:>11.3f} {through:>19}")
-    if not report["dataclay"].get("available"):
-        lines.append(f"dataClay: skipped ({report['dataclay'].get('reason')})")
+    if not parts["dataclay"].get("available"):
+        lines.append(f"dataClay: skipped ({parts['dataclay'].get('reason')})")
     lines += [
         "",
-        f"active vs non-active, size {report['size']}, mean of {report['repeats']} runs (seconds; MB moved "
-        "between workers)",
+        f"active vs non-active, size {report.size}, mean of {report.repeats} runs (seconds; MB moved between workers)",
         f"{'app':<10} {'parameters':<32} {'active s':>9} {'split s':>8} {'non-active s':>13} {'non/active':>11} "
         f"{'non/split':>10} {'MB active':>10} {'split':>6} {'non-active':>11} {'bound':>6}",
     ]
-    rate = (report.get("moves_at_once") or {}).get("MBps")
-    for r in report["applications"]:
+    rate = (parts.get("moves_at_once") or {}).get("MBps")
+    for r in parts["applications"]:
         a, n = _variant(r, "active"), _variant(r, "non-active")
         split = r["variants"]["active-split"] if "variants" in r else None
         split_s = f"{split['seconds']:>8.4f}" if split else f"{'-':>8}"
@@ -624,7 +626,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"{'app':<10} {'parameters':<32} {'variant':<13} {'tasks':>7} {'deps':>7} {'sched msgs':>11} "
         f"{'store msgs':>11} {'msgs/worker':>12}",
     ]
-    for r in report["applications"]:
+    for r in parts["applications"]:
         for variant, c in r.get("counts", {}).items():
             lines.append(
                 f"{r['app']:<10} {str(r['parameters']):<32} {variant:<13} {c['tasks_per_iteration']:>7.1f} "
@@ -636,17 +638,15 @@ def format_report(report: dict[str, Any]) -> str:
         "copies of an object (median, and fastest)",
         f"{'path':<40} {'bytes':>10} {'ms':>9} {'MB/s':>9} {'best MB/s':>10}",
     ]
-    for r in [*report.get("copies", []), *filter(None, [report.get("moves_at_once")])]:
+    for r in [*parts.get("copies", []), *filter(None, [parts.get("moves_at_once")])]:
         lines.append(
             f"{r['path']:<40} {r['nbytes']:>10} {1e3 * r['seconds']:>9.3f} {r['MBps']:>9.1f} {r['best_MBps']:>10.1f}"
         )
-    readers = report.get("readers")
+    readers = parts.get("readers")
     if readers:
         lines.append(
             f"two {readers['read_s']:.2f} s read-only calls together: {readers['two_reads_ratio']:.2f}x one's time; "
             f"a fetch beside one: {readers['fetch_beside_read_ms']:.1f} ms at most ({readers['fetch_alone_ms']:.1f} "
             "ms alone)"
         )
-    lines.append("")
-    lines += goal_lines(report["goals"])
-    return "\n".join(lines)
+    return text(lines, report)

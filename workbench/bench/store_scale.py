@@ -20,9 +20,10 @@ import dask.array as da
 from distributed import futures_of
 
 from workbench import machine
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, setting, table, text
 from workbench.runtime.session import Session
 from workbench.runtime.store import PersistentObject, Store, active
 
@@ -156,8 +157,8 @@ def run(
     session: Session | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report`."""
+) -> Report:
+    """The whole benchmark: a row per count of objects, the blocks' rows in ``parts["blocks"]``, the goals."""
     checked_size(size, OBJECTS)
     progress = progress or Progress.quiet()
     objects = tuple(objects or OBJECTS[size])
@@ -173,33 +174,29 @@ def run(
                 block_rows.append(blocks_at(session, n))
                 phase.step(f"{n} blocks")
         workers = len(session.workers())
-    return {
-        "benchmark": "store-scale",
-        "size": size,
-        "workers": workers,
-        "objects": object_rows,
-        "blocks": block_rows,
-        "goals": scale_goals(object_rows, block_rows),
-        "machine": machine.describe(),
-    }
+    goals = scale_goals(object_rows, block_rows)
+    return Report(
+        "store-scale", size, goals, object_rows, {"blocks": block_rows}, workers=workers, machine=machine.describe()
+    )
 
 
-def format_report(report: dict[str, Any]) -> str:
+OBJECT_COLUMNS = (
+    Column("objects", "objects", ">8"),
+    Column("persist s", "make_persistent_many_s", ">10.3f"),
+    Column("ms/object", "per_object_ms", ">10.3f"),
+    Column("locations ms", lambda r: 1e3 * r["locations_s"], ">12.2f"),
+    Column(".value() ms", "value_latency_ms", ">12.3f"),
+    Column("restart s", "restart_s", ">10.3f"),
+    Column("B/object", "scheduler_bytes_per_object", ">9.0f"),
+)
+BLOCK_COLUMNS = (
+    Column("blocks", "blocks", ">8"),
+    Column("persist_blocks s", "persist_blocks_s", ">17.3f"),
+    Column("ms/block", "per_block_ms", ">9.3f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
-    lines = [
-        f"{report['workers']} workers",
-        f"{'objects':>8} {'persist s':>10} {'ms/object':>10} {'locations ms':>12} {'.value() ms':>12} "
-        f"{'restart s':>10} {'B/object':>9}",
-    ]
-    for r in report["objects"]:
-        lines.append(
-            f"{r['objects']:>8} {r['make_persistent_many_s']:>10.3f} {r['per_object_ms']:>10.3f} "
-            f"{1e3 * r['locations_s']:>12.2f} {r['value_latency_ms']:>12.3f} {r['restart_s']:>10.3f} "
-            f"{r['scheduler_bytes_per_object']:>9.0f}"
-        )
-    lines += ["", f"{'blocks':>8} {'persist_blocks s':>17} {'ms/block':>9}"]
-    for r in report["blocks"]:
-        lines.append(f"{r['blocks']:>8} {r['persist_blocks_s']:>17.3f} {r['per_block_ms']:>9.3f}")
-    lines.append("")
-    lines += goal_lines(report["goals"])
-    return "\n".join(lines)
+    lines = [setting(report), *table(OBJECT_COLUMNS, report.rows), "", *table(BLOCK_COLUMNS, report.parts["blocks"])]
+    return text(lines, report)

@@ -7,8 +7,10 @@ passed through as they come; its report (stdout) is kept whole. The run writes o
 ``results.json``::
 
     {"size", "workers", "started", "wall_s", "machine", "versions",
-     "benchmarks": [{"name", "mechanism", "size", "wall_s", "status", "error", "goals", "report"}]}
+     "benchmarks": [{"name", "mechanism", "size", "wall_s", "status", "error", "report"}]}
 
+where a benchmark's ``report`` is its :class:`workbench.bench.report.Report` as JSON (with its version;
+null for one that failed or was stopped)
 and the page ``results.html`` (:mod:`workbench.bench.page`). Goals are never assertions: a run
 whose goals are not met still succeeds; only a benchmark that failed or ran out of time fails it.
 :func:`compare` matches two files' goals by (benchmark, goal text) and tells a change from the
@@ -38,19 +40,10 @@ from typing import Any, TextIO
 import numpy as np
 import psutil
 
-from workbench.bench.goals import (
-    CONTROL,
-    MAX_NUMBER,
-    check_goals,
-    goal_met,
-    is_figure,
-    is_number,
-    printable,
-    problem,
-    text_problem,
-)
+from workbench.bench.goals import CONTROL, MAX_NUMBER, describe, is_figure, is_number, printable, text_problem
 from workbench.bench.page import write_page
 from workbench.bench.progress import duration
+from workbench.bench.report import Report, ReportError, of_record
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench"  # where runs go unless told: OUT/<hostname>-<YYYYmmdd-HHMMSS>/
@@ -192,7 +185,7 @@ def run_one(
 def _outcome(
     planned: Planned, status: str, returncode: int | None, output: str, tail: list[str], limit_s: float
 ) -> dict[str, Any]:
-    """The record's status, error, goals and report from how the process ended and what it printed."""
+    """The record's status, error and report from how the process ended and what it printed."""
     last = next((line for line in reversed(tail) if line.strip()), "")
     if status == "timed out":  # where it got to: its last progress line
         where = next((line for line in reversed(tail) if line.startswith(f"bench {planned.name}: ")), last)
@@ -200,19 +193,17 @@ def _outcome(
     if status == "failed":
         return _failure("failed", f"exit status {returncode}: {last or 'nothing on stderr'}")
     try:
-        report = json.loads(output)
-        goals = report["goals"]
-        check_goals(planned.name, goals)
-    except (json.JSONDecodeError, TypeError, KeyError) as error:
-        return _failure("failed", f"its output is not a report with goals ({type(error).__name__}: {error})")
-    except ValueError as error:
-        return _failure("failed", str(error))
-    return {"status": "ok", "error": None, "goals": goals, "report": report}
+        report = Report.from_json(json.loads(output))
+    except json.JSONDecodeError as error:
+        return _failure("failed", f"its output is not a report (not JSON: {error})")
+    except ReportError as error:
+        return _failure("failed", f"its output is not a report: {error}")
+    return {"status": "ok", "error": None, "report": report.to_json()}
 
 
 def _failure(status: str, error: str) -> dict[str, Any]:
     """A failed record; its error one line of text, as :func:`load` reads it back (no colour codes)."""
-    return {"status": status, "error": printable(error), "goals": [], "report": None}
+    return {"status": status, "error": printable(error), "report": None}
 
 
 # -- every benchmark -------------------------------------------------------------------------------
@@ -341,9 +332,10 @@ def strict_json(value: Any) -> Any:
 
 
 def _goal_count(record: Mapping[str, Any]) -> str:
-    if record["status"] != "ok":
+    report = of_record(record)
+    if report is None:
         return f" ({record['error']})"
-    return f", {sum(g['met'] for g in record['goals'])}/{len(record['goals'])} goals met"
+    return f", {report.met}/{len(report.goals)} goals met"
 
 
 def failed(results: Mapping[str, Any]) -> list[str]:
@@ -353,8 +345,6 @@ def failed(results: Mapping[str, Any]) -> list[str]:
 
 def table_lines(results: Mapping[str, Any]) -> list[str]:
     """The results for people: a row per benchmark (mechanism, wall time, goals met), then every goal."""
-    from workbench.bench.goals import describe
-
     lines = [
         f"bench all on {results['machine']['hostname']} ({results['machine']['cpu']}, "
         f"{results['machine']['logical_cores']} cores), size {results['size'] or 'each its own'}, "
@@ -362,14 +352,15 @@ def table_lines(results: Mapping[str, Any]) -> list[str]:
         "",
         f"{'benchmark':<18} {'mechanism':<26} {'size':<5} {'wall':>7}  {'goals met':<10} status",
     ]
-    for b in results["benchmarks"]:
-        met = f"{sum(g['met'] for g in b['goals'])}/{len(b['goals'])}" if b["status"] == "ok" else "-"
+    reports = [of_record(b) for b in results["benchmarks"]]
+    for b, report in zip(results["benchmarks"], reports):
+        met = "-" if report is None else f"{report.met}/{len(report.goals)}"
         lines.append(
             f"{b['name']:<18} {b['mechanism']:<26} {b['size']:<5} {b['wall_s']:>6.0f}s  {met:<10} {b['status']}"
         )
-    for b in results["benchmarks"]:
+    for b, report in zip(results["benchmarks"], reports):
         lines += ["", f"{b['name']}:"]
-        lines += [f"  {describe(g)}" for g in b["goals"]] or [f"  {b['status']}: {b['error']}"]
+        lines += [f"  {describe(g)}" for g in (report.goals if report else ())] or [f"  {b['status']}: {b['error']}"]
     return lines
 
 
@@ -384,7 +375,7 @@ _DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # an opening bracke
 
 class ResultsError(ValueError):
     """A file that is not a results file as ``bench all`` writes it. The message is one line: the file,
-    the field (``benchmarks[0].goals[1].threshold``), what is wrong with it and what to do. A ValueError,
+    the field (``benchmarks[0].report.goals[1].threshold``), what is wrong with it and what to do. A ValueError,
     as :func:`load` raised before, so callers that catch ValueError for a bad file keep working."""
 
 
@@ -404,8 +395,9 @@ def load(path: str | Path) -> dict[str, Any]:
     """A results file written by ``bench all``, checked in full before anything reads it (it may have
     been edited, cut short or crafted: it is untrusted): its size and nesting bounded, every number
     finite and within ``MAX_NUMBER``, every field of its shape with its type, every text that the page,
-    the site or ``bench compare`` shows free of control characters; each goal's figures as floats and
-    its ``met`` worked out again from its figure and threshold. What it returns can be shown and
+    the site or ``bench compare`` shows free of control characters; each benchmark's report read by
+    :meth:`Report.from_json` (its version, its goals' figures as floats and their ``met`` worked out
+    again from figure and threshold). What it returns can be shown and
     compared without another check. ``FileNotFoundError`` for no file; :class:`ResultsError` (one line
     naming the file and the field) for anything else wrong, an unreadable file included."""
     path = Path(path)
@@ -426,13 +418,6 @@ def load(path: str | Path) -> dict[str, Any]:
             f"{_shown_path(path)} is not a results file of 'workbench bench all': {wrong}; "
             "give one it wrote, as it wrote it (or run it again)"
         ) from None
-    for b in results["benchmarks"]:
-        for g in b["goals"]:
-            g["measured"] = _float(g["measured"])
-            g["threshold"] = float(g["threshold"])
-            g["peers"] = {name: _float(value) for name, value in g.get("peers", {}).items()}
-            g["met"] = goal_met(g["measured"], g["threshold"], g["better"])
-            g["noise"] = None if g.get("noise") is None else float(g["noise"])
     return results
 
 
@@ -440,11 +425,6 @@ def _shown_path(path: Path) -> str:
     """The path as one line (a name with a line break is shown quoted, its controls escaped)."""
     text = str(path)
     return repr(text) if CONTROL.search(text) else text
-
-
-def _float(value: Any) -> float:
-    """A figure as a float: None (strict JSON's NaN, a figure that could not be had) as NaN."""
-    return math.nan if value is None else float(value)
 
 
 def _parse(data: bytes) -> Any:
@@ -490,7 +470,7 @@ def _parse(data: bytes) -> Any:
 
 
 def _field(path: tuple[Any, ...]) -> str:
-    """A field's path as people read it: ``benchmarks[0].goals[1].threshold``."""
+    """A field's path as people read it: ``benchmarks[0].report.goals[1].threshold``."""
     text = ""
     for key in path:
         if isinstance(key, int):
@@ -539,7 +519,7 @@ def _number(value: Any, *where: Any, optional: bool = False, least: float = 0, i
 
 # the fields bench all always writes (size, workers, wall_s and a benchmark's error as null where unknown)
 RESULTS_FIELDS = ("size", "workers", "started", "wall_s", "machine", "versions", "benchmarks")
-BENCHMARK_FIELDS = ("name", "mechanism", "size", "wall_s", "status", "error", "goals")
+BENCHMARK_FIELDS = ("name", "mechanism", "size", "wall_s", "status", "error", "report")
 
 
 def _present(mapping: dict[str, Any], fields: Sequence[str], *where: Any) -> None:
@@ -598,15 +578,14 @@ def _check_shape(results: Any) -> None:
             raise _Wrong(_field(("benchmarks", i, "status")), f"is {b['status'][:40]!r}, not one of {STATUSES}")
         _number(b.get("wall_s"), "benchmarks", i, "wall_s")
         _text(b.get("error"), "benchmarks", i, "error", optional=b["status"] == "ok")
-        goals = b.get("goals")
-        if not isinstance(goals, list):
-            raise _Wrong(_field(("benchmarks", i, "goals")), "is not a list of goals")
-        for j, g in enumerate(goals):
-            wrong = problem(g)
-            if wrong:
-                words = g.get("goal") if isinstance(g, dict) and isinstance(g.get("goal"), str) else None
-                said = f" (goal {words[:60]!r})" if words is not None else ""
-                raise _Wrong(f"{_field(('benchmarks', i, 'goals', j))}{said}", wrong)
+        if b["status"] != "ok":
+            if b["report"] is not None:
+                raise _Wrong(_field(("benchmarks", i, "report")), f"is there, but the benchmark {b['status']}")
+            continue
+        try:  # the report's own shape: its model reads it (its goals' figures as floats, met worked out again)
+            b["report"] = Report.from_json(b["report"]).to_json()
+        except ReportError as error:
+            raise _Wrong(f"{_field(('benchmarks', i, 'report'))}.{error.field}", error.what) from None
 
 
 def finished(results: Mapping[str, Any]) -> bool:
@@ -615,7 +594,8 @@ def finished(results: Mapping[str, Any]) -> bool:
 
 
 def _goals_by_key(results: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    return {(b["name"], g["goal"]): g for b in results["benchmarks"] for g in b["goals"]}
+    reports = [(b["name"], of_record(b)) for b in results["benchmarks"]]
+    return {(name, g["goal"]): g for name, report in reports if report for g in report.goals}
 
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

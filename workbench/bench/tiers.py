@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 
 from workbench import kernels, machine
-from workbench.bench.goals import goal, goal_lines, ratio_noise
+from workbench.bench.goals import goal, ratio_noise
 from workbench.bench.opening import bench_session, checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Column, Report, table, text
 from workbench.bench.store import counts_per_iteration
 from workbench.lab.tier_experiments import APPS, budget_for, small_object_bytes, tier_variants
 from workbench.memory import tiers
@@ -464,8 +465,9 @@ def run(
     workers: int | None = None,
     mixed_budget: int | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
-    """The whole benchmark; a dict for ``--json`` and :func:`format_report` (``apps`` / ``variants``:
+) -> Report:
+    """The whole benchmark: a row per application and variant, the bandwidth, result modes and mixed
+    workload in ``parts``, the goals (``apps`` / ``variants``:
     default the size's; ``mixed_budget``: the mixed workload's DRAM budget per worker, default the
     larger of the size's and 64 MiB)."""
     setting = _setting(size, apps, variants)
@@ -487,9 +489,7 @@ def run(
                     phase.step("dram, mapped, cached, dynamic")
             finally:
                 store.close()
-    report = {
-        "benchmark": "tiers",
-        "size": size,
+    figures = {
         "workers": n_workers,
         "dram_budget_per_worker": budget,
         "small_object_bytes": small_object_bytes(size),
@@ -501,8 +501,18 @@ def run(
         "mixed": mixed,
         "machine": machine.describe(),
     }
-    report["goals"] = goals(report)
-    return report
+    return Report(
+        "tiers",
+        size,
+        goals(figures),
+        app_rows,
+        {key: figures[key] for key in ("medium", "bandwidth", "results", "mixed")},
+        counts={
+            key: figures[key] for key in ("dram_budget_per_worker", "small_object_bytes", "last_level_cache_bytes")
+        },
+        workers=n_workers,
+        machine=figures["machine"],
+    )
 
 
 def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None = None) -> dict[str, Any] | None:
@@ -719,7 +729,8 @@ def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 13 and 29's goals against this run's figures, with what bounds each one not met."""
+    """Issues 13 and 29's goals against this run's figures (``report``: what :func:`run` measured, by name,
+    before its :class:`Report` is made), with what bounds each one not met."""
     mixed = report["mixed"]
     out = [g for g in (histogram_goal(report), spill_goal(report)) if g]
     out += [volatile_goal(report), fma_goal(report), *dynamic_goals(report)]
@@ -735,51 +746,57 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _counts_text(row: dict[str, Any]) -> str:
-    """An application row's counts as table columns (empty for a row without them: an older report)."""
-    if "tasks_per_iteration" not in row:
-        return ""
+def _cold(row: dict[str, Any]) -> str:
+    """Whether a tier's cold read was cold: ``real``, ``-`` (not asked), or why not."""
     return (
-        f" {row['tasks_per_iteration']:>6.1f} {row['dependencies_per_iteration']:>6.1f} "
-        f"{row['messages_per_iteration']:>7.1f} {row['store_messages_per_iteration']:>6.1f} "
-        f"{row['bytes_moved_per_iteration'] / 1e6:>7.2f} {row['tier_moves_per_run']:>6.1f}"
+        " real" if row["cold_is_real"] else (" -" if row["cold_is_real"] is None else f" NOT cold: {row['cold_note']}")
     )
 
 
-def format_report(report: dict[str, Any]) -> str:
+BANDWIDTH_COLUMNS = (
+    Column("tier", "tier", "<8"),
+    Column("read hot GB/s", "read_hot_GBs", ">14.2f"),
+    Column("read cold GB/s", "read_cold_GBs", ">15.2f"),
+    Column("write GB/s", "write_GBs", ">11.2f"),
+    Column("hot/dram", "read_hot_vs_dram", ">9.2f"),
+    Column("cold/dram", "read_cold_vs_dram", ">10.2f"),
+    Column(" cold", _cold),
+)
+APPLICATION_COLUMNS = (
+    Column("app", "app", "<12"),
+    Column("objects", "objects", "<8"),
+    Column("dataset", "dataset", "<8"),
+    Column("variant", "variant", "<15"),
+    Column("whole s", "whole_s", ">9.4f"),
+    Column("whole/dram", "whole_vs_dram", ">11.2f"),
+    Column("method/dram", "method_vs_dram", ">12.2f"),
+    Column("tasks", "tasks_per_iteration", ">6.1f"),
+    Column("deps", "dependencies_per_iteration", ">6.1f"),
+    Column("msgs", "messages_per_iteration", ">7.1f"),
+    Column("store", "store_messages_per_iteration", ">6.1f"),
+    Column("MB", lambda r: r["bytes_moved_per_iteration"] / 1e6 if "bytes_moved_per_iteration" in r else None, ">7.2f"),
+    Column("moves", "tier_moves_per_run", ">6.1f"),
+)
+
+
+def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
+    parts, counted = report.parts, report.counts
     lines = [
-        f"{report['workers']} workers; DRAM budget {report['dram_budget_per_worker'] / MiB:.1f} MiB per worker; "
-        f"small objects {report['small_object_bytes'] / MiB:.2f} MiB (last-level cache "
-        f"{report['last_level_cache_bytes'] / MiB:.0f} MiB)",
-        f"tier files: {report['medium']}",
+        f"{report.workers} workers; DRAM budget {counted['dram_budget_per_worker'] / MiB:.1f} MiB per worker; "
+        f"small objects {counted['small_object_bytes'] / MiB:.2f} MiB (last-level cache "
+        f"{counted['last_level_cache_bytes'] / MiB:.0f} MiB)",
+        f"tier files: {parts['medium']}",
         "",
-        f"bandwidth ({report['bandwidth']['nbytes'] / MiB:.0f} MiB array)",
-        f"{'tier':<8} {'read hot GB/s':>14} {'read cold GB/s':>15} {'write GB/s':>11} {'hot/dram':>9} "
-        f"{'cold/dram':>10}  cold",
-    ]
-    for r in report["bandwidth"]["rows"]:
-        cold = "real" if r["cold_is_real"] else ("-" if r["cold_is_real"] is None else f"NOT cold: {r['cold_note']}")
-        lines.append(
-            f"{r['tier']:<8} {r['read_hot_GBs']:>14.2f} {r['read_cold_GBs']:>15.2f} {r['write_GBs']:>11.2f} "
-            f"{r['read_hot_vs_dram']:>9.2f} {r['read_cold_vs_dram']:>10.2f}  {cold}"
-        )
-    lines += [
+        f"bandwidth ({parts['bandwidth']['nbytes'] / MiB:.0f} MiB array)",
+        *table(BANDWIDTH_COLUMNS, parts["bandwidth"]["rows"]),
         "",
         "applications (ratios to dram in the same run; whole = the run, method = its compute tasks; per "
         "iteration: tasks, dependencies, scheduler and store messages, MB moved between workers; tier moves "
         "per run)",
+        *table(APPLICATION_COLUMNS, report.rows),
     ]
-    lines.append(
-        f"{'app':<12} {'objects':<8} {'dataset':<8} {'variant':<15} {'whole s':>9} {'whole/dram':>11} "
-        f"{'method/dram':>12} {'tasks':>6} {'deps':>6} {'msgs':>7} {'store':>6} {'MB':>7} {'moves':>6}"
-    )
-    for r in report["applications"]:
-        lines.append(
-            f"{r['app']:<12} {r['objects']:<8} {r['dataset']:<8} {r['variant']:<15} {r['whole_s']:>9.4f} "
-            f"{r['whole_vs_dram']:>11.2f} {r['method_vs_dram']:>12.2f}" + _counts_text(r)
-        )
-    p = report["results"]
+    p = parts["results"]
     lines += [
         "",
         "result modes of matrix addition on mapped objects (ms; volatile: held where computed; returned: "
@@ -808,7 +825,7 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round",
     ]
-    for name, c in report["mixed"]["configurations"].items():
+    for name, c in parts["mixed"]["configurations"].items():
         per = c.get("counts") or {}
         lines.append(
             f"  {name:<8} {c['round_s'] * 1e3:9.2f} ms  in DRAM at the end: {c['in_dram']['hot']} hot, "
@@ -820,6 +837,4 @@ def format_report(report: dict[str, Any]) -> str:
                 else ""
             )
         )
-    lines.append("")
-    lines += goal_lines(report["goals"])
-    return "\n".join(lines)
+    return text(lines, report)

@@ -29,9 +29,10 @@ from typing import Any
 import nbformat
 
 from workbench import machine
-from workbench.bench.goals import goal, goal_lines
+from workbench.bench.goals import goal
 from workbench.bench.opening import checked_size
 from workbench.bench.progress import Progress
+from workbench.bench.report import Report, text
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -139,12 +140,12 @@ def run(
     markdown: bool = False,
     progress: Progress | None = None,
     notebooks_dir: str | Path | None = None,
-) -> dict[str, Any]:
-    """Every lesson (or ``only``'s) executed at ``size``, timed against its budget; a dict for ``--json``
-    and :func:`format_report`. ``out``: where the executed copies go (None: a temporary directory,
-    removed after). ``markdown``: :func:`format_report` prints the instructor guide's table.
-    ``notebooks_dir``: the folder of lessons to time (None: the course's ``notebooks/``), such as the
-    copy ``workbench course copy`` made and an instructor edited."""
+) -> Report:
+    """Every lesson (or ``only``'s) executed at ``size``, timed against its budget: a row per lesson, the
+    budget, total and load average in ``parts``, a goal per lesson. ``out``: where the executed copies
+    go (None: a temporary directory, removed after). ``markdown``: :func:`format_report` prints the
+    instructor guide's table. ``notebooks_dir``: the folder of lessons to time (None: the course's
+    ``notebooks/``), such as the copy ``workbench course copy`` made and an instructor edited."""
     from workbench.teach import syllabus
 
     checked_size(size, BUDGET_S)
@@ -179,26 +180,22 @@ def run(
         for r in rows
         if budget is not None
     ]
-    return {
-        "benchmark": "lessons",
-        "size": size,
+    parts = {
         "budget_s": budget,
-        "lessons": rows,
         "total_s": round(sum(r["seconds"] for r in rows), 3),
         "load": {"before": load_before, "after": _load()},
-        "cores": os.cpu_count(),
-        "machine": machine.describe(),
         "markdown": markdown,
-        "goals": goals,
     }
+    return Report("lessons", size, goals, rows, parts, counts={"cores": os.cpu_count()}, machine=machine.describe())
 
 
-def _load_words(report: dict[str, Any]) -> str:
+def _load_words(report: Report) -> str:
     """The load average at the start and the end, and what it means for the times beside it."""
-    before, after = report["load"]["before"][0], report["load"]["after"][0]
+    before, after = report.parts["load"]["before"][0], report.parts["load"]["after"][0]
+    cores = report.counts["cores"]
     words = f"load average {before:.1f} at the start, {after:.1f} at the end"
-    if max(before, after) > report["cores"]:
-        words += f" (above its {report['cores']} cores: other work shared the machine, so these times are longer "
+    if max(before, after) > cores:
+        words += f" (above its {cores} cores: other work shared the machine, so these times are longer "
         words += "than a quiet machine's)"
     else:
         words += " (a quiet machine)"
@@ -212,20 +209,20 @@ def _slowest(row: dict[str, Any]) -> str:
     return f"{cell['seconds']:.0f} s: `{cell['first_line'].replace('|', '/').replace('`', '')}`"
 
 
-def markdown_table(report: dict[str, Any]) -> str:
+def markdown_table(report: Report) -> str:
     """The instructor guide's table of run times, between :data:`BEGIN` and :data:`END`: the machine
     line, then a row per lesson (its time, its budget, its minutes in the schedule, its slowest cell)."""
-    budget = report["budget_s"]
+    budget, cpu = report.parts["budget_s"], (report.machine or {}).get("cpu")
     lines = [
         BEGIN,
         "",
-        f"Measured by `workbench bench lessons --size {report['size']}` on {report['machine']['cpu']}, "
-        f"{report['cores']} cores, {_load_words(report)}.",
+        f"Measured by `workbench bench lessons --size {report.size}` on {cpu}, "
+        f"{report.counts['cores']} cores, {_load_words(report)}.",
         "",
         HEADER,
         "|---|---|---|---|---|",
     ]
-    for r in report["lessons"]:
+    for r in report.rows:
         status = "" if r["status"] == "ok" else f" ({r['status']})"
         budget_text = "none" if budget is None else f"{budget:.0f} s"
         lines.append(
@@ -259,19 +256,19 @@ def read_table(text: str) -> dict[str, Any]:
     return {"size": found[1], "cpu": found[2], "cores": int(found[3]), "lessons": rows}
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: Report) -> str:
     """The report as text (each lesson's time against its budget, its slowest cells, the goals), or
     the instructor guide's Markdown table when ``--markdown`` asked for it."""
-    if report.get("markdown"):
+    if report.parts.get("markdown"):
         return markdown_table(report)
-    budget = report["budget_s"]
+    budget = report.parts["budget_s"]
     lines = [
-        f"lessons at size {report['size']} on {report['machine']['cpu']}, {report['cores']} cores; "
+        f"lessons at size {report.size} on {(report.machine or {}).get('cpu')}, {report.counts['cores']} cores; "
         f"{_load_words(report)}",
         f"budget per lesson: {'none at this size' if budget is None else f'{budget:.0f} s'}",
         "",
     ]
-    for r in report["lessons"]:
+    for r in report.rows:
         verdict = "" if budget is None else ("  within budget" if r["seconds"] <= budget else "  OVER budget")
         if r["status"] != "ok":
             verdict = f"  {r['status'].upper()}"
@@ -279,5 +276,5 @@ def format_report(report: dict[str, Any]) -> str:
         for cell in r["slowest"]:
             lines.append(f"     cell {cell['cell']:>2}: {cell['seconds']:6.1f} s  {cell['first_line']}")
         lines += [f"     error: {e}" for e in r["errors"]]
-    lines += ["", f"all lessons: {report['total_s']:.0f} s", "", *goal_lines(report["goals"])]
-    return "\n".join(lines)
+    lines += ["", f"all lessons: {report.parts['total_s']:.0f} s"]
+    return text(lines, report)

@@ -34,6 +34,7 @@ import nbformat
 
 from workbench.bench.goals import figure_text, threshold_text
 from workbench.bench.progress import run_time
+from workbench.bench.report import of_record
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -440,11 +441,12 @@ def bench_results_markdown(results: dict[str, Any] | None, page_href: str = "ben
     ]
     groups: dict[str, list[str]] = {}
     for b in results["benchmarks"]:
-        met = f"{sum(g['met'] for g in b['goals'])}/{len(b['goals'])}" if b["status"] == "ok" else "-"
+        report = of_record(b)
+        met = "-" if report is None else f"{report.met}/{len(report.goals)}"
         cells = (b["name"], b["mechanism"], b["size"], f"{b['wall_s']:.0f} s", met, b["status"])
         lines.append("| " + " | ".join(map(_cell, cells)) + " |")
         rows = groups.setdefault(b["mechanism"], [])
-        rows += [_goal_row(b["name"], g) for g in b["goals"]]
+        rows += [_goal_row(b["name"], g) for g in (report.goals if report else ())]
         if b["status"] != "ok":
             rows.append(f"| {_cell(b['name'])} | {_cell(b['status'])}: {_cell(b['error'])} | | | | |")
     for mechanism, rows in groups.items():

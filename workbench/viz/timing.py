@@ -4,7 +4,8 @@ figure style (:mod:`workbench.viz.style`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 from bokeh.models import ColumnDataSource, FactorRange, FixedTicker, HoverTool, Whisker
@@ -169,11 +170,16 @@ def scaling_figure(
     return fig
 
 
-def store_scale_figure(report: dict, title: str = "the active store as it fills"):
-    """Log-log curves of ``workbench bench store-scale``: registration per object, ``store.locations`` of all
-    objects and ``.value()`` latency against the number of objects; ``persist_blocks`` per block
-    against the number of blocks. Flat per-object lines are what scaling looks like."""
-    objects = pd.DataFrame(report["objects"])
+def store_scale_figure(
+    objects: Sequence[Mapping[str, Any]],
+    blocks: Sequence[Mapping[str, Any]] = (),
+    title: str = "the active store as it fills",
+):
+    """Log-log curves of ``workbench bench store-scale`` (its report's rows and ``parts["blocks"]``):
+    registration per object, ``store.locations`` of all objects and ``.value()`` latency against the
+    number of objects; ``persist_blocks`` per block against the number of blocks. Flat per-object lines
+    are what scaling looks like."""
+    objects = pd.DataFrame(list(objects))
     curves = {
         "make_persistent_many, ms per object": objects["per_object_ms"],
         "locations of all, ms": 1e3 * objects["locations_s"],
@@ -190,9 +196,9 @@ def store_scale_figure(report: dict, title: str = "the active store as it fills"
         tooltips=[("curve", "@curve"), ("count", "@count"), ("ms", "@ms{0.000}")],
     )
     series = [(name, objects["objects"], values) for name, values in curves.items()]
-    if report.get("blocks"):
-        blocks = pd.DataFrame(report["blocks"])
-        series.append(("persist_blocks, ms per block", blocks["blocks"], blocks["per_block_ms"]))
+    if blocks:
+        block_table = pd.DataFrame(list(blocks))
+        series.append(("persist_blocks, ms per block", block_table["blocks"], block_table["per_block_ms"]))
     for colour, (name, counts, values) in zip(colours(len(series)), series, strict=True):
         source = ColumnDataSource({"count": list(counts), "ms": list(values), "curve": [name] * len(values)})
         fig.line("count", "ms", source=source, line_width=2, color=colour, legend_label=name)
