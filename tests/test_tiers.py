@@ -325,3 +325,17 @@ def test_the_tier_strategies_read_the_budget_from_the_environment_when_used(monk
         tier_strategies.settings()
     assert tier_strategies.configure(4096).dram_budget == 4096  # configured: the environment is not read
     assert tier_strategies.settings().dram_budget == 4096
+
+
+def test_a_device_cap_holds_within_its_block_nests_and_goes():
+    from workbench.memory import gpu
+
+    device = gpu.DeviceMemory()
+    with pytest.raises(tiers.TierError, match="positive number of bytes"):
+        with device.capped(0):
+            pass
+    with device.capped(100):
+        with device.capped(50):
+            assert device.limit() == device.cap() == 50
+        assert device.limit() == 100
+    assert device.cap() is None

@@ -7,7 +7,7 @@ made from, and the environment of the processes it starts. Code that runs withou
 (a worker's node id, a lesson's size before its session starts, the command line) reads a snapshot
 where it runs. No other module of the package reads ``os.environ``, and none writes it but through
 :func:`export`, for the variables another library reads when it is first imported (numba's cache
-directory and its CUDA simulator). ``tests/test_project.py`` checks both.
+directory and its CUDA simulator). ``tests/test_settings.py`` checks both.
 
 This module imports nothing of the workbench, so every layer (the kernels included) may use it.
 """

@@ -25,7 +25,9 @@ tests it): the same placement rules and counts; its times mean nothing.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +124,23 @@ class DeviceMemory:
         self.arrays: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.transfers = Transfers()
+        self._caps: list[int] = []  # limits set by capped(), innermost last
+
+    def cap(self) -> int | None:
+        """The limit :meth:`capped` set for the block running now, or None."""
+        return self._caps[-1] if self._caps else None
+
+    @contextlib.contextmanager
+    def capped(self, nbytes: int) -> Iterator[int]:
+        """Within the block, the tier holds at most ``nbytes`` in this process, whatever
+        ``$WORKBENCH_GPU_BYTES`` says (a lesson's full device); the limit before comes back after it."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+            raise TierError(f"a device limit is a positive number of bytes, got {nbytes!r}")
+        self._caps.append(nbytes)
+        try:
+            yield nbytes
+        finally:
+            self._caps.remove(nbytes)
 
     def used(self) -> int:
         """Bytes of the arrays held here."""
@@ -130,7 +149,9 @@ class DeviceMemory:
 
     def limit(self) -> int:
         """Bytes the tier may hold: ``$WORKBENCH_GPU_BYTES``, else the device's free memory plus what
-        this process holds (the simulator: the host's available memory)."""
+        this process holds (the simulator: the host's available memory); within :meth:`capped`, its cap."""
+        if self._caps:
+            return self._caps[-1]
         configured = _limit_from_env()
         if configured is not None:
             return configured

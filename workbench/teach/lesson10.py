@@ -20,7 +20,7 @@ import numpy as np
 
 from workbench.lab import gpu_experiments
 from workbench.memory import gpu, tiers
-from workbench.settings import NUMBA_SIMULATOR, Settings, export, unexport
+from workbench.settings import NUMBA_SIMULATOR, Settings, export
 from workbench.teach.answers import AnswerError, choice, number
 from workbench.teach.feedback import not_yet, passed
 from workbench.teach.registry import exercise
@@ -121,21 +121,20 @@ def _clear_scenario() -> None:
 
 @contextlib.contextmanager
 def full_device() -> Iterator[dict[str, str]]:
-    """Exercise 10.3's device, full: the arrays of :data:`FULL_DEVICE` on the ``gpu`` tier, and
-    ``$WORKBENCH_GPU_BYTES`` set so that only :data:`ROOM` bytes are left (above what this process held
-    on the device before). Yields ``{name: what it holds and its size}``. On exit the variable is
-    restored (unset if it was) and the exercise's arrays are freed from ``gpu`` and ``dram``."""
-    previous = Settings.read().given(gpu.GPU_BYTES_ENV)
+    """Exercise 10.3's device, full: the arrays of :data:`FULL_DEVICE` on the ``gpu`` tier, and the
+    tier capped in this process (:meth:`~workbench.memory.gpu.DeviceMemory.capped`) so that only
+    :data:`ROOM` bytes are left (above what this process held on the device before). Yields
+    ``{name: what it holds and its size}``. On exit the cap goes (the limit before it holds again) and
+    the exercise's arrays are freed from ``gpu`` and ``dram``."""
     _clear_scenario()
     others = gpu.DEVICE.used()  # the learner's own device arrays stay, and count
     held = sum(values * 8 for values, _ in FULL_DEVICE.values())
-    export(gpu.GPU_BYTES_ENV, str(others + held + ROOM), replace=True)
     try:
-        for value, (name, (values, _)) in enumerate(FULL_DEVICE.items()):
-            tiers.place(name, np.full(values, float(value)), "gpu")
-        yield {name: f"{what} ({size_text(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}
+        with gpu.DEVICE.capped(others + held + ROOM):
+            for value, (name, (values, _)) in enumerate(FULL_DEVICE.items()):
+                tiers.place(name, np.full(values, float(value)), "gpu")
+            yield {name: f"{what} ({size_text(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}
     finally:
-        unexport(gpu.GPU_BYTES_ENV, previous)
         _clear_scenario()
 
 
