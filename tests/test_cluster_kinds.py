@@ -364,3 +364,8 @@ def test_a_cap_too_small_to_share_is_refused_not_lifted():
     with pytest.raises(ValueError, match="cannot be shared among 2 workers"):
         LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1"}))
     assert LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "2"})) == 1
+
+
+def test_slurm_directives_with_a_quote_left_open_name_their_setting():
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_SLURM_DIRECTIVES is sbatch .*no closing quotation"):
+        SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_DIRECTIVES": "--qos='debug"}))

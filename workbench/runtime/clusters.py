@@ -279,8 +279,18 @@ class SlurmOptions:
                     raise ValueError(f"${key} must be a whole number, got {value!r}") from None
             else:
                 one_line(f"${key}", value.strip())  # named as it was set (shlex.split would hide a line break)
-                given[name] = tuple(shlex.split(value)) if name == "directives" else value.strip()
+                given[name] = _split(key, value) if name == "directives" else value.strip()
         return cls(**given)
+
+
+def _split(key: str, value: str) -> tuple[str, ...]:
+    """The sbatch options of ``$key``, one shell-quoted string; a ValueError naming it for a quote left open."""
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as error:  # shlex says only "No closing quotation"
+        raise ValueError(
+            f"${key} is sbatch options quoted as in a shell ({error.args[0].lower()}: {value!r}); close the quote"
+        ) from None
 
 
 # The scheduler's HTTP routes with the dashboard off (Dask's public setting
