@@ -229,6 +229,11 @@ class Proxy(StoredHandle):
                     "(another store is): open it again on its cluster (Store(session, directory=...)), or use a proxy "
                     "of the open store"
                 )
+            raise StoreError(  # e.g. a task on a worker that was given a proxy: "open a store first" misleads
+                f"{self.ref.label()} belongs to the store {self._store_key}, and no store is open in this process "
+                "(a task on a worker is such a process): call its methods where the store was opened (they run "
+                "where the object is: proxy.method.future()), or open the store here (Store(session, directory=...))"
+            )
         return cast(Owner, current_store())
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids, method names and its store's name
