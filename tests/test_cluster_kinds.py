@@ -360,7 +360,16 @@ def test_a_memory_amount_without_a_number_is_refused(memory):
 
 
 def test_a_cap_too_small_to_share_is_refused_not_lifted():
-    """A cap below one byte per worker shared as 0 bytes each: Dask's 0 is no limit at all."""
-    with pytest.raises(ValueError, match="cannot be shared among 2 workers"):
-        LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1"}))
-    assert LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "2"})) == 1
+    """A cap below two bytes per worker shared as 0 or 1 byte each: Dask's 0 is no limit at all, and its
+    1 a fraction of the machine, all of it ("1.5", meant as GiB, is 1 byte: one worker got the machine)."""
+    for cap, n_workers in (("1", 2), ("3", 2), ("1.5", 1)):
+        with pytest.raises(ValueError, match=f"cannot be shared among {n_workers} workers.* at least {2 * n_workers}"):
+            LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: cap}, n_workers=n_workers))
+    assert LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "4"})) == 2
+    with pytest.raises(ValueError, match="memory_limit=1 is the whole machine to Dask"):
+        LocalKind().memory_limit(_request(environ={clusters.MAX_MEMORY_ENV: "1GiB"}, memory_limit="1B"))
+
+
+def test_slurm_directives_with_a_quote_left_open_name_their_setting():
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_SLURM_DIRECTIVES is sbatch .*no closing quotation"):
+        SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_DIRECTIVES": "--qos='debug"}))

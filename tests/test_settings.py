@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,26 @@ def test_a_snapshot_keeps_what_the_environment_said_when_it_was_read(monkeypatch
     mine = Settings({"WORKBENCH_SLURM_JOBS": "2", "WORKBENCH_SLURM_CORES": " ", "PATH": "/bin"})
     assert mine.prefixed(settings.SLURM_PREFIX) == {"WORKBENCH_SLURM_JOBS": "2"}
     assert mine.child_environment(EXTRA="1") == {**mine.environ, "EXTRA": "1"}
+
+
+def test_settings_that_are_not_a_mapping_of_strings_are_refused_where_made_and_at_start(monkeypatch):
+    with pytest.raises(TypeError, match=r"Settings takes a mapping .* got a NoneType"):
+        Settings(None)
+    with pytest.raises(TypeError, match=r"'WORKBENCH_TLS' is a int \(0\); give it as a string"):
+        Settings({settings.TLS: 0})
+    monkeypatch.setenv("WORKBENCH_TEST_SECRET", "token-1234")
+    for given in (os.environ, {settings.TLS: "0"}):
+        with pytest.raises(ValueError, match=r"settings must be a workbench.settings.Settings, got a") as info:
+            workbench.start(n_workers=1, settings=given, timeout=60)
+        assert "token-1234" not in str(info.value) and "Settings({**os.environ" in str(info.value)
+
+
+def test_settings_pickle_as_their_mapping():
+    mine = Settings({settings.TLS: "0"})
+    back = pickle.loads(pickle.dumps(mine))
+    assert back == mine and back.get(settings.TLS) == "0"
+    with pytest.raises(TypeError):
+        back.environ[settings.TLS] = "1"  # read-only again
 
 
 def test_export_sets_only_what_is_unset_unless_told_and_unexport_puts_it_back(monkeypatch):

@@ -74,6 +74,17 @@ def test_an_operation_says_what_it_is():
     assert StoreCatalogue.op_records.summary == "records(refs: list[list[Any]]) -> list[dict[str, Any]]"
 
 
+def test_a_list_argument_with_items_of_another_type_is_refused_where_sent():
+    """Only the outer list was checked: refs=["ab"] reached the catalogue, which read it as oid "a" and
+    version "b"."""
+    records = StoreCatalogue.op_records
+    with pytest.raises(TypeError, match=r"'records' takes refs: list\[list\[Any\]\], got list \['ab'\]"):
+        wire.message(records, wire.End.CATALOGUE, {"refs": ["ab"]})
+    assert wire.message(records, wire.End.CATALOGUE, {"refs": [("a", 1), ["b", None]]})  # tuples: msgpack's lists
+    with pytest.raises(TypeError, match=r"takes oids: list\[str\], got list \['a', 1\]"):
+        wire.message(StoreCatalogue.op_delete, wire.End.CATALOGUE, {"oids": ["a", 1]})
+
+
 def test_a_handler_that_cannot_be_an_operation_is_refused_where_it_is_written():
     with pytest.raises(TypeError, match="argument 'n' has no type annotation"):
         backend_op()(lambda backend, n: n)

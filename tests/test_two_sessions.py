@@ -34,3 +34,40 @@ def test_a_proxy_that_travelled_finds_its_own_store_while_another_is_current(tmp
                 store_b.close()
         finally:
             store_a.close()
+
+
+def test_a_proxy_that_travelled_where_no_store_is_open_names_its_store_not_open_one_first():
+    """A proxy given to a task on a worker (where no store is open) said "no store is open: store =
+    Store(session) first", though its user had opened one, in the process they work in."""
+    from workbench.runtime.store import current
+    from workbench.runtime.store.handles import Proxy
+    from workbench.runtime.store.model import ObjectRef
+
+    assert current.opened_store() is None, "a store left open by another test"
+    made = Proxy(ObjectRef("0123456789", 1, "mine"), {"total": False}, store_key="tcp://a:1 /data/a")
+    travelled = pickle.loads(pickle.dumps(made))
+    with pytest.raises(StoreError, match=r"store tcp://a:1 /data/a, and no store is open in this process.*future"):
+        travelled.total.value()
+
+
+def test_a_block_collection_travels_as_its_proxies_do(tmp_path):
+    """A BlockCollection pickled (a saved notebook variable) raised "cannot pickle '_asyncio.Task'": it
+    carried its Store, client and all. It travels as its blocks and its store's name, and finds its own
+    store while another is current."""
+    with workbench.start(n_workers=1, timeout=60) as a, workbench.start(n_workers=1, timeout=60) as b:
+        store_a = Store(a, tmp_path / "a")
+        try:
+            travelled = pickle.dumps(store_a.persist_blocks([np.arange(3.0), np.arange(3.0, 6.0)], alias="arr"))
+            store_b = Store(b, tmp_path / "b")
+            try:
+                store_b.persist_blocks([np.zeros(3)], alias="arr")
+                arrived = pickle.loads(travelled)
+                assert arrived.store is store_a and arrived.fetch().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+                assert len(arrived.locations()) == 2
+                store_a.close()
+                with pytest.raises(StoreError, match=r"belongs to the store .*, which is not open in this process"):
+                    pickle.loads(travelled).locations()
+            finally:
+                store_b.close()
+        finally:
+            store_a.close()

@@ -76,7 +76,24 @@ class Settings:
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.environ, Mapping):
+            raise TypeError(
+                f"Settings takes a mapping of variable names to values, as os.environ is, got a "
+                f"{type(self.environ).__name__}: Settings({{**os.environ, 'WORKBENCH_TLS': '0'}})"
+            )
+        wrong = [name for name, value in self.environ.items() if not (isinstance(name, str) and isinstance(value, str))]
+        if wrong:
+            value = self.environ[wrong[0]]
+            raise TypeError(
+                f"Settings holds strings, as the environment does: {wrong[0]!r} is a {type(value).__name__} "
+                f"({value!r}); give it as a string (e.g. '0', '4GiB')"
+            )
         object.__setattr__(self, "environ", MappingProxyType(dict(self.environ)))
+
+    def __reduce__(self) -> tuple[type[Settings], tuple[dict[str, str]]]:
+        """Pickled as the plain mapping it holds (a read-only mapping cannot be pickled), e.g. to be
+        sent to another process."""
+        return (Settings, (dict(self.environ),))
 
     @classmethod
     def read(cls) -> Settings:

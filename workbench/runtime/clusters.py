@@ -279,8 +279,18 @@ class SlurmOptions:
                     raise ValueError(f"${key} must be a whole number, got {value!r}") from None
             else:
                 one_line(f"${key}", value.strip())  # named as it was set (shlex.split would hide a line break)
-                given[name] = tuple(shlex.split(value)) if name == "directives" else value.strip()
+                given[name] = _split(key, value) if name == "directives" else value.strip()
         return cls(**given)
+
+
+def _split(key: str, value: str) -> tuple[str, ...]:
+    """The sbatch options of ``$key``, one shell-quoted string; a ValueError naming it for a quote left open."""
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as error:  # shlex says only "No closing quotation"
+        raise ValueError(
+            f"${key} is sbatch options quoted as in a shell ({error.args[0].lower()}: {value!r}); close the quote"
+        ) from None
 
 
 # The scheduler's HTTP routes with the dashboard off (Dask's public setting
@@ -389,10 +399,10 @@ class LocalKind(ClusterKind):
         if request.memory_limit == "auto":
             machine = dask_seam.machine_memory()
             share = min(machine, cap or machine) // n_workers
-            if share <= 0:  # 0 is Dask's "no limit at all": the cap would be lifted, not shared
+            if share <= 1:  # Dask reads 0 as no limit at all and 1 as the whole machine: the cap would be lifted
                 raise ValueError(
                     f"the per-learner cap ${MAX_MEMORY_ENV}={format_bytes(cap or 0)} cannot be shared among "
-                    f"{n_workers} workers: ask for fewer workers, or set a cap of at least {n_workers} bytes"
+                    f"{n_workers} workers: ask for fewer workers, or set a cap of at least {2 * n_workers} bytes"
                 )
             return share
         if cap is None:
@@ -401,6 +411,8 @@ class LocalKind(ClusterKind):
         if per_worker <= 0 and request.memory_limit not in (0, "0", None):  # Dask's 0 and None: no limit at all
             asked = request.memory_limit
             raise ValueError(f"memory_limit must be 'auto' or an amount such as '2GiB', got {asked!r}")
+        if per_worker == 1:  # Dask reads 1 (as it reads 0.5) as a fraction of the machine: all of it
+            raise ValueError("memory_limit=1 is the whole machine to Dask, above any per-learner cap: give an amount")
         if per_worker <= 0 or n_workers * per_worker > cap:
             asked = "no limit" if per_worker <= 0 else f"{n_workers} x {format_bytes(per_worker)}"
             raise ValueError(

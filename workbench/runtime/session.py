@@ -531,7 +531,10 @@ def start(
     """
     settings = settings if settings is not None else Settings.read()
     if not isinstance(settings, Settings):
-        raise ValueError(f"settings must be a workbench.settings.Settings (Settings.read()), got {settings!r}")
+        raise ValueError(  # its type only: a mapping's repr is the whole environment, tokens included
+            f"settings must be a workbench.settings.Settings, got a {type(settings).__name__}: give "
+            "Settings({**os.environ, 'WORKBENCH_TLS': '0'}) for the environment with changes, or Settings.read()"
+        )
     request = _checked_request(
         address, n_workers, threads_per_worker, nodes, memory_limit, slurm, dashboard, timeout, settings
     )

@@ -229,6 +229,11 @@ class Proxy(StoredHandle):
                     "(another store is): open it again on its cluster (Store(session, directory=...)), or use a proxy "
                     "of the open store"
                 )
+            raise StoreError(  # e.g. a task on a worker that was given a proxy: "open a store first" misleads
+                f"{self.ref.label()} belongs to the store {self._store_key}, and no store is open in this process "
+                "(a task on a worker is such a process): call its methods where the store was opened (they run "
+                "where the object is: proxy.method.future()), or open the store here (Store(session, directory=...))"
+            )
         return cast(Owner, current_store())
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids, method names and its store's name
@@ -450,16 +455,31 @@ class BlockCollection:
 
     def __init__(
         self,
-        store: Owner,
+        store: Owner | None,
         oid: str,
         alias: str | None,
         blocks: list[Proxy],
         chunks: tuple[int, ...],
         shape: tuple[int, ...],
         dtype: np.dtype,
+        store_key: str | None = None,
     ):
-        self.store, self.oid, self.alias = store, oid, alias
+        self._store = store  # None: it travelled, and finds the store it names as its proxies do
+        self._store_key = store.key if store is not None else store_key
+        self.oid, self.alias = oid, alias
         self.blocks, self.chunks, self.shape, self.dtype = blocks, chunks, shape, dtype
+
+    @property
+    def store(self) -> Owner:
+        """The store this collection belongs to: the one it was made by; after it travelled (pickled, as
+        a saved notebook variable is), the one it names, found as a :attr:`Proxy.store` is."""
+        if self._store is not None:
+            return self._store
+        return Proxy(ObjectRef(self.oid, alias=self.alias), {}, None, self._store_key).store
+
+    def __reduce__(self) -> tuple[Any, ...]:  # travels as its blocks' proxies and its store's name, not the store
+        arrived = (None, self.oid, self.alias, self.blocks, self.chunks, self.shape, self.dtype, self._store_key)
+        return (BlockCollection, arrived)
 
     @property
     def read_here(self) -> Callable[[list[Proxy]], list[np.ndarray]]:

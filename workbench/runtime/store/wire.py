@@ -218,7 +218,7 @@ def _hints(handler: Callable[..., Any]) -> dict[str, Any]:
 
 def _accepts(annotation: Any) -> Check:
     """What a value of ``annotation`` may be on the wire (msgpack turns tuples into lists; a number
-    may arrive as any integral or real type; ``Any`` takes everything)."""
+    may arrive as any integral or real type; ``Any`` takes everything; a list's items are checked too)."""
     if annotation is Any or annotation is object:
         return lambda value: True
     if annotation is None or annotation is type(None):
@@ -234,8 +234,10 @@ def _accepts(annotation: Any) -> Check:
         return lambda value: isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if kind is float:
         return lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind is list:
-        return lambda value: isinstance(value, (list, tuple))
+    if kind is list:  # and each item of its type: refs=["ab"] would be read as oid "a", version "b"
+        (item,) = typing.get_args(annotation) or (Any,)
+        accepts_item = _accepts(item)
+        return lambda value: isinstance(value, (list, tuple)) and all(accepts_item(v) for v in value)
     if kind is bytes:
         return lambda value: isinstance(value, (bytes, bytearray, memoryview))
     if isinstance(kind, type):
