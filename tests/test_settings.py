@@ -60,6 +60,8 @@ def test_a_snapshot_keeps_what_the_environment_said_when_it_was_read(monkeypatch
     mine = Settings({"WORKBENCH_SLURM_JOBS": "2", "WORKBENCH_SLURM_CORES": " ", "PATH": "/bin"})
     assert mine.prefixed(settings.SLURM_PREFIX) == {"WORKBENCH_SLURM_JOBS": "2"}
     assert mine.child_environment(EXTRA="1") == {**mine.environ, "EXTRA": "1"}
+    assert hash(mine) == hash(Settings(dict(mine.environ))) and mine == Settings(dict(mine.environ))
+    assert len({mine, Settings(dict(mine.environ)), Settings({})}) == 2  # a request holding one is hashable too
 
 
 def test_settings_that_are_not_a_mapping_of_strings_are_refused_where_made_and_at_start(monkeypatch):

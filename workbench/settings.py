@@ -90,6 +90,9 @@ class Settings:
             )
         object.__setattr__(self, "environ", MappingProxyType(dict(self.environ)))
 
+    def __hash__(self) -> int:  # the snapshot's mapping is read-only: hash it by its items
+        return hash(frozenset(self.environ.items()))
+
     def __reduce__(self) -> tuple[type[Settings], tuple[dict[str, str]]]:
         """Pickled as the plain mapping it holds (a read-only mapping cannot be pickled), e.g. to be
         sent to another process."""
