@@ -7,12 +7,13 @@ Built from :mod:`workbench.viz` (the Gantt chart of the trace, the bytes-moved m
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import pandas as pd
 from bokeh.layouts import column
 from bokeh.models import LayoutDOM
 
-from workbench.locality.findings import THRESHOLDS
+from workbench.locality.findings import THRESHOLDS, Finding
 from workbench.runtime import trace
 from workbench.units import size_text
 from workbench.viz.gantt import gantt, short_workers
@@ -21,15 +22,34 @@ from workbench.viz.page import spaced_table, text_div
 from workbench.viz.style import wrap
 from workbench.viz.timing import timing_bars
 
-if TYPE_CHECKING:
-    from workbench.locality.report import Report
+
+class Shown(Protocol):
+    """What the figures show of an observation (a :class:`~workbench.locality.report.Report` is one;
+    this module imports nothing of it)."""
+
+    records: pd.DataFrame
+    counts: dict[str, int]
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The problems found, with their evidence."""
+        ...
+
+    def groups(self) -> pd.DataFrame:
+        """The evidence table per task group."""
+        ...
+
+    def observed(self) -> str:
+        """One line: what was observed."""
+        ...
+
 
 GANTT_RECORDS = 20_000  # records drawn in the Gantt chart at most (the earliest ones): a browser draws more slowly
 TEXT_LINE = 22  # pixels a line of text takes, for the height of a notebook's frame
 GROUPS_SHOWN = 12  # task groups in the evidence table (the most compute seconds first)
 
 
-def findings_html(report: Report) -> str:
+def findings_html(report: Shown) -> str:
     """The findings as HTML: what was observed, then each finding (kind, summary, saving, remedy)."""
     e = html.escape
     c = report.counts
@@ -56,8 +76,8 @@ def findings_html(report: Report) -> str:
     return head + f"<ol>{items}</ol>"
 
 
-def groups_html(report: Report) -> str:
-    """The evidence table per task group (:meth:`Report.groups`), the busiest first."""
+def groups_html(report: Shown) -> str:
+    """The evidence table per task group (:meth:`Shown.groups`), the busiest first."""
     table = report.groups().head(GROUPS_SHOWN)
     if table.empty:
         return "<p>(no task ran in the block)</p>"
@@ -69,7 +89,7 @@ def groups_html(report: Report) -> str:
     )
 
 
-def layout(report: Report) -> LayoutDOM:
+def layout(report: Shown) -> LayoutDOM:
     """The page: findings, the task-group table, the trace's Gantt chart, bytes moved and busy time per worker."""
     parts: list[Any] = [text_div(findings_html(report) + groups_html(report))]
     frame = report.records

@@ -47,15 +47,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from workbench.runtime import trace
 from workbench.units import size_text
 
-if TYPE_CHECKING:
-    from workbench.locality.report import Report
+
+class Observed(Protocol):
+    """What the rules read of an observation: its records and tables (a
+    :class:`~workbench.locality.report.Report` is one; the rules import nothing of it)."""
+
+    records: pd.DataFrame
+    arguments: pd.DataFrame
+    reads: pd.DataFrame
+    workers: pd.DataFrame
+    counts: dict[str, int]
+
 
 KINDS = ("repeated-argument", "tiny-tasks", "gather-to-client", "remote-reads", "spill", "imbalance")
 
@@ -157,14 +166,14 @@ def _finding(
     return Finding(kind, summary, evidence, remedy, lessons, seconds, nbytes, saves or how)
 
 
-def _workers(report: Report) -> list[str]:
+def _workers(report: Observed) -> list[str]:
     if not report.workers.empty:
         return list(report.workers.index)
     frame = report.records
     return sorted(set(frame.loc[frame["worker"] != trace.CLIENT, "worker"])) if not frame.empty else []
 
 
-def _threads(report: Report) -> dict[str, int]:
+def _threads(report: Observed) -> dict[str, int]:
     """Threads per worker: the observation's, else the threads seen computing in the records."""
     if not report.workers.empty and "threads" in report.workers:
         return {w: max(int(t), 1) for w, t in report.workers["threads"].items()}
@@ -172,14 +181,14 @@ def _threads(report: Report) -> dict[str, int]:
     return {w: max(int(n), 1) for w, n in computing.groupby("worker")["thread"].nunique().items()}
 
 
-def _compute(report: Report) -> pd.DataFrame:
+def _compute(report: Observed) -> pd.DataFrame:
     frame = report.records
     if frame.empty:
         return frame
     return frame[(frame["action"] == "compute") & (frame["worker"] != trace.CLIENT)]
 
 
-def repeated_argument(report: Report) -> list[Finding]:
+def repeated_argument(report: Observed) -> list[Finding]:
     """The same large object in many task messages (see the module)."""
     workers = max(len(_workers(report)), 1)
     found = []
@@ -213,7 +222,7 @@ def repeated_argument(report: Report) -> list[Finding]:
     return found
 
 
-def tiny_tasks(report: Report) -> list[Finding]:
+def tiny_tasks(report: Observed) -> list[Finding]:
     """Task groups whose tasks are shorter than their overhead (see the module): one finding naming
     every such group, the most tasks first, each group's numbers in ``evidence["groups"]``."""
     compute = _compute(report)
@@ -265,7 +274,7 @@ def tiny_tasks(report: Report) -> list[Finding]:
     ]
 
 
-def gather_to_client(report: Report) -> list[Finding]:
+def gather_to_client(report: Observed) -> list[Finding]:
     """Bytes the workers sent to the client (see the module)."""
     frame = report.records
     if frame.empty:
@@ -298,7 +307,7 @@ def gather_to_client(report: Report) -> list[Finding]:
 STORE_COPY = "store-get "  # the task of an active-store copy record begins so (workbench.runtime.store.table)
 
 
-def remote_reads(report: Report) -> list[Finding]:
+def remote_reads(report: Observed) -> list[Finding]:
     """Task groups that read most of their input from elsewhere (see the module)."""
     frame = report.records
     if frame.empty:
@@ -347,7 +356,7 @@ def remote_reads(report: Report) -> list[Finding]:
     return found
 
 
-def spill(report: Report) -> list[Finding]:
+def spill(report: Observed) -> list[Finding]:
     """Memory the workers spilled to disk (see the module)."""
     workers = report.workers
     if workers.empty or "disk_write_bytes" not in workers:
@@ -378,7 +387,7 @@ def spill(report: Report) -> list[Finding]:
     ]
 
 
-def imbalance(report: Report) -> list[Finding]:
+def imbalance(report: Observed) -> list[Finding]:
     """Workers' busy time spread (see the module)."""
     threads = _threads(report)
     if len(threads) < 2:
@@ -409,7 +418,7 @@ def imbalance(report: Report) -> list[Finding]:
     ]
 
 
-RULES: dict[str, Callable[[Report], list[Finding]]] = {
+RULES: dict[str, Callable[[Observed], list[Finding]]] = {
     "repeated-argument": repeated_argument,
     "tiny-tasks": tiny_tasks,
     "gather-to-client": gather_to_client,
@@ -419,7 +428,7 @@ RULES: dict[str, Callable[[Report], list[Finding]]] = {
 }
 
 
-def find(report: Report) -> list[Finding]:
+def find(report: Observed) -> list[Finding]:
     """Every finding of ``report``, the largest estimated saving first (seconds, then bytes)."""
     found = [f for kind in KINDS for f in RULES[kind](report)]
     return sorted(found, key=lambda f: (-(f.saves_seconds or 0.0), -(f.saves_bytes or 0)))
