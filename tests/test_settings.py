@@ -56,7 +56,9 @@ def test_a_snapshot_keeps_what_the_environment_said_when_it_was_read(monkeypatch
     assert taken.get(settings.TLS, "1") == "1"
     with pytest.raises(TypeError):
         taken.environ[settings.SIZE] = "lab"  # read-only
-    assert Settings.read().get(settings.SIZE) == "full"
+    assert Settings.read().get(settings.SIZE) == "full" == settings.now(settings.SIZE)  # a point read, as get reads
+    monkeypatch.setenv(settings.TLS, "  ")
+    assert settings.now(settings.TLS) == "" and settings.now(settings.TLS, "1") == "1"
     mine = Settings({"WORKBENCH_SLURM_JOBS": "2", "WORKBENCH_SLURM_CORES": " ", "PATH": "/bin"})
     assert mine.prefixed(settings.SLURM_PREFIX) == {"WORKBENCH_SLURM_JOBS": "2"}
     assert mine.child_environment(EXTRA="1") == {**mine.environ, "EXTRA": "1"}

@@ -46,9 +46,9 @@ def resolve_size(size: str | None = None) -> str:
     """The experiment size a notebook runs at: ``size`` if given (papermill injects it), else
     ``$WORKBENCH_SIZE`` (Binder sets "ci"), else "lab"."""
     from workbench.datasets import SIZES
-    from workbench.settings import Settings
+    from workbench.settings import now
 
-    size = size or Settings.read().get(SIZE_ENV) or "lab"
+    size = size or now(SIZE_ENV) or "lab"
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (from the parameters cell or ${SIZE_ENV}), got {size!r}")
     return size

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-# The workbench's variables, each with what it sets (docs/course/setup.md explains them for a user).
+# The workbench's variables, each with what it sets (`workbench settings` prints them with their values).
 SIZE = "WORKBENCH_SIZE"
 CLUSTER = "WORKBENCH_CLUSTER"
 SCHEDULER = "WORKBENCH_SCHEDULER"
@@ -123,6 +123,14 @@ class Settings:
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment for a process the workbench starts: this snapshot, with ``extra`` added."""
         return {**self.environ, **extra}
+
+
+def now(name: str, default: str = "") -> str:
+    """``name``'s value in this process's environment now, blanks removed (``default`` when unset or
+    blank), as :meth:`Settings.get` reads it: for code that reads one setting where it runs, often (a
+    worker's node id per task, a tier's directory per placement), where a whole snapshot would copy
+    the environment (tens of microseconds) to read one variable."""
+    return os.environ.get(name, "").strip() or default
 
 
 def described(settings: Settings | None = None) -> list[dict[str, str | None]]:

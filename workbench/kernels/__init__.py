@@ -34,7 +34,7 @@ _settings.export(_settings.NUMBA_CACHE, _default_numba_cache_dir())
 import numba.core.config  # noqa: E402
 
 if not numba.core.config.CACHE_DIR:  # numba was imported before us: tell it directly
-    numba.core.config.CACHE_DIR = _settings.Settings.read().get(_settings.NUMBA_CACHE)
+    numba.core.config.CACHE_DIR = _settings.now(_settings.NUMBA_CACHE)
 
 
 def numba_cache_directory() -> str:

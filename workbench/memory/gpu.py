@@ -38,7 +38,6 @@ import workbench.settings as settings_names
 from workbench.kernels._checks import is_device_array
 from workbench.memory import shm
 from workbench.memory.tier_base import Tier, TierArray, TierError, check_plain
-from workbench.settings import Settings
 from workbench.units import size_text
 
 GPU_BYTES_ENV = settings_names.GPU_BYTES
@@ -77,7 +76,7 @@ def _host_or_device(value: Any) -> Any:
 
 
 def _limit_from_env() -> int | None:
-    text = Settings.read().get(GPU_BYTES_ENV)
+    text = settings_names.now(GPU_BYTES_ENV)
     if not text:
         return None
     from dask.utils import parse_bytes

@@ -50,7 +50,6 @@ import workbench.settings as settings_names
 from workbench.memory import gpu, shm
 from workbench.memory.tier_base import PLAIN_TYPES as PLAIN_TYPES  # what a tier file holds, as it always was here
 from workbench.memory.tier_base import Tier, TierArray, TierError, UnknownTier, check_plain, medium
-from workbench.settings import Settings
 
 PMEM_ENV = settings_names.PMEM_DIR
 TIER_DIR_ENV = settings_names.TIER_DIR
@@ -71,15 +70,14 @@ def default_directory(tier: str) -> Path:
     if not isinstance(kind, FileTier):
         files = ", ".join(FILE_TIERS)
         raise TierError(f"the {tier} tier keeps no files, so it has no directory: ask a file tier's ({files})")
-    now = Settings.read()
-    if kind.on_pmem and now.get(PMEM_ENV):
-        path = Path(now.get(PMEM_ENV))
+    if kind.on_pmem and settings_names.now(PMEM_ENV):
+        path = Path(settings_names.now(PMEM_ENV))
         if not path.is_dir():
             raise TierError(f"${PMEM_ENV} names {path}, which is not a directory: create it or unset the variable")
         _refuse_shared(path, f"${PMEM_ENV}={path}", "unset it or point it at a directory of your own")
         return path
-    if now.get(TIER_DIR_ENV):
-        return private_directory(Path(now.get(TIER_DIR_ENV)) / kind.leaf)
+    if settings_names.now(TIER_DIR_ENV):
+        return private_directory(Path(settings_names.now(TIER_DIR_ENV)) / kind.leaf)
     base = Path(tempfile.gettempdir()) / f"workbench-tiers-{os.geteuid()}"
     return private_directory(base / kind.leaf, private_from=base)
 
@@ -944,13 +942,13 @@ STORE_DIR_ENV = settings_names.STORE_DIR
 def default_store_directory() -> Path:
     """The active object store's directory unless told: ``$WORKBENCH_STORE_DIR``, else
     ``~/.cache/locality-workbench/store``."""
-    return Path(Settings.read().get(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
+    return Path(settings_names.now(STORE_DIR_ENV) or Path.home() / ".cache" / "locality-workbench" / "store")
 
 
 def store_tier_path(store_directory: str | os.PathLike[str]) -> Path:
     """Where the store in ``store_directory`` keeps its ``mapped`` (and ``cached``) files:
     ``$WORKBENCH_PMEM_DIR/store-<its name>`` when set, else ``<store>/tiers/mapped`` (not made here)."""
-    pmem = Settings.read().get(PMEM_ENV)
+    pmem = settings_names.now(PMEM_ENV)
     if pmem:
         return Path(pmem) / f"store-{Path(store_directory).name}"
     return Path(store_directory) / "tiers" / "mapped"

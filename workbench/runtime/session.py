@@ -118,7 +118,7 @@ def set_memory_limits(session: Session, limit: int) -> None:
 def node_id() -> str:
     """The node this process runs on: ``$WORKBENCH_NODE_ID`` or the hostname (read where it runs: a
     worker's node is its own process's setting)."""
-    return Settings.read().get(NODE_ID_ENV) or socket.gethostname()
+    return settings_names.now(NODE_ID_ENV) or socket.gethostname()
 
 
 @dataclass

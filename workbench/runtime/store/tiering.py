@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from workbench.memory import gpu, owners, tiers
-from workbench.settings import Settings
+from workbench.settings import now as settings_now
 
 DYNAMIC = "dynamic"  # not a tier: the placement policy that moves objects between the tiers by their reads
 
@@ -98,7 +98,7 @@ def tier_directory(store_directory: str) -> Path:
     """Where this store's mapped (and cached) files live: ``$WORKBENCH_PMEM_DIR/<store name>`` when set,
     else ``<store>/tiers/mapped``; a directory of this user's only, 0700 (see :func:`tiers.private_directory`)."""
     path = tiers.store_tier_path(store_directory)
-    if not Settings.read().get(tiers.PMEM_ENV):
+    if not settings_now(tiers.PMEM_ENV):
         tiers.private_directory(path.parent)
     return tiers.private_directory(path)
 

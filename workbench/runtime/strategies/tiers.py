@@ -42,7 +42,6 @@ from workbench.runtime.strategies.base import BlockWork, Strategy, register, tas
 from workbench.runtime.strategies.blocks import DaskPlan
 from workbench.runtime.strategies.store import StorePlan
 from workbench.runtime.worker_state import SpillSpace, worker_state
-from workbench.settings import Settings
 
 BUDGET_ENV = settings_names.DRAM_BUDGET
 DEFAULT_DRAM_BUDGET = 256 * 2**20
@@ -70,7 +69,7 @@ def settings() -> TierSettings:
     (read at each call), else 256 MiB."""
     if _configured is not None:
         return TierSettings(_configured)
-    value = Settings.read().get(BUDGET_ENV)
+    value = settings_names.now(BUDGET_ENV)
     if not value:
         return TierSettings(DEFAULT_DRAM_BUDGET)
     try:
