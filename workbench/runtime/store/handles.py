@@ -8,8 +8,9 @@ is made by :func:`active_task`, the one maker of active-call tasks (its body is
 <workbench.runtime.store.backend_ops.op_call>` through the store's link (:meth:`Link.call
 <workbench.runtime.store.link.Link.call>`); ``.local`` fetches a copy and runs here. A handle holds
 its :class:`Owner` (the ``Store`` it came from): its link for messages, its session for tasks. A
-handle travels as its reference; where it arrives it belongs to the current store of that process
-(:mod:`~workbench.runtime.store.current`). ``persist_here`` and ``run_active_to_store`` are here
+handle travels as its reference and its store's key; where it arrives it belongs to the store of
+that key open in that process, else the current one (:func:`owner_of`,
+:mod:`~workbench.runtime.store.current`). ``persist_here`` and ``run_active_to_store`` are here
 too: task bodies that make new handles.
 """
 
@@ -199,6 +200,31 @@ def submit_active(session: Session, tasks: Sequence[PinnedCall]) -> list[Future]
     return [future]
 
 
+def owner_of(store: Owner | None, key: str | None, label: str) -> Owner:
+    """The store a handle (``label`` in messages) belongs to: ``store``, the one it was made by; after it
+    travelled, the store open in this process that ``key`` names (two sessions' stores may be open in
+    one kernel), else the current store (a handle made inside a task names none). A ``StoreError`` when
+    the store it names is not open here: its calls would reach the wrong store, or none."""
+    if store is not None:
+        return store
+    if key is not None:
+        named = store_named(key)
+        if named is not None:
+            return cast(Owner, named)
+        if open_stores():
+            raise StoreError(
+                f"{label} belongs to the store {key}, which is not open in this process "
+                "(another store is): open it again on its cluster (Store(session, directory=...)), or use a proxy "
+                "of the open store"
+            )
+        raise StoreError(  # e.g. a task on a worker that was given a proxy: "open a store first" misleads
+            f"{label} belongs to the store {key}, and no store is open in this process "
+            "(a task on a worker is such a process): call its methods where the store was opened (they run "
+            "where the object is: proxy.method.future()), or open the store here (Store(session, directory=...))"
+        )
+    return cast(Owner, current_store())
+
+
 class Proxy(StoredHandle):
     """A handle on a stored object: its active methods, location, replicas, versions and lifetime."""
 
@@ -217,24 +243,7 @@ class Proxy(StoredHandle):
         this process that it names (two sessions' stores may be open in one kernel), else the current
         store (a proxy made inside a task names none). A ``StoreError`` when the store it names is not
         open here and another is: its calls would reach the wrong store."""
-        if self._store is not None:
-            return self._store
-        if self._store_key is not None:
-            named = store_named(self._store_key)
-            if named is not None:
-                return cast(Owner, named)
-            if open_stores():
-                raise StoreError(
-                    f"{self.ref.label()} belongs to the store {self._store_key}, which is not open in this process "
-                    "(another store is): open it again on its cluster (Store(session, directory=...)), or use a proxy "
-                    "of the open store"
-                )
-            raise StoreError(  # e.g. a task on a worker that was given a proxy: "open a store first" misleads
-                f"{self.ref.label()} belongs to the store {self._store_key}, and no store is open in this process "
-                "(a task on a worker is such a process): call its methods where the store was opened (they run "
-                "where the object is: proxy.method.future()), or open the store here (Store(session, directory=...))"
-            )
-        return cast(Owner, current_store())
+        return owner_of(self._store, self._store_key, self.ref.label())
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its reference: ids, method names and its store's name
         return (Proxy, (self.ref, self.methods, None, self._store_key))
@@ -473,9 +482,7 @@ class BlockCollection:
     def store(self) -> Owner:
         """The store this collection belongs to: the one it was made by; after it travelled (pickled, as
         a saved notebook variable is), the one it names, found as a :attr:`Proxy.store` is."""
-        if self._store is not None:
-            return self._store
-        return Proxy(ObjectRef(self.oid, alias=self.alias), {}, None, self._store_key).store
+        return owner_of(self._store, self._store_key, ObjectRef(self.oid, alias=self.alias).label())
 
     def __reduce__(self) -> tuple[Any, ...]:  # travels as its blocks' proxies and its store's name, not the store
         arrived = (None, self.oid, self.alias, self.blocks, self.chunks, self.shape, self.dtype, self._store_key)
