@@ -68,9 +68,8 @@ from workbench.settings import Settings
 NODE_ID_ENV = settings_names.NODE_ID
 CLUSTER_ENV = settings_names.CLUSTER  # the kind start() uses when its caller names none
 MAX_MEMORY_ENV = settings_names.MAX_MEMORY  # the per-learner cap: workers x memory limit of a local cluster
-TLS_ENV = (
-    settings_names.TLS
-)  # "0": clusters the workbench starts talk plain TCP (default: TLS, credentials of their own)
+# "0": clusters the workbench starts talk plain TCP (default: TLS, with credentials of their own)
+TLS_ENV = settings_names.TLS
 SLURM_ENV_PREFIX = settings_names.SLURM_PREFIX  # WORKBENCH_SLURM_JOBS, _CORES, ...: SlurmOptions.from_settings
 # Slurm's --time: [D-]HH:MM:SS (MM:SS or a bare minute count also parse in Slurm, but read as different things).
 WALLTIME = re.compile(r"(\d+-)?\d{1,2}:[0-5]\d:[0-5]\d")  # matched whole: fullmatch, so no trailing newline
