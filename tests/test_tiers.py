@@ -338,4 +338,6 @@ def test_a_device_cap_holds_within_its_block_nests_and_goes():
         with device.capped(50):
             assert device.limit() == device.cap() == 50
         assert device.limit() == 100
+        with pytest.raises(tiers.TierError, match=r"needs 200 B .* or raise the cap of this block"):
+            device.check_room("big", 200)
     assert device.cap() is None

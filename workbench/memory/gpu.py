@@ -169,10 +169,11 @@ class DeviceMemory:
             with self.lock:
                 held = sorted(self.arrays.items(), key=lambda kv: -int(kv[1].nbytes))[:4]
             listed = ", ".join(f"{n!r} ({size_text(int(a.nbytes))})" for n, a in held) or "nothing"
+            limit_set_by = f"${GPU_BYTES_ENV}" if self.cap() is None else "the cap of this block (DEVICE.capped)"
             raise TierError(
                 f"{name!r} needs {size_text(nbytes)} of device memory, and the gpu tier holds {size_text(used)} "
                 f"of its {size_text(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
-                f"first, place a smaller array, or raise ${GPU_BYTES_ENV}. Nothing is spilled to the host for you"
+                f"first, place a smaller array, or raise {limit_set_by}. Nothing is spilled to the host for you"
             )
 
     def to_device(self, name: str, value: Any) -> Any:
