@@ -115,11 +115,11 @@ def test_a_list_goes_on_the_device_as_numpy_reads_it_as_on_the_host_tiers():
 def test_a_move_to_gpu_with_a_directory_reaches_the_device(tmp_path):
     values = np.arange(12.0)
     mapped = tiers.place("moving", values, "mapped", directory=tmp_path)
-    before = gpu.DEVICE.transfers.snapshot()
+    before = tiers.current().device.transfers.snapshot()
     try:
         moved = tiers.move(mapped, "gpu", directory=tmp_path)  # a file tier's directory: the device has none
         assert isinstance(moved, gpu.GpuArray) and tiers.names("gpu") == ["moving"]
-        assert (gpu.DEVICE.transfers - before).to_device == values.nbytes and tiers.names(
+        assert (tiers.current().device.transfers - before).to_device == values.nbytes and tiers.names(
             "mapped", directory=tmp_path
         ) == []
         assert tiers.move(moved, "gpu", directory=tmp_path) is moved  # already there: not "another array"
@@ -131,15 +131,15 @@ def test_a_move_to_gpu_with_a_directory_reaches_the_device(tmp_path):
 
 def test_every_copy_across_the_bus_is_counted_and_kernels_use_the_device_array():
     values = np.random.default_rng(1).random(500)
-    before = gpu.DEVICE.transfers.snapshot()
+    before = tiers.current().device.transfers.snapshot()
     handle = tiers.place("counted", values, "gpu")
     try:
         counts = device_kernels.histogram1d(handle.device, 10, (0.0, 1.0))  # no host copy of the values
         np.testing.assert_array_equal(counts, np.histogram(values, 10, (0.0, 1.0))[0])
-        moved = gpu.DEVICE.transfers - before
+        moved = tiers.current().device.transfers - before
         assert (moved.to_device, moved.to_host) == (values.nbytes, 0)
         handle.array  # noqa: B018 - a host copy, counted
-        assert (gpu.DEVICE.transfers - before).to_host == values.nbytes
+        assert (tiers.current().device.transfers - before).to_host == values.nbytes
         reopened = tiers.open_array("counted", "gpu")
         assert reopened.device is handle.device and "gpu array 'counted' (500,)" in repr(reopened)
     finally:

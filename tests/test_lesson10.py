@@ -209,7 +209,8 @@ def simulated_cases() -> None:
     os.environ.pop(gpu.GPU_BYTES_ENV, None)
     with lesson10.full_device() as held:
         assert sorted(held) == sorted(lesson10.FULL_DEVICE) == sorted(tiers.names("gpu"))
-        assert gpu.DEVICE.limit() == gpu.DEVICE.used() + lesson10.ROOM  # capped: only ROOM is left
+        device = tiers.current().device
+        assert device.limit() == device.used() + lesson10.ROOM  # capped: only ROOM is left
         assert gpu.GPU_BYTES_ENV not in os.environ  # the environment is not written
     assert tiers.names("gpu") == [] and tiers.names("dram") == []
     os.environ[gpu.GPU_BYTES_ENV] = "1GiB"
@@ -218,8 +219,8 @@ def simulated_cases() -> None:
             raise KeyError("the learner's error")
     except KeyError:
         pass
-    assert gpu.DEVICE.limit() == 2**30 and tiers.names("gpu") == []  # the limit before it holds again
-    assert os.environ.pop(gpu.GPU_BYTES_ENV) == "1GiB" and gpu.DEVICE.cap() is None
+    assert tiers.current().device.limit() == 2**30 and tiers.names("gpu") == []  # the limit before it holds again
+    assert os.environ.pop(gpu.GPU_BYTES_ENV) == "1GiB" and tiers.current().device.cap() is None
 
     # 10.3: the solution passes; each wrong way says what is wrong
     assert check("10.3", make_room=_moving(*old)).passed
@@ -232,7 +233,7 @@ def simulated_cases() -> None:
     for phrase, make_room in cases.items():
         feedback = check("10.3", make_room=make_room)
         assert feedback.status == NOT_YET and phrase in feedback.message, (phrase, feedback.message)
-        assert gpu.DEVICE.cap() is None and tiers.names("gpu") == [], phrase
+        assert tiers.current().device.cap() is None and tiers.names("gpu") == [], phrase
 
     def place_it_too():
         _moving(*old)()

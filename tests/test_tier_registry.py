@@ -39,7 +39,9 @@ class ShelfTier(Tier):
         self.arrays: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
 
-    def put(self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: Any) -> TierArray:
+    def put(
+        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: Any, held: Any
+    ) -> TierArray:
         """A copy of ``array`` on the shelf."""
         with self.lock:
             if name in self.arrays and not replace:
@@ -47,19 +49,19 @@ class ShelfTier(Tier):
             self.arrays[name] = np.array(array, copy=True)
             return ShelfArray(name, self.arrays[name])
 
-    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> TierArray:
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: Any) -> TierArray:
         """The shelf's array ``name``."""
         with self.lock:
             if name not in self.arrays:
                 raise TierError(f"no shelf array {name!r}")
             return ShelfArray(name, self.arrays[name])
 
-    def free(self, name: str, *, directory: Path | None) -> bool:
+    def free(self, name: str, *, directory: Path | None, held: Any) -> bool:
         """Off the shelf."""
         with self.lock:
             return self.arrays.pop(name, None) is not None
 
-    def names(self, *, directory: Path | None) -> list[str]:
+    def names(self, *, directory: Path | None, held: Any) -> list[str]:
         """The shelf's names."""
         with self.lock:
             return sorted(self.arrays)

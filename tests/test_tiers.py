@@ -312,19 +312,26 @@ def test_one_tier_list_and_one_check_for_arrays_and_the_store():
         tiers.check_tier("dynamic")
 
 
-def test_the_tier_strategies_read_the_budget_from_the_environment_when_used(monkeypatch):
+def test_the_tier_strategies_read_the_budget_of_the_tier_set_in_use(monkeypatch):
+    from workbench.memory import tier_set
     from workbench.runtime.strategies import tiers as tier_strategies
+    from workbench.settings import Settings
 
-    monkeypatch.setattr(tier_strategies, "_configured", None)  # nothing configured in this process
-    monkeypatch.setenv(tier_strategies.BUDGET_ENV, "12345")
-    assert tier_strategies.settings().dram_budget == 12345
+    with tier_set.using(tiers.new_set("a test")):  # the process's set: the environment, read when used
+        monkeypatch.setenv(tier_strategies.BUDGET_ENV, "12345")
+        assert tier_strategies.settings().dram_budget == 12345
+        monkeypatch.setenv(tier_strategies.BUDGET_ENV, "")
+        assert tier_strategies.settings().dram_budget == tier_strategies.DEFAULT_DRAM_BUDGET
+        monkeypatch.setenv(tier_strategies.BUDGET_ENV, "lots")
+        with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is bytes per backend .* got 'lots'"):
+            tier_strategies.settings()
+        assert tier_strategies.configure(4096).dram_budget == 4096  # configured: the environment is not read
+        assert tier_strategies.settings().dram_budget == 4096
+    snapshot = tiers.new_set("a session", Settings({tier_strategies.BUDGET_ENV: "777"}))
+    with tier_set.using(snapshot):  # a session's set reads its own settings, not the environment now
+        assert tier_strategies.settings().dram_budget == 777
     monkeypatch.setenv(tier_strategies.BUDGET_ENV, "")
-    assert tier_strategies.settings().dram_budget == tier_strategies.DEFAULT_DRAM_BUDGET
-    monkeypatch.setenv(tier_strategies.BUDGET_ENV, "lots")
-    with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is bytes per backend .* got 'lots'"):
-        tier_strategies.settings()
-    assert tier_strategies.configure(4096).dram_budget == 4096  # configured: the environment is not read
-    assert tier_strategies.settings().dram_budget == 4096
+    assert tier_strategies.settings().dram_budget != 4096  # what was configured stayed in its set
 
 
 def test_a_device_cap_holds_within_its_block_nests_and_goes():

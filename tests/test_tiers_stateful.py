@@ -7,6 +7,7 @@ write. ``WORKBENCH_STATEFUL_EXAMPLES`` sets how many sequences run (50 by defaul
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import shutil
@@ -23,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from store_helpers import Bag, wait_for_file
 
 import workbench.runtime.store.backend_ops as backend_ops
-from workbench.memory import gpu, shm, tiers
+from workbench.memory import gpu, shm, tier_set, tiers
 from workbench.runtime.store import store_for
 from workbench.runtime.store.protocol import PLUGIN_NAME
 
@@ -67,6 +68,11 @@ class TierMachine(RuleBasedStateMachine):
         self.prefix = f"sm{os.getpid()}-{id(self)}-"
         self.device_limit: int | None = None
         os.environ.pop(gpu.GPU_BYTES_ENV, None)
+        # A tier set of its own, reading the environment as it runs (a session's reads its snapshot):
+        # in use from here to teardown, the set before it (a session's) back after.
+        self.held = tiers.new_set("the tier model")
+        self.in_use = contextlib.ExitStack()
+        self.in_use.enter_context(tier_set.using(self.held))
 
     def _name(self, name: str) -> str:
         return self.prefix + name
@@ -218,6 +224,8 @@ class TierMachine(RuleBasedStateMachine):
             tiers.free(handle.name, handle.tier, directory=handle.directory)
         shutil.rmtree(self.root, ignore_errors=True)
         os.environ.pop(gpu.GPU_BYTES_ENV, None)
+        self.in_use.close()
+        self.held.close()
 
 
 TestTiers = TierMachine.TestCase

@@ -73,3 +73,31 @@ def test_a_block_collection_travels_as_its_proxies_do(tmp_path):
                 store_b.close()
         finally:
             store_a.close()
+
+
+def test_two_sessions_hold_their_own_tier_sets_with_their_own_settings():
+    """Each session's dram and gpu arrays, DRAM cache, DRAM budget and device limit are its own (issue
+    50): an array session A placed is not among B's, B's settings are not A's, closing B brings A's set
+    back into use, and closing A frees A's arrays."""
+    from workbench.memory import tier_set, tiers
+    from workbench.runtime.strategies import tiers as tier_strategies
+    from workbench.settings import DRAM_BUDGET, GPU_BYTES, Settings
+
+    def settings(budget: str, device: str) -> Settings:
+        return Settings({**Settings.read().environ, DRAM_BUDGET: budget, GPU_BYTES: device})
+
+    before = tiers.current()
+    with workbench.start(n_workers=1, timeout=60, settings=settings("1000", "1MiB")) as a:
+        assert tiers.current() is a.tier_set
+        tiers.place("mine", np.arange(3.0), "dram")
+        with workbench.start(n_workers=1, timeout=60, settings=settings("2000", "2MiB")) as b:
+            assert tiers.current() is b.tier_set and tiers.names("dram") == []
+            tiers.place("mine", np.zeros(2), "dram")  # the same name in B: no clash
+            assert tier_strategies.settings().dram_budget == 2000 and b.tier_set.device.limit() == 2 * 2**20
+            with tier_set.using(a.tier_set):  # A's world, by name, while B is in use
+                assert tiers.open_array("mine", "dram").array.tolist() == [0.0, 1.0, 2.0]
+                assert tier_strategies.settings().dram_budget == 1000 and a.tier_set.device.limit() == 2**20
+        assert b.tier_set.closed and b.tier_set.counters()["dram_arrays"] == 0  # B's arrays went with B
+        assert tiers.current() is a.tier_set and tiers.names("dram") == ["mine"]  # A's set back in use
+    assert a.tier_set.closed and a.tier_set.counters()["dram_arrays"] == 0
+    assert tiers.current() is before

@@ -193,16 +193,16 @@ def kmeans_placement(size: str = "ci") -> dict[str, Any]:
     name = f"lesson10-points-{uuid.uuid4().hex[:8]}"
     results: dict[str, Any] = {"points_bytes": int(points.nbytes), "iterations": s.iterations}
     try:
-        before = gpu.DEVICE.transfers.snapshot()
+        before = tiers.current().device.transfers.snapshot()
         placed = tiers.place(name, points, "gpu")
         iterate(lambda: placed.device)  # compiled (and the device warmed) before it is timed
         resident_s = _timed(lambda: iterate(lambda: placed.device), s.repeats)
         resident = iterate(lambda: placed.device)
-        results["resident_bytes_to_device"] = (gpu.DEVICE.transfers - before).to_device
-        before = gpu.DEVICE.transfers.snapshot()
-        copied_s = _timed(lambda: iterate(lambda: gpu.DEVICE.to_device(name, points)), 1)
-        results["copied_bytes_to_device"] = (gpu.DEVICE.transfers - before).to_device
-        copied = iterate(lambda: gpu.DEVICE.to_device(name, points))
+        results["resident_bytes_to_device"] = (tiers.current().device.transfers - before).to_device
+        before = tiers.current().device.transfers.snapshot()
+        copied_s = _timed(lambda: iterate(lambda: tiers.current().device.to_device(name, points)), 1)
+        results["copied_bytes_to_device"] = (tiers.current().device.transfers - before).to_device
+        copied = iterate(lambda: tiers.current().device.to_device(name, points))
     finally:
         tiers.free(name, "gpu")
     results.update(
@@ -251,7 +251,7 @@ def device_transfers(session: Any) -> dict[str, dict[str, int]]:
     worker address: :attr:`workbench.memory.gpu.DeviceMemory.transfers` (the tier is per process)."""
 
     def counts() -> dict[str, int]:
-        return asdict(gpu.DEVICE.transfers)
+        return asdict(tiers.current().device.transfers)
 
     return session.client.run(counts)
 

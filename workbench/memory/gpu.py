@@ -38,6 +38,8 @@ import workbench.settings as settings_names
 from workbench.kernels._checks import is_device_array
 from workbench.memory import shm
 from workbench.memory.tier_base import Tier, TierArray, TierError, check_plain
+from workbench.memory.tier_set import TierSet
+from workbench.settings import Settings
 from workbench.units import size_text
 
 GPU_BYTES_ENV = settings_names.GPU_BYTES
@@ -75,8 +77,9 @@ def _host_or_device(value: Any) -> Any:
     return value if is_device_array(value) else np.asarray(value)
 
 
-def _limit_from_env() -> int | None:
-    text = settings_names.now(GPU_BYTES_ENV)
+def _limit_from(text: str | None) -> int | None:
+    """The device limit that ``text`` (``$WORKBENCH_GPU_BYTES``'s value; None: read it now) gives, or None."""
+    text = settings_names.now(GPU_BYTES_ENV) if text is None else text
     if not text:
         return None
     from dask.utils import parse_bytes
@@ -116,10 +119,12 @@ class Transfers:
 
 
 class DeviceMemory:
-    """The named arrays this process holds on the device, their bytes, the tier's limit and the
-    bytes that crossed the bus."""
+    """The named arrays one tier set holds on the device, their bytes, the tier's limit and the
+    bytes that crossed the bus. ``settings``: where ``$WORKBENCH_GPU_BYTES`` is read (a session's
+    snapshot; None: the environment where it runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings
         self.arrays: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.transfers = Transfers()
@@ -151,7 +156,7 @@ class DeviceMemory:
         this process holds (the simulator: the host's available memory); within :meth:`capped`, its cap."""
         if self._caps:
             return self._caps[-1]
-        configured = _limit_from_env()
+        configured = _limit_from(self.settings.get(GPU_BYTES_ENV) if self.settings is not None else None)
         if configured is not None:
             return configured
         free, _ = cuda().current_context().get_memory_info()
@@ -258,7 +263,7 @@ class DeviceMemory:
             return sorted(self.arrays)
 
 
-DEVICE = DeviceMemory()  # this process's device arrays (a CUDA context is per process, as dram is)
+DEVICE = DeviceMemory()  # the process's tier set's device arrays (tiers.PROCESS); a session's set has its own
 
 
 class GpuArray(TierArray):
@@ -266,7 +271,7 @@ class GpuArray(TierArray):
 
     tier = "gpu"
 
-    def __init__(self, name: str, device: Any, memory: DeviceMemory = DEVICE):
+    def __init__(self, name: str, device: Any, memory: DeviceMemory):
         super().__init__(name, None)
         self.device = device
         self.memory = memory
@@ -298,20 +303,32 @@ class GpuTier(Tier):
     counts_transfers = True
 
     def put(
-        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+        self,
+        name: str,
+        array: Any,
+        *,
+        directory: Path | None,
+        cache: Any,
+        replace: bool,
+        owner: shm.Process | None,
+        held: TierSet,
     ) -> GpuArray:
         """Copy ``array`` (host or device) onto the device under ``name``, within the limit."""
         check_plain(array, f"array {name!r}", self.name)
-        return GpuArray(name, DEVICE.put(name, array, replace))
+        return GpuArray(name, held.device.put(name, array, replace), held.device)
 
-    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> GpuArray:
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> GpuArray:
         """The device array this process placed under ``name``."""
-        return GpuArray(name, DEVICE.get(name))
+        return GpuArray(name, held.device.get(name), held.device)
 
-    def free(self, name: str, *, directory: Path | None) -> bool:
+    def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget the device array ``name`` (its memory goes with its last reference)."""
-        return DEVICE.pop(name)
+        return held.device.pop(name)
 
-    def names(self, *, directory: Path | None) -> list[str]:
+    def names(self, *, directory: Path | None, held: TierSet) -> list[str]:
         """The device arrays this process holds."""
-        return DEVICE.names()
+        return held.device.names()
+
+    def adopt(self, name: str, array: Any, *, held: TierSet) -> GpuArray:
+        """Name the device array ``array`` (a kernel's result: no bytes move) as ``name``, within the limit."""
+        return GpuArray(name, held.device.adopt(name, array), held.device)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workbench.memory import shm
+from workbench.memory.tier_set import TierSet
 
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
 
@@ -175,6 +176,10 @@ class Tier:
     * ``staged``: an array is read into DRAM when used and written back when changed, not used in place
       (the store evicts an object placed here to its disk copy, staged back when used);
     * ``through_dram_cache``: an array is used through a DRAM cache with a byte budget.
+
+    Every operation is given ``held``, the :class:`~workbench.memory.tier_set.TierSet` it works for: a
+    ``process_local`` tier keeps its arrays there (a session's are not another's), a
+    ``through_dram_cache`` one reads through its cache unless given one (``cache``).
     """
 
     name: ClassVar[str] = ""
@@ -187,22 +192,38 @@ class Tier:
     through_dram_cache: ClassVar[bool] = False
 
     def put(
-        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+        self,
+        name: str,
+        array: Any,
+        *,
+        directory: Path | None,
+        cache: Any,
+        replace: bool,
+        owner: shm.Process | None,
+        held: TierSet,
     ) -> TierArray:
         """Place a copy of ``array`` under ``name`` (``replace``: over an existing one); its handle."""
         raise NotImplementedError
 
-    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> TierArray:
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> TierArray:
         """The handle of the array placed earlier under ``name``; an error saying why there is none."""
         raise NotImplementedError
 
-    def free(self, name: str, *, directory: Path | None) -> bool:
+    def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Remove ``name``; whether it was there."""
         raise NotImplementedError
 
-    def names(self, *, directory: Path | None) -> list[str]:
+    def names(self, *, directory: Path | None, held: TierSet) -> list[str]:
         """The names of the arrays on the tier, sorted."""
         raise NotImplementedError
+
+    def adopt(self, name: str, array: Any, *, held: TierSet) -> TierArray:
+        """Name ``array``, made on this tier already (by a kernel: no bytes move), as ``name``; a tier
+        whose arrays are not made by code in place (a host tier) refuses."""
+        raise TierError(
+            f"the {self.name} tier cannot adopt {name!r}: only a tier whose arrays kernels make in place (gpu) "
+            "can; place() a copy instead"
+        )
 
     def __repr__(self) -> str:
         return f"<tier {self.name!r}>"

@@ -47,9 +47,11 @@ from typing import Any
 import numpy as np
 
 import workbench.settings as settings_names
-from workbench.memory import gpu, shm
+from workbench.memory import gpu, shm, tier_set
 from workbench.memory.tier_base import PLAIN_TYPES as PLAIN_TYPES  # what a tier file holds, as it always was here
 from workbench.memory.tier_base import Tier, TierArray, TierError, UnknownTier, check_plain, medium
+from workbench.memory.tier_set import TierSet
+from workbench.settings import Settings
 
 PMEM_ENV = settings_names.PMEM_DIR
 TIER_DIR_ENV = settings_names.TIER_DIR
@@ -291,8 +293,6 @@ def device_read_bytes() -> int | None:
 
 
 # -- arrays on tiers ---------------------------------------------------------------------------
-_DRAM: dict[str, np.ndarray] = {}
-_DRAM_LOCK = threading.Lock()
 
 
 class DramArray(TierArray):
@@ -602,17 +602,14 @@ def forget_cached(path: str | Path | None) -> None:
             cache.forget(path)
 
 
-_DEFAULT_CACHE = DramCache(256 * 2**20)
-
-
 class CachedArray(TierArray):
-    """A mapped file used through a :class:`DramCache` (the process's default, 256 MiB, unless given)."""
+    """A mapped file used through a :class:`DramCache` (a tier set's, unless given one)."""
 
     tier = "cached"
 
-    def __init__(self, name: str, directory: Path, cache: DramCache | None = None):
+    def __init__(self, name: str, directory: Path, cache: DramCache):
         super().__init__(name, directory)
-        self.cache = cache or _DEFAULT_CACHE
+        self.cache = cache
         self.mapped = MappedArray(name, directory, writable=True)
 
     @property
@@ -667,45 +664,56 @@ class CachedArray(TierArray):
 
 
 # -- the tiers ---------------------------------------------------------------------------------
-def _on_host(array: Any) -> Any:
+def _on_host(array: Any, held: TierSet) -> Any:
     """``array``, or a counted host copy of it if it is a device array (a host tier holds host bytes)."""
-    return gpu.DEVICE.to_host(array) if gpu.is_device_array(array) else array
+    return held.device.to_host(array) if gpu.is_device_array(array) else array
 
 
 class DramTier(Tier):
-    """``dram``: process memory, named in this process only; volatile, and what a DRAM budget counts."""
+    """``dram``: process memory, named in one tier set of this process; volatile, and what a DRAM budget counts."""
 
     name = "dram"
     process_local = True
     counts_against_dram_budget = True
 
     def put(
-        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+        self,
+        name: str,
+        array: Any,
+        *,
+        directory: Path | None,
+        cache: Any,
+        replace: bool,
+        owner: shm.Process | None,
+        held: TierSet,
     ) -> DramArray:
-        """A copy of ``array`` in this process's memory under ``name``."""
-        array = _on_host(array)
-        with _DRAM_LOCK:
-            if name in _DRAM and not replace:
+        """A copy of ``array`` in this process's memory under ``name``, in ``held``."""
+        array = _on_host(array, held)
+        with held.dram_lock:
+            if name in held.dram and not replace:
                 raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
-            _DRAM[name] = np.array(array, copy=True, subok=True)
-            return DramArray(name, _DRAM[name])
+            held.dram[name] = np.array(array, copy=True, subok=True)
+            return DramArray(name, held.dram[name])
 
-    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> DramArray:
-        """This process's own placement ``name`` (dram does not survive a restart)."""
-        with _DRAM_LOCK:
-            if name not in _DRAM:
-                raise TierError(f"no dram array {name!r} in this process: dram does not survive a restart")
-            return DramArray(name, _DRAM[name])
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> DramArray:
+        """The placement ``name`` in ``held`` (dram does not survive a restart)."""
+        with held.dram_lock:
+            if name not in held.dram:
+                raise TierError(
+                    f"no dram array {name!r} in {held.name}'s tiers: dram does not survive a restart, and "
+                    "another session's arrays are its own; tiers.names('dram') lists these"
+                )
+            return DramArray(name, held.dram[name])
 
-    def free(self, name: str, *, directory: Path | None) -> bool:
+    def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget ``name``."""
-        with _DRAM_LOCK:
-            return _DRAM.pop(name, None) is not None
+        with held.dram_lock:
+            return held.dram.pop(name, None) is not None
 
-    def names(self, *, directory: Path | None) -> list[str]:
-        """This process's dram arrays."""
-        with _DRAM_LOCK:
-            return sorted(_DRAM)
+    def names(self, *, directory: Path | None, held: TierSet) -> list[str]:
+        """The dram arrays of ``held``."""
+        with held.dram_lock:
+            return sorted(held.dram)
 
 
 class FileTier(Tier):
@@ -717,15 +725,23 @@ class FileTier(Tier):
     leaf = ""
     on_pmem = False
 
-    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> TierArray:
+    def handle(self, name: str, where: Path, cache: DramCache, writable: bool = True) -> TierArray:
         """The handle of file ``name`` in ``where`` as this tier uses it (nothing is read or checked)."""
         raise NotImplementedError
 
     def put(
-        self, name: str, array: Any, *, directory: Path | None, cache: Any, replace: bool, owner: shm.Process | None
+        self,
+        name: str,
+        array: Any,
+        *,
+        directory: Path | None,
+        cache: Any,
+        replace: bool,
+        owner: shm.Process | None,
+        held: TierSet,
     ) -> TierArray:
         """Write ``array`` as file ``name`` (atomically, the space reserved first); its handle."""
-        array = _on_host(array)
+        array = _on_host(array, held)
         check_plain(array, f"array {name!r}", self.name)
         array = np.asarray(array)
         where = _directory(self.name, directory)
@@ -745,16 +761,16 @@ class FileTier(Tier):
             if not replace and "exists with shape" in str(error):
                 raise exists from None
             raise TierError(f"cannot place {name!r} on {self.name}: {error}") from None
-        return self.handle(name, where, cache)
+        return self.handle(name, where, cache or held.cache)
 
-    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool) -> TierArray:
+    def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> TierArray:
         """The handle of file ``name``, its header and owner checked now (not at first use)."""
         where = _directory(self.name, directory)
         if not shm.exists(name, where):
             raise FileNotFoundError(
                 f"no {self.name} array {name!r} in {where}; list them with tiers.names({self.name!r})"
             )
-        handle = self.handle(name, where, cache, writable)
+        handle = self.handle(name, where, cache or held.cache, writable)
         try:
             handle.array  # noqa: B018 - check the file now (header, owner), not at first use
         except TierError:
@@ -763,13 +779,13 @@ class FileTier(Tier):
             raise TierError(f"cannot open {name!r} on {self.name}: {error}") from None
         return handle
 
-    def free(self, name: str, *, directory: Path | None) -> bool:
+    def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Delete file ``name`` (DRAM cache copies of it dropped)."""
         where = _directory(self.name, directory)
         forget_cached(shm.segment_path(name, where))
         return shm.delete(name, where)
 
-    def names(self, *, directory: Path | None) -> list[str]:
+    def names(self, *, directory: Path | None, held: TierSet) -> list[str]:
         """The complete files of this user in the tier's directory."""
         return sorted(s.name for s in shm.list_segments(_directory(self.name, directory)) if s.state == "complete")
 
@@ -781,7 +797,7 @@ class MappedTier(FileTier):
     leaf = "mapped"
     on_pmem = True
 
-    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> MappedArray:
+    def handle(self, name: str, where: Path, cache: DramCache, writable: bool = True) -> MappedArray:
         """The file mapped (on first use)."""
         return MappedArray(name, where, writable=writable)
 
@@ -794,8 +810,8 @@ class CachedTier(FileTier):
     on_pmem = True
     through_dram_cache = True
 
-    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> CachedArray:
-        """The file through ``cache`` (the process's default cache if None)."""
+    def handle(self, name: str, where: Path, cache: DramCache, writable: bool = True) -> CachedArray:
+        """The file through ``cache``."""
         return CachedArray(name, where, cache)
 
 
@@ -806,7 +822,7 @@ class DiskTier(FileTier):
     leaf = "disk"
     staged = True
 
-    def handle(self, name: str, where: Path, cache: DramCache | None, writable: bool = True) -> DiskArray:
+    def handle(self, name: str, where: Path, cache: DramCache, writable: bool = True) -> DiskArray:
         """The file, read in on first use."""
         return DiskArray(name, where)
 
@@ -876,6 +892,7 @@ def place(
     cache: DramCache | None = None,
     replace: bool = False,
     owner: shm.Process | None = None,
+    held: TierSet | None = None,
 ) -> TierArray:
     """Put a copy of ``array`` on ``tier`` under ``name`` and return its handle.
 
@@ -884,27 +901,44 @@ def place(
     over an existing one (a killed writer leaves the previous one readable); otherwise an existing
     name is an error. ``owner`` (file tiers): the process the file lives for; it ends with an owner
     record, and once that process is dead ``shm.reclaim`` of its directory frees it (a store
-    backend's files: see :func:`reclaim_store_files`).
+    backend's files: see :func:`reclaim_store_files`). ``held``: the tier set whose ``dram`` and
+    ``gpu`` arrays and DRAM cache the call uses (default: the one in use, :func:`current`).
     """
     kind = lookup(tier)
     shm._check_name(name, "tier array name")
     where = None if directory is None else Path(directory)
-    return kind.put(name, array, directory=where, cache=cache, replace=replace, owner=owner)
+    return kind.put(name, array, directory=where, cache=cache, replace=replace, owner=owner, held=current(held))
 
 
 def open_array(
-    name: str, tier: str, *, directory: str | Path | None = None, cache: DramCache | None = None, writable: bool = False
+    name: str,
+    tier: str,
+    *,
+    directory: str | Path | None = None,
+    cache: DramCache | None = None,
+    writable: bool = False,
+    held: TierSet | None = None,
 ) -> TierArray:
     """Reopen an array placed earlier (after a restart too: the file is the data and its header).
-    ``dram`` is volatile: only this process's own placements reopen."""
+    ``dram`` and ``gpu`` are volatile: only the placements of the tier set (``held``, default the one in
+    use) reopen."""
     where = None if directory is None else Path(directory)
-    return lookup(tier).open(name, directory=where, cache=cache, writable=writable)
+    return lookup(tier).open(name, directory=where, cache=cache, writable=writable, held=current(held))
 
 
-def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, replace: bool = False) -> TierArray:
+def move(
+    handle: TierArray,
+    tier: str,
+    *,
+    directory: str | Path | None = None,
+    replace: bool = False,
+    held: TierSet | None = None,
+) -> TierArray:
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
     Another array of that name already on ``tier`` is an error unless ``replace=True``. ``directory`` is
-    a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does."""
+    a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does.
+    ``held``: the tier set both places are in (default: the one in use)."""
+    held = current(held)
     kind = lookup(tier)
     if not kind.file_backed:
         directory = None
@@ -914,25 +948,62 @@ def move(handle: TierArray, tier: str, *, directory: str | Path | None = None, r
         where = _directory(tier, directory)
         if where.resolve() == handle.directory.resolve():  # the same file serves both tiers: no copy
             handle.sync()  # a cached copy is written back and leaves its cache
-            return kind.handle(handle.name, where, None)
-    if not replace and handle.name in names(tier, directory=directory):
+            return kind.handle(handle.name, where, handle.cache or held.cache)
+    if not replace and handle.name in names(tier, directory=directory, held=held):
         raise TierError(
             f"another array {handle.name!r} is on {tier} already: free() it, or move(..., replace=True) to overwrite it"
         )
     data = handle.array  # off the gpu tier: a counted host copy
-    new = place(handle.name, data, tier, directory=directory, replace=True)
-    free(handle.name, handle.tier, directory=handle.directory)
+    new = place(handle.name, data, tier, directory=directory, replace=True, held=held)
+    free(handle.name, handle.tier, directory=handle.directory, held=held)
     return new
 
 
-def free(name: str, tier: str, *, directory: str | Path | None = None) -> bool:
-    """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped)."""
-    return lookup(tier).free(name, directory=None if directory is None else Path(directory))
+def free(name: str, tier: str, *, directory: str | Path | None = None, held: TierSet | None = None) -> bool:
+    """Remove ``name`` from ``tier``; True if it was there (views still held stay valid until dropped).
+    ``held``: the tier set of a ``dram`` or ``gpu`` array (default: the one in use)."""
+    return lookup(tier).free(name, directory=None if directory is None else Path(directory), held=current(held))
 
 
-def names(tier: str, *, directory: str | Path | None = None) -> list[str]:
-    """The arrays on ``tier`` (complete files of this user only)."""
-    return lookup(tier).names(directory=None if directory is None else Path(directory))
+def names(tier: str, *, directory: str | Path | None = None, held: TierSet | None = None) -> list[str]:
+    """The arrays on ``tier``: complete files of this user only; on ``dram`` and ``gpu``, those of the tier
+    set ``held`` (default: the one in use)."""
+    return lookup(tier).names(directory=None if directory is None else Path(directory), held=current(held))
+
+
+def adopt(name: str, array: Any, tier: str, *, held: TierSet | None = None) -> TierArray:
+    """Name ``array``, made on ``tier`` already (a device array a kernel made: no bytes move), ``name``
+    there; a host tier refuses (:meth:`Tier.adopt`). ``held``: the tier set (default: the one in use)."""
+    kind = lookup(tier)
+    shm._check_name(name, "tier array name")
+    return kind.adopt(name, array, held=current(held))
+
+
+# -- whose arrays: the tier sets ---------------------------------------------------------------
+DEFAULT_CACHE_BYTES = 256 * 2**20  # a tier set's DRAM cache unless told
+
+PROCESS = TierSet("the process", DramCache(DEFAULT_CACHE_BYTES), gpu.DEVICE)  # in use where no other set is
+
+
+def new_set(name: str, settings: Settings | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> TierSet:
+    """A new, empty tier set (see :mod:`workbench.memory.tier_set`) for ``name`` (who owns it): its own
+    ``dram`` arrays, a DRAM cache of ``cache_bytes`` and its own device arrays, which read the device
+    limit and the DRAM budget from ``settings`` (None: the environment where they run)."""
+    return TierSet(name, DramCache(cache_bytes), gpu.DeviceMemory(settings), settings)
+
+
+def current(held: TierSet | None = None) -> TierSet:
+    """``held`` if given (refused if closed), else the tier set in use in this context
+    (:func:`workbench.memory.tier_set.using`, a session's), else :data:`PROCESS`."""
+    if held is None:
+        return tier_set.active() or PROCESS
+    if not isinstance(held, TierSet):
+        raise TypeError(f"held= takes a TierSet (a session's: session.tier_set), got {type(held).__name__}")
+    if held.closed:
+        raise TierError(
+            f"{held!r} is closed (its session ended, its arrays freed): start a session, or leave held= out"
+        )
+    return held
 
 
 # -- the active object store's tier files ------------------------------------------------------

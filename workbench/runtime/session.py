@@ -34,7 +34,8 @@ from distributed import Client, Future, LocalCluster, Nanny, Scheduler, SpecClus
 
 import workbench.runtime.dask_seam as dask_seam
 import workbench.settings as settings_names
-from workbench.memory import shm, tiers
+from workbench.memory import shm, tier_set, tiers
+from workbench.memory.tier_set import TierSet
 from workbench.runtime.clusters import (
     CLUSTER_ENV,
     CONTROL_CHARACTERS,
@@ -131,6 +132,7 @@ class Session:
     dashboard: str = OFF  # where the dashboard is served (workbench.runtime.dashboard): off, port or socket
     request: ClusterRequest | None = field(default=None, repr=False)  # what start() was asked for
     kind: str = "local"  # the kind of cluster start() chose (workbench.runtime.clusters.KINDS)
+    tier_set: TierSet | None = field(default=None, repr=False)  # its dram, DRAM cache and gpu arrays (start() makes it)
     _closed: bool = field(default=False, repr=False)
     _node_of: dict[str, str] = field(default_factory=dict, repr=False)  # worker address -> node id
     _owned: dict[str, Any] = field(default_factory=dict, repr=False)  # name -> what the session opened itself
@@ -160,6 +162,9 @@ class Session:
         try:
             self._exits.close()
         finally:
+            if self.tier_set is not None:  # its arrays freed, out of use: the process's set is in use again
+                self.tier_set.close()
+                tier_set.deactivate(self.tier_set)
             try:
                 self.client.close(timeout=self.timeout)
             finally:
@@ -523,6 +528,9 @@ def start(
         (default: the environment, read once now); the session keeps them (``session.settings``), and the
         arguments above override them.
 
+    The session owns a tier set (``session.tier_set``, :mod:`workbench.memory.tier_set`): the ``dram`` and
+    ``gpu`` arrays and the DRAM cache that code in this context places from now on, with the device limit
+    and DRAM budget of its settings; closing the session frees them, and another session's are its own.
     Every worker, those that join later included, gets a :class:`~workbench.runtime.worker_state.WorkerState`
     plugin: the tables task code keeps there (RRO views, spill buffers, channel marks and inboxes).
     On an interpreter before 3.12.7 it also replaces Dask's ``ensure_memoryview`` with
@@ -683,7 +691,8 @@ def _session(
     and on every worker, present and future (:mod:`workbench.runtime.frames`), whichever cluster;
     every worker's tables of the runtime on its :class:`~workbench.runtime.worker_state.WorkerState`;
     and, with a dashboard, the scheduler's task stream recorded from the start (Dask begins it when
-    a Task Stream pane first opens, which then showed none of the tasks that ran before)."""
+    a Task Stream pane first opens, which then showed none of the tasks that ran before); and the
+    session's tier set, in use from now on in the caller's context."""
     try:
         install()
         client.register_plugin(FramesPlugin(), name=PLUGIN_NAME)
@@ -693,4 +702,11 @@ def _session(
     except BaseException:
         client.close(timeout=timeout)
         raise
-    return Session(client, cluster, timeout, dashboard=dashboard, request=request, kind=kind)
+    session = Session(client, cluster, timeout, dashboard=dashboard, request=request, kind=kind)
+    # The session's own dram, DRAM cache and gpu arrays (workbench.memory.tier_set), their limits from its
+    # settings, in use in the caller's context until it closes: another session's are not these.
+    session.tier_set = tiers.new_set(
+        f"the session of {client.scheduler.address}", request.settings if request is not None else None
+    )
+    tier_set.activate(session.tier_set)
+    return session

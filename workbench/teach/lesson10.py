@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from workbench.lab import gpu_experiments
-from workbench.memory import gpu, tiers
+from workbench.memory import tiers
 from workbench.settings import NUMBA_SIMULATOR, Settings, export
 from workbench.teach.answers import AnswerError, choice, number
 from workbench.teach.feedback import not_yet, passed
@@ -127,10 +127,10 @@ def full_device() -> Iterator[dict[str, str]]:
     ``{name: what it holds and its size}``. On exit the cap goes (the limit before it holds again) and
     the exercise's arrays are freed from ``gpu`` and ``dram``."""
     _clear_scenario()
-    others = gpu.DEVICE.used()  # the learner's own device arrays stay, and count
+    others = tiers.current().device.used()  # the learner's own device arrays stay, and count
     held = sum(values * 8 for values, _ in FULL_DEVICE.values())
     try:
-        with gpu.DEVICE.capped(others + held + ROOM):
+        with tiers.current().device.capped(others + held + ROOM):
             for value, (name, (values, _)) in enumerate(FULL_DEVICE.items()):
                 tiers.place(name, np.full(values, float(value)), "gpu")
             yield {name: f"{what} ({size_text(values * 8)})" for name, (values, what) in FULL_DEVICE.items()}

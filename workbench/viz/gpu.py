@@ -76,15 +76,15 @@ def kmeans_by_iteration(size: str, iterations: int) -> list[dict[str, Any]]:
     try:
         for way in WAYS:
             centres = points[: s.centres].copy()
-            before = gpu.DEVICE.transfers.snapshot()
+            before = tiers.current().device.transfers.snapshot()
             cuda.synchronize()
             start = time.perf_counter()
             placed = tiers.place(name, points, "gpu") if way == "resident" else None
             for iteration in range(1, int(iterations) + 1):
-                on_device = placed.device if placed is not None else gpu.DEVICE.to_device(name, points)
+                on_device = placed.device if placed is not None else tiers.current().device.to_device(name, points)
                 centres = gpu_experiments.kmeans_step(on_device, centres)
                 cuda.synchronize()
-                moved = gpu.DEVICE.transfers - before
+                moved = tiers.current().device.transfers - before
                 rows.append(
                     {
                         "way": way,

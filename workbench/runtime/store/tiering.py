@@ -452,7 +452,7 @@ def _keep_device_writes(obj: Any, placement: Placement, given: dict[str, Any]) -
             name = _unused(file_name(placement.stem, attr), taken)
         taken.add(name)
         if on_device:
-            handle = gpu.GpuArray(name, gpu.DEVICE.adopt(name, value))
+            handle = tiers.adopt(name, value, placement.tier)
         else:
             handle = tiers.place(name, value, placement.tier, replace=True)
             state[attr] = handle.device  # type: ignore[attr-defined]

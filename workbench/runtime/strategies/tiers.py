@@ -55,9 +55,6 @@ class TierSettings:
     dram_budget: int
 
 
-_configured: int | None = None  # the budget :func:`configure` set in this process; None: read the environment
-
-
 def _checked(dram_budget: Any, where: str) -> int:
     if isinstance(dram_budget, bool) or not isinstance(dram_budget, int) or not 0 <= dram_budget < 2**63:
         raise ValueError(f"{where} is bytes per backend (an int >= 0), got {dram_budget!r}")
@@ -65,11 +62,13 @@ def _checked(dram_budget: Any, where: str) -> int:
 
 
 def settings() -> TierSettings:
-    """The tier strategies' settings now: the budget :func:`configure` set, else ``$WORKBENCH_DRAM_BUDGET``
-    (read at each call), else 256 MiB."""
-    if _configured is not None:
-        return TierSettings(_configured)
-    value = settings_names.now(BUDGET_ENV)
+    """The tier strategies' settings now: the budget :func:`configure` set in the tier set in use (a
+    session's: :func:`workbench.memory.tiers.current`), else that set's ``$WORKBENCH_DRAM_BUDGET`` (its
+    session's settings; the process's: read at each call), else 256 MiB."""
+    held = memory_tiers.current()
+    if held.dram_budget is not None:
+        return TierSettings(held.dram_budget)
+    value = held.setting(BUDGET_ENV)
     if not value:
         return TierSettings(DEFAULT_DRAM_BUDGET)
     try:
@@ -79,9 +78,9 @@ def settings() -> TierSettings:
 
 
 def configure(dram_budget: int) -> TierSettings:
-    """Set the DRAM budget per backend for the tier strategies (a benchmark sets it per dataset)."""
-    global _configured
-    _configured = _checked(dram_budget, "dram_budget")
+    """Set the DRAM budget per backend for the tier strategies in the tier set in use (a session's, for
+    that session only; a benchmark sets it per dataset)."""
+    memory_tiers.current().dram_budget = _checked(dram_budget, "dram_budget")
     return settings()
 
 

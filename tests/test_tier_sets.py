@@ -1,0 +1,222 @@
+"""Tier sets (issue 50): whose ``dram`` arrays, DRAM cache and device arrays a tier operation uses.
+
+Examples first, then a model-based test: several sets, activated, used, deactivated and closed in any
+order, against a dict per set and a stack of what is in use."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+
+from workbench.memory import tier_set, tiers
+from workbench.memory.gpu import GPU_BYTES_ENV
+from workbench.settings import DRAM_BUDGET, Settings
+
+
+@pytest.fixture
+def two_sets():
+    """Two fresh sets, closed after the test; the set in use before (a session's) back after."""
+    a, b = tiers.new_set("a"), tiers.new_set("b")
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_sets_hold_their_own_dram_arrays_and_the_one_in_use_is_the_default(two_sets):
+    a, b = two_sets
+    tiers.place("x", np.arange(3), "dram", held=a)
+    with tier_set.using(b):
+        assert tiers.current() is b and tiers.names("dram") == []
+        with pytest.raises(tiers.TierError, match=r"no dram array 'x' in b's tiers.*another session's arrays"):
+            tiers.open_array("x", "dram")
+        tiers.place("x", np.zeros(5), "dram")  # the same name, another set: no clash
+    with tier_set.using(a):
+        assert tiers.open_array("x", "dram").array.tolist() == [0, 1, 2]
+        assert tiers.free("x", "dram") and not tiers.free("x", "dram")
+    assert tiers.names("dram", held=b) == ["x"] and tiers.names("dram", held=a) == []
+
+
+def test_a_closed_set_frees_its_arrays_is_refused_by_name_and_never_in_use(two_sets):
+    a, _ = two_sets
+    view = tiers.place("kept", np.arange(4.0), "dram", held=a).array
+    before = tiers.current()
+    tier_set.activate(a)
+    assert tiers.current() is a
+    a.close()
+    assert a.counters()["dram_arrays"] == 0 and view.tolist() == [0.0, 1.0, 2.0, 3.0]  # a view held stays valid
+    assert tiers.current() is not a  # closed: not in use, whoever still names it
+    with pytest.raises(tiers.TierError, match="is closed .* leave held= out"):
+        tiers.place("y", np.ones(2), "dram", held=a)
+    with pytest.raises(ValueError, match="is closed"), tier_set.using(a):
+        pass
+    with pytest.raises(ValueError, match="is closed"):
+        tier_set.activate(a)
+    tier_set.deactivate(a)
+    assert tiers.current() is before
+
+
+def test_deactivating_brings_back_the_set_in_use_before_if_still_open(two_sets):
+    a, b = two_sets
+    before = tiers.current()
+    with contextlib.ExitStack() as undo:
+        undo.callback(tier_set.deactivate, a)
+        undo.callback(tier_set.deactivate, b)
+        tier_set.activate(a)
+        tier_set.activate(b)
+        tier_set.deactivate(b)
+        assert tiers.current() is a
+        tier_set.activate(b)
+        a.close()
+        tier_set.deactivate(b)  # a closed meanwhile: what was in use before a comes back
+        assert tiers.current() is before
+
+
+def test_a_thread_starts_with_the_process_set_and_a_wrong_held_is_a_type_error(two_sets):
+    a, _ = two_sets
+    seen = []
+    with tier_set.using(a):
+        thread = threading.Thread(target=lambda: seen.append(tiers.current()))
+        thread.start()
+        thread.join(timeout=30)
+    assert seen == [tiers.PROCESS]
+    with pytest.raises(TypeError, match="held= takes a TierSet .* got dict"):
+        tiers.names("dram", held={})
+    with pytest.raises(TypeError, match="using\\(\\) takes a TierSet"), tier_set.using("a"):
+        pass
+
+
+def test_the_cached_tier_reads_through_the_cache_of_its_set_and_counts_there(two_sets, tmp_path):
+    a, b = two_sets
+    tiers.place("c", np.arange(1000.0), "cached", directory=tmp_path, held=a)
+    for _ in range(3):
+        tiers.open_array("c", "cached", directory=tmp_path, held=a).array  # noqa: B018 - a read
+    assert a.counters()["cache_misses"] == 1 and a.counters()["cache_hits"] >= 2  # the first read only missed
+    assert b.counters()["cache_misses"] == b.counters()["cache_hits"] == 0
+    tiers.free("c", "cached", directory=tmp_path, held=a)
+
+
+def test_a_set_reads_its_settings_from_its_snapshot_else_where_it_runs(monkeypatch):
+    monkeypatch.setenv(GPU_BYTES_ENV, "3MiB")
+    snapshot = tiers.new_set("a session", Settings({GPU_BYTES_ENV: "1MiB", DRAM_BUDGET: "99"}))
+    live = tiers.new_set("a test")
+    try:
+        assert snapshot.device.limit() == 2**20 and live.device.limit() == 3 * 2**20
+        assert snapshot.setting(DRAM_BUDGET) == "99" and live.setting(DRAM_BUDGET) == ""
+    finally:
+        snapshot.close()
+        live.close()
+
+
+def test_only_a_tier_kernels_make_arrays_on_adopts_them(two_sets):
+    a, _ = two_sets
+    with pytest.raises(tiers.TierError, match="the dram tier cannot adopt 'r'.*place\\(\\) a copy"):
+        tiers.adopt("r", np.ones(3), "dram", held=a)
+
+
+# -- the model ---------------------------------------------------------------------------------
+NAMES = st.sampled_from(["tsm-p", "tsm-q", "tsm-r"])
+
+
+class TierSetMachine(RuleBasedStateMachine):
+    """Sets made, activated, deactivated and closed in any order; dram arrays placed and freed in the
+    one in use or one named; against a dict per set and the chain of what was activated over what."""
+
+    sets = Bundle("sets")
+
+    def __init__(self):
+        super().__init__()
+        self.base = tiers.current()  # what is in use when the machine starts (the process's or a session's)
+        self.model: dict[int, dict[str, float]] = {}  # id(set) -> name -> the value placed
+        self.made: list[tier_set.TierSet] = []
+        self.in_use: tier_set.TierSet | None = None  # None: the base
+        self.before: dict[int, tier_set.TierSet | None] = {}
+
+    def _expected_in_use(self) -> tier_set.TierSet:
+        return self.in_use if self.in_use is not None and not self.in_use.closed else self.base
+
+    @rule(target=sets)
+    def make(self):
+        held = tiers.new_set(f"set {len(self.made)}")
+        self.made.append(held)
+        self.model[id(held)] = {}
+        return held
+
+    @rule(held=sets)
+    def activate(self, held):
+        if held.closed:
+            with pytest.raises(ValueError, match="is closed"):
+                tier_set.activate(held)
+            return
+        tier_set.activate(held)
+        if self.in_use is not held:  # held leaves the chain below it: no set is ever its own predecessor
+            link = self.in_use
+            while link is not None:
+                if self.before.get(id(link)) is held:
+                    self.before[id(link)] = self.before.get(id(held))
+                    break
+                link = self.before.get(id(link))
+            self.before[id(held)] = self.in_use
+        self.in_use = held
+
+    @rule(held=sets)
+    def deactivate(self, held):
+        tier_set.deactivate(held)
+        if self.in_use is held:
+            before = self.before.get(id(held))
+            while before is not None and before.closed:
+                before = self.before.get(id(before))
+            self.in_use = before
+
+    @rule(held=sets)
+    def close(self, held):
+        held.close()
+        self.model[id(held)] = {}
+
+    @rule(name=NAMES, value=st.floats(-5, 5), where=st.one_of(st.none(), sets))
+    def place(self, name, value, where):
+        target = self._expected_in_use() if where is None else where
+        if where is not None and where.closed:
+            with pytest.raises(tiers.TierError, match="is closed"):
+                tiers.place(name, np.full(2, value), "dram", held=where, replace=True)
+            return
+        tiers.place(name, np.full(2, value), "dram", held=where, replace=True)
+        if target is not self.base:
+            self.model[id(target)][name] = value
+
+    @rule(name=NAMES, held=sets)
+    def free(self, name, held):
+        if held.closed:
+            return
+        assert tiers.free(name, "dram", held=held) == (name in self.model[id(held)])
+        self.model[id(held)].pop(name, None)
+
+    @invariant()
+    def each_set_holds_what_was_placed_in_it_only(self):
+        assert tiers.current() is self._expected_in_use()
+        for held in self.made:
+            if not held.closed:
+                assert tiers.names("dram", held=held) == sorted(self.model[id(held)])
+                for name, value in self.model[id(held)].items():
+                    assert tiers.open_array(name, "dram", held=held).array[0] == value
+
+    def teardown(self):
+        for held in self.made:
+            tier_set.deactivate(held)
+            held.close()
+        for name in NAMES.elements:  # what the machine placed in the base set
+            tiers.free(name, "dram", held=self.base)
+        assert tiers.current() is self.base
+
+
+TestTierSets = TierSetMachine.TestCase
+TestTierSets.settings = settings(
+    max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
