@@ -30,6 +30,7 @@ bounds it on this machine, from figures measured in the same run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import tempfile
@@ -501,18 +502,18 @@ def run(
         "mixed": mixed,
         "machine": machine.describe(),
     }
-    return Report(
+    report = Report(
         "tiers",
         size,
-        goals(figures),
-        app_rows,
-        {key: figures[key] for key in ("medium", "bandwidth", "results", "mixed")},
+        rows=app_rows,
+        parts={key: figures[key] for key in ("medium", "bandwidth", "results", "mixed")},
         counts={
             key: figures[key] for key in ("dram_budget_per_worker", "small_object_bytes", "last_level_cache_bytes")
         },
         workers=n_workers,
         machine=figures["machine"],
     )
+    return dataclasses.replace(report, goals=goals(report))
 
 
 def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None = None) -> dict[str, Any] | None:
@@ -520,13 +521,13 @@ def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None
     return max(found, key=lambda r: r["object_bytes"]) if found else None
 
 
-def _tier_rate(report: dict[str, Any], tier: str, key: str) -> float:
-    return next(r[key] for r in report["bandwidth"]["rows"] if r["tier"] == tier)
+def _tier_rate(report: Report, tier: str, key: str) -> float:
+    return next(r[key] for r in report.parts["bandwidth"]["rows"] if r["tier"] == tier)
 
 
-def histogram_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+def histogram_goal(report: Report) -> dict[str, Any] | None:
     """The 1-D histogram on mapped (hot) against DRAM; bounded by the page cache's read rate."""
-    rows = report["applications"]
+    rows = report.rows
     mapped, dram = _row(rows, "histogram1d", "mapped"), _row(rows, "histogram1d", "dram")
     if not (mapped and dram):
         return None
@@ -546,20 +547,20 @@ def histogram_goal(report: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+def spill_goal(report: Report) -> dict[str, Any] | None:
     """k-means on the dataset 2.5x the budget, mapped in place vs Dask's spill buffer: >= 3x, or within
     10 % of the ceiling measured here. No placement is faster than no tier at all, so spill / dram is
     the most any can gain; where Dask's spilled files never leave this machine's page cache its spill
     costs only pickling and copying, and that ceiling is below 3x: the goal is then 90 % of it."""
-    rows = report["applications"]
+    rows = report.rows
     mapped, spill, dram = (_row(rows, "kmeans", v, "big") for v in ("mapped", "dask-spill", "dram"))
     if not (mapped and spill and dram):
         return None
-    spilled = max(0, spill["data_bytes"] - report["dram_budget_per_worker"] * report["workers"])
+    spilled = max(0, spill["data_bytes"] - report.counts["dram_budget_per_worker"] * spill["workers"])
     passes = spill["grid"].get("iterations", 1)
     cold = _tier_rate(report, "disk", "read_cold_GBs")
     from_disk = spilled * passes / (cold * 1e9)  # seconds, had Dask read every spilled byte from the device
-    disk = next(r for r in report["bandwidth"]["rows"] if r["tier"] == "disk")
+    disk = next(r for r in report.parts["bandwidth"]["rows"] if r["tier"] == "disk")
     cold_read = (
         f"read cold from this disk at {cold:.2f} GB/s, the spilled bytes alone would take {from_disk:.1f} s"
         if disk["cold_is_real"]
@@ -571,7 +572,7 @@ def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
         bound = (
             f"the page cache: Dask spills about {spilled / 1e6:.0f} MB (the data over the budget), {passes} passes a "
             "run, into files that stay in "
-            f"this machine's {report['machine']['memory_total'] / 2**30:.0f} GiB of memory, so spilling adds only "
+            f"this machine's {(report.machine or {})['memory_total'] / 2**30:.0f} GiB of memory, so spilling adds only "
             f"{spill['whole_s'] - dram['whole_s']:.2f} s to DRAM's {dram['whole_s']:.2f} s and no placement can beat "
             f"it by more than {ceiling:.2f}x, so the goal is {CEILING_SHARE:.0%} of that ceiling, "
             f"{threshold:.2f}x ({cold_read}); mapped takes {mapped['whole_vs_dram']:.2f}x DRAM's time here"
@@ -589,11 +590,11 @@ def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
+def volatile_goal(report: Report) -> dict[str, Any]:
     """Matrix addition at the largest object size measured: a volatile result vs non-active. Two
     things bound it: moving data to the caller (the fetch rate against the addition's predicts the
     ratio at large sizes) and, below that prediction, the volatile call's own round trip."""
-    top = report["results"]["matadd"][-1]
+    top = report.parts["results"]["matadd"][-1]
     predicted, volatile = top["expected_ratio"], top["seconds"]["volatile"]
     add_s = top["object_bytes"] / (top["add_GBs"] * 1e9)
     if predicted < GOAL["volatile"]:
@@ -619,9 +620,9 @@ def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def fma_goal(report: dict[str, Any]) -> dict[str, Any]:
+def fma_goal(report: Report) -> dict[str, Any]:
     """``C += A @ B`` into ``C`` on mapped against DRAM; bounded by making ``C`` durable each call."""
-    fma = report["results"]["fma"]
+    fma = report.parts["results"]["fma"]
     write = _tier_rate(report, "mapped", "write_GBs")
     sync_ms = fma["c_bytes"] / (write * 1e9) * 1e3
     predicted = 1 + sync_ms / (fma["seconds"]["dram"] * 1e3)  # the product, then C made durable
@@ -644,15 +645,15 @@ def fma_goal(report: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def budget_bound(report: dict[str, Any], app: str) -> dict[str, float] | None:
+def budget_bound(report: Report, app: str) -> dict[str, float] | None:
     """The best time any placement under the DRAM budget could give ``app`` (None where its data fits
     the budget, or ``mapped`` did not run): the budget's share of the data in DRAM at ``dram``'s time,
     the rest at ``mapped``'s, both measured in this run."""
-    rows = report["applications"]
+    rows = report.rows
     dram, mapped = _row(rows, app, "dram"), _row(rows, app, "mapped")
     if not (dram and mapped):
         return None
-    share = report["dram_budget_per_worker"] * dram["workers"] / dram["data_bytes"]
+    share = report.counts["dram_budget_per_worker"] * dram["workers"] / dram["data_bytes"]
     if share >= 1:
         return None
     seconds = share * dram["whole_s"] + (1 - share) * mapped["whole_s"]
@@ -671,12 +672,12 @@ def _compute_share(dynamic: dict[str, Any], best: dict[str, Any]) -> str:
     )
 
 
-def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+def dynamic_goals(report: Report) -> list[dict[str, Any]]:
     """Each application placed dynamically against its best static tier: within 10 % of it, or, where
     that is ``dram`` holding the whole dataset over the budget, within 10 % of the best the budget
     allows (:func:`budget_bound`); and, a count that holds on any machine, no tier moves in a
     measured run (the policy settles in the plan's making and its warm-up: same use, same places)."""
-    rows, out = report["applications"], []
+    rows, out = report.rows, []
     for app in sorted({r["app"] for r in rows}):
         dynamic = _row(rows, app, "dynamic")
         statics = [r for r in (_row(rows, app, v) for v in STATIC) if r]
@@ -728,10 +729,10 @@ def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 13 and 29's goals against this run's figures (``report``: what :func:`run` measured, by name,
-    before its :class:`Report` is made), with what bounds each one not met."""
-    mixed = report["mixed"]
+def goals(report: Report) -> list[dict[str, Any]]:
+    """Issues 13 and 29's goals against this run's figures (the report's rows, parts, counts, workers and
+    machine), with what bounds each one not met."""
+    mixed = report.parts["mixed"]
     out = [g for g in (histogram_goal(report), spill_goal(report)) if g]
     out += [volatile_goal(report), fma_goal(report), *dynamic_goals(report)]
     out.append(
