@@ -780,6 +780,42 @@ APPLICATION_COLUMNS = (
 )
 
 
+MIXED_COLUMNS = (
+    Column("configuration", "configuration", "<13"),
+    Column("round ms", lambda r: r["round_s"] * 1e3, ">9.2f"),
+    Column("hot in DRAM", lambda r: r["in_dram"]["hot"], ">11"),
+    Column("cold in DRAM", lambda r: r["in_dram"]["cold"], ">12"),
+    Column("tasks", lambda r: (r.get("counts") or {}).get("tasks_per"), ">6.0f"),
+    Column("sched msgs", lambda r: (r.get("counts") or {}).get("messages_per"), ">10.0f"),
+    Column("store msgs", lambda r: (r.get("counts") or {}).get("store_messages_per"), ">10.0f"),
+)
+PER_CALL_COLUMNS = (
+    Column("MiB", "MiB", ">6.0f"),
+    Column("mode", "mode", "<10"),
+    Column("store msgs", "store_messages_per", ">10.0f"),
+    Column("sched msgs", "messages_per", ">10.0f"),
+    Column("tasks", "tasks_per", ">6.0f"),
+)
+
+
+def _mode_column(mode: str) -> Column:
+    """A result mode's median time (ms) in :func:`matadd_columns`' table."""
+    return Column(f"{mode} ms", lambda r: r["seconds"][mode] * 1e3, f">{max(9, len(mode) + 3)}.2f")
+
+
+def matadd_columns(modes: Sequence[str]) -> tuple[Column, ...]:
+    """The result modes' table: a row per object size, a time per mode (``modes``, as measured), the ratio
+    non-active / volatile and what the fetch and addition rates predict of it."""
+    return (
+        Column("MiB", lambda r: r["object_bytes"] / MiB, ">6.0f"),
+        *(_mode_column(mode) for mode in modes),
+        Column("non-active/volatile", "non_active_vs_volatile", ">19.2f", "x"),
+        Column("expected", "expected_ratio", ">8.1f", "x"),
+        Column("fetch GB/s", "fetch_GBs", ">10.2f"),
+        Column("add GB/s", "add_GBs", ">8.2f"),
+    )
+
+
 def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
     parts, counted = report.parts, report.counts
@@ -797,45 +833,28 @@ def format_report(report: Report) -> str:
         "per run)",
         *table(APPLICATION_COLUMNS, report.rows),
     ]
-    p = parts["results"]
+    matadd, f = parts["results"]["matadd"], parts["results"]["fma"]
+    per_call = [
+        {"MiB": m["object_bytes"] / MiB, "mode": mode, **c}
+        for m in matadd
+        for mode, c in (m.get("counts_per_call") or {}).items()
+    ]
     lines += [
         "",
-        "result modes of matrix addition on mapped objects (ms; volatile: held where computed; returned: "
-        "sent to the caller; store: kept on mapped; non-active: both objects fetched, added here)",
-    ]
-    for m in p["matadd"]:
-        lines.append(
-            f"  {m['object_bytes'] / MiB:>6.0f} MiB: "
-            + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in m["seconds"].items())
-            + f"; non-active/volatile {m['non_active_vs_volatile']:.2f}x (expected {m['expected_ratio']:.1f}x: "
-            f"fetch {m['fetch_GBs']:.2f} GB/s, add {m['add_GBs']:.2f} GB/s)"
-        )
-        if m.get("counts_per_call"):
-            lines.append(
-                "           per call: "
-                + ", ".join(
-                    f"{k} {c['store_messages_per']:.0f} store + {c['messages_per']:.0f} scheduler messages, "
-                    f"{c['tasks_per']:.0f} tasks"
-                    for k, c in m["counts_per_call"].items()
-                )
-            )
-    f = p["fma"]
-    lines += [
+        "result modes of matrix addition on mapped objects (median ms; volatile: held where computed; returned: "
+        "sent to the caller; store: kept on mapped; non-active: both objects fetched, added here; expected: what "
+        "the fetch and addition rates predict of non-active/volatile)",
+        *table(matadd_columns(list(matadd[0]["seconds"]) if matadd else []), matadd),
+        *(["", "per call of each result mode", *table(PER_CALL_COLUMNS, per_call)] if per_call else []),
+        "",
         f"in-place FMA C += A @ B ({f['side']}^2): C in dram {f['seconds']['dram'] * 1e3:.2f} ms, "
         f"C on mapped {f['seconds']['mapped'] * 1e3:.2f} ms ({f['mapped_vs_dram']:.2f}x)",
         "",
-        "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round",
+        "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round, where the "
+        "objects ended, what a round gave the cluster",
+        *table(
+            MIXED_COLUMNS,
+            [{"configuration": name, **c} for name, c in parts["mixed"]["configurations"].items()],
+        ),
     ]
-    for name, c in parts["mixed"]["configurations"].items():
-        per = c.get("counts") or {}
-        lines.append(
-            f"  {name:<8} {c['round_s'] * 1e3:9.2f} ms  in DRAM at the end: {c['in_dram']['hot']} hot, "
-            f"{c['in_dram']['cold']} cold objects"
-            + (
-                f"; a round: {per['tasks_per']:.0f} tasks, {per['messages_per']:.0f} scheduler and "
-                f"{per['store_messages_per']:.0f} store messages"
-                if per
-                else ""
-            )
-        )
     return text(lines, report)
