@@ -83,3 +83,49 @@ def test_the_shared_formatter_aligns_titles_to_their_cells_and_shows_a_missing_f
     assert setting(report, "median of 3 runs") == "size ci, 2 workers, median of 3 runs"
     shown = text(["a line"], report).splitlines()
     assert shown[:3] == ["a line", "", "goals:"] and shown[3].startswith("goal: numba faster: measured 3x")
+
+
+def test_a_last_column_of_free_text_leaves_no_trailing_space():
+    columns = (Column("app", "app", "<10"), Column(" notes", "notes"))
+    assert table(columns, [{"app": "knn", "notes": ""}, {"app": "kmeans", "notes": "same"}]) == [
+        "app" + " " * 9 + "notes",
+        "knn",
+        "kmeans" + " " * 5 + "same",
+    ]
+
+
+def _gpu_parts() -> dict:
+    """What ``bench gpu`` measures, made up (no device here): each figure and its peer."""
+    from workbench.bench import gpu
+
+    MiB = 2**20
+    return {
+        "device": {"name": "a GPU", "bytes": 80 * 2**30, "simulated": False},
+        "bus": {"bytes": 256 * MiB, "pinned_to_device_gbs": 24.0, "pageable_to_device_gbs": 12.0, "to_host_gbs": 20.0},
+        "floor": {"bytes": 3 * 2**30, "gbs": 3000.0},
+        "histogram": {"gbs": 1800.0, "floor_gbs": 3000.0, "share_of_floor": 0.6, "exact": True},
+        "kmeans": {"iterations": 20, "points_bytes": 64 * MiB, "resident_s_per_iteration": 0.001,
+                   "copied_s_per_iteration": 0.012, "resident_bytes_to_device": 64 * MiB,
+                   "copied_bytes_to_device": 20 * 64 * MiB, "speedup": 12.0, "same_centres": True},
+        "store": {"tier": "gpu", "values_bytes": 64 * MiB, "active_s": 0.002, "non_active_s": 0.02,
+                  "active_bytes_off_device": 0, "non_active_bytes_off_device": 64 * MiB, "speedup": 10.0,
+                  "same_counts": True},
+        "not_measured": gpu.NOT_MEASURED,
+    }  # fmt: skip
+
+
+def test_the_gpu_benchmarks_goals_read_its_report_and_its_table_puts_each_figure_beside_its_peer():
+    from workbench.bench import gpu
+
+    report = Report("gpu", "ci", parts=_gpu_parts())
+    found = {g["goal"].split(" >=")[0]: g for g in gpu.goals(report)}
+    assert found["host to device from pinned memory"]["measured"] == 2.0
+    assert found["k-means with the points kept on the device"]["goal"].endswith("(size ci)")
+    shown = gpu.format_report(Report("gpu", "ci", goals=list(found.values()), parts=report.parts)).splitlines()
+    header = next(line for line in shown if line.startswith("measured "))
+    assert header.split() == ["measured", "first", "second", "unit", "ratio", "notes"]
+    pinned = next(line for line in shown if "pinned / pageable" in line)
+    assert pinned.split()[-4:] == ["24.00", "12.00", "GB/s", "2.00x"]
+    store = next(line for line in shown if line.startswith("store object on gpu"))
+    assert "2.00 20.00 ms 10.00x 0 / 67108864 B off the device" in " ".join(store.split())
+    assert "goals:" in shown and "not measured: dask-cuda spilling" in " ".join(shown)

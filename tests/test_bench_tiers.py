@@ -96,7 +96,7 @@ def test_tier_experiment_refuses_bad_settings(session):
 MiB = 2**20
 
 
-def _crafted(times: dict[str, float], app: str = "kmeans", moves: float = 0.0, without: float = 1.0) -> dict:
+def _crafted(times: dict[str, float], app: str = "kmeans", moves: float = 0.0, without: float = 1.0) -> Report:
     """A report with one application's rows at ``times`` (seconds per variant), its data 2.5x a
     64 MiB budget on 2 workers, and the bandwidth and machine figures the goals read."""
     rows = [
@@ -119,13 +119,15 @@ def _crafted(times: dict[str, float], app: str = "kmeans", moves: float = 0.0, w
         for variant, seconds in times.items()
     ]
     disk = {"tier": "disk", "read_cold_GBs": 1.0, "cold_is_real": True, "cold_note": ""}
-    return {
-        "applications": rows,
-        "workers": 2,
-        "dram_budget_per_worker": 64 * MiB,
-        "bandwidth": {"rows": [disk]},
-        "machine": {"memory_total": 16 * 2**30},
-    }
+    return Report(
+        "tiers",
+        "ci",
+        rows=rows,
+        parts={"bandwidth": {"rows": [disk]}},
+        counts={"dram_budget_per_worker": 64 * MiB},
+        workers=2,
+        machine={"memory_total": 16 * 2**30},
+    )
 
 
 def test_the_spill_goal_asks_for_90_percent_of_the_ceiling_where_the_page_cache_bounds_it():

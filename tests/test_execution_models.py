@@ -213,13 +213,11 @@ def _touch(mode, faults, huge_kib=0):
 
 
 def test_huge_pages_not_given_by_the_kernel_bound_the_goal_and_a_fault_per_page_is_checked_both_ways():
-    report = {"first_touch": [_touch("4k pages", 2048), _touch("huge pages", 2048)]}
-    per_page, cut = bench.first_touch_goals(report)
+    per_page, cut = bench.first_touch_goals([_touch("4k pages", 2048), _touch("huge pages", 2048)])
     assert per_page["met"] and per_page["measured"] == 1.0 and per_page["peers"] == {"faults": 2048, "pages": 2048}
     assert not cut["met"] and "gave the region no huge pages" in cut["bound"]
     assert cut["peers"] == {"4k pages": 2048, "huge pages": 2048}
-    report = {"first_touch": [_touch("4k pages", 4), _touch("huge pages", 4, huge_kib=8192)]}
-    per_page, cut = bench.first_touch_goals(report)
+    per_page, cut = bench.first_touch_goals([_touch("4k pages", 4), _touch("huge pages", 4, huge_kib=8192)])
     assert not per_page["met"] and per_page["measured"] == 512  # 512x too few faults: huge pages, not 4 KiB ones
     assert not cut["met"] and cut["bound"] is None  # huge pages given: nothing measured bounds it
 

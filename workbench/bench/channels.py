@@ -29,6 +29,7 @@ Goals (issues 14 and 24) are printed beside the figures, never asserted. Progres
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -249,14 +250,18 @@ def mpi_pingpong(payloads: Sequence[int], timeout: float = 600, wait_seconds: fl
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         return {"skipped": f"mpiexec failed ({done.returncode}): {done.stderr.strip()[-400:]}"}
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
     rows = [
-        {"nbytes": n, "round_trip_s": report["round_trip_s"][str(n)], "MBps": n * 1e-6 / report["round_trip_s"][str(n)]}
+        {
+            "nbytes": n,
+            "round_trip_s": printed["round_trip_s"][str(n)],
+            "MBps": n * 1e-6 / printed["round_trip_s"][str(n)],
+        }
         for n in payloads
     ]
-    out = {"library": report["library"], "rows": rows}
-    if "wait_cpu_share" in report:
-        out["wait_cpu_share"] = report["wait_cpu_share"]
+    out = {"library": printed["library"], "rows": rows}
+    if "wait_cpu_share" in printed:
+        out["wait_cpu_share"] = printed["wait_cpu_share"]
     return out
 
 
@@ -360,9 +365,11 @@ def run(
     copied = [n for n in payloads if n >= MiB]
     progress.say(f"memory copy bandwidth at {len(copied)} payloads of 1 MiB and more")
     figures["copy"] = [{"nbytes": n, "MBps": copy_bandwidth(n)} for n in copied]  # a round trip's cap, in the goals
-    found = goals(figures)
     parts = {key: value for key, value in figures.items() if key != "channels"}
-    return Report("channels", size, found, figures["channels"], parts, workers=workers, machine=machine.describe())
+    report = Report(
+        "channels", size, rows=figures["channels"], parts=parts, workers=workers, machine=machine.describe()
+    )
+    return dataclasses.replace(report, goals=goals(report))
 
 
 def pingpongs(
@@ -419,13 +426,13 @@ def copy_bound(mbps: float, copy_mbps: float | None) -> str | None:
     )
 
 
-def bandwidth_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The large-payload goals: channels against mpi4py and against the eager baseline."""
-    out = []
-    channels = {r["nbytes"]: r for r in report["channels"]}
-    eager = {r["nbytes"]: r for r in report["eager"]}
-    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
-    copy_mbps = {r["nbytes"]: r["MBps"] for r in report.get("copy", [])}
+def bandwidth_goals(report: Report) -> list[dict[str, Any]]:
+    """The large-payload goals: channels (the report's rows) against mpi4py and against the eager baseline."""
+    out, p = [], report.parts
+    channels = {r["nbytes"]: r for r in report.rows}
+    eager = {r["nbytes"]: r for r in p["eager"]}
+    mpi_rows = {r["nbytes"]: r for r in p["mpi"].get("rows", [])}
+    copy_mbps = {r["nbytes"]: r["MBps"] for r in p.get("copy", [])}
     large = [n for n in channels if n >= MiB and n in mpi_rows]
     if large:
         n = min(large, key=lambda n: channels[n]["MBps"] / mpi_rows[n]["MBps"])
@@ -455,10 +462,11 @@ def bandwidth_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def latency_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+def latency_goals(report: Report) -> list[dict[str, Any]]:
     """The small-message goals: the round trip idle and under load (with mpi4py's beside it)."""
-    channels = {r["nbytes"]: r for r in report["channels"]}
-    mpi_rows = {r["nbytes"]: r for r in report["mpi"].get("rows", [])}
+    p = report.parts
+    channels = {r["nbytes"]: r for r in report.rows}
+    mpi_rows = {r["nbytes"]: r for r in p["mpi"].get("rows", [])}
     smallest = min(channels)
     rtt_us = channels[smallest]["round_trip_s"] * 1e6
     peers = {"channels": rtt_us}
@@ -466,13 +474,13 @@ def latency_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         peers["mpi4py"] = mpi_rows[smallest]["round_trip_s"] * 1e6
     out = [goal(f"small-message ({smallest} B) round trip <= 20 us", rtt_us, 20.0, better="lower", unit=" us",
                 peers=peers, peer_unit="us")]  # fmt: skip
-    loaded = {r["nbytes"]: r for r in report["loaded"]["channels"]}
+    loaded = {r["nbytes"]: r for r in p["loaded"]["channels"]}
     if smallest not in loaded:
         return out
     ours = loaded[smallest]
     busy_us = ours["round_trip_s"] * 1e6
-    processes = report["loaded"]["processes"]
-    loaded_mpi = {r["nbytes"]: r for r in report["loaded"]["mpi"].get("rows", [])}
+    processes = p["loaded"]["processes"]
+    loaded_mpi = {r["nbytes"]: r for r in p["loaded"]["mpi"].get("rows", [])}
     theirs = loaded_mpi.get(smallest)
     peers = {"channels": busy_us, **({"mpi4py": theirs["round_trip_s"] * 1e6} if theirs else {})}
     text = f"loaded ({processes} CPU-bound processes) small-message ({smallest} B) round trip <= 100 us"
@@ -493,10 +501,11 @@ def latency_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def message_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+def message_goals(channel_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Issue 36's count goal: the scheduler messages a channels group adds per 1,000 round trips, from
-    the ping-pong runs with the fewest and the most round trips (none where they do not differ)."""
-    rows = [r for r in report["channels"] if "scheduler_messages" in r]
+    the ping-pong rows (a report's ``rows``) with the fewest and the most round trips (none where they do
+    not differ)."""
+    rows = [r for r in channel_rows if "scheduler_messages" in r]
     if not rows:
         return []
     few = min(rows, key=lambda r: r["round_trips"])
@@ -522,10 +531,10 @@ def message_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 14, 24 and 36's goals against this run's figures."""
-    out = [*bandwidth_goals(report), *latency_goals(report), *message_goals(report)]
-    waiting = report["wait_cpu_share"]
+def goals(report: Report) -> list[dict[str, Any]]:
+    """Issues 14, 24 and 36's goals against this run's figures (its rows and parts)."""
+    out = [*bandwidth_goals(report), *latency_goals(report), *message_goals(report.rows)]
+    waiting = report.parts["wait_cpu_share"]
     shares = {"channels": waiting["channels"] * 100}
     if waiting.get("mpi") is not None:
         shares["mpi4py"] = waiting["mpi"] * 100
@@ -540,7 +549,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
             peer_unit="%",
         )
     )
-    steady = report["steady_state"]
+    steady = report.parts["steady_state"]
     ranks = {f"rank {i}": r for i, r in enumerate(steady["ranks"])}
     grown = {name: r["tracemalloc_growth"] for name, r in ranks.items()}
     out.append(
@@ -560,6 +569,37 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _mbps_and_round_trip(row: Mapping[str, Any] | None) -> str | None:
+    """A ping-pong cell: MB/s and, in brackets, the round trip in us (None: not measured at that payload)."""
+    return f"{row['MBps']:>9.1f} ({row['round_trip_s'] * 1e6:>8.1f})" if row else None
+
+
+def _pingpong_column(title: str, variant: str) -> Column:
+    """The column of one ping-pong variant of :func:`pingpong_rows`' rows."""
+    return Column(title, lambda r: _mbps_and_round_trip(r[variant]), ">20")
+
+
+PINGPONG_COLUMNS = (
+    Column("payload", "nbytes", ">10"),
+    _pingpong_column("channels", "channels"),
+    _pingpong_column("eager", "eager"),
+    _pingpong_column("mpi4py", "mpi4py"),
+    _pingpong_column("channels, 2 nodes", "channels, 2 nodes"),
+    _pingpong_column("channels, loaded", "channels, loaded"),
+    _pingpong_column("mpi4py, loaded", "mpi4py, loaded"),
+    Column("copy MB/s", "copy_MBps", ">10.0f"),
+)
+MESSAGE_COLUMNS = (
+    Column("payload", lambda r: size_text(r["nbytes"]), ">10"),
+    Column("round trips", "round_trips", ">11"),
+    Column("messages", "scheduler_messages", ">9"),
+    Column("eager's", "eager_messages", ">8"),
+)
+STEADY_COLUMNS = (
+    Column("rank", "rank", ">4"),
+    Column("tracemalloc +B", "tracemalloc_growth", ">14"),
+    Column("RSS +B", "rss_growth", ">10"),
+)
 KERNEL_COLUMNS = (
     Column("kernel", "kernel", "<10"),
     Column("ranks", "ranks", ">5"),
@@ -569,66 +609,57 @@ KERNEL_COLUMNS = (
 )
 
 
+def pingpong_rows(report: Report) -> list[dict[str, Any]]:
+    """A row per payload of the report's ping-pong: each variant's row by name (None where it did not run
+    that payload), and the memory copy's MB/s (measured at 1 MiB and more)."""
+    p = report.parts
+    by_payload = {
+        "eager": p["eager"],
+        "mpi4py": p["mpi"].get("rows", []),
+        "channels, 2 nodes": p["channels_two_nodes"],
+        "channels, loaded": p["loaded"]["channels"],
+        "mpi4py, loaded": p["loaded"]["mpi"].get("rows", []),
+    }
+    found = {variant: {r["nbytes"]: r for r in rows} for variant, rows in by_payload.items()}
+    copy_mbps = {r["nbytes"]: r["MBps"] for r in p.get("copy", [])}
+    return [
+        {"nbytes": r["nbytes"], "channels": r, **{v: rows.get(r["nbytes"]) for v, rows in found.items()},
+         "copy_MBps": copy_mbps.get(r["nbytes"])}
+        for r in report.rows
+    ]  # fmt: skip
+
+
 def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
     p = report.parts
-    eager = {r["nbytes"]: r for r in p["eager"]}
-    sockets = {r["nbytes"]: r for r in p["channels_two_nodes"]}
-    mpi_rows = {r["nbytes"]: r for r in p["mpi"].get("rows", [])}
-    loaded = {r["nbytes"]: r for r in p["loaded"]["channels"]}
-    loaded_mpi = {r["nbytes"]: r for r in p["loaded"]["mpi"].get("rows", [])}
     lines = [
         f"ping-pong, MB/s (round trip in us); loaded: {p['loaded']['processes']} CPU-bound processes beside it, "
-        f"median of {p['loaded']['repeats']} runs"
+        f"median of {p['loaded']['repeats']} runs; copy: one process's memory copy (a round trip moves at most "
+        "half of it)",
+        *table(PINGPONG_COLUMNS, pingpong_rows(report)),
+        f"mpi4py: skipped ({p['mpi']['skipped']})" if "skipped" in p["mpi"] else f"mpi4py: {p['mpi']['library']}",
     ]
-    lines.append(
-        f"{'payload':>10} {'channels':>20} {'eager':>20} {'mpi4py':>20} {'channels, 2 nodes':>20} "
-        f"{'channels, loaded':>20} {'mpi4py, loaded':>20}"
-    )
-
-    def cell(row: dict[str, Any] | None) -> str:
-        return f"{row['MBps']:>9.1f} ({row['round_trip_s'] * 1e6:>8.1f})" if row else f"{'-':>20}"
-
-    for r in report.rows:
-        n = r["nbytes"]
-        lines.append(
-            f"{n:>10} {cell(r):>20} {cell(eager.get(n)):>20} {cell(mpi_rows.get(n)):>20} {cell(sockets.get(n)):>20} "
-            f"{cell(loaded.get(n)):>20} {cell(loaded_mpi.get(n)):>20}"
-        )
-    if "skipped" in p["mpi"]:
-        lines.append(f"mpi4py: skipped ({p['mpi']['skipped']})")
-    else:
-        lines.append(f"mpi4py: {p['mpi']['library']}")
     if "skipped" in p["loaded"]["mpi"]:
         lines.append(f"mpi4py, loaded: skipped ({p['loaded']['mpi']['skipped']})")
-    counted = [r for r in report.rows if "scheduler_messages" in r]
-    if counted:
-        eager_counts = {n: r["scheduler_messages"] for n, r in eager.items() if "scheduler_messages" in r}
-        lines.append(
-            "scheduler-worker messages per ping-pong group (2 ranks, its start and end): "
-            + ", ".join(
-                f"{size_text(r['nbytes'])} {r['scheduler_messages']} over {r['round_trips']} round trips"
-                + (f" (eager {eager_counts[r['nbytes']]})" if r["nbytes"] in eager_counts else "")
-                for r in counted
-            )
-        )
     waiting = p["wait_cpu_share"]
     mpi_share = waiting["mpi"]
-    if p.get("copy"):
-        rates = ", ".join(f"{size_text(r['nbytes'])} {r['MBps']:.0f}" for r in p["copy"])
-        lines.append(f"memory copy, MB/s: {rates} (a round trip moves at most half of it)")
     lines.append(
         f"a rank waiting {waiting['seconds']:g} s for its peer uses {waiting['channels']:.1%} of a core (channels)"
         + (f", {mpi_share:.1%} (mpi4py)" if mpi_share is not None else "")
     )
+    counted = [r for r in report.rows if "scheduler_messages" in r]
+    if counted:
+        eager = {r["nbytes"]: r.get("scheduler_messages") for r in p["eager"]}
+        lines += [
+            "",
+            "scheduler-worker messages per ping-pong group (2 ranks, its start and end), channels and eager's",
+            *table(MESSAGE_COLUMNS, [{**r, "eager_messages": eager.get(r["nbytes"])} for r in counted]),
+        ]
     steady = p["steady_state"]
     lines += [
         "",
-        f"steady state, {steady['messages']} round trips of {steady['nbytes']} B: "
-        + "; ".join(
-            f"rank {i}: tracemalloc +{r['tracemalloc_growth']} B, RSS +{r['rss_growth']} B"
-            for i, r in enumerate(steady["ranks"])
-        ),
+        f"steady state, {steady['messages']} round trips of {steady['nbytes']} B",
+        *table(STEADY_COLUMNS, [{"rank": i, **r} for i, r in enumerate(steady["ranks"])]),
         "",
         *table(KERNEL_COLUMNS, p["kernels"]),
     ]

@@ -8,15 +8,16 @@ Every figure is a ratio within the run (a thread's spawn, one process's page tab
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench import machine
 from workbench.bench.goals import goal
 from workbench.bench.progress import Progress
-from workbench.bench.report import Report, text
+from workbench.bench.report import Column, Report, table, text
 from workbench.lab import execution_models as em
 
 APPS = ("histogram", "kmeans")
@@ -85,15 +86,14 @@ def run(
             figures["applications"] = rows
             figures["recommendations"] = [em.recommendation(rows, app) for app in apps]
             phase.step("applications: " + ", ".join(apps))
-    found = goals(figures)
-    figures["pip_side_by_side"] = side_by_side(figures)
+    figures["pip_side_by_side"] = side_by_side(figures, figures["machine"]["cores"])
     parts = {key: value for key, value in figures.items() if key not in ("size", "machine")}
-    return Report("execution-models", size, found, parts=parts, machine=figures["machine"])
+    report = Report("execution-models", size, parts=parts, machine=figures["machine"])
+    return dataclasses.replace(report, goals=goals(report))
 
 
-def page_table_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Page tables: flat with threads, linear with processes (VmPTE, KiB)."""
-    tables = report["page_tables"]
+def page_table_goals(tables: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Page tables: flat with threads, linear with processes (VmPTE, KiB), from the page-table rows."""
     threads = sorted((r for r in tables if r["model"] == "threads"), key=lambda r: r["tasks"])
     processes = sorted((r for r in tables if r["model"] == "processes"), key=lambda r: r["tasks"])
     one, most = threads[0], threads[-1]
@@ -120,9 +120,10 @@ def page_table_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [flat, grows]
 
 
-def first_touch_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """First touch: a fault per 4 KiB page, and huge pages cutting them (bounded by what the kernel gave)."""
-    touch = {r["mode"]: r for r in report["first_touch"]}
+def first_touch_goals(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """First touch: a fault per 4 KiB page, and huge pages cutting them (bounded by what the kernel gave),
+    from the first-touch rows (one per mode)."""
+    touch = {r["mode"]: r for r in rows}
     small, huge = touch["4k pages"], touch["huge pages"]
     per_page = small["faults_per_page"]
     one_each = goal(
@@ -147,16 +148,17 @@ def first_touch_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [one_each, cut]
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's goals against this run's figures."""
-    out = [*page_table_goals(report), *first_touch_goals(report)]
-    spawn = {r["model"]: r["seconds"] for r in report["spawn"]}
+def goals(report: Report) -> list[dict[str, Any]]:
+    """The issue's goals against this run's figures (the report's parts)."""
+    parts = report.parts
+    out = [*page_table_goals(parts["page_tables"]), *first_touch_goals(parts["first_touch"])]
+    spawn = {r["model"]: r["seconds"] for r in parts["spawn"]}
     order = ["thread", "fork", "spawn"] + [m for m in ("dask worker",) if m in spawn]
     pairs = list(zip(order, order[1:], strict=False))
     ordered = sum(spawn[a] < spawn[b] for a, b in pairs)
     out.append(goal("spawn ordering " + " < ".join(order) + " (pairs in order)", ordered, len(pairs), unit="",
                     peers={m: spawn[m] for m in order}))  # fmt: skip
-    most = max(report["mmap"]["rows"], key=lambda r: r["tasks"])
+    most = max(parts["mmap"]["rows"], key=lambda r: r["tasks"])
     out.append(
         goal(
             f"mmap/munmap: {most['tasks']} threads slower than {most['tasks']} processes (threads' rate / processes')",
@@ -167,21 +169,22 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
             peer_unit="/s",
         )
     )
-    if "recommendations" in report:
-        apps = {r["app"] for r in report["applications"]}
-        out.append(goal("a measured recommendation for each application (how many)", len(report["recommendations"]),
+    if "recommendations" in parts:
+        apps = {r["app"] for r in parts["applications"]}
+        out.append(goal("a measured recommendation for each application (how many)", len(parts["recommendations"]),
                         len(apps), unit=""))  # fmt: skip
     return out
 
 
-def side_by_side(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """PiP's findings beside this run's figures, one row per finding."""
-    tables = report["page_tables"]
+def side_by_side(parts: Mapping[str, Any], cores: int | None) -> list[dict[str, Any]]:
+    """PiP's findings beside this run's figures, one row per finding: ``parts`` as a report's (page tables,
+    first touch, spawn, mmap, by name), measured on ``cores`` cores."""
+    tables = parts["page_tables"]
     by = {(r["model"], r["tasks"]): r["vmpte_kib"] for r in tables}
     most = max(r["tasks"] for r in tables)
-    touch = {r["mode"]: r for r in report["first_touch"]}
-    spawn = {r["model"]: r["seconds"] for r in report["spawn"]}
-    contention = max(report["mmap"]["rows"], key=lambda r: r["tasks"])
+    touch = {r["mode"]: r for r in parts["first_touch"]}
+    spawn = {r["model"]: r["seconds"] for r in parts["spawn"]}
+    contention = max(parts["mmap"]["rows"], key=lambda r: r["tasks"])
     return [
         {"finding (PiP)": "page tables grow linearly with processes (M x N entries)",
          "measured here": f"{most} processes: {by['processes', most] / max(by['processes', 1], 1):.2f}x one process's "
@@ -198,64 +201,91 @@ def side_by_side(report: dict[str, Any]) -> list[dict[str, Any]]:
          "measured here": f"thread {spawn['thread'] * 1e3:.3f} ms, fork {spawn['fork'] * 1e3:.2f} ms, posix_spawn of "
          f"Python {spawn['posix_spawn (python)'] * 1e3:.1f} ms"},
         {"finding (PiP)": "mmap/munmap: forked processes much faster than threads (10 tasks, 10 cores)",
-         "measured here": f"{contention['tasks']} tasks on {report['machine']['cores']} cores: processes "
+         "measured here": f"{contention['tasks']} tasks on {cores} cores: processes "
          f"{1 / max(contention['threads_vs_processes'], 1e-9):.2f}x the threads' rate"},
     ]  # fmt: skip
+
+
+SPAWN_COLUMNS = (
+    Column("model", "model", "<28"),
+    Column("ms", lambda r: r["seconds"] * 1e3, ">10.3f"),
+    Column("x thread", "vs_thread", ">9.1f"),
+    Column(" how", "how"),
+)
+TOUCH_COLUMNS = (
+    Column("mode", "mode", "<14"),
+    Column("faults", "faults", ">8"),
+    Column("faults/page", "faults_per_page", ">11.3f"),
+    Column("ns/page first", "ns_per_page", ">13.0f"),
+    Column("ns/page mapped", "ns_per_page_mapped", ">14.0f"),
+    Column("huge KiB", "huge_pages_kib", ">9"),
+)
+PAGE_TABLE_COLUMNS = (
+    Column("model", "model", "<10"),
+    Column("tasks", "tasks", ">5"),
+    Column("VmPTE KiB", "vmpte_kib", ">9"),
+    Column("x one task", "vs_one_task", ">10.2f"),
+    Column("expected KiB", "expected_kib", ">12.0f"),
+    Column("node PageTables KiB", "node_pagetables_kib", ">20"),
+)
+MMAP_COLUMNS = (
+    Column("tasks", "tasks", ">5"),
+    Column("threads /s", "threads_per_s", ">11.0f"),
+    Column("processes /s", "processes_per_s", ">13.0f"),
+    Column("threads/processes", "threads_vs_processes", ">17.2f"),
+)
+APPLICATION_COLUMNS = (
+    Column("app", "app", "<10"),
+    Column("configuration", "configuration", "<33"),
+    Column("workers", lambda r: f"{r['workers']}x{r['threads']}", ">7"),
+    Column("median s", "seconds", ">9.3f"),
+    Column("x best", "time_vs_best", ">7.2f"),
+    Column("PSS MiB", "peak_pss_mib", ">9.1f"),
+    Column("x best", "memory_vs_best", ">7.2f"),
+)
+RECOMMENDATION_COLUMNS = (
+    Column("recommended for", "app", "<15"),
+    Column("configuration", "configuration", "<33"),
+    Column(" why", "why"),
+)
+SIDE_BY_SIDE_COLUMNS = (Column("finding (PiP)", "finding (PiP)", "<82"), Column("measured here", "measured here"))
 
 
 def format_report(report: Report) -> str:
     """The report as text: each measurement's table with its ratios, PiP's results beside, goals last."""
     m, p = report.machine or {}, report.parts
+    one = {r["model"]: r["vmpte_kib"] for r in p["page_tables"] if r["tasks"] == 1}
+    tables = [{**r, "vs_one_task": r["vmpte_kib"] / max(one[r["model"]], 1)} for r in p["page_tables"]]
     lines = [
         f"execution models, size {report.size}: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, "
         f"transparent huge pages: {m['thp']}",
         "",
         "spawn, to the first useful instruction",
-    ]
-    lines += [
-        f"  {r['model']:<28} {r['seconds'] * 1e3:10.3f} ms  (x{r['vs_thread']:8.1f} a thread)  {r['how']}"
-        for r in p["spawn"]
-    ]
-    lines += ["  PiP: " + PIP_PUBLISHED["spawn"], "", "first touch, one write per 4 KiB page"]
-    for r in p["first_touch"]:
-        lines.append(
-            f"  {r['mode']:<14} {r['faults']:>8} faults ({r['faults_per_page']:.3f}/page)  "
-            f"{r['ns_per_page']:8.0f} ns/page first, {r['ns_per_page_mapped']:6.0f} ns/page mapped  "
-            f"huge: {r['huge_pages_kib']} KiB"
-        )
-    lines += [
-        "  PiP: " + PIP_PUBLISHED["first_touch"],
+        *table(SPAWN_COLUMNS, p["spawn"]),
+        "PiP: " + PIP_PUBLISHED["spawn"],
         "",
-        f"page tables for one shared segment of {p['page_tables'][0]['bytes'] // em.MiB} MiB read by every task",
-    ]
-    one = {r["model"]: r["vmpte_kib"] for r in p["page_tables"] if r["tasks"] == 1}
-    for r in p["page_tables"]:
-        lines.append(
-            f"  {r['model']:<10} {r['tasks']:>3} tasks: VmPTE {r['vmpte_kib']:>7} KiB "
-            f"(x{r['vmpte_kib'] / max(one[r['model']], 1):5.2f}"
-            f" one task; expected {r['expected_kib']:7.0f})  node PageTables +{r['node_pagetables_kib']} KiB"
-        )
-    lines += [
-        "  PiP: " + PIP_PUBLISHED["page_tables"],
+        "first touch, one write per 4 KiB page",
+        *table(TOUCH_COLUMNS, p["first_touch"]),
+        "PiP: " + PIP_PUBLISHED["first_touch"],
+        "",
+        f"page tables for one shared segment of {p['page_tables'][0]['bytes'] // em.MiB} MiB read by every task "
+        "(node PageTables: what the node's grew by)",
+        *table(PAGE_TABLE_COLUMNS, tables),
+        "PiP: " + PIP_PUBLISHED["page_tables"],
         "",
         f"mmap + first write + munmap of {p['mmap']['bytes']} B, {p['mmap']['iterations']} per task "
         f"(numba loop compiled in {p['mmap']['compile_s']:.2f} s, not timed)",
+        *table(MMAP_COLUMNS, p["mmap"]["rows"]),
+        "PiP: " + PIP_PUBLISHED["mmap"],
     ]
-    for r in p["mmap"]["rows"]:
-        lines.append(
-            f"  {r['tasks']:>3} tasks: threads {r['threads_per_s']:10.0f}/s, processes {r['processes_per_s']:10.0f}/s"
-            f"  threads / processes {r['threads_vs_processes']:.2f}"
-        )
-    lines += ["  PiP: " + PIP_PUBLISHED["mmap"]]
     if "applications" in p:
-        lines += ["", "applications, per execution model (median s, peak PSS of the workers)"]
-        for r in p["applications"]:
-            lines.append(
-                f"  {r['app']:<10} {r['configuration']:<33} {r['workers']}x{r['threads']}  "
-                f"{r['seconds']:8.3f} s (x{r['time_vs_best']:.2f})  "
-                f"{r['peak_pss_mib']:8.1f} MiB (x{r['memory_vs_best']:.2f})"
-            )
-        lines += [f"  recommended for {r['app']}: {r['configuration']} ({r['why']})" for r in p["recommendations"]]
-    lines += ["", "PiP's findings, measured here"]
-    lines += [f"  {r['finding (PiP)']}: {r['measured here']}" for r in p["pip_side_by_side"]]
+        lines += [
+            "",
+            "applications, per execution model (median s, peak PSS of the workers; x best: against the best "
+            "configuration's)",
+            *table(APPLICATION_COLUMNS, p["applications"]),
+            "",
+            *table(RECOMMENDATION_COLUMNS, p["recommendations"]),
+        ]
+    lines += ["", "PiP's findings, measured here", *table(SIDE_BY_SIDE_COLUMNS, p["pip_side_by_side"])]
     return text(lines, report)

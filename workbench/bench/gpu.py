@@ -19,13 +19,15 @@ tier's explicit placement (``not_measured`` in the report says why).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from workbench.bench.goals import goal
 from workbench.bench.opening import bench_session
 from workbench.bench.progress import Progress
-from workbench.bench.report import Report, text
+from workbench.bench.report import Column, Report, table, text
 from workbench.lab import gpu_experiments as experiments
 from workbench.memory import tiers
 from workbench.runtime.session import Session
@@ -95,13 +97,14 @@ def run(
         "store": on_store,
         "not_measured": NOT_MEASURED,
     }
-    return Report("gpu", size, goals({**parts, "size": size}), parts=parts)
+    report = Report("gpu", size, parts=parts)
+    return dataclasses.replace(report, goals=goals(report))
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's goals, each a ratio of two figures of this run (or a byte count); ``report``: what
-    :func:`run` measured, by name, and the size."""
-    bus, histogram, kmeans, store = report["bus"], report["histogram"], report["kmeans"], report["store"]
+def goals(report: Report) -> list[dict[str, Any]]:
+    """The issue's goals, each a ratio of two figures of this run (or a byte count), from the report's
+    parts (bus, histogram, kmeans, store) and its size."""
+    bus, histogram, kmeans, store = (report.parts[key] for key in ("bus", "histogram", "kmeans", "store"))
     return [
         goal(
             "host to device from pinned memory >= 1.2x from pageable memory",
@@ -118,7 +121,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
             peer_unit="GB/s",
         ),
         goal(
-            f"k-means with the points kept on the device >= 10x copied every iteration (size {report['size']})",
+            f"k-means with the points kept on the device >= 10x copied every iteration (size {report.size})",
             kmeans["speedup"],
             10.0,
             peers={"resident": kmeans["resident_s_per_iteration"], "copied": kmeans["copied_s_per_iteration"]},
@@ -141,25 +144,55 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+MiB = 2**20
+
+# a row per comparison: ``first`` against ``second`` (in ``unit``), ``ratio`` how many times better the first is
+COLUMNS = (
+    Column("measured", "what", "<64"),
+    Column("first", "first", ">9.2f"),
+    Column("second", "second", ">9.2f"),
+    Column("unit", "unit", "<9"),
+    Column("ratio", "ratio", ">6.2f", "x"),
+    Column(" notes", "notes"),
+)
+
+
+def comparison_rows(parts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The report's parts as :data:`COLUMNS`' rows: each figure beside its peer in the same run."""
+    b, f, h, k, s = (parts[key] for key in ("bus", "floor", "histogram", "kmeans", "store"))
+    return [
+        {"what": f"bus ({b['bytes'] / MiB:.0f} MiB) to device: pinned / pageable", "first": b["pinned_to_device_gbs"],
+         "second": b["pageable_to_device_gbs"], "unit": "GB/s",
+         "ratio": b["pinned_to_device_gbs"] / b["pageable_to_device_gbs"], "notes": ""},
+        {"what": f"bus ({b['bytes'] / MiB:.0f} MiB) to host", "first": b["to_host_gbs"], "unit": "GB/s", "notes": ""},
+        {"what": f"device memory (STREAM triad, {f['bytes'] / MiB:.0f} MiB moved)", "first": f["gbs"], "unit": "GB/s",
+         "notes": ""},
+        {"what": "histogram / the triad", "first": h["gbs"], "second": h["floor_gbs"], "unit": "GB/s",
+         "ratio": h["share_of_floor"], "notes": f"counts exact: {h['exact']}"},
+        {"what": f"k-means, {k['iterations']} iterations of {k['points_bytes'] / MiB:.1f} MiB: kept on the device / "
+         "copied", "first": k["resident_s_per_iteration"] * 1e3, "second": k["copied_s_per_iteration"] * 1e3,
+         "unit": "ms/it", "ratio": k["speedup"],
+         "notes": f"{k['resident_bytes_to_device'] / MiB:.1f} / {k['copied_bytes_to_device'] / MiB:.1f} MiB in; "
+         f"same centres: {k['same_centres']}"},
+        {"what": f"store object on {s['tier']} ({s['values_bytes'] / MiB:.1f} MiB): active / non-active fetch",
+         "first": s["active_s"] * 1e3, "second": s["non_active_s"] * 1e3, "unit": "ms", "ratio": s["speedup"],
+         "notes": f"{s['active_bytes_off_device']} / {s['non_active_bytes_off_device']} B off the device; "
+         f"same counts: {s['same_counts']}"},
+    ]  # fmt: skip
+
+
 def format_report(report: Report) -> str:
-    """The report as the text the command prints, goals last."""
+    """The report as the text the command prints: the device, a table of each figure beside its peer, goals last."""
     if report.skipped:
         return f"bench gpu: skipped: {report.skipped}"
-    d, b, f, h, k, s = (report.parts[key] for key in ("device", "bus", "floor", "histogram", "kmeans", "store"))
+    d = report.parts["device"]
     memory = f", {d['bytes'] / 2**30:.0f} GiB" if d["bytes"] else ""
     lines = [
         f"device: {d['name']}{memory}" + ("  -- SIMULATED: the times below mean nothing" if d["simulated"] else ""),
-        f"bus ({b['bytes'] / 2**20:.0f} MiB): to device {b['pageable_to_device_gbs']:.2f} GB/s pageable, "
-        f"{b['pinned_to_device_gbs']:.2f} GB/s pinned; to host {b['to_host_gbs']:.2f} GB/s",
-        f"device memory (STREAM triad, {f['bytes'] / 2**20:.0f} MiB moved): {f['gbs']:.1f} GB/s",
-        f"histogram: {h['gbs']:.1f} GB/s = {h['share_of_floor']:.0%} of the triad; counts exact: {h['exact']}",
-        f"k-means, {k['iterations']} iterations of {k['points_bytes'] / 2**20:.1f} MiB of points: kept on the device "
-        f"{k['resident_s_per_iteration'] * 1e3:.2f} ms/iteration ({k['resident_bytes_to_device'] / 2**20:.1f} MiB in), "
-        f"copied every iteration {k['copied_s_per_iteration'] * 1e3:.2f} ms/iteration "
-        f"({k['copied_bytes_to_device'] / 2**20:.1f} MiB in): {k['speedup']:.1f}x; same centres: {k['same_centres']}",
-        f"store object on {s['tier']} ({s['values_bytes'] / 2**20:.1f} MiB): active {s['active_s'] * 1e3:.2f} ms "
-        f"({s['active_bytes_off_device']} B off the device), non-active fetch {s['non_active_s'] * 1e3:.2f} ms "
-        f"({s['non_active_bytes_off_device']} B off the device): {s['speedup']:.1f}x; same counts: {s['same_counts']}",
+        "ratio: how many times better the first figure is than the second (rates first / second, times second / first)",
+        "",
+        *table(COLUMNS, comparison_rows(report.parts)),
+        "",
+        *(f"not measured: {what}: {why}" for what, why in report.parts["not_measured"].items()),
     ]
-    lines += [f"not measured: {what}: {why}" for what, why in report.parts["not_measured"].items()]
     return text(lines, report)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -445,21 +445,52 @@ def ratio_text(ratio: float) -> str:
     return f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.3g}"
 
 
-# the table's columns: first call c = compiled now, l = loaded from the numba cache
+def _first_call(row: Mapping[str, Any]) -> str | None:
+    """The first call's time, ``c`` compiled now or ``l`` loaded from the numba cache (None: a plain-loop row)."""
+    if "first_call_s" not in row:
+        return None
+    return f"{row['first_call_s']:.3f}{'c' if row['first_call_compiled'] else 'l'}"
+
+
+def _last(row: Mapping[str, Any]) -> str:
+    """The last column: the kernel's own rate, or what a plain-loop row is."""
+    if "note" in row:
+        return row["note"]
+    return f" {row['rate']:.4g} {row['rate_unit']}" if "rate" in row else ""
+
+
+# the table's columns: a row per kernel, and a plain-loop row under a kernel that has one (:func:`plain_row`)
 COLUMNS = (
     Column("kernel", "kernel", "<20"),
-    Column("first call", lambda r: f"{r['first_call_s']:.3f}{'c' if r['first_call_compiled'] else 'l'}", ">11"),
+    Column("first call", _first_call, ">11"),
     Column("numba", "numba_s", ">9.4f"),
-    Column("1 thread", lambda r: r["numba_one_thread_s"] or None, ">9.4f"),
+    Column("1 thread", lambda r: r.get("numba_one_thread_s") or None, ">9.4f"),
     Column("numpy", "numpy_s", ">9.4f"),
     Column("GB/s", "GBps", ">6.2f"),
     Column("x numpy", lambda r: ratio_text(r["ratio_numpy"]), ">8"),
     Column(
-        "x numpy 1t", lambda r: ratio_text(r["ratio_numpy_one_thread"]) if r["ratio_numpy_one_thread"] else None, ">10"
+        "x numpy 1t",
+        lambda r: ratio_text(r["ratio_numpy_one_thread"]) if r.get("ratio_numpy_one_thread") else None,
+        ">10",
     ),
     Column("of stream", "fraction_of_stream", ">9.0%"),
-    Column(" rate", lambda r: f" {r['rate']:.4g} {r['rate_unit']}" if "rate" in r else ""),
+    Column(" rate", _last),
 )
+
+
+def plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference row under a kernel's (its ``plain_loop_*`` figures) in :data:`COLUMNS`: the naive loop's
+    time, rate and ratios, and at the end what it is and how the kernel compares."""
+    same = "same counts" if row["plain_loop_counts_equal_kernel"] else "counts DIFFER"
+    return {
+        "kernel": row["kernel"] + " plain",
+        "numba_s": row["plain_loop_s"],
+        "GBps": row["bytes"] / row["plain_loop_s"] / GB,
+        "ratio_numpy": row["plain_loop_ratio_numpy"],
+        "fraction_of_stream": row["plain_loop_fraction_of_stream"],
+        "note": f"  naive loop, no edge correction ({same}); the kernel runs at "
+        f"{row['kernel_speed_vs_plain_loop']:.2f}x its speed",
+    }
 
 
 def format_report(report: Report) -> str:
@@ -470,16 +501,8 @@ def format_report(report: Report) -> str:
         f"threads, {stream['one_thread']:.1f} GB/s on one   (median of {report.repeats})",
         "",
         *table(COLUMNS, report.rows),
+        *table(COLUMNS, [plain_row(r) for r in report.rows if "plain_loop_s" in r])[1:],  # under it, no header
     ]
-    for r in report.rows:
-        if "plain_loop_s" in r:  # the reference line under the table: same columns, what it is at the end
-            same = "same counts" if r["plain_loop_counts_equal_kernel"] else "counts DIFFER"
-            lines.append(
-                f"{r['kernel'] + ' plain':<20} {'-':>11} {r['plain_loop_s']:>9.4f} {'-':>9} {'-':>9} "
-                f"{r['bytes'] / r['plain_loop_s'] / GB:>6.2f} {ratio_text(r['plain_loop_ratio_numpy']):>8} {'-':>10} "
-                f"{r['plain_loop_fraction_of_stream']:>9.0%}  naive loop, no edge correction ({same}); "
-                f"the kernel runs at {r['kernel_speed_vs_plain_loop']:.2f}x its speed"
-            )
     lines.append("first call: c = compiled now, l = loaded from the numba cache; times in seconds (medians)")
     lines.append("x numpy: numpy's time / numba's (all threads; 1t: one thread); below 1 numpy is faster")
     slower = [r for r in report.rows if r["ratio_numpy"] < 1]

@@ -230,8 +230,11 @@ class Column:
 
 
 def table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """A header line of the columns' titles, then a line per row (cells apart by one space)."""
-    return [" ".join(c.header() for c in columns), *(" ".join(c.cell(r) for c in columns) for r in rows)]
+    """A header line of the columns' titles, then a line per row (cells apart by one space, no trailing space)."""
+    return [
+        " ".join(c.header() for c in columns).rstrip(),
+        *(" ".join(c.cell(r) for c in columns).rstrip() for r in rows),
+    ]
 
 
 def setting(report: Report, *more: str) -> str:

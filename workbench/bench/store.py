@@ -586,6 +586,63 @@ CALL_COLUMNS = (
     Column("latency ms", "latency_ms", ">11.3f"),
     Column("throughput ms/call", "throughput_ms", ">19.3f"),
 )
+_APP, _PARAMETERS = Column("app", "app", "<10"), Column("parameters", lambda r: str(r["parameters"]), "<32")
+APPLICATION_COLUMNS = (
+    _APP,
+    _PARAMETERS,
+    Column("active s", "active_s", ">9.4f"),
+    Column("split s", "split_s", ">8.4f"),
+    Column("non-active s", "non_active_s", ">13.4f"),
+    Column("non/active", "ratio", ">11.2f"),
+    Column("non/split", "non_vs_split", ">10.2f"),
+    Column("MB active", "active_MB", ">10.2f"),
+    Column("split", "split_MB", ">6.2f"),
+    Column("non-active", "non_active_MB", ">11.2f"),
+    Column("bound", "bound", ">6"),
+)
+COUNT_COLUMNS = (
+    _APP,
+    _PARAMETERS,
+    Column("variant", "variant", "<13"),
+    Column("tasks", "tasks_per_iteration", ">7.1f"),
+    Column("deps", "dependencies_per_iteration", ">7.1f"),
+    Column("sched msgs", "messages_per_iteration", ">11.1f"),
+    Column("store msgs", "store_messages_per_iteration", ">11.1f"),
+    Column("msgs/worker", "messages_per_worker_per_iteration", ">12.1f"),
+)
+COPY_COLUMNS = (
+    Column("path", "path", "<40"),
+    Column("bytes", "nbytes", ">10"),
+    Column("ms", lambda r: 1e3 * r["seconds"], ">9.3f"),
+    Column("MB/s", "MBps", ">9.1f"),
+    Column("best MB/s", "best_MBps", ">10.1f"),
+)
+
+
+def _megabytes(figures: dict[str, Any] | None) -> float | None:
+    """A variant's bytes moved between workers, in MB (None where not measured)."""
+    moved = figures and figures.get("bytes_moved")
+    return None if moved is None else moved / 1e6
+
+
+def application_line(row: dict[str, Any], rate_MBps: float | None) -> dict[str, Any]:
+    """One application row as :data:`APPLICATION_COLUMNS` show it: each variant's seconds and MB moved, the
+    ratios to non-active's and the move bound (at ``rate_MBps``, every backend copying at once)."""
+    a, n = _variant(row, "active"), _variant(row, "non-active")
+    split = row["variants"]["active-split"] if "variants" in row else None
+    return {
+        "app": row["app"],
+        "parameters": row["parameters"],
+        "active_s": a["seconds"],
+        "split_s": split["seconds"] if split else None,
+        "non_active_s": n["seconds"],
+        "ratio": row["ratio"],
+        "non_vs_split": n["seconds"] / split["seconds"] if split else None,
+        "active_MB": _megabytes(a),
+        "split_MB": _megabytes(split),
+        "non_active_MB": _megabytes(n),
+        "bound": _bound_text(row, rate_MBps),
+    }
 
 
 def format_report(report: Report) -> str:
@@ -598,50 +655,25 @@ def format_report(report: Report) -> str:
     ]
     if not parts["dataclay"].get("available"):
         lines.append(f"dataClay: skipped ({parts['dataclay'].get('reason')})")
+    rate = (parts.get("moves_at_once") or {}).get("MBps")
+    counted = [
+        {"app": r["app"], "parameters": r["parameters"], "variant": variant, **c}
+        for r in parts["applications"]
+        for variant, c in r.get("counts", {}).items()
+    ]
     lines += [
         "",
         f"active vs non-active, size {report.size}, mean of {report.repeats} runs (seconds; MB moved between workers)",
-        f"{'app':<10} {'parameters':<32} {'active s':>9} {'split s':>8} {'non-active s':>13} {'non/active':>11} "
-        f"{'non/split':>10} {'MB active':>10} {'split':>6} {'non-active':>11} {'bound':>6}",
-    ]
-    rate = (parts.get("moves_at_once") or {}).get("MBps")
-    for r in parts["applications"]:
-        a, n = _variant(r, "active"), _variant(r, "non-active")
-        split = r["variants"]["active-split"] if "variants" in r else None
-        split_s = f"{split['seconds']:>8.4f}" if split else f"{'-':>8}"
-        split_ratio = f"{n['seconds'] / split['seconds']:>10.2f}" if split else f"{'-':>10}"
-        split_mb = f"{split['bytes_moved'] / 1e6:>6.2f}" if split else f"{'-':>6}"
-        lines.append(
-            f"{r['app']:<10} {str(r['parameters']):<32} {a['seconds']:>9.4f} {split_s} {n['seconds']:>13.4f} "
-            f"{r['ratio']:>11.2f} {split_ratio} {a['bytes_moved'] / 1e6:>10.2f} {split_mb} "
-            f"{n['bytes_moved'] / 1e6:>11.2f} {_bound_text(r, rate):>6}"
-        )
-    lines.append(
+        *table(APPLICATION_COLUMNS, [application_line(r, rate) for r in parts["applications"]]),
         "bound: the most the goal's variant (k-means: active, histogram: active-split) can gain by not moving "
-        "non-active's bytes, at the rate measured with every backend copying at once (- : none below any gain)"
-    )
-    lines += [
+        "non-active's bytes, at the rate measured with every backend copying at once (- : none below any gain)",
         "",
         "counts per iteration (after the first; messages: the run's over its iterations)",
-        f"{'app':<10} {'parameters':<32} {'variant':<13} {'tasks':>7} {'deps':>7} {'sched msgs':>11} "
-        f"{'store msgs':>11} {'msgs/worker':>12}",
-    ]
-    for r in parts["applications"]:
-        for variant, c in r.get("counts", {}).items():
-            lines.append(
-                f"{r['app']:<10} {str(r['parameters']):<32} {variant:<13} {c['tasks_per_iteration']:>7.1f} "
-                f"{c['dependencies_per_iteration']:>7.1f} {c['messages_per_iteration']:>11.1f} "
-                f"{c['store_messages_per_iteration']:>11.1f} {c['messages_per_worker_per_iteration']:>12.1f}"
-            )
-    lines += [
+        *table(COUNT_COLUMNS, counted),
         "",
         "copies of an object (median, and fastest)",
-        f"{'path':<40} {'bytes':>10} {'ms':>9} {'MB/s':>9} {'best MB/s':>10}",
+        *table(COPY_COLUMNS, [*parts.get("copies", []), *filter(None, [parts.get("moves_at_once")])]),
     ]
-    for r in [*parts.get("copies", []), *filter(None, [parts.get("moves_at_once")])]:
-        lines.append(
-            f"{r['path']:<40} {r['nbytes']:>10} {1e3 * r['seconds']:>9.3f} {r['MBps']:>9.1f} {r['best_MBps']:>10.1f}"
-        )
     readers = parts.get("readers")
     if readers:
         lines.append(

@@ -43,7 +43,7 @@ import psutil
 from workbench.bench.goals import CONTROL, MAX_NUMBER, describe, is_figure, is_number, printable, text_problem
 from workbench.bench.page import write_page
 from workbench.bench.progress import duration
-from workbench.bench.report import Report, ReportError, of_record
+from workbench.bench.report import Column, Report, ReportError, of_record, table
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench"  # where runs go unless told: OUT/<hostname>-<YYYYmmdd-HHMMSS>/
@@ -343,6 +343,16 @@ def failed(results: Mapping[str, Any]) -> list[str]:
     return [b["name"] for b in results["benchmarks"] if b["status"] != "ok"]
 
 
+SUITE_COLUMNS = (
+    Column("benchmark", "name", "<18"),
+    Column("mechanism", "mechanism", "<26"),
+    Column("size", "size", "<5"),
+    Column("wall", "wall_s", ">6.0f", "s"),
+    Column("goals met", "goals_met", "<10"),
+    Column("status", "status"),
+)
+
+
 def table_lines(results: Mapping[str, Any]) -> list[str]:
     """The results for people: a row per benchmark (mechanism, wall time, goals met), then every goal."""
     lines = [
@@ -350,14 +360,10 @@ def table_lines(results: Mapping[str, Any]) -> list[str]:
         f"{results['machine']['logical_cores']} cores), size {results['size'] or 'each its own'}, "
         f"workers {results['workers'] or 'each its own'}, {duration(results['wall_s'])} in all",
         "",
-        f"{'benchmark':<18} {'mechanism':<26} {'size':<5} {'wall':>7}  {'goals met':<10} status",
     ]
     reports = [of_record(b) for b in results["benchmarks"]]
-    for b, report in zip(results["benchmarks"], reports):
-        met = "-" if report is None else f"{report.met}/{len(report.goals)}"
-        lines.append(
-            f"{b['name']:<18} {b['mechanism']:<26} {b['size']:<5} {b['wall_s']:>6.0f}s  {met:<10} {b['status']}"
-        )
+    met = [None if report is None else f"{report.met}/{len(report.goals)}" for report in reports]
+    lines += table(SUITE_COLUMNS, [{**b, "goals_met": m} for b, m in zip(results["benchmarks"], met)])
     for b, report in zip(results["benchmarks"], reports):
         lines += ["", f"{b['name']}:"]
         lines += [f"  {describe(g)}" for g in (report.goals if report else ())] or [f"  {b['status']}: {b['error']}"]

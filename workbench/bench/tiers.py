@@ -30,6 +30,7 @@ bounds it on this machine, from figures measured in the same run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import tempfile
@@ -501,18 +502,18 @@ def run(
         "mixed": mixed,
         "machine": machine.describe(),
     }
-    return Report(
+    report = Report(
         "tiers",
         size,
-        goals(figures),
-        app_rows,
-        {key: figures[key] for key in ("medium", "bandwidth", "results", "mixed")},
+        rows=app_rows,
+        parts={key: figures[key] for key in ("medium", "bandwidth", "results", "mixed")},
         counts={
             key: figures[key] for key in ("dram_budget_per_worker", "small_object_bytes", "last_level_cache_bytes")
         },
         workers=n_workers,
         machine=figures["machine"],
     )
+    return dataclasses.replace(report, goals=goals(report))
 
 
 def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None = None) -> dict[str, Any] | None:
@@ -520,13 +521,13 @@ def _row(rows: list[dict[str, Any]], app: str, variant: str, dataset: str | None
     return max(found, key=lambda r: r["object_bytes"]) if found else None
 
 
-def _tier_rate(report: dict[str, Any], tier: str, key: str) -> float:
-    return next(r[key] for r in report["bandwidth"]["rows"] if r["tier"] == tier)
+def _tier_rate(report: Report, tier: str, key: str) -> float:
+    return next(r[key] for r in report.parts["bandwidth"]["rows"] if r["tier"] == tier)
 
 
-def histogram_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+def histogram_goal(report: Report) -> dict[str, Any] | None:
     """The 1-D histogram on mapped (hot) against DRAM; bounded by the page cache's read rate."""
-    rows = report["applications"]
+    rows = report.rows
     mapped, dram = _row(rows, "histogram1d", "mapped"), _row(rows, "histogram1d", "dram")
     if not (mapped and dram):
         return None
@@ -546,20 +547,20 @@ def histogram_goal(report: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
+def spill_goal(report: Report) -> dict[str, Any] | None:
     """k-means on the dataset 2.5x the budget, mapped in place vs Dask's spill buffer: >= 3x, or within
     10 % of the ceiling measured here. No placement is faster than no tier at all, so spill / dram is
     the most any can gain; where Dask's spilled files never leave this machine's page cache its spill
     costs only pickling and copying, and that ceiling is below 3x: the goal is then 90 % of it."""
-    rows = report["applications"]
+    rows = report.rows
     mapped, spill, dram = (_row(rows, "kmeans", v, "big") for v in ("mapped", "dask-spill", "dram"))
     if not (mapped and spill and dram):
         return None
-    spilled = max(0, spill["data_bytes"] - report["dram_budget_per_worker"] * report["workers"])
+    spilled = max(0, spill["data_bytes"] - report.counts["dram_budget_per_worker"] * spill["workers"])
     passes = spill["grid"].get("iterations", 1)
     cold = _tier_rate(report, "disk", "read_cold_GBs")
     from_disk = spilled * passes / (cold * 1e9)  # seconds, had Dask read every spilled byte from the device
-    disk = next(r for r in report["bandwidth"]["rows"] if r["tier"] == "disk")
+    disk = next(r for r in report.parts["bandwidth"]["rows"] if r["tier"] == "disk")
     cold_read = (
         f"read cold from this disk at {cold:.2f} GB/s, the spilled bytes alone would take {from_disk:.1f} s"
         if disk["cold_is_real"]
@@ -571,7 +572,7 @@ def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
         bound = (
             f"the page cache: Dask spills about {spilled / 1e6:.0f} MB (the data over the budget), {passes} passes a "
             "run, into files that stay in "
-            f"this machine's {report['machine']['memory_total'] / 2**30:.0f} GiB of memory, so spilling adds only "
+            f"this machine's {(report.machine or {})['memory_total'] / 2**30:.0f} GiB of memory, so spilling adds only "
             f"{spill['whole_s'] - dram['whole_s']:.2f} s to DRAM's {dram['whole_s']:.2f} s and no placement can beat "
             f"it by more than {ceiling:.2f}x, so the goal is {CEILING_SHARE:.0%} of that ceiling, "
             f"{threshold:.2f}x ({cold_read}); mapped takes {mapped['whole_vs_dram']:.2f}x DRAM's time here"
@@ -589,11 +590,11 @@ def spill_goal(report: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
+def volatile_goal(report: Report) -> dict[str, Any]:
     """Matrix addition at the largest object size measured: a volatile result vs non-active. Two
     things bound it: moving data to the caller (the fetch rate against the addition's predicts the
     ratio at large sizes) and, below that prediction, the volatile call's own round trip."""
-    top = report["results"]["matadd"][-1]
+    top = report.parts["results"]["matadd"][-1]
     predicted, volatile = top["expected_ratio"], top["seconds"]["volatile"]
     add_s = top["object_bytes"] / (top["add_GBs"] * 1e9)
     if predicted < GOAL["volatile"]:
@@ -619,9 +620,9 @@ def volatile_goal(report: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def fma_goal(report: dict[str, Any]) -> dict[str, Any]:
+def fma_goal(report: Report) -> dict[str, Any]:
     """``C += A @ B`` into ``C`` on mapped against DRAM; bounded by making ``C`` durable each call."""
-    fma = report["results"]["fma"]
+    fma = report.parts["results"]["fma"]
     write = _tier_rate(report, "mapped", "write_GBs")
     sync_ms = fma["c_bytes"] / (write * 1e9) * 1e3
     predicted = 1 + sync_ms / (fma["seconds"]["dram"] * 1e3)  # the product, then C made durable
@@ -644,15 +645,15 @@ def fma_goal(report: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def budget_bound(report: dict[str, Any], app: str) -> dict[str, float] | None:
+def budget_bound(report: Report, app: str) -> dict[str, float] | None:
     """The best time any placement under the DRAM budget could give ``app`` (None where its data fits
     the budget, or ``mapped`` did not run): the budget's share of the data in DRAM at ``dram``'s time,
     the rest at ``mapped``'s, both measured in this run."""
-    rows = report["applications"]
+    rows = report.rows
     dram, mapped = _row(rows, app, "dram"), _row(rows, app, "mapped")
     if not (dram and mapped):
         return None
-    share = report["dram_budget_per_worker"] * dram["workers"] / dram["data_bytes"]
+    share = report.counts["dram_budget_per_worker"] * dram["workers"] / dram["data_bytes"]
     if share >= 1:
         return None
     seconds = share * dram["whole_s"] + (1 - share) * mapped["whole_s"]
@@ -671,12 +672,12 @@ def _compute_share(dynamic: dict[str, Any], best: dict[str, Any]) -> str:
     )
 
 
-def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
+def dynamic_goals(report: Report) -> list[dict[str, Any]]:
     """Each application placed dynamically against its best static tier: within 10 % of it, or, where
     that is ``dram`` holding the whole dataset over the budget, within 10 % of the best the budget
     allows (:func:`budget_bound`); and, a count that holds on any machine, no tier moves in a
     measured run (the policy settles in the plan's making and its warm-up: same use, same places)."""
-    rows, out = report["applications"], []
+    rows, out = report.rows, []
     for app in sorted({r["app"] for r in rows}):
         dynamic = _row(rows, app, "dynamic")
         statics = [r for r in (_row(rows, app, v) for v in STATIC) if r]
@@ -728,10 +729,10 @@ def dynamic_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issues 13 and 29's goals against this run's figures (``report``: what :func:`run` measured, by name,
-    before its :class:`Report` is made), with what bounds each one not met."""
-    mixed = report["mixed"]
+def goals(report: Report) -> list[dict[str, Any]]:
+    """Issues 13 and 29's goals against this run's figures (the report's rows, parts, counts, workers and
+    machine), with what bounds each one not met."""
+    mixed = report.parts["mixed"]
     out = [g for g in (histogram_goal(report), spill_goal(report)) if g]
     out += [volatile_goal(report), fma_goal(report), *dynamic_goals(report)]
     out.append(
@@ -779,6 +780,42 @@ APPLICATION_COLUMNS = (
 )
 
 
+MIXED_COLUMNS = (
+    Column("configuration", "configuration", "<13"),
+    Column("round ms", lambda r: r["round_s"] * 1e3, ">9.2f"),
+    Column("hot in DRAM", lambda r: r["in_dram"]["hot"], ">11"),
+    Column("cold in DRAM", lambda r: r["in_dram"]["cold"], ">12"),
+    Column("tasks", lambda r: (r.get("counts") or {}).get("tasks_per"), ">6.0f"),
+    Column("sched msgs", lambda r: (r.get("counts") or {}).get("messages_per"), ">10.0f"),
+    Column("store msgs", lambda r: (r.get("counts") or {}).get("store_messages_per"), ">10.0f"),
+)
+PER_CALL_COLUMNS = (
+    Column("MiB", "MiB", ">6.0f"),
+    Column("mode", "mode", "<10"),
+    Column("store msgs", "store_messages_per", ">10.0f"),
+    Column("sched msgs", "messages_per", ">10.0f"),
+    Column("tasks", "tasks_per", ">6.0f"),
+)
+
+
+def _mode_column(mode: str) -> Column:
+    """A result mode's median time (ms) in :func:`matadd_columns`' table."""
+    return Column(f"{mode} ms", lambda r: r["seconds"][mode] * 1e3, f">{max(9, len(mode) + 3)}.2f")
+
+
+def matadd_columns(modes: Sequence[str]) -> tuple[Column, ...]:
+    """The result modes' table: a row per object size, a time per mode (``modes``, as measured), the ratio
+    non-active / volatile and what the fetch and addition rates predict of it."""
+    return (
+        Column("MiB", lambda r: r["object_bytes"] / MiB, ">6.0f"),
+        *(_mode_column(mode) for mode in modes),
+        Column("non-active/volatile", "non_active_vs_volatile", ">19.2f", "x"),
+        Column("expected", "expected_ratio", ">8.1f", "x"),
+        Column("fetch GB/s", "fetch_GBs", ">10.2f"),
+        Column("add GB/s", "add_GBs", ">8.2f"),
+    )
+
+
 def format_report(report: Report) -> str:
     """The report as the text tables the command prints, goals last."""
     parts, counted = report.parts, report.counts
@@ -796,45 +833,28 @@ def format_report(report: Report) -> str:
         "per run)",
         *table(APPLICATION_COLUMNS, report.rows),
     ]
-    p = parts["results"]
+    matadd, f = parts["results"]["matadd"], parts["results"]["fma"]
+    per_call = [
+        {"MiB": m["object_bytes"] / MiB, "mode": mode, **c}
+        for m in matadd
+        for mode, c in (m.get("counts_per_call") or {}).items()
+    ]
     lines += [
         "",
-        "result modes of matrix addition on mapped objects (ms; volatile: held where computed; returned: "
-        "sent to the caller; store: kept on mapped; non-active: both objects fetched, added here)",
-    ]
-    for m in p["matadd"]:
-        lines.append(
-            f"  {m['object_bytes'] / MiB:>6.0f} MiB: "
-            + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in m["seconds"].items())
-            + f"; non-active/volatile {m['non_active_vs_volatile']:.2f}x (expected {m['expected_ratio']:.1f}x: "
-            f"fetch {m['fetch_GBs']:.2f} GB/s, add {m['add_GBs']:.2f} GB/s)"
-        )
-        if m.get("counts_per_call"):
-            lines.append(
-                "           per call: "
-                + ", ".join(
-                    f"{k} {c['store_messages_per']:.0f} store + {c['messages_per']:.0f} scheduler messages, "
-                    f"{c['tasks_per']:.0f} tasks"
-                    for k, c in m["counts_per_call"].items()
-                )
-            )
-    f = p["fma"]
-    lines += [
+        "result modes of matrix addition on mapped objects (median ms; volatile: held where computed; returned: "
+        "sent to the caller; store: kept on mapped; non-active: both objects fetched, added here; expected: what "
+        "the fetch and addition rates predict of non-active/volatile)",
+        *table(matadd_columns(list(matadd[0]["seconds"]) if matadd else []), matadd),
+        *(["", "per call of each result mode", *table(PER_CALL_COLUMNS, per_call)] if per_call else []),
+        "",
         f"in-place FMA C += A @ B ({f['side']}^2): C in dram {f['seconds']['dram'] * 1e3:.2f} ms, "
         f"C on mapped {f['seconds']['mapped'] * 1e3:.2f} ms ({f['mapped_vs_dram']:.2f}x)",
         "",
-        "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round",
+        "mixed workload (hot objects written, cold ones read once, 2.5x the budget): median round, where the "
+        "objects ended, what a round gave the cluster",
+        *table(
+            MIXED_COLUMNS,
+            [{"configuration": name, **c} for name, c in parts["mixed"]["configurations"].items()],
+        ),
     ]
-    for name, c in parts["mixed"]["configurations"].items():
-        per = c.get("counts") or {}
-        lines.append(
-            f"  {name:<8} {c['round_s'] * 1e3:9.2f} ms  in DRAM at the end: {c['in_dram']['hot']} hot, "
-            f"{c['in_dram']['cold']} cold objects"
-            + (
-                f"; a round: {per['tasks_per']:.0f} tasks, {per['messages_per']:.0f} scheduler and "
-                f"{per['store_messages_per']:.0f} store messages"
-                if per
-                else ""
-            )
-        )
     return text(lines, report)
