@@ -71,18 +71,42 @@ def test_an_operation_says_what_it_is():
     assert backend_ops.op_get.pool is Pool.COPIES and backend_ops.op_get.resend
     assert backend_ops.op_call.pool is Pool.LOOP  # a coroutine, on the event loop
     assert not backend_ops.op_push.resend  # a second push would send a second copy
-    assert StoreCatalogue.op_records.summary == "records(refs: list[list[Any]]) -> list[dict[str, Any]]"
+    assert StoreCatalogue.op_records.summary == "records(refs: list[tuple[str, int | None]]) -> list[dict[str, Any]]"
 
 
 def test_a_list_argument_with_items_of_another_type_is_refused_where_sent():
     """Only the outer list was checked: refs=["ab"] reached the catalogue, which read it as oid "a" and
     version "b"."""
     records = StoreCatalogue.op_records
-    with pytest.raises(TypeError, match=r"'records' takes refs: list\[list\[Any\]\], got list \['ab'\]"):
+    with pytest.raises(TypeError, match=r"'records' takes refs: list\[tuple\[str, int \| None\]\], got list \['ab'\]"):
         wire.message(records, wire.End.CATALOGUE, {"refs": ["ab"]})
     assert wire.message(records, wire.End.CATALOGUE, {"refs": [("a", 1), ["b", None]]})  # tuples: msgpack's lists
     with pytest.raises(TypeError, match=r"takes oids: list\[str\], got list \['a', 1\]"):
         wire.message(StoreCatalogue.op_delete, wire.End.CATALOGUE, {"oids": ["a", 1]})
+
+
+def test_a_list_of_pairs_is_refused_where_sent_when_an_item_is_not_a_pair():
+    """refs=[["x"]] passed the check (a list of lists) and failed at the catalogue with "not enough
+    values to unpack"; each key is now typed as the pair (or triple) it is."""
+    records = StoreCatalogue.op_records
+    for refs in ([["x"]], [["x", 1, 2]], [[1, 2]], [["x", "1"]]):
+        with pytest.raises(TypeError, match=r"'records' takes refs: list\[tuple\[str, int \| None\]\], got list"):
+            wire.message(records, wire.End.CATALOGUE, {"refs": refs})
+    with pytest.raises(TypeError, match=r"'drop_many' takes keys: list\[tuple\[str, int\]\], got list \[\['x'\]\]"):
+        wire.message(backend_ops.op_drop_many, wire.End.BACKEND, {"keys": [["x"]]})
+    with pytest.raises(TypeError, match=r"'unplace_many' takes placed: list\[tuple\[str, int, str\]\]"):
+        wire.message(backend_ops.op_unplace_many, wire.End.BACKEND, {"placed": [["x", 0]], "tier": "dram"})
+    assert wire.message(backend_ops.op_drop_many, wire.End.BACKEND, {"keys": [("x", 0), ["y", np.int64(1)]]})
+
+
+def test_a_reply_of_another_type_than_the_operation_answers_is_refused_where_it_arrives():
+    assert StoreCatalogue.op_records.answered([{"oid": "x"}], "the scheduler") == [{"oid": "x"}]
+    assert backend_ops.op_null.answered(None, "backend tcp://b") is None
+    assert backend_ops.op_get.answered(object, "backend tcp://b") is object  # Any: whatever the object is
+    with pytest.raises(TypeError, match=r"backend tcp://b answered 'table' with int 7, not list\[dict\[str, Any\]\]"):
+        backend_ops.op_table.answered(7, "backend tcp://b")
+    with pytest.raises(TypeError, match=r"the scheduler answered 'backends' with list \[1\], not list\[str\]"):
+        StoreCatalogue.op_backends.answered([1], "the scheduler")
 
 
 def test_a_handler_that_cannot_be_an_operation_is_refused_where_it_is_written():

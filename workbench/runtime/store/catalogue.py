@@ -297,7 +297,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
 
     @catalogue_op(resend=True)
-    def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
+    def op_records(self, refs: list[tuple[str, int | None]]) -> list[dict[str, Any]]:
         """For each ``[oid, version or None]``: its :class:`Record` with live locations, or why it is
         :class:`Missing` (as message parts)."""
         live = set(worker_addresses(self.scheduler))
