@@ -5,6 +5,7 @@ for the scheduler's and the workers' ``workbench_store`` handlers."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from distributed.protocol.serialize import Serialize
 
 import workbench.runtime.store.backend_ops as backend_ops
+from workbench.runtime import dask_seam
 from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
 from workbench.runtime.store.link import Link
@@ -129,6 +131,17 @@ def test_a_reply_of_the_wrong_type_is_an_error_naming_the_operation():
         link.backend("tcp://b", backend_ops.op_table)
     results, errors = link.backends_together(backend_ops.op_table, {"tcp://b": {}})
     assert results == {} and "answered 'table' with int 7" in str(errors["tcp://b"])
+
+
+def test_an_address_a_cluster_cannot_connect_to_is_named_with_what_to_check():
+    """What each end's connection arguments allow (Dask raised its own RuntimeError or TypeError)."""
+    tls = {"ssl_context": ssl.create_default_context(), "require_encryption": True}
+    assert dask_seam.address_problem(tls, "tls://10.0.0.1:4000") is None
+    assert dask_seam.address_problem({}, "tcp://10.0.0.1:4000") is None
+    assert dask_seam.address_problem({}, "inproc://10.0.0.1/1/2") is None
+    assert "plain-TCP address, and this cluster talks TLS only" in dask_seam.address_problem(tls, "tcp://h:1")
+    assert "TLS address, and this cluster talks plain TCP" in dask_seam.address_problem({}, "tls://nohost:1")
+    assert "missing port number" in dask_seam.address_problem({}, "garbled")
 
 
 def test_messages_to_several_backends_go_together_and_fail_apart():

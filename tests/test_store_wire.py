@@ -16,6 +16,7 @@ import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.store import ArrayBlock, store_for, wire
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue
+from workbench.runtime.store.errors import BackendUnreachable
 from workbench.runtime.store.tasks import LocalBackend
 from workbench.runtime.store.wire import Pool, backend_op, catalogue_op
 
@@ -62,6 +63,20 @@ def test_a_new_operation_is_one_definition_called_end_to_end(session, store):
             store.link.backend(holder, op_toy_held, oid=proxy.oid, scale="x")
     finally:
         proxy.delete()
+
+
+def test_a_mistyped_backend_address_is_unreachable_saying_what_to_check(store):
+    """On this TLS cluster a tcp:// (or scheme-less) address raised Dask's RuntimeError "encryption
+    required", and a garbled one its ValueError: each is the store's BackendUnreachable, saying why."""
+    expected = {
+        "tcp://nohost:1": r"tcp://nohost:1 is a plain-TCP address, and this cluster talks TLS only",
+        "garbled": r"'garbled' is not an address of a worker \(missing port number",
+        "tls://": r"'tls://' is not an address of a worker",
+        "://x": r"'://x' is not an address of a worker \(unknown address scheme",
+    }
+    for address, says in expected.items():
+        with pytest.raises(BackendUnreachable, match=says + r".*as the scheduler lists them"):
+            store.link.backend(address, backend_ops.op_null)
 
 
 def test_an_operation_says_what_it_is():
