@@ -451,12 +451,16 @@ def address_problem(connection_args: Mapping[str, Any], address: str) -> str | N
 def _checked_rpc(pool: Callable[[], Any]) -> Callable[[str], Any]:
     """The rpc pool ``pool()`` as a function of an address that raises ``ConnectionError`` (an
     ``OSError``: an unreachable address) saying what to check for one it cannot connect to:
-    ``ConnectionPool.connection_args``."""
+    ``ConnectionPool.connection_args``. An address that passed is not checked again (a set lookup per
+    message: a cluster's workers are few, and its pool's connection arguments stay what they are)."""
+    passed: set[str] = set()
 
     def rpc(address: str) -> Any:
-        problem = address_problem(pool().connection_args, address)
-        if problem is not None:
-            raise ConnectionError(problem)
+        if address not in passed:
+            problem = address_problem(pool().connection_args, address)
+            if problem is not None:
+                raise ConnectionError(problem)
+            passed.add(address)
         return pool()(address)
 
     return rpc
