@@ -100,7 +100,7 @@ def test_a_backend_that_does_not_answer_is_unreachable_and_its_operations_errors
         BackendUnreachable, match=r"did not answer 'table' \(ConnectionRefusedError.*; it may be sent again"
     ):
         link.backend("tcp://gone", backend_ops.op_table)
-    with pytest.raises(BackendUnreachable, match=r"backend tcp://hung did not answer 'null' \(TimeoutError"):
+    with pytest.raises(BackendUnreachable, match=r"tcp://hung did not answer 'null' \(TimeoutError: no answer within"):
         link.backend("tcp://hung", backend_ops.op_null)
 
     def refuses(action: str, **kwargs: Any) -> Any:

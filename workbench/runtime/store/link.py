@@ -168,8 +168,9 @@ class Link:
         """The one error for a backend that did not answer ``op`` (timed out, or its connection failed),
         saying whether ``op`` may be sent again (its definition's ``resend``)."""
         again = "it may be sent again" if op.resend else "it may have run there: look before sending it again"
+        why = str(error) or "no answer within the timeout"  # asyncio's TimeoutError says nothing
         return BackendUnreachable(
-            f"backend {address} did not answer {op.name!r} ({type(error).__name__}: {error}); {again}"
+            f"backend {address} did not answer {op.name!r} ({type(error).__name__}: {why}); {again}"
         )
 
     def backend(self, address: str, op: Operation, timeout: float | None = None, **kwargs: Any) -> Any:
