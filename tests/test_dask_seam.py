@@ -394,6 +394,8 @@ def test_sync_and_rpc(cluster):
         return 42
 
     assert dask_seam.run_on_cluster_loop(cluster, answer, timeout=WAIT_S) == 42
+    for address in workers(cluster):  # the rpc pool's connection arguments take the workers' own addresses
+        assert dask_seam.address_problem(client.rpc.connection_args, address) is None
 
 
 @contract("worker data")

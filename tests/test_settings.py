@@ -151,3 +151,54 @@ def test_workbench_settings_lists_every_variable_its_meaning_and_value(monkeypat
     assert "WORKBENCH_SIZE = 'ci'" in out and "WORKBENCH_TLS = (not set)" in out
     assert main(["settings", "--json"]) == 0
     assert {row["name"] for row in json.loads(capsys.readouterr().out)} == set(settings.NAMES)
+
+
+def test_numbers_in_settings_are_read_in_the_digits_0_9_alone(monkeypatch):
+    """int() read WORKBENCH_SLURM_JOBS='١٢' (Arabic-Indic digits) as 12: every whole number and amount of
+    a setting is read by one helper, which takes the digits 0-9 only."""
+    from workbench.runtime import clusters
+    from workbench.runtime.strategies import tiers as tier_strategies
+
+    assert settings.whole_number("WORKBENCH_SLURM_JOBS", " 12 ") == 12
+    for text in ("١٢", "+5", "1_000", "-1", "1.0", "²"):
+        with pytest.raises(
+            ValueError, match=r"\$WORKBENCH_SLURM_JOBS is a whole number >= 0 written in the digits 0-9"
+        ):
+            settings.whole_number("WORKBENCH_SLURM_JOBS", text)
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_SLURM_JOBS is a whole number >= 1 .*got '١٢'"):
+        clusters.SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_JOBS": "١٢"}))
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_SLURM_MEMORY is an amount of memory.*got '٢GiB'"):
+        clusters.SlurmOptions.from_settings(Settings({"WORKBENCH_SLURM_MEMORY": "٢GiB"}))
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_MAX_MEMORY is an amount of memory.*got '١GiB'"):
+        clusters.max_memory(Settings({settings.MAX_MEMORY: "١GiB"}))
+    assert clusters.max_memory(Settings({settings.MAX_MEMORY: "1.5GiB"})) == 3 * 2**29
+    monkeypatch.setattr(tier_strategies, "_configured", None)
+    monkeypatch.setenv(settings.DRAM_BUDGET, "١٢")
+    with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is a whole number >= 0 .*got '١٢'"):
+        tier_strategies.settings()
+
+
+def test_workbench_settings_says_which_values_are_invalid_and_why(monkeypatch, capsys):
+    """It listed WORKBENCH_SLURM_JOBS=abc, WORKBENCH_GPU_BYTES=lots and WORKBENCH_MAX_MEMORY=1.5 as any
+    other value; each is now flagged with its reader's reason, and the command fails."""
+    from workbench.cli import main
+
+    for name in (settings.TLS, settings.DRAM_BUDGET):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORKBENCH_SLURM_JOBS", "abc")
+    monkeypatch.setenv("WORKBENCH_SLURM_CORES", "2")
+    monkeypatch.setenv(settings.GPU_BYTES, "lots")
+    monkeypatch.setenv(settings.MAX_MEMORY, "1.5")
+    rows = {row["name"]: row for row in settings.described()}
+    assert "$WORKBENCH_SLURM_JOBS is a whole number >= 1" in rows["WORKBENCH_SLURM_<FIELD>"]["error"]
+    assert "WORKBENCH_SLURM_CORES" not in rows["WORKBENCH_SLURM_<FIELD>"]["error"]
+    assert "$WORKBENCH_GPU_BYTES is an amount of memory" in rows[settings.GPU_BYTES]["error"]
+    assert "got '1.5'" in rows[settings.MAX_MEMORY]["error"]
+    assert rows[settings.TLS]["error"] is None and rows[settings.DRAM_BUDGET]["error"] is None  # unset: the default
+    assert main(["settings"]) == 1
+    out, err = capsys.readouterr()
+    assert "WORKBENCH_GPU_BYTES = 'lots'" in out and "    INVALID: $WORKBENCH_GPU_BYTES is an amount of memory" in out
+    assert "invalid: WORKBENCH_MAX_MEMORY, WORKBENCH_SLURM_<FIELD>, WORKBENCH_GPU_BYTES" in err
+    assert main(["settings", "--json"]) == 1
+    errors = {row["name"]: row["error"] for row in json.loads(capsys.readouterr().out)}
+    assert errors[settings.MAX_MEMORY] == rows[settings.MAX_MEMORY]["error"] and errors[settings.SIZE] is None

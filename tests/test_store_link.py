@@ -5,6 +5,7 @@ for the scheduler's and the workers' ``workbench_store`` handlers."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from distributed.protocol.serialize import Serialize
 
 import workbench.runtime.store.backend_ops as backend_ops
+from workbench.runtime import dask_seam
 from workbench.runtime.store.catalogue import StoreCatalogue
 from workbench.runtime.store.errors import BackendUnreachable, NotHere, ObjectLost, StoreError, UnknownAlias
 from workbench.runtime.store.link import Link
@@ -91,14 +93,14 @@ def test_a_backend_that_does_not_answer_is_unreachable_and_its_operations_errors
     async def silent(action: str, **kwargs: Any) -> Any:
         await asyncio.Event().wait()  # never set: the link's timeout ends the wait
 
-    backends = {"tcp://b": lambda action, **kwargs: 7, "tcp://hung": silent}
+    backends = {"tcp://b": lambda action, **kwargs: [{"oid": OID}], "tcp://hung": silent}
     link, _ = fake_link(lambda action, **kwargs: None, backends, timeout=SHORT)
-    assert link.backend("tcp://b", backend_ops.op_table) == 7
+    assert link.backend("tcp://b", backend_ops.op_table) == [{"oid": OID}]
     with pytest.raises(
         BackendUnreachable, match=r"did not answer 'table' \(ConnectionRefusedError.*; it may be sent again"
     ):
         link.backend("tcp://gone", backend_ops.op_table)
-    with pytest.raises(BackendUnreachable, match=r"backend tcp://hung did not answer 'null' \(TimeoutError"):
+    with pytest.raises(BackendUnreachable, match=r"tcp://hung did not answer 'null' \(TimeoutError: no answer within"):
         link.backend("tcp://hung", backend_ops.op_null)
 
     def refuses(action: str, **kwargs: Any) -> Any:
@@ -110,12 +112,44 @@ def test_a_backend_that_does_not_answer_is_unreachable_and_its_operations_errors
     assert not isinstance(raised.value, BackendUnreachable)  # sent back by the backend: it did answer
 
 
+def test_a_timeout_that_is_not_seconds_is_refused_naming_the_operation():
+    link, said = fake_link(lambda action, **kwargs: None, {"tcp://b": lambda action, **kwargs: None})
+    with pytest.raises(TypeError, match=r"a store backend's 'null' takes timeout: seconds > 0 or None, got str 'x'"):
+        link.backend("tcp://b", backend_ops.op_null, timeout="x")  # type: ignore[arg-type]
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=rf"'null' takes timeout: seconds > 0 or None, got (float|int) {bad}"):
+            link.backend("tcp://b", backend_ops.op_null, timeout=bad)
+    assert said == []  # nothing was sent
+    assert link.backend("tcp://b", backend_ops.op_null, timeout=1) is None
+
+
+def test_a_reply_of_the_wrong_type_is_an_error_naming_the_operation():
+    link, _ = fake_link(lambda action, **kwargs: "all", {"tcp://b": lambda action, **kwargs: 7})
+    with pytest.raises(TypeError, match=r"the scheduler answered 'list' with str 'all', not list\[dict\[str, Any\]\]"):
+        link.catalogue(StoreCatalogue.op_list)
+    with pytest.raises(TypeError, match=r"backend tcp://b answered 'table' with int 7, not list\[dict\[str, Any\]\]"):
+        link.backend("tcp://b", backend_ops.op_table)
+    results, errors = link.backends_together(backend_ops.op_table, {"tcp://b": {}})
+    assert results == {} and "answered 'table' with int 7" in str(errors["tcp://b"])
+
+
+def test_an_address_a_cluster_cannot_connect_to_is_named_with_what_to_check():
+    """What each end's connection arguments allow (Dask raised its own RuntimeError or TypeError)."""
+    tls = {"ssl_context": ssl.create_default_context(), "require_encryption": True}
+    assert dask_seam.address_problem(tls, "tls://10.0.0.1:4000") is None
+    assert dask_seam.address_problem({}, "tcp://10.0.0.1:4000") is None
+    assert dask_seam.address_problem({}, "inproc://10.0.0.1/1/2") is None
+    assert "plain-TCP address, and this cluster talks TLS only" in dask_seam.address_problem(tls, "tcp://h:1")
+    assert "TLS address, and this cluster talks plain TCP" in dask_seam.address_problem({}, "tls://nohost:1")
+    assert "missing port number" in dask_seam.address_problem({}, "garbled")
+
+
 def test_messages_to_several_backends_go_together_and_fail_apart():
     link, said = fake_link(
         lambda action, **kwargs: None,
         {"tcp://a": lambda action, **kwargs: len(kwargs["keys"]), "tcp://b": lambda action, **kwargs: 1 / 0},
     )
-    sent = {"tcp://a": [[1], [2]], "tcp://b": [[3]], "tcp://gone": [[4]]}
+    sent = {"tcp://a": [["a", 0], ["b", 0]], "tcp://b": [["c", 0]], "tcp://gone": [["d", 0]]}
     results, errors = link.backends_together(
         backend_ops.op_put_many, {address: {"keys": keys, "data": b"", "buffers": []} for address, keys in sent.items()}
     )

@@ -296,6 +296,16 @@ def test_locations_answer_per_object_in_the_compact_reply(wire):
         wire.client.catalogue(StoreCatalogue.op_add_location, oid=gone.oid, version=0, worker=A)
 
 
+def test_a_negative_count_of_backends_is_refused_not_answered_with_none(wire):
+    """backends(n=-1) answered [] and turn(n=-1) moved the round robin back: both refuse it."""
+    assert list(wire.client.catalogue(StoreCatalogue.op_backends, n=2)) == [A, B]
+    for op in (StoreCatalogue.op_backends, StoreCatalogue.op_turn):
+        with pytest.raises(ValueError, match=rf"'{op.name}' takes n, a count of backends >= 0, got -1"):
+            wire.client.catalogue(op, n=-1)
+    assert list(wire.client.catalogue(StoreCatalogue.op_backends, n=0)) == []
+    assert list(wire.client.catalogue(StoreCatalogue.op_backends, n=1)) == [A]  # the turn did not move back
+
+
 def test_a_disk_copy_is_claimed_for_one_backend_whoever_asks(wire):
     ref = register(wire.client, Counter(np.ones(1)), A)
     wire.client.catalogue(StoreCatalogue.op_set_disk, oid=ref.oid, version=0, disk_path="/s/objects/x.pkl")

@@ -16,6 +16,7 @@ import workbench.runtime.store.backend_ops as backend_ops
 from workbench.runtime.store import ArrayBlock, store_for, wire
 from workbench.runtime.store.backend import StoreBackend
 from workbench.runtime.store.catalogue import StoreCatalogue
+from workbench.runtime.store.errors import BackendUnreachable
 from workbench.runtime.store.tasks import LocalBackend
 from workbench.runtime.store.wire import Pool, backend_op, catalogue_op
 
@@ -64,6 +65,20 @@ def test_a_new_operation_is_one_definition_called_end_to_end(session, store):
         proxy.delete()
 
 
+def test_a_mistyped_backend_address_is_unreachable_saying_what_to_check(store):
+    """On this TLS cluster a tcp:// (or scheme-less) address raised Dask's RuntimeError "encryption
+    required", and a garbled one its ValueError: each is the store's BackendUnreachable, saying why."""
+    expected = {
+        "tcp://nohost:1": r"tcp://nohost:1 is a plain-TCP address, and this cluster talks TLS only",
+        "garbled": r"'garbled' is not an address of a worker \(missing port number",
+        "tls://": r"'tls://' is not an address of a worker",
+        "://x": r"'://x' is not an address of a worker \(unknown address scheme",
+    }
+    for address, says in expected.items():
+        with pytest.raises(BackendUnreachable, match=says + r".*as the scheduler lists them"):
+            store.link.backend(address, backend_ops.op_null)
+
+
 def test_an_operation_says_what_it_is():
     """The definition is the whole operation: its name, typed arguments, reply, pool and re-send rule."""
     assert op_toy_held.summary == "toy_held(oid: str, scale: int = ...) -> list[int]"
@@ -71,18 +86,42 @@ def test_an_operation_says_what_it_is():
     assert backend_ops.op_get.pool is Pool.COPIES and backend_ops.op_get.resend
     assert backend_ops.op_call.pool is Pool.LOOP  # a coroutine, on the event loop
     assert not backend_ops.op_push.resend  # a second push would send a second copy
-    assert StoreCatalogue.op_records.summary == "records(refs: list[list[Any]]) -> list[dict[str, Any]]"
+    assert StoreCatalogue.op_records.summary == "records(refs: list[tuple[str, int | None]]) -> list[dict[str, Any]]"
 
 
 def test_a_list_argument_with_items_of_another_type_is_refused_where_sent():
     """Only the outer list was checked: refs=["ab"] reached the catalogue, which read it as oid "a" and
     version "b"."""
     records = StoreCatalogue.op_records
-    with pytest.raises(TypeError, match=r"'records' takes refs: list\[list\[Any\]\], got list \['ab'\]"):
+    with pytest.raises(TypeError, match=r"'records' takes refs: list\[tuple\[str, int \| None\]\], got list \['ab'\]"):
         wire.message(records, wire.End.CATALOGUE, {"refs": ["ab"]})
     assert wire.message(records, wire.End.CATALOGUE, {"refs": [("a", 1), ["b", None]]})  # tuples: msgpack's lists
     with pytest.raises(TypeError, match=r"takes oids: list\[str\], got list \['a', 1\]"):
         wire.message(StoreCatalogue.op_delete, wire.End.CATALOGUE, {"oids": ["a", 1]})
+
+
+def test_a_list_of_pairs_is_refused_where_sent_when_an_item_is_not_a_pair():
+    """refs=[["x"]] passed the check (a list of lists) and failed at the catalogue with "not enough
+    values to unpack"; each key is now typed as the pair (or triple) it is."""
+    records = StoreCatalogue.op_records
+    for refs in ([["x"]], [["x", 1, 2]], [[1, 2]], [["x", "1"]]):
+        with pytest.raises(TypeError, match=r"'records' takes refs: list\[tuple\[str, int \| None\]\], got list"):
+            wire.message(records, wire.End.CATALOGUE, {"refs": refs})
+    with pytest.raises(TypeError, match=r"'drop_many' takes keys: list\[tuple\[str, int\]\], got list \[\['x'\]\]"):
+        wire.message(backend_ops.op_drop_many, wire.End.BACKEND, {"keys": [["x"]]})
+    with pytest.raises(TypeError, match=r"'unplace_many' takes placed: list\[tuple\[str, int, str\]\]"):
+        wire.message(backend_ops.op_unplace_many, wire.End.BACKEND, {"placed": [["x", 0]], "tier": "dram"})
+    assert wire.message(backend_ops.op_drop_many, wire.End.BACKEND, {"keys": [("x", 0), ["y", np.int64(1)]]})
+
+
+def test_a_reply_of_another_type_than_the_operation_answers_is_refused_where_it_arrives():
+    assert StoreCatalogue.op_records.answered([{"oid": "x"}], "the scheduler") == [{"oid": "x"}]
+    assert backend_ops.op_null.answered(None, "backend tcp://b") is None
+    assert backend_ops.op_get.answered(object, "backend tcp://b") is object  # Any: whatever the object is
+    with pytest.raises(TypeError, match=r"backend tcp://b answered 'table' with int 7, not list\[dict\[str, Any\]\]"):
+        backend_ops.op_table.answered(7, "backend tcp://b")
+    with pytest.raises(TypeError, match=r"the scheduler answered 'backends' with list \[1\], not list\[str\]"):
+        StoreCatalogue.op_backends.answered([1], "the scheduler")
 
 
 def test_a_handler_that_cannot_be_an_operation_is_refused_where_it_is_written():

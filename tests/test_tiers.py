@@ -323,7 +323,7 @@ def test_the_tier_strategies_read_the_budget_of_the_tier_set_in_use(monkeypatch)
         monkeypatch.setenv(tier_strategies.BUDGET_ENV, "")
         assert tier_strategies.settings().dram_budget == tier_strategies.DEFAULT_DRAM_BUDGET
         monkeypatch.setenv(tier_strategies.BUDGET_ENV, "lots")
-        with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is bytes per backend .* got 'lots'"):
+        with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is a whole number >= 0 .* got 'lots'"):
             tier_strategies.settings()
         assert tier_strategies.configure(4096).dram_budget == 4096  # configured: the environment is not read
         assert tier_strategies.settings().dram_budget == 4096

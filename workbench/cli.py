@@ -458,12 +458,18 @@ def _settings(args: argparse.Namespace) -> int:
     from workbench import settings
 
     rows = settings.described()
+    invalid = [row["name"] for row in rows if row["error"]]
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    for row in rows:
-        value = "(not set)" if row["value"] is None else repr(row["value"])
-        print(f"{row['name']} = {value}\n    {row['meaning']}")
+    else:
+        for row in rows:
+            value = "(not set)" if row["value"] is None else repr(row["value"])
+            print(f"{row['name']} = {value}\n    {row['meaning']}")
+            if row["error"]:
+                print(f"    INVALID: {row['error']}")
+    if invalid:
+        print(f"invalid: {', '.join(invalid)}: set them as the lines above say, or unset them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -867,7 +873,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "settings",
-        "every environment variable the workbench reads, what it sets, and its value here",
+        "every environment variable the workbench reads, what it sets, and its value here (exits 1 if one is invalid)",
         _settings,
         (arg("--json", action="store_true"),),
     ),

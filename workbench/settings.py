@@ -9,13 +9,20 @@ where it runs. No other module of the package reads ``os.environ``, and none wri
 :func:`export`, for the variables another library reads when it is first imported (numba's cache
 directory and its CUDA simulator). ``tests/test_settings.py`` checks both.
 
+A value that is more than text is read here too, by the function of its kind, wherever it is read:
+:func:`whole_number` and :func:`byte_amount` (the digits 0-9 alone) and :func:`flag`. :data:`CHECKS`
+names the one each variable is read with, and :func:`described` (``workbench settings``) says with it
+why a value is invalid.
+
 This module imports nothing of the workbench, so every layer (the kernels included) may use it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -133,19 +140,97 @@ def now(name: str, default: str = "") -> str:
     return os.environ.get(name, "").strip() or default
 
 
+# -- values: each kind of value a setting holds, read one way wherever it is read ------------------------------
+LARGEST_COUNT = 2**63 - 1  # the largest count (of bytes) the kernel and numpy hold: a signed 64-bit integer
+_AMOUNT = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*(?P<unit>[A-Za-z]*)")
+_YES, _NO = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+
+
+def whole_number(name: str, text: str, least: int = 0) -> int:
+    """The value ``text`` of setting ``name`` as a whole number >= ``least``, written in the digits 0-9
+    (blanks around it aside). Python's ``int()`` also reads other scripts' digits ('١٢' is 12), a sign
+    and underscores: a ``ValueError`` naming the setting for those and for anything else."""
+    value = text.strip()
+    if not (value.isascii() and value.isdigit()) or int(value) < least:
+        raise ValueError(f"${name} is a whole number >= {least} written in the digits 0-9, got {text!r}")
+    if int(value) > LARGEST_COUNT:
+        raise ValueError(f"${name} is at most {LARGEST_COUNT} (a 64-bit count), got {text!r}")
+    return int(value)
+
+
+def byte_amount(name: str, text: str) -> int:
+    """The value ``text`` of setting ``name`` as bytes > 0: a number in the digits 0-9 with a unit (``4GiB``,
+    ``500MB``, ``1.5GiB``) or whole bytes (``1048576``). A ``ValueError`` naming the setting for anything
+    else: words, other scripts' digits, a fraction of a byte ('1.5'), more than a 64-bit count."""
+    value = text.strip()
+    match = _AMOUNT.fullmatch(value)
+    amount = 0
+    if match is not None and (match["unit"] or float(match["number"]).is_integer()):
+        from dask.utils import parse_bytes  # the units Dask reads a memory limit with
+
+        try:
+            amount = parse_bytes(value)
+        except (ValueError, OverflowError):  # an unknown unit; a number past a float's range
+            amount = 0
+    if not 0 < amount <= LARGEST_COUNT:
+        raise ValueError(
+            f"${name} is an amount of memory: digits 0-9 and a unit (e.g. '4GiB', '500MB') or whole bytes, got {text!r}"
+        )
+    return amount
+
+
+def flag(name: str, text: str, default: bool) -> bool:
+    """The value ``text`` of setting ``name`` as yes (1, true, on, yes) or no (0, false, off, no), any
+    case; ``default`` when it is blank. A ``ValueError`` naming the setting for anything else."""
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in _YES or value in _NO:
+        return value in _YES
+    raise ValueError(f"${name} is 1 (or true, on, yes) or 0 (or false, off, no), got {text!r}")
+
+
+# How `workbench settings` checks a value: the reader of each variable that is more than text (a
+# number, an amount, a flag) reads it with one of the functions above, and this names which.
+CHECKS: dict[str, Callable[[str, str], object]] = {
+    SLURM_PREFIX + "JOBS": functools.partial(whole_number, least=1),
+    SLURM_PREFIX + "CORES": functools.partial(whole_number, least=1),
+    SLURM_PREFIX + "MEMORY": byte_amount,
+    MAX_MEMORY: byte_amount,
+    DRAM_BUDGET: whole_number,
+    GPU_BYTES: byte_amount,
+    TLS: functools.partial(flag, default=True),
+}
+
+
+def problem(name: str, value: str | None) -> str | None:
+    """Why ``value`` is not a value of setting ``name`` (its check in :data:`CHECKS`); None when it is one,
+    is unset or blank (the default then), or ``name`` has no check."""
+    check = CHECKS.get(name)
+    if check is None or value is None or not value.strip():
+        return None
+    try:
+        check(name, value)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def described(settings: Settings | None = None) -> list[dict[str, str | None]]:
-    """Every variable of :data:`NAMES` with what it sets and its value in ``settings`` (default: the
-    environment now; None where unset; the Slurm family as the variables of it that are set)."""
+    """Every variable of :data:`NAMES` with what it sets, its value in ``settings`` (default: the
+    environment now; None where unset; the Slurm family as the variables of it that are set) and
+    ``error``: why that value is invalid (:func:`problem`), None when it is not."""
     settings = settings or Settings.read()
     rows: list[dict[str, str | None]] = []
     for name, meaning in NAMES.items():
         if name.endswith("<FIELD>"):
             given = settings.prefixed(name.removesuffix("<FIELD>"))
-            rows.append(
-                {"name": name, "meaning": meaning, "value": " ".join(f"{k}={v}" for k, v in given.items()) or None}
-            )
+            value = " ".join(f"{k}={v}" for k, v in given.items()) or None
+            errors = [why for k, v in given.items() if (why := problem(k, v))]
         else:
-            rows.append({"name": name, "meaning": meaning, "value": settings.given(name)})
+            value = settings.given(name)
+            errors = [why] if (why := problem(name, value)) else []
+        rows.append({"name": name, "meaning": meaning, "value": value, "error": "; ".join(errors) or None})
     return rows
 
 

@@ -82,17 +82,13 @@ def _limit_from(text: str | None) -> int | None:
     text = settings_names.now(GPU_BYTES_ENV) if text is None else text
     if not text:
         return None
-    from dask.utils import parse_bytes
-
     try:
-        limit = int(parse_bytes(text))
-    except (ValueError, TypeError, OverflowError):  # OverflowError: a float beyond float64 (1e400), infinite
-        limit = -1
-    if limit <= 0:
+        limit = settings_names.byte_amount(GPU_BYTES_ENV, text)  # what `workbench settings` checks it with
+    except ValueError:
         raise TierError(
             f"${GPU_BYTES_ENV}={text!r} is not a size: give bytes (such as 2GiB or 500MB), or unset it to use "
             "the device's free memory"
-        )
+        ) from None
     return limit
 
 

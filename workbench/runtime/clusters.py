@@ -93,12 +93,7 @@ def worker_env(threads_per_worker: int, settings: Settings) -> dict[str, str]:
 
 def tls_wanted(settings: Settings) -> bool:
     """Whether a cluster the workbench starts talks TLS: yes unless ``$WORKBENCH_TLS`` is 0, false, off or no."""
-    value = settings.get(TLS_ENV).lower()
-    if value in ("0", "false", "off", "no"):
-        return False
-    if value not in ("", "1", "true", "on", "yes"):
-        raise ValueError(f"${TLS_ENV} is 1 (TLS, the default) or 0 (plain TCP), got {settings.given(TLS_ENV)!r}")
-    return True
+    return settings_names.flag(TLS_ENV, settings.get(TLS_ENV), default=True)
 
 
 def _temporary_security() -> Security:
@@ -195,12 +190,7 @@ def amount_of_memory(value: object) -> int:
 def max_memory(settings: Settings) -> int | None:
     """The per-learner memory cap in bytes, from ``$WORKBENCH_MAX_MEMORY`` (None: no cap)."""
     text = settings.get(MAX_MEMORY_ENV)
-    if not text:
-        return None
-    cap = amount_of_memory(text)
-    if cap <= 0:
-        raise ValueError(f"${MAX_MEMORY_ENV}={text!r} is not an amount of memory: give bytes or e.g. '4GiB'")
-    return cap
+    return settings_names.byte_amount(MAX_MEMORY_ENV, text) if text else None
 
 
 def one_line(setting: str, value: object) -> None:
@@ -272,11 +262,10 @@ class SlurmOptions:
                 known = ", ".join(SLURM_ENV_PREFIX + n for n in names)
                 raise ValueError(f"${key} is not a Slurm setting of the workbench; the settings are {known}")
             if name in ("jobs", "cores"):
-                try:
-                    given[name] = int(value)
-                except ValueError:
-                    raise ValueError(f"${key} must be a whole number, got {value!r}") from None
+                given[name] = settings_names.whole_number(key, value, least=1)
             else:
+                if name == "memory":
+                    settings_names.byte_amount(key, value)  # checked as every amount setting is; sbatch takes the text
                 one_line(f"${key}", value.strip())  # named as it was set (shlex.split would hide a line break)
                 given[name] = _split(key, value) if name == "directives" else value.strip()
         return cls(**given)

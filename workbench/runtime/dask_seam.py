@@ -91,7 +91,8 @@ USES: tuple[Use, ...] = (
     Use(
         "sync and rpc",
         "Client.sync, Client.rpc, Client.scheduler, Worker.rpc, Worker.scheduler, Worker.loop, "
-        "distributed.utils.sync, Cluster.sync, the scheduler's identity handler",
+        "distributed.utils.sync, Cluster.sync, the scheduler's identity handler, ConnectionPool.connection_args, "
+        "distributed.comm.addressing.parse_host_port",
         r"distributed\.utils\b|\.rpc\b|(client|cluster)\.sync\b|scheduler\.identity\b|worker\.(loop|scheduler)\b"
         r"|client\.scheduler\b",
     ),
@@ -420,11 +421,57 @@ def scheduler_identity(client: Any, timeout: float) -> dict[str, Any]:
     return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
 
 
+WORKERS_LISTED = "give a worker's address as the scheduler lists them (session.client.scheduler_info()['workers'])"
+
+
+def address_problem(connection_args: Mapping[str, Any], address: str) -> str | None:
+    """Why an end with ``connection_args`` (its rpc pool's: ``Client.rpc.connection_args``) cannot connect
+    to ``address``, and what to check; None when it can try. Dask says it only when it connects, with a
+    ``ValueError`` (a garbled address), a ``TypeError`` (TLS without credentials) or a ``RuntimeError``
+    (plain TCP where encryption is required)."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as error:
+        return f"{address!r} is not an address of a worker ({error}): {WORKERS_LISTED}"
+    encrypted = scheme in ("tls", "wss")
+    if encrypted and connection_args.get("ssl_context") is None:
+        return f"{address} is a TLS address, and this cluster talks plain TCP: {WORKERS_LISTED}"
+    if scheme in ("tcp", "ws") and connection_args.get("require_encryption"):
+        return f"{address} is a plain-TCP address, and this cluster talks TLS only: {WORKERS_LISTED}"
+    return None
+
+
+def _checked_rpc(pool: Callable[[], Any]) -> Callable[[str], Any]:
+    """The rpc pool ``pool()`` as a function of an address that raises ``ConnectionError`` (an
+    ``OSError``: an unreachable address) saying what to check for one it cannot connect to:
+    ``ConnectionPool.connection_args``. An address that passed is not checked again (a set lookup per
+    message: a cluster's workers are few, and its pool's connection arguments stay what they are)."""
+    passed: set[str] = set()
+
+    def rpc(address: str) -> Any:
+        if address not in passed:
+            problem = address_problem(pool().connection_args, address)
+            if problem is not None:
+                raise ConnectionError(problem)
+            passed.add(address)
+        return pool()(address)
+
+    return rpc
+
+
 def client_link(client: Any) -> tuple[Callable[[], Any], Callable[[str], Any], Callable[..., Any]]:
     """How a client's thread sends handler messages: the scheduler's rpc (asked anew each time: a client's
-    may be replaced), an rpc to an address, and a runner of a coroutine function to its end:
-    ``Client.scheduler``, ``Client.rpc``, ``Client.sync``. The store's link is made of these."""
-    return (lambda: client.scheduler), client.rpc, client.sync
+    may be replaced), an rpc to an address (a ``ConnectionError`` saying what to check for an address
+    the client cannot connect to), and a runner of a coroutine function to its end: ``Client.scheduler``,
+    ``Client.rpc``, ``Client.sync``. The store's link is made of these."""
+    return (lambda: client.scheduler), _checked_rpc(lambda: client.rpc), client.sync
 
 
 def worker_link(worker: Any) -> tuple[Callable[[], Any], Callable[[str], Any], Callable[..., Any]]:
@@ -432,7 +479,7 @@ def worker_link(worker: Any) -> tuple[Callable[[], Any], Callable[[str], Any], C
     ``Worker.rpc``, and ``distributed.utils.sync`` on ``Worker.loop``."""
     from distributed.utils import sync
 
-    return (lambda: worker.scheduler), (lambda address: worker.rpc(address)), (lambda f: sync(worker.loop, f))
+    return (lambda: worker.scheduler), _checked_rpc(lambda: worker.rpc), (lambda f: sync(worker.loop, f))
 
 
 def run_on_cluster_loop(cluster: Any, function: Callable[[], Awaitable[Any]], timeout: float) -> Any:

@@ -35,7 +35,7 @@ def op_put(backend: StoreBackend, oid: str, version: int, obj: Any, announce: bo
 
 @backend_op()
 def op_put_many(
-    backend: StoreBackend, keys: list[list[Any]], data: bytes, buffers: list[Any], nbytes: list[int] | None = None
+    backend: StoreBackend, keys: list[tuple[str, int]], data: bytes, buffers: list[Any], nbytes: list[int] | None = None
 ) -> int:
     """Take a batch of new objects, one message for all (:meth:`ObjectTable.put_many`)."""
     return backend.table.put_many(keys, data, buffers, nbytes)
@@ -48,7 +48,7 @@ def op_drop(backend: StoreBackend, oid: str, version: int) -> bool:
 
 
 @backend_op(resend=True)
-def op_drop_many(backend: StoreBackend, keys: list[list[Any]]) -> int:
+def op_drop_many(backend: StoreBackend, keys: list[tuple[str, int]]) -> int:
     """Forget a batch of objects here (a batch that failed elsewhere); how many were held."""
     return backend.table.drop_many(keys)
 
@@ -98,14 +98,14 @@ def op_place(backend: StoreBackend, oid: str, version: int, tier: str, reason: s
 
 @backend_op()
 def op_place_many(
-    backend: StoreBackend, keys: list[list[Any]], tier: str, reason: str = ""
+    backend: StoreBackend, keys: list[tuple[str, int]], tier: str, reason: str = ""
 ) -> dict[str, list[list[Any]]]:
     """Place a batch of objects held here, all or nothing (:meth:`TierPlacement.place_many`)."""
     return backend.placing.place_many(keys, tier, reason)
 
 
 @backend_op()
-def op_unplace_many(backend: StoreBackend, placed: list[list[Any]], tier: str) -> int:
+def op_unplace_many(backend: StoreBackend, placed: list[tuple[str, int, str]], tier: str) -> int:
     """Put objects placed by :func:`op_place_many` back on the tiers they were on; how many went back."""
     return backend.placing.unplace(placed, tier)
 
@@ -117,7 +117,7 @@ def op_cool(backend: StoreBackend, oid: str, version: int) -> list[dict[str, Any
 
 
 @backend_op(resend=True)
-def op_cool_many(backend: StoreBackend, keys: list[list[Any]]) -> list[dict[str, Any]]:
+def op_cool_many(backend: StoreBackend, keys: list[tuple[str, int]]) -> list[dict[str, Any]]:
     """:func:`op_cool` for a batch of objects held here; every eviction."""
     return backend.placing.cool_many(keys)
 

@@ -59,6 +59,12 @@ def release_stuck_calls(scheduler: Any) -> list[str]:
 DELETE_OBJECT = "DELETE FROM objects WHERE oid=? AND version=?"
 
 
+def _check_count(operation: str, n: int) -> None:
+    """A ``ValueError`` for a count of backends below 0 (it would answer none, or turn the round robin back)."""
+    if n < 0:
+        raise ValueError(f"the store catalogue's {operation!r} takes n, a count of backends >= 0, got {n!r}")
+
+
 class StoreCatalogue(SchedulerPlugin):
     """Scheduler-side catalogue of the store, kept in ``directory/catalogue.sqlite``."""
 
@@ -171,6 +177,7 @@ class StoreCatalogue(SchedulerPlugin):
     @catalogue_op()
     def op_backends(self, n: int = 1, exclude: list[str] | None = None) -> list[str]:
         """``n`` backends in round-robin order (skipping ``exclude`` when others exist)."""
+        _check_count("backends", n)
         workers = self._live_workers()
         if not workers:
             raise RuntimeError("the cluster has no workers: the store has no backend to place objects on")
@@ -184,12 +191,13 @@ class StoreCatalogue(SchedulerPlugin):
         """The backends and where ``n`` placements start in their round-robin order (the caller
         places object ``i`` on ``workers[(start + i) % len(workers)]``): the answer to ``backends(n)``
         without a list of ``n`` addresses."""
+        _check_count("turn", n)
         workers = self._live_workers()
         if not workers:
             raise RuntimeError("the cluster has no workers: the store has no backend to place objects on")
         candidates = [w for w in workers if w not in set(exclude or ())] or workers
         start = self._turn
-        self._turn += int(n)
+        self._turn += n
         return {"workers": candidates, "start": start}
 
     @catalogue_op()
@@ -289,7 +297,7 @@ class StoreCatalogue(SchedulerPlugin):
         self._commit([("INSERT OR REPLACE INTO aliases VALUES (?,?)", (alias, oid))])
 
     @catalogue_op(resend=True)
-    def op_records(self, refs: list[list[Any]]) -> list[dict[str, Any]]:
+    def op_records(self, refs: list[tuple[str, int | None]]) -> list[dict[str, Any]]:
         """For each ``[oid, version or None]``: its :class:`Record` with live locations, or why it is
         :class:`Missing` (as message parts)."""
         live = set(worker_addresses(self.scheduler))

@@ -55,6 +55,21 @@ T = TypeVar("T")
 FIRST_PAUSE, LONGEST_PAUSE = 0.001, 0.1  # seconds between tries of retrying(): doubling from the first
 
 
+def _seconds(op: Operation, timeout: object) -> float | None:
+    """``timeout``, the seconds a message of ``op`` may wait, checked: None (the link's), or a number > 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"{op.end}'s {op.name!r} takes timeout: seconds > 0 or None, got {type(timeout).__name__} {timeout!r}"
+        )
+    if not timeout > 0:  # nan too
+        raise ValueError(
+            f"{op.end}'s {op.name!r} takes timeout: seconds > 0 or None, got {type(timeout).__name__} {timeout!r}"
+        )
+    return float(timeout)
+
+
 class Link:
     """One end's way to the store's plugins: the catalogue, the backends, and the rules above.
 
@@ -111,7 +126,7 @@ class Link:
         arguments = message(op, End.CATALOGUE, kwargs)
         reply = await asyncio.wait_for(self._scheduler().workbench_store(action=op.name, **arguments), self.timeout)
         try:
-            return unpack_reply(reply, "the scheduler")
+            return op.answered(unpack_reply(reply, "the scheduler"), "the scheduler")
         except KeyError as error:
             if op is StoreCatalogue.op_alias:
                 raise UnknownAlias(error.args[0] if error.args else str(error)) from None
@@ -153,22 +168,25 @@ class Link:
         """The one error for a backend that did not answer ``op`` (timed out, or its connection failed),
         saying whether ``op`` may be sent again (its definition's ``resend``)."""
         again = "it may be sent again" if op.resend else "it may have run there: look before sending it again"
+        why = str(error) or "no answer within the timeout"  # asyncio's TimeoutError says nothing
         return BackendUnreachable(
-            f"backend {address} did not answer {op.name!r} ({type(error).__name__}: {error}); {again}"
+            f"backend {address} did not answer {op.name!r} ({type(error).__name__}: {why}); {again}"
         )
 
     def backend(self, address: str, op: Operation, timeout: float | None = None, **kwargs: Any) -> Any:
         """One operation (a function decorated with ``backend_op``, such as ``backend_ops.op_get``) on
         the backend at ``address``, its arguments checked before it is sent, waiting at most ``timeout``
-        seconds (default: the link's). Errors of the operation itself (a method's exception) are raised as they are; a
-        backend that does not answer raises ``BackendUnreachable``."""
+        seconds (default: the link's; a ``TypeError`` or ``ValueError`` for one that is not seconds > 0),
+        its reply checked against the operation's reply type. Errors of the operation itself (a method's
+        exception) are raised as they are; a backend that does not answer raises ``BackendUnreachable``."""
         self._check_open()
         arguments = message(op, End.BACKEND, kwargs)
+        timeout = _seconds(op, timeout)
         try:
             reply = self._run(lambda: self._backend_reply(address, op, timeout, arguments))
         except (TimeoutError, OSError) as error:
             raise self._unreachable(address, op, error) from error
-        return unpack_reply(reply, f"backend {address}")
+        return op.answered(unpack_reply(reply, f"backend {address}"), f"backend {address}")
 
     def backends_together(
         self, op: Operation, messages: Mapping[str, Mapping[str, Any]]
@@ -193,7 +211,7 @@ class Link:
             try:
                 if isinstance(reply, BaseException):
                     raise reply
-                results[address] = unpack_reply(reply, f"backend {address}")
+                results[address] = op.answered(unpack_reply(reply, f"backend {address}"), f"backend {address}")
             except Exception as error:
                 errors[address] = error
         return results, errors

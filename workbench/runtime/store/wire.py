@@ -10,7 +10,8 @@ makes it an :class:`Operation`, and that one definition says all of it:
   and again where it arrives (a message with an argument missing, unknown or of the wrong type is
   refused with a ``TypeError`` that names it; an operation the end does not have, with a
   ``ValueError`` listing the ones it has);
-* its reply: the handler's return annotation;
+* its reply: the handler's return annotation, checked where the reply arrives (a reply of another type
+  is refused with a ``TypeError`` naming the operation and the end that sent it);
 * its thread pool (:class:`Pool`): where the receiving end runs it;
 * whether it may be re-sent (``resend``): running it twice does what running it once does, so a
   caller that got no reply may send it again (the error of an unanswered message says which);
@@ -77,6 +78,7 @@ class Operation:
     handler: Callable[..., Any]
     arguments: tuple[Argument, ...]
     reply: str
+    answers: Check = field(repr=False)
     pool: Pool
     resend: bool
 
@@ -86,7 +88,7 @@ class Operation:
 
     @property
     def summary(self) -> str:
-        """The operation as a signature: ``get(oid: str, version: int) -> SendLocked``."""
+        """The operation as a signature: ``get(oid: str, version: int) -> Any``."""
         parts = [f"{a.name}: {a.annotation}{'' if a.required else ' = ...'}" for a in self.arguments]
         return f"{self.name}({', '.join(parts)}) -> {self.reply}"
 
@@ -114,6 +116,16 @@ class Operation:
                     f"got {type(value).__name__} {_short(value)}"
                 )
         return dict(message)
+
+    def answered(self, reply: Any, where: str) -> Any:
+        """``reply``, the result ``where`` (the end, as errors name it) sent back for this operation,
+        checked against its reply type: a ``TypeError`` naming the operation for a reply of another."""
+        if not self.answers(reply):
+            raise TypeError(
+                f"{where} answered {self.name!r} with {type(reply).__name__} {_short(reply)}, not {self.reply}: "
+                "its end runs other code than this one (both ends of a cluster import the same workbench)"
+            )
+        return reply
 
 
 class Operations:
@@ -197,22 +209,27 @@ def _define(operations: Operations, handler: Callable[..., Any], pool: Pool, res
         accepts = _accepts(hints[parameter.name])
         arguments.append(Argument(parameter.name, annotation, parameter.default is parameter.empty, accepts))
     returns = inspect.signature(handler).return_annotation
+    if returns is inspect.Signature.empty:
+        raise TypeError(f"{_where(handler)}: an operation's reply has a type annotation (-> None if it has none)")
     reply = "None" if returns is None else returns if isinstance(returns, str) else _text(returns)
-    operation = Operation(operations.end, name, handler, tuple(arguments), reply, pool, resend)
+    answers = _accepts(hints["return"])
+    operation = Operation(operations.end, name, handler, tuple(arguments), reply, answers, pool, resend)
     functools.update_wrapper(operation, handler, updated=())  # __doc__, __name__, __module__ for readers
     operations.add(operation)
     return operation
 
 
 def _hints(handler: Callable[..., Any]) -> dict[str, Any]:
-    """The handler's argument annotations evaluated (its return annotation is kept as written: it may
-    name a type its module imports for annotations only)."""
+    """The handler's argument annotations and its return annotation (``"return"``), evaluated: each
+    names a type of the wire (what its module imports for annotations only cannot be one)."""
+    signature = inspect.signature(handler)
+    written = {name: p.annotation for name, p in list(signature.parameters.items())[1:]}
+    written["return"] = signature.return_annotation
     hints: dict[str, Any] = {}
-    for name, annotation in list(inspect.signature(handler).parameters.items())[1:]:
-        written = annotation.annotation
-        if written is inspect.Parameter.empty:
+    for name, annotation in written.items():
+        if annotation is inspect.Parameter.empty:
             continue
-        hints[name] = eval(written, handler.__globals__) if isinstance(written, str) else written  # noqa: S307
+        hints[name] = eval(annotation, handler.__globals__) if isinstance(annotation, str) else annotation  # noqa: S307
     return hints
 
 
@@ -225,26 +242,57 @@ def _accepts(annotation: Any) -> Check:
         return lambda value: value is None
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        options = [_accepts(option) for option in typing.get_args(annotation)]
-        return lambda value: any(accepts(value) for accepts in options)
+        return functools.partial(_any_option, tuple(_accepts(option) for option in typing.get_args(annotation)))
     kind = origin or annotation
     if kind is bool:
         return lambda value: isinstance(value, bool)
-    if kind is int:
-        return lambda value: isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is int:  # an int first: the check runs per item of a batch's keys
+        return lambda value: type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
     if kind is float:
         return lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind is list:  # and each item of its type: refs=["ab"] would be read as oid "a", version "b"
-        (item,) = typing.get_args(annotation) or (Any,)
-        accepts_item = _accepts(item)
-        return lambda value: isinstance(value, (list, tuple)) and all(accepts_item(v) for v in value)
+    args = typing.get_args(annotation)
+    if kind is list or (kind is tuple and (not args or args[1:] == (...,))):
+        # and each item of its type: refs=["ab"] would be read as oid "a", version "b"
+        (item,) = args[:1] or (Any,)
+        return functools.partial(_all_items, _accepts(item))
+    if kind is tuple:  # a fixed number of items, each of its own type: refs=[["x"]] is not a [oid, version]
+        return functools.partial(_each_item, tuple(_accepts(item) for item in args))
     if kind is bytes:
         return lambda value: isinstance(value, (bytes, bytearray, memoryview))
     if isinstance(kind, type):
         return lambda value: isinstance(value, kind)
     raise TypeError(
-        f"an operation's argument is of a plain type (str, int, list[...], X | None, Any), not {annotation!r}"
+        f"an operation's argument or reply is of a plain type (str, int, list[...], tuple[...], X | None, Any), "
+        f"not {annotation!r}"
     )
+
+
+def _any_option(options: tuple[Check, ...], value: Any) -> bool:
+    """Whether one check of ``options`` takes ``value`` (a loop, not ``any()``: it runs per item of a batch)."""
+    for accepts in options:
+        if accepts(value):
+            return True
+    return False
+
+
+def _all_items(accepts: Check, value: Any) -> bool:
+    """Whether ``value`` is a list (or tuple) whose every item ``accepts`` takes (a loop: a batch's keys)."""
+    if not isinstance(value, (list, tuple)):
+        return False
+    for item in value:
+        if not accepts(item):
+            return False
+    return True
+
+
+def _each_item(accepts: tuple[Check, ...], value: Any) -> bool:
+    """Whether ``value`` is a list (or tuple) of one item per check of ``accepts``, each taken by its own."""
+    if not isinstance(value, (list, tuple)) or len(value) != len(accepts):
+        return False
+    for check, item in zip(accepts, value):
+        if not check(item):
+            return False
+    return True
 
 
 def _text(annotation: Any) -> str:

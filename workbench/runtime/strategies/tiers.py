@@ -69,12 +69,7 @@ def settings() -> TierSettings:
     if held.dram_budget is not None:
         return TierSettings(held.dram_budget)
     value = held.setting(BUDGET_ENV)
-    if not value:
-        return TierSettings(DEFAULT_DRAM_BUDGET)
-    try:
-        return TierSettings(_checked(int(value), f"${BUDGET_ENV}"))
-    except ValueError:
-        raise ValueError(f"${BUDGET_ENV} is bytes per backend (an int >= 0), got {value!r}") from None
+    return TierSettings(settings_names.whole_number(BUDGET_ENV, value) if value else DEFAULT_DRAM_BUDGET)
 
 
 def configure(dram_budget: int) -> TierSettings:
