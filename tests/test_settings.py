@@ -172,10 +172,11 @@ def test_numbers_in_settings_are_read_in_the_digits_0_9_alone(monkeypatch):
     with pytest.raises(ValueError, match=r"\$WORKBENCH_MAX_MEMORY is an amount of memory.*got '١GiB'"):
         clusters.max_memory(Settings({settings.MAX_MEMORY: "١GiB"}))
     assert clusters.max_memory(Settings({settings.MAX_MEMORY: "1.5GiB"})) == 3 * 2**29
-    monkeypatch.setattr(tier_strategies, "_configured", None)
-    monkeypatch.setenv(settings.DRAM_BUDGET, "١٢")
-    with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is a whole number >= 0 .*got '١٢'"):
-        tier_strategies.settings()
+    from workbench.memory import tier_set, tiers
+
+    with tier_set.using(tiers.new_set("a test", Settings({settings.DRAM_BUDGET: "١٢"}))):
+        with pytest.raises(ValueError, match=r"\$WORKBENCH_DRAM_BUDGET is a whole number >= 0 .*got '١٢'"):
+            tier_strategies.settings()
 
 
 def test_workbench_settings_says_which_values_are_invalid_and_why(monkeypatch, capsys):
