@@ -10,14 +10,16 @@ says so, and every crossing is counted (:attr:`DeviceMemory.transfers`):
   the host pays for them, every time; :attr:`GpuArray.device` is the array itself, for kernels.
 
 **When the device is full.** The tier's limit is ``$WORKBENCH_GPU_BYTES`` when set, else what the
-device has free plus what this process already holds there (under numba's simulator, which has no
+device has free plus what this tier set already holds there (under numba's simulator, which has no
 device memory, the host's available memory). A placement over it is a :class:`TierError` that says
 how much is held, by which arrays, and what to do; the device's own out-of-memory error is one too.
 Nothing is spilled to the host behind the caller's back: moving an array off the device is a
 ``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead).
 
-The arrays are this process's (a CUDA context belongs to one process, as ``dram``'s arrays do): named
-in :data:`DEVICE`, freed by ``tiers.free``. :class:`GpuTier` is the tier itself (in the registry of
+The arrays are a tier set's (:mod:`workbench.memory.tier_set`: a session's in its kernel, the
+process's elsewhere; a CUDA context belongs to one process, as ``dram``'s arrays do): named in its
+:class:`DeviceMemory` (``tiers.current().device``; :data:`DEVICE` is the process's set's), freed by
+``tiers.free`` or with the set. :class:`GpuTier` is the tier itself (in the registry of
 :mod:`workbench.memory.tiers`). numba is imported on first use, never at import time.
 Under ``NUMBA_ENABLE_CUDASIM=1`` the tier runs in numba's CUDA simulator (how CI, which has no GPU,
 tests it): the same placement rules and counts; its times mean nothing.
@@ -132,7 +134,7 @@ class DeviceMemory:
 
     @contextlib.contextmanager
     def capped(self, nbytes: int) -> Iterator[int]:
-        """Within the block, the tier holds at most ``nbytes`` in this process, whatever
+        """Within the block, the tier holds at most ``nbytes`` in this tier set, whatever
         ``$WORKBENCH_GPU_BYTES`` says (a lesson's full device); the limit before comes back after it."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
             raise TierError(f"a device limit is a positive number of bytes, got {nbytes!r}")
@@ -149,7 +151,7 @@ class DeviceMemory:
 
     def limit(self) -> int:
         """Bytes the tier may hold: ``$WORKBENCH_GPU_BYTES``, else the device's free memory plus what
-        this process holds (the simulator: the host's available memory); within :meth:`capped`, its cap."""
+        this tier set holds (the simulator: the host's available memory); within :meth:`capped`, its cap."""
         if self._caps:
             return self._caps[-1]
         configured = _limit_from(self.settings.get(GPU_BYTES_ENV) if self.settings is not None else None)
@@ -239,12 +241,12 @@ class DeviceMemory:
         return device
 
     def get(self, name: str) -> Any:
-        """The device array named ``name``; a :class:`TierError` if there is none in this process."""
+        """The device array named ``name``; a :class:`TierError` if there is none in this tier set."""
         with self.lock:
             if name not in self.arrays:
                 raise TierError(
-                    f"no gpu array {name!r} in this process: device memory is this process's own and does not "
-                    "survive a restart; list them with tiers.names('gpu')"
+                    f"no gpu array {name!r} in this process (in this tier set: a session's arrays are its own): "
+                    "device memory is this process's and does not survive a restart; list them with tiers.names('gpu')"
                 )
             return self.arrays[name]
 
@@ -292,7 +294,7 @@ class GpuArray(TierArray):
 
 
 class GpuTier(Tier):
-    """The ``gpu`` tier: device arrays of this process, every copy across the bus counted."""
+    """The ``gpu`` tier: device arrays of a tier set, every copy across the bus counted."""
 
     name = "gpu"
     process_local = True
@@ -314,7 +316,7 @@ class GpuTier(Tier):
         return GpuArray(name, held.device.put(name, array, replace), held.device)
 
     def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> GpuArray:
-        """The device array this process placed under ``name``."""
+        """The device array placed in ``held`` under ``name``."""
         return GpuArray(name, held.device.get(name), held.device)
 
     def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
@@ -322,7 +324,7 @@ class GpuTier(Tier):
         return held.device.pop(name)
 
     def names(self, *, directory: Path | None, held: TierSet) -> list[str]:
-        """The device arrays this process holds."""
+        """The device arrays ``held`` holds."""
         return held.device.names()
 
     def adopt(self, name: str, array: Any, *, held: TierSet) -> GpuArray:

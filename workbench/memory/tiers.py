@@ -296,7 +296,7 @@ def device_read_bytes() -> int | None:
 
 
 class DramArray(TierArray):
-    """In process memory, named in this process only; not persistent."""
+    """In process memory, named in one tier set of this process only; not persistent."""
 
     tier = "dram"
 
