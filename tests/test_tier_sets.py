@@ -79,6 +79,19 @@ def test_deactivating_brings_back_the_set_in_use_before_if_still_open(two_sets):
         assert tiers.current() is before
 
 
+def test_a_set_closed_in_another_thread_gives_way_to_the_one_it_was_activated_over(two_sets):
+    a, b = two_sets  # two sessions started in a notebook, the later one closed at the kernel's shutdown or by a thread
+    with contextlib.ExitStack() as undo:
+        undo.callback(tier_set.deactivate, a)
+        undo.callback(tier_set.deactivate, b)
+        tier_set.activate(a)
+        tier_set.activate(b)
+        thread = threading.Thread(target=lambda: (b.close(), tier_set.deactivate(b)))
+        thread.start()
+        thread.join(timeout=30)
+        assert tiers.current() is a  # not the process's: a is still open and was in use under b
+
+
 def test_a_thread_starts_with_the_process_set_and_a_wrong_held_is_a_type_error(two_sets):
     a, _ = two_sets
     seen = []
@@ -140,7 +153,10 @@ class TierSetMachine(RuleBasedStateMachine):
         self.before: dict[int, tier_set.TierSet | None] = {}
 
     def _expected_in_use(self) -> tier_set.TierSet:
-        return self.in_use if self.in_use is not None and not self.in_use.closed else self.base
+        held = self.in_use  # a closed one gives way to the last still open it was activated over
+        while held is not None and held.closed:
+            held = self.before.get(id(held))
+        return held if held is not None else self.base
 
     @rule(target=sets)
     def make(self):
