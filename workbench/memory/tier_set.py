@@ -21,8 +21,9 @@ Who owns a set:
 Which set is in use is a :class:`contextvars.ContextVar`: a session's set is in use in the context that
 started it (a notebook's cells share one), a thread begins with none (the process's), and a block
 under :func:`using` changes it for that block only. A closed set is never in use: code that still
-names it gets the process's. This module imports nothing of the tiers: the cache and the device
-memory are made by :mod:`workbench.memory.tiers` (``tiers.new_set``) and kept here as they are given.
+names it gets the last still open set it was activated over, else the process's. This module imports
+nothing of the tiers: the cache and the device memory are made by :mod:`workbench.memory.tiers`
+(``tiers.new_set``) and kept here as they are given.
 """
 
 from __future__ import annotations
@@ -97,9 +98,13 @@ _ACTIVE: contextvars.ContextVar[TierSet | None] = contextvars.ContextVar("workbe
 
 
 def active() -> TierSet | None:
-    """The tier set in use in this context, or None (the process's is used): a closed one is not."""
+    """The tier set in use in this context, or None (the process's is used). A closed one is not: the
+    last still open of those it was activated over is (a session closed from another thread, or at
+    the kernel's shutdown, cannot deactivate its set in this context)."""
     held = _ACTIVE.get()
-    return held if held is not None and not held.closed else None
+    while held is not None and held.closed:
+        held = held.before
+    return held
 
 
 def activate(held: TierSet) -> None:
