@@ -92,6 +92,16 @@ def test_a_set_closed_in_another_thread_gives_way_to_the_one_it_was_activated_ov
         assert tiers.current() is a  # not the process's: a is still open and was in use under b
 
 
+def test_move_frees_the_array_in_its_own_set_not_one_of_the_same_name_in_another(two_sets, tmp_path):
+    a, b = two_sets
+    in_a = tiers.place("x", np.arange(3), "dram", held=a)
+    tiers.place("x", np.full(3, 9), "dram", held=b)  # another session's array of the same name
+    moved = tiers.move(in_a, "disk", directory=tmp_path, held=b)
+    assert moved.array.tolist() == [0, 1, 2]
+    assert tiers.names("dram", held=a) == []  # moved away from a
+    assert tiers.open_array("x", "dram", held=b).array.tolist() == [9, 9, 9]  # b's own untouched
+
+
 def test_a_thread_starts_with_the_process_set_and_a_wrong_held_is_a_type_error(two_sets):
     a, _ = two_sets
     seen = []
