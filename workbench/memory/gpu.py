@@ -267,10 +267,11 @@ class GpuArray(TierArray):
 
     tier = "gpu"
 
-    def __init__(self, name: str, device: Any, memory: DeviceMemory):
+    def __init__(self, name: str, device: Any, memory: DeviceMemory, held: TierSet | None = None):
         super().__init__(name, None)
         self.device = device
         self.memory = memory
+        self.held = held
 
     @property
     def array(self) -> np.ndarray:
@@ -311,11 +312,11 @@ class GpuTier(Tier):
     ) -> GpuArray:
         """Copy ``array`` (host or device) onto the device under ``name``, within the limit."""
         check_plain(array, f"array {name!r}", self.name)
-        return GpuArray(name, held.device.put(name, array, replace), held.device)
+        return GpuArray(name, held.device.put(name, array, replace), held.device, held)
 
     def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> GpuArray:
         """The device array this process placed under ``name``."""
-        return GpuArray(name, held.device.get(name), held.device)
+        return GpuArray(name, held.device.get(name), held.device, held)
 
     def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget the device array ``name`` (its memory goes with its last reference)."""
@@ -327,4 +328,4 @@ class GpuTier(Tier):
 
     def adopt(self, name: str, array: Any, *, held: TierSet) -> GpuArray:
         """Name the device array ``array`` (a kernel's result: no bytes move) as ``name``, within the limit."""
-        return GpuArray(name, held.device.adopt(name, array), held.device)
+        return GpuArray(name, held.device.adopt(name, array), held.device, held)

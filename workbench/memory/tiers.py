@@ -300,9 +300,10 @@ class DramArray(TierArray):
 
     tier = "dram"
 
-    def __init__(self, name: str, array: np.ndarray):
+    def __init__(self, name: str, array: np.ndarray, held: TierSet | None = None):
         super().__init__(name, None)
         self._array = array
+        self.held = held
 
     @property
     def array(self) -> np.ndarray:
@@ -693,7 +694,7 @@ class DramTier(Tier):
             if name in held.dram and not replace:
                 raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
             held.dram[name] = np.array(array, copy=True, subok=True)
-            return DramArray(name, held.dram[name])
+            return DramArray(name, held.dram[name], held)
 
     def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> DramArray:
         """The placement ``name`` in ``held`` (dram does not survive a restart)."""
@@ -703,7 +704,7 @@ class DramTier(Tier):
                     f"no dram array {name!r} in {held.name}'s tiers: dram does not survive a restart, and "
                     "another session's arrays are its own; tiers.names('dram') lists these"
                 )
-            return DramArray(name, held.dram[name])
+            return DramArray(name, held.dram[name], held)
 
     def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget ``name``."""
@@ -937,7 +938,8 @@ def move(
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
     Another array of that name already on ``tier`` is an error unless ``replace=True``. ``directory`` is
     a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does.
-    ``held``: the tier set both places are in (default: the one in use)."""
+    ``held``: the tier set of the new place (default: the one in use); a ``dram`` or ``gpu`` array is freed
+    in its own set (another session's, say), never one of the same name in ``held``."""
     held = current(held)
     kind = lookup(tier)
     if not kind.file_backed:
@@ -955,7 +957,9 @@ def move(
         )
     data = handle.array  # off the gpu tier: a counted host copy
     new = place(handle.name, data, tier, directory=directory, replace=True, held=held)
-    free(handle.name, handle.tier, directory=handle.directory, held=held)
+    source = handle.held if handle.held is not None else held
+    if not source.closed:  # a closed set's arrays were freed with it
+        lookup(handle.tier).free(handle.name, directory=handle.directory, held=source)
     return new
 
 
