@@ -126,6 +126,23 @@ def test_the_cached_tier_reads_through_the_cache_of_its_set_and_counts_there(two
     tiers.free("c", "cached", directory=tmp_path, held=a)
 
 
+def test_a_cached_copy_held_when_its_set_closes_is_written_back_by_its_handle_and_nothing_is_kept(tmp_path):
+    held = tiers.new_set("a session closing")
+    written = tiers.place("w", np.zeros(4), "cached", directory=tmp_path, held=held)
+    dropped = tiers.place("d", np.zeros(4), "cached", directory=tmp_path, held=held)
+    copy, other = written.array, dropped.array  # copies in the set's DRAM cache, held by the caller
+    copy[:] = 7.0  # changed, not synced yet
+    held.close()
+    written.sync()  # the session is gone; the change still reaches the file
+    assert tiers.open_array("w", "mapped", directory=tmp_path).array.tolist() == [7.0] * 4
+    del other  # the last copy of an entry of a closed cache: the entry goes with it
+    assert held.cache.entries == {} and held.cache.used == 0
+    assert written.array.tolist() == [7.0] * 4 and held.cache.entries == {}  # read in place, no new copy kept
+    del copy
+    for name in ("w", "d"):
+        tiers.free(name, "cached", directory=tmp_path)
+
+
 def test_a_set_reads_its_settings_from_its_snapshot_else_where_it_runs(monkeypatch):
     monkeypatch.setenv(GPU_BYTES_ENV, "3MiB")
     snapshot = tiers.new_set("a session", Settings({GPU_BYTES_ENV: "1MiB", DRAM_BUDGET: "99"}))
