@@ -81,13 +81,14 @@ class TierSet:
     def close(self) -> None:
         """Free what the set holds (its ``dram`` arrays, its device arrays, its cache's copies, dirty
         ones written back first) and take it out of use; safe to call twice. Views callers still hold
-        stay valid until dropped, as after ``tiers.free``."""
+        stay valid until dropped, as after ``tiers.free``; a cached copy a caller holds stays in the
+        cache until its handle's ``sync()`` writes it back or the copy is dropped (``DramCache.close``)."""
         self.closed = True
         with self.dram_lock:
             self.dram.clear()
         for name in self.device.names():
             self.device.pop(name)
-        self.cache.drop()
+        self.cache.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.dram)} dram, {len(self.device.names())} gpu arrays"

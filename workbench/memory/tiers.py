@@ -493,6 +493,7 @@ class DramCache:
         self.used = 0
         self.hits = self.misses = self.bypasses = self.evictions = 0
         self.lock = threading.RLock()
+        self.closed = False  # closed with its tier set: keeps no new copies (see close)
         _CACHES.add(self)
 
     def get(self, placed: CachedArray) -> np.ndarray:
@@ -504,7 +505,7 @@ class DramCache:
                 self.hits += 1
                 return self._hand_out(key)
             nbytes = placed.file_nbytes
-            if nbytes > self.budget:
+            if nbytes > self.budget or self.closed:
                 self.bypasses += 1
                 return placed.mapped.array
             while self.used + nbytes > self.budget and self._evict_oldest(skip_pinned=True):
@@ -523,7 +524,16 @@ class DramCache:
         refs = [r for r in self.handed.get(key, ()) if r() is not None]
         refs.append(weakref.ref(view))
         self.handed[key] = refs
+        if self.closed:
+            weakref.finalize(view, self._release, key)
         return view
+
+    def _release(self, key: str) -> None:
+        """A copy of entry ``key`` of the closed cache went: the entry goes too once none is left
+        (written back if marked dirty; changes never synced are lost, as on any eviction)."""
+        with self.lock:
+            if key in self.entries and not self.pinned(key):
+                self._remove(key)
 
     def pinned(self, key: str) -> bool:
         """Whether a copy of entry ``key`` handed out is still alive (a caller may write into it)."""
@@ -585,6 +595,22 @@ class DramCache:
             for key in keys:
                 if key in self.entries:
                     self._remove(key)
+
+    def close(self) -> None:
+        """Empty the cache for good (its tier set is closing): the entries no caller holds go now,
+        dirty ones written back; one whose copy a caller still holds (and may have written) stays until
+        its handle syncs it (written back) or the last copy is dropped. From now on arrays are used
+        through their mappings in place: no new copy is kept."""
+        with self.lock:
+            self.closed = True
+            for key in list(self.entries):
+                refs = [r for r in self.handed.get(key, ()) if r() is not None]
+                if not refs:
+                    self._remove(key)
+                for ref in refs:
+                    view = ref()
+                    if view is not None:
+                        weakref.finalize(view, self._release, key)
 
     def stats(self) -> dict[str, int]:
         """Hits, misses, bypasses, evictions and bytes held."""
