@@ -132,7 +132,10 @@ def test_a_cached_copy_held_when_its_set_closes_is_written_back_by_its_handle_an
     dropped = tiers.place("d", np.zeros(4), "cached", directory=tmp_path, held=held)
     copy, other = written.array, dropped.array  # copies in the set's DRAM cache, held by the caller
     copy[:] = 7.0  # changed, not synced yet
+    other[:] = 5.0
+    held.cache.mark_dirty(dropped)  # changed and said so (as a store call that writes does)
     held.close()
+    assert tiers.open_array("d", "mapped", directory=tmp_path).array.tolist() == [5.0] * 4  # written at close
     written.sync()  # the session is gone; the change still reaches the file
     assert tiers.open_array("w", "mapped", directory=tmp_path).array.tolist() == [7.0] * 4
     del other  # the last copy of an entry of a closed cache: the entry goes with it

@@ -597,9 +597,9 @@ class DramCache:
                     self._remove(key)
 
     def close(self) -> None:
-        """Empty the cache for good (its tier set is closing): the entries no caller holds go now,
-        dirty ones written back; one whose copy a caller still holds (and may have written) stays until
-        its handle syncs it (written back) or the last copy is dropped. From now on arrays are used
+        """Empty the cache for good (its tier set is closing): dirty entries are written back now, and
+        those no caller holds go; one whose copy a caller still holds (and may write) stays until its
+        handle syncs it (written back) or the last copy is dropped. From now on arrays are used
         through their mappings in place: no new copy is kept."""
         with self.lock:
             self.closed = True
@@ -607,6 +607,13 @@ class DramCache:
                 refs = [r for r in self.handed.get(key, ()) if r() is not None]
                 if not refs:
                     self._remove(key)
+                elif key in self.dirty:  # marked changed: written back now, as when it leaves the cache
+                    self.dirty.discard(key)
+                    placed, copy = self.entries[key]
+                    try:
+                        write_file(placed.name, placed.directory, copy)
+                    except FileNotFoundError:
+                        pass  # the file was freed meanwhile: there is nothing left to write back to
                 for ref in refs:
                     view = ref()
                     if view is not None:
