@@ -101,3 +101,22 @@ def test_two_sessions_hold_their_own_tier_sets_with_their_own_settings():
         assert tiers.current() is a.tier_set and tiers.names("dram") == ["mine"]  # A's set back in use
     assert a.tier_set.closed and a.tier_set.counters()["dram_arrays"] == 0
     assert tiers.current() is before
+
+
+def test_a_dram_budget_configured_before_start_holds_in_the_session_and_one_configured_in_it_stays_there():
+    """``configure(dram_budget=...)`` before ``workbench.start()`` (where no session is: the process's
+    set) is the budget of the session started after it, as it was before sessions owned their sets; one
+    configured in the session is that session's only."""
+    from workbench.memory import tiers
+    from workbench.runtime.strategies import tiers as tier_strategies
+
+    assert tiers.current() is tiers.PROCESS
+    previous = tiers.PROCESS.dram_budget
+    tier_strategies.configure(dram_budget=123_456)
+    try:
+        with workbench.start(n_workers=1, timeout=60) as session:
+            assert tiers.current() is session.tier_set and tier_strategies.settings().dram_budget == 123_456
+            tier_strategies.configure(dram_budget=654_321)
+        assert tier_strategies.settings().dram_budget == 123_456  # the session's own went with it
+    finally:
+        tiers.PROCESS.dram_budget = previous
