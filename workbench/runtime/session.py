@@ -708,5 +708,7 @@ def _session(
     session.tier_set = tiers.new_set(
         f"the session of {client.scheduler.address}", request.settings if request is not None else None
     )
+    # A budget configured where no session was (the process's set, before start()) is each new session's.
+    session.tier_set.dram_budget = tiers.PROCESS.dram_budget
     tier_set.activate(session.tier_set)
     return session
