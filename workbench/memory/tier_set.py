@@ -20,7 +20,10 @@ Who owns a set:
 
 Which set is in use is a :class:`contextvars.ContextVar`: a session's set is in use in the context that
 started it (a notebook's cells share one), a thread begins with none (the process's), and a block
-under :func:`using` changes it for that block only. A closed set is never in use: code that still
+under :func:`using` changes it for that block only. An asyncio task runs in a copy of its creator's
+context, and so does a Jupyter cell with a top-level ``await`` (ipykernel 6.31, IPython 9): a session
+started there is in use there only, not in the caller or the next cells (``activate(session.tier_set)``
+in a plain cell puts it in use). A closed set is never in use: code that still
 names it gets the last still open set it was activated over, else the process's. This module imports
 nothing of the tiers: the cache and the device memory are made by :mod:`workbench.memory.tiers`
 (``tiers.new_set``) and kept here as they are given.
