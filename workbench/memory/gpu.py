@@ -17,7 +17,8 @@ Nothing is spilled to the host behind the caller's back: moving an array off the
 ``tiers.move`` the caller makes (dask-cuda's workers spill device to host by themselves instead).
 
 The arrays are this process's (a CUDA context belongs to one process, as ``dram``'s arrays do): named
-in :data:`DEVICE`, freed by ``tiers.free``. :class:`GpuTier` is the tier itself (in the registry of
+in a tier set's :class:`DeviceMemory` (a session's, or :data:`DEVICE`, the process's), freed by
+``tiers.free``. :class:`GpuTier` is the tier itself (in the registry of
 :mod:`workbench.memory.tiers`). numba is imported on first use, never at import time.
 Under ``NUMBA_ENABLE_CUDASIM=1`` the tier runs in numba's CUDA simulator (how CI, which has no GPU,
 tests it): the same placement rules and counts; its times mean nothing.
@@ -170,7 +171,7 @@ class DeviceMemory:
             with self.lock:
                 held = sorted(self.arrays.items(), key=lambda kv: -int(kv[1].nbytes))[:4]
             listed = ", ".join(f"{n!r} ({size_text(int(a.nbytes))})" for n, a in held) or "nothing"
-            limit_set_by = f"${GPU_BYTES_ENV}" if self.cap() is None else "the cap of this block (DEVICE.capped)"
+            limit_set_by = f"${GPU_BYTES_ENV}" if self.cap() is None else "the cap of this block (DeviceMemory.capped)"
             raise TierError(
                 f"{name!r} needs {size_text(nbytes)} of device memory, and the gpu tier holds {size_text(used)} "
                 f"of its {size_text(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
