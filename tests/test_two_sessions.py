@@ -120,3 +120,27 @@ def test_a_dram_budget_configured_before_start_holds_in_the_session_and_one_conf
         assert tier_strategies.settings().dram_budget == 123_456  # the session's own went with it
     finally:
         tiers.PROCESS.dram_budget = previous
+
+
+def test_a_session_whose_cached_copy_cannot_be_written_back_still_closes_its_client_and_cluster(tmp_path):
+    """A dirty cached copy whose file another process replaced (another shape) cannot be written back
+    when the session closes: the error says so, and the session's client and cluster close all the same."""
+    from workbench.memory import shm, tier_set, tiers
+
+    session = workbench.start(n_workers=1, timeout=60)
+    try:
+        handle = tiers.place("swapped", np.zeros(4), "cached", directory=tmp_path)
+        copy = handle.array
+        copy[:] = 1.0
+        session.tier_set.cache.mark_dirty(handle)
+        del copy
+        shm.delete("swapped", tmp_path)  # replaced behind the cache's back, as another process would
+        view, _ = shm.copy_in("swapped", np.zeros(8), directory=tmp_path)
+        del view
+        with pytest.raises(tiers.TierError, match=r"holds a \(8,\) float64 array, not \(4,\)"):
+            session.close()
+        assert session.client.status == "closed" and session.cluster.status.name == "closed"
+        assert tier_set.active() is not session.tier_set
+    finally:
+        session.close()
+        shm.delete("swapped", tmp_path)
