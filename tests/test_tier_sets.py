@@ -146,6 +146,27 @@ def test_a_cached_copy_held_when_its_set_closes_is_written_back_by_its_handle_an
         tiers.free(name, "cached", directory=tmp_path)
 
 
+def test_a_copy_that_cannot_be_written_back_at_close_stops_no_other(tmp_path):
+    from workbench.memory import shm
+
+    held = tiers.new_set("a session closing")
+    handles = [tiers.place(name, np.zeros(4), "cached", directory=tmp_path, held=held) for name in ("s1", "s2")]
+    for handle in handles:
+        copy = handle.array
+        copy[:] = 3.0
+        held.cache.mark_dirty(handle)
+        del copy
+    shm.delete("s1", tmp_path)  # replaced behind the cache's back (another shape), as another process would
+    view, _ = shm.copy_in("s1", np.zeros(8), directory=tmp_path)
+    del view
+    with pytest.raises(tiers.TierError, match=r"holds a \(8,\) float64 array, not \(4,\)"):
+        held.close()
+    assert tiers.open_array("s2", "mapped", directory=tmp_path).array.tolist() == [3.0] * 4  # written all the same
+    assert held.cache.entries == {} and held.cache.used == 0
+    for name in ("s1", "s2"):
+        tiers.free(name, "cached", directory=tmp_path)
+
+
 def test_a_set_reads_its_settings_from_its_snapshot_else_where_it_runs(monkeypatch):
     monkeypatch.setenv(GPU_BYTES_ENV, "3MiB")
     snapshot = tiers.new_set("a session", Settings({GPU_BYTES_ENV: "1MiB", DRAM_BUDGET: "99"}))
