@@ -600,24 +600,31 @@ class DramCache:
         """Empty the cache for good (its tier set is closing): dirty entries are written back now, and
         those no caller holds go; one whose copy a caller still holds (and may write) stays until its
         handle syncs it (written back) or the last copy is dropped. From now on arrays are used
-        through their mappings in place: no new copy is kept."""
+        through their mappings in place: no new copy is kept. A copy that cannot be written back (its
+        file replaced by another shape) stays unwritten, and its error is raised once the others are done."""
+        failed: list[Exception] = []
         with self.lock:
             self.closed = True
             for key in list(self.entries):
                 refs = [r for r in self.handed.get(key, ()) if r() is not None]
-                if not refs:
-                    self._remove(key)
-                elif key in self.dirty:  # marked changed: written back now, as when it leaves the cache
-                    self.dirty.discard(key)
-                    placed, copy = self.entries[key]
-                    try:
-                        write_file(placed.name, placed.directory, copy)
-                    except FileNotFoundError:
-                        pass  # the file was freed meanwhile: there is nothing left to write back to
+                try:
+                    if not refs:
+                        self._remove(key)
+                    elif key in self.dirty:  # marked changed: written back now, as when it leaves the cache
+                        self.dirty.discard(key)
+                        placed, copy = self.entries[key]
+                        try:
+                            write_file(placed.name, placed.directory, copy)
+                        except FileNotFoundError:
+                            pass  # the file was freed meanwhile: there is nothing left to write back to
+                except (TierError, OSError, shm.SharedMemoryError) as error:  # the others are still written
+                    failed.append(error)
                 for ref in refs:
                     view = ref()
                     if view is not None:
                         weakref.finalize(view, self._release, key)
+        if failed:
+            raise failed[0]
 
     def stats(self) -> dict[str, int]:
         """Hits, misses, bypasses, evictions and bytes held."""
