@@ -79,6 +79,29 @@ def test_deactivating_brings_back_the_set_in_use_before_if_still_open(two_sets):
         assert tiers.current() is before
 
 
+def test_a_set_closed_in_another_thread_gives_way_to_the_one_it_was_activated_over(two_sets):
+    a, b = two_sets  # two sessions started in a notebook, the later one closed at the kernel's shutdown or by a thread
+    with contextlib.ExitStack() as undo:
+        undo.callback(tier_set.deactivate, a)
+        undo.callback(tier_set.deactivate, b)
+        tier_set.activate(a)
+        tier_set.activate(b)
+        thread = threading.Thread(target=lambda: (b.close(), tier_set.deactivate(b)))
+        thread.start()
+        thread.join(timeout=30)
+        assert tiers.current() is a  # not the process's: a is still open and was in use under b
+
+
+def test_move_frees_the_array_in_its_own_set_not_one_of_the_same_name_in_another(two_sets, tmp_path):
+    a, b = two_sets
+    in_a = tiers.place("x", np.arange(3), "dram", held=a)
+    tiers.place("x", np.full(3, 9), "dram", held=b)  # another session's array of the same name
+    moved = tiers.move(in_a, "disk", directory=tmp_path, held=b)
+    assert moved.array.tolist() == [0, 1, 2]
+    assert tiers.names("dram", held=a) == []  # moved away from a
+    assert tiers.open_array("x", "dram", held=b).array.tolist() == [9, 9, 9]  # b's own untouched
+
+
 def test_a_thread_starts_with_the_process_set_and_a_wrong_held_is_a_type_error(two_sets):
     a, _ = two_sets
     seen = []
@@ -101,6 +124,47 @@ def test_the_cached_tier_reads_through_the_cache_of_its_set_and_counts_there(two
     assert a.counters()["cache_misses"] == 1 and a.counters()["cache_hits"] >= 2  # the first read only missed
     assert b.counters()["cache_misses"] == b.counters()["cache_hits"] == 0
     tiers.free("c", "cached", directory=tmp_path, held=a)
+
+
+def test_a_cached_copy_held_when_its_set_closes_is_written_back_by_its_handle_and_nothing_is_kept(tmp_path):
+    held = tiers.new_set("a session closing")
+    written = tiers.place("w", np.zeros(4), "cached", directory=tmp_path, held=held)
+    dropped = tiers.place("d", np.zeros(4), "cached", directory=tmp_path, held=held)
+    copy, other = written.array, dropped.array  # copies in the set's DRAM cache, held by the caller
+    copy[:] = 7.0  # changed, not synced yet
+    other[:] = 5.0
+    held.cache.mark_dirty(dropped)  # changed and said so (as a store call that writes does)
+    held.close()
+    assert tiers.open_array("d", "mapped", directory=tmp_path).array.tolist() == [5.0] * 4  # written at close
+    written.sync()  # the session is gone; the change still reaches the file
+    assert tiers.open_array("w", "mapped", directory=tmp_path).array.tolist() == [7.0] * 4
+    del other  # the last copy of an entry of a closed cache: the entry goes with it
+    assert held.cache.entries == {} and held.cache.used == 0
+    assert written.array.tolist() == [7.0] * 4 and held.cache.entries == {}  # read in place, no new copy kept
+    del copy
+    for name in ("w", "d"):
+        tiers.free(name, "cached", directory=tmp_path)
+
+
+def test_a_copy_that_cannot_be_written_back_at_close_stops_no_other(tmp_path):
+    from workbench.memory import shm
+
+    held = tiers.new_set("a session closing")
+    handles = [tiers.place(name, np.zeros(4), "cached", directory=tmp_path, held=held) for name in ("s1", "s2")]
+    for handle in handles:
+        copy = handle.array
+        copy[:] = 3.0
+        held.cache.mark_dirty(handle)
+        del copy
+    shm.delete("s1", tmp_path)  # replaced behind the cache's back (another shape), as another process would
+    view, _ = shm.copy_in("s1", np.zeros(8), directory=tmp_path)
+    del view
+    with pytest.raises(tiers.TierError, match=r"holds a \(8,\) float64 array, not \(4,\)"):
+        held.close()
+    assert tiers.open_array("s2", "mapped", directory=tmp_path).array.tolist() == [3.0] * 4  # written all the same
+    assert held.cache.entries == {} and held.cache.used == 0
+    for name in ("s1", "s2"):
+        tiers.free(name, "cached", directory=tmp_path)
 
 
 def test_a_set_reads_its_settings_from_its_snapshot_else_where_it_runs(monkeypatch):
@@ -140,7 +204,10 @@ class TierSetMachine(RuleBasedStateMachine):
         self.before: dict[int, tier_set.TierSet | None] = {}
 
     def _expected_in_use(self) -> tier_set.TierSet:
-        return self.in_use if self.in_use is not None and not self.in_use.closed else self.base
+        held = self.in_use  # a closed one gives way to the last still open it was activated over
+        while held is not None and held.closed:
+            held = self.before.get(id(held))
+        return held if held is not None else self.base
 
     @rule(target=sets)
     def make(self):

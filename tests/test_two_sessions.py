@@ -101,3 +101,46 @@ def test_two_sessions_hold_their_own_tier_sets_with_their_own_settings():
         assert tiers.current() is a.tier_set and tiers.names("dram") == ["mine"]  # A's set back in use
     assert a.tier_set.closed and a.tier_set.counters()["dram_arrays"] == 0
     assert tiers.current() is before
+
+
+def test_a_dram_budget_configured_before_start_holds_in_the_session_and_one_configured_in_it_stays_there():
+    """``configure(dram_budget=...)`` before ``workbench.start()`` (where no session is: the process's
+    set) is the budget of the session started after it, as it was before sessions owned their sets; one
+    configured in the session is that session's only."""
+    from workbench.memory import tier_set, tiers
+    from workbench.runtime.strategies import tiers as tier_strategies
+
+    previous = tiers.PROCESS.dram_budget
+    with tier_set.using(tiers.PROCESS):  # where no session is (another test's may be in use here)
+        tier_strategies.configure(dram_budget=123_456)
+    try:
+        with workbench.start(n_workers=1, timeout=60) as session:
+            assert tiers.current() is session.tier_set and tier_strategies.settings().dram_budget == 123_456
+            tier_strategies.configure(dram_budget=654_321)
+        assert tiers.PROCESS.dram_budget == 123_456  # the session's own went with it
+    finally:
+        tiers.PROCESS.dram_budget = previous
+
+
+def test_a_session_whose_cached_copy_cannot_be_written_back_still_closes_its_client_and_cluster(tmp_path):
+    """A dirty cached copy whose file another process replaced (another shape) cannot be written back
+    when the session closes: the error says so, and the session's client and cluster close all the same."""
+    from workbench.memory import shm, tier_set, tiers
+
+    session = workbench.start(n_workers=1, timeout=60)
+    try:
+        handle = tiers.place("swapped", np.zeros(4), "cached", directory=tmp_path)
+        copy = handle.array
+        copy[:] = 1.0
+        session.tier_set.cache.mark_dirty(handle)
+        del copy
+        shm.delete("swapped", tmp_path)  # replaced behind the cache's back, as another process would
+        view, _ = shm.copy_in("swapped", np.zeros(8), directory=tmp_path)
+        del view
+        with pytest.raises(tiers.TierError, match=r"holds a \(8,\) float64 array, not \(4,\)"):
+            session.close()
+        assert session.client.status == "closed" and session.cluster.status.name == "closed"
+        assert tier_set.active() is not session.tier_set
+    finally:
+        session.close()
+        shm.delete("swapped", tmp_path)

@@ -172,7 +172,7 @@ class DeviceMemory:
             with self.lock:
                 held = sorted(self.arrays.items(), key=lambda kv: -int(kv[1].nbytes))[:4]
             listed = ", ".join(f"{n!r} ({size_text(int(a.nbytes))})" for n, a in held) or "nothing"
-            limit_set_by = f"${GPU_BYTES_ENV}" if self.cap() is None else "the cap of this block (DEVICE.capped)"
+            limit_set_by = f"${GPU_BYTES_ENV}" if self.cap() is None else "the cap of this block (DeviceMemory.capped)"
             raise TierError(
                 f"{name!r} needs {size_text(nbytes)} of device memory, and the gpu tier holds {size_text(used)} "
                 f"of its {size_text(limit)} limit (largest: {listed}): free() or move() arrays to a host tier "
@@ -269,10 +269,11 @@ class GpuArray(TierArray):
 
     tier = "gpu"
 
-    def __init__(self, name: str, device: Any, memory: DeviceMemory):
+    def __init__(self, name: str, device: Any, memory: DeviceMemory, held: TierSet | None = None):
         super().__init__(name, None)
         self.device = device
         self.memory = memory
+        self.held = held
 
     @property
     def array(self) -> np.ndarray:
@@ -313,11 +314,11 @@ class GpuTier(Tier):
     ) -> GpuArray:
         """Copy ``array`` (host or device) onto the device under ``name``, within the limit."""
         check_plain(array, f"array {name!r}", self.name)
-        return GpuArray(name, held.device.put(name, array, replace), held.device)
+        return GpuArray(name, held.device.put(name, array, replace), held.device, held)
 
     def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> GpuArray:
         """The device array placed in ``held`` under ``name``."""
-        return GpuArray(name, held.device.get(name), held.device)
+        return GpuArray(name, held.device.get(name), held.device, held)
 
     def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget the device array ``name`` (its memory goes with its last reference)."""
@@ -329,4 +330,4 @@ class GpuTier(Tier):
 
     def adopt(self, name: str, array: Any, *, held: TierSet) -> GpuArray:
         """Name the device array ``array`` (a kernel's result: no bytes move) as ``name``, within the limit."""
-        return GpuArray(name, held.device.adopt(name, array), held.device)
+        return GpuArray(name, held.device.adopt(name, array), held.device, held)

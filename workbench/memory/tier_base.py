@@ -95,6 +95,7 @@ class TierArray:
 
     tier = ""
     cache: Any = None  # the DRAM cache the array is used through (None: none)
+    held: TierSet | None = None  # the tier set a dram or gpu array is named in (None: a file names it)
 
     def __init__(self, name: str, directory: Path | None):
         self.name = name

@@ -20,9 +20,13 @@ Who owns a set:
 
 Which set is in use is a :class:`contextvars.ContextVar`: a session's set is in use in the context that
 started it (a notebook's cells share one), a thread begins with none (the process's), and a block
-under :func:`using` changes it for that block only. A closed set is never in use: code that still
-names it gets the process's. This module imports nothing of the tiers: the cache and the device
-memory are made by :mod:`workbench.memory.tiers` (``tiers.new_set``) and kept here as they are given.
+under :func:`using` changes it for that block only. An asyncio task runs in a copy of its creator's
+context, and so does a Jupyter cell with a top-level ``await`` (ipykernel 6.31, IPython 9): a session
+started there is in use there only, not in the caller or the next cells (``activate(session.tier_set)``
+in a plain cell puts it in use). A closed set is never in use: code that still
+names it gets the last still open set it was activated over, else the process's. This module imports
+nothing of the tiers: the cache and the device memory are made by :mod:`workbench.memory.tiers`
+(``tiers.new_set``) and kept here as they are given.
 """
 
 from __future__ import annotations
@@ -80,13 +84,14 @@ class TierSet:
     def close(self) -> None:
         """Free what the set holds (its ``dram`` arrays, its device arrays, its cache's copies, dirty
         ones written back first) and take it out of use; safe to call twice. Views callers still hold
-        stay valid until dropped, as after ``tiers.free``."""
+        stay valid until dropped, as after ``tiers.free``; a cached copy a caller holds stays in the
+        cache until its handle's ``sync()`` writes it back or the copy is dropped (``DramCache.close``)."""
         self.closed = True
         with self.dram_lock:
             self.dram.clear()
         for name in self.device.names():
             self.device.pop(name)
-        self.cache.drop()
+        self.cache.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.dram)} dram, {len(self.device.names())} gpu arrays"
@@ -97,9 +102,13 @@ _ACTIVE: contextvars.ContextVar[TierSet | None] = contextvars.ContextVar("workbe
 
 
 def active() -> TierSet | None:
-    """The tier set in use in this context, or None (the process's is used): a closed one is not."""
+    """The tier set in use in this context, or None (the process's is used). A closed one is not: the
+    last still open of those it was activated over is (a session closed from another thread, or at
+    the kernel's shutdown, cannot deactivate its set in this context)."""
     held = _ACTIVE.get()
-    return held if held is not None and not held.closed else None
+    while held is not None and held.closed:
+        held = held.before
+    return held
 
 
 def activate(held: TierSet) -> None:

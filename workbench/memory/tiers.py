@@ -300,9 +300,10 @@ class DramArray(TierArray):
 
     tier = "dram"
 
-    def __init__(self, name: str, array: np.ndarray):
+    def __init__(self, name: str, array: np.ndarray, held: TierSet | None = None):
         super().__init__(name, None)
         self._array = array
+        self.held = held
 
     @property
     def array(self) -> np.ndarray:
@@ -492,6 +493,7 @@ class DramCache:
         self.used = 0
         self.hits = self.misses = self.bypasses = self.evictions = 0
         self.lock = threading.RLock()
+        self.closed = False  # closed with its tier set: keeps no new copies (see close)
         _CACHES.add(self)
 
     def get(self, placed: CachedArray) -> np.ndarray:
@@ -503,7 +505,7 @@ class DramCache:
                 self.hits += 1
                 return self._hand_out(key)
             nbytes = placed.file_nbytes
-            if nbytes > self.budget:
+            if nbytes > self.budget or self.closed:
                 self.bypasses += 1
                 return placed.mapped.array
             while self.used + nbytes > self.budget and self._evict_oldest(skip_pinned=True):
@@ -522,7 +524,16 @@ class DramCache:
         refs = [r for r in self.handed.get(key, ()) if r() is not None]
         refs.append(weakref.ref(view))
         self.handed[key] = refs
+        if self.closed:
+            weakref.finalize(view, self._release, key)
         return view
+
+    def _release(self, key: str) -> None:
+        """A copy of entry ``key`` of the closed cache went: the entry goes too once none is left
+        (written back if marked dirty; changes never synced are lost, as on any eviction)."""
+        with self.lock:
+            if key in self.entries and not self.pinned(key):
+                self._remove(key)
 
     def pinned(self, key: str) -> bool:
         """Whether a copy of entry ``key`` handed out is still alive (a caller may write into it)."""
@@ -584,6 +595,36 @@ class DramCache:
             for key in keys:
                 if key in self.entries:
                     self._remove(key)
+
+    def close(self) -> None:
+        """Empty the cache for good (its tier set is closing): dirty entries are written back now, and
+        those no caller holds go; one whose copy a caller still holds (and may write) stays until its
+        handle syncs it (written back) or the last copy is dropped. From now on arrays are used
+        through their mappings in place: no new copy is kept. A copy that cannot be written back (its
+        file replaced by another shape) stays unwritten, and its error is raised once the others are done."""
+        failed: list[Exception] = []
+        with self.lock:
+            self.closed = True
+            for key in list(self.entries):
+                refs = [r for r in self.handed.get(key, ()) if r() is not None]
+                try:
+                    if not refs:
+                        self._remove(key)
+                    elif key in self.dirty:  # marked changed: written back now, as when it leaves the cache
+                        self.dirty.discard(key)
+                        placed, copy = self.entries[key]
+                        try:
+                            write_file(placed.name, placed.directory, copy)
+                        except FileNotFoundError:
+                            pass  # the file was freed meanwhile: there is nothing left to write back to
+                except (TierError, OSError, shm.SharedMemoryError) as error:  # the others are still written
+                    failed.append(error)
+                for ref in refs:
+                    view = ref()
+                    if view is not None:
+                        weakref.finalize(view, self._release, key)
+        if failed:
+            raise failed[0]
 
     def stats(self) -> dict[str, int]:
         """Hits, misses, bypasses, evictions and bytes held."""
@@ -693,7 +734,7 @@ class DramTier(Tier):
             if name in held.dram and not replace:
                 raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
             held.dram[name] = np.array(array, copy=True, subok=True)
-            return DramArray(name, held.dram[name])
+            return DramArray(name, held.dram[name], held)
 
     def open(self, name: str, *, directory: Path | None, cache: Any, writable: bool, held: TierSet) -> DramArray:
         """The placement ``name`` in ``held`` (dram does not survive a restart)."""
@@ -703,7 +744,7 @@ class DramTier(Tier):
                     f"no dram array {name!r} in {held.name}'s tiers: dram does not survive a restart, and "
                     "another session's arrays are its own; tiers.names('dram') lists these"
                 )
-            return DramArray(name, held.dram[name])
+            return DramArray(name, held.dram[name], held)
 
     def free(self, name: str, *, directory: Path | None, held: TierSet) -> bool:
         """Forget ``name``."""
@@ -937,7 +978,8 @@ def move(
     """Place ``handle``'s array on ``tier`` (same name) and free it where it was; returns the new handle.
     Another array of that name already on ``tier`` is an error unless ``replace=True``. ``directory`` is
     a file tier's (mapped, cached, disk); ``dram`` and ``gpu`` have none and pass it by, as :func:`place` does.
-    ``held``: the tier set both places are in (default: the one in use)."""
+    ``held``: the tier set of the new place (default: the one in use); a ``dram`` or ``gpu`` array is freed
+    in its own set (another session's, say), never one of the same name in ``held``."""
     held = current(held)
     kind = lookup(tier)
     if not kind.file_backed:
@@ -955,7 +997,9 @@ def move(
         )
     data = handle.array  # off the gpu tier: a counted host copy
     new = place(handle.name, data, tier, directory=directory, replace=True, held=held)
-    free(handle.name, handle.tier, directory=handle.directory, held=held)
+    source = handle.held if handle.held is not None else held
+    if not source.closed:  # a closed set's arrays were freed with it
+        lookup(handle.tier).free(handle.name, directory=handle.directory, held=source)
     return new
 
 

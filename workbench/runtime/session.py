@@ -162,17 +162,21 @@ class Session:
         try:
             self._exits.close()
         finally:
-            if self.tier_set is not None:  # its arrays freed, out of use: the process's set is in use again
-                self.tier_set.close()
-                tier_set.deactivate(self.tier_set)
             try:
-                self.client.close(timeout=self.timeout)
-            finally:
-                if self.cluster is not None:
+                if self.tier_set is not None:  # its arrays freed, out of use: the set in use before is again
                     try:
-                        self._stop_workers()
+                        self.tier_set.close()  # may raise: a cached copy that cannot be written back
                     finally:
-                        self.cluster.close(timeout=self.timeout)
+                        tier_set.deactivate(self.tier_set)
+            finally:
+                try:
+                    self.client.close(timeout=self.timeout)
+                finally:
+                    if self.cluster is not None:
+                        try:
+                            self._stop_workers()
+                        finally:
+                            self.cluster.close(timeout=self.timeout)
 
     def _stop_workers(self) -> None:
         """Stop a local cluster's worker processes before its scheduler, each given the session's
@@ -708,5 +712,7 @@ def _session(
     session.tier_set = tiers.new_set(
         f"the session of {client.scheduler.address}", request.settings if request is not None else None
     )
+    # A budget configured where no session was (the process's set, before start()) is each new session's.
+    session.tier_set.dram_budget = tiers.PROCESS.dram_budget
     tier_set.activate(session.tier_set)
     return session

@@ -74,7 +74,8 @@ def settings() -> TierSettings:
 
 def configure(dram_budget: int) -> TierSettings:
     """Set the DRAM budget per backend for the tier strategies in the tier set in use (a session's, for
-    that session only; a benchmark sets it per dataset)."""
+    that session only; a benchmark sets it per dataset). Set before ``workbench.start()`` (in the
+    process's set), it is the budget of each session started after it."""
     memory_tiers.current().dram_budget = _checked(dram_budget, "dram_budget")
     return settings()
 
