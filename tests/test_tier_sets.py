@@ -179,6 +179,23 @@ def test_a_set_reads_its_settings_from_its_snapshot_else_where_it_runs(monkeypat
         live.close()
 
 
+def test_a_placement_that_reaches_a_set_closed_on_its_way_is_refused(two_sets):
+    """A placement checks that its set is open before it places, and close() may come between: the tier
+    checks again under the lock close() clears the arrays with, so nothing lands in a closed set."""
+    from workbench.memory import gpu
+
+    a, _ = two_sets
+    a.close()
+    with pytest.raises(tiers.TierError, match="is closed .* 'late' was not placed"):
+        tiers.lookup("dram").put("late", np.ones(2), directory=None, cache=None, replace=False, owner=None, held=a)
+    assert a.counters()["dram_arrays"] == 0
+    device = gpu.DeviceMemory()
+    device.close()
+    with device.capped(2**20), pytest.raises(tiers.TierError, match="is closed .* 'late' was not kept"):
+        device.adopt("late", np.ones(2))  # (a host array: the limit and the closed set are checked first)
+    assert device.names() == []
+
+
 def test_only_a_tier_kernels_make_arrays_on_adopts_them(two_sets):
     a, _ = two_sets
     with pytest.raises(tiers.TierError, match="the dram tier cannot adopt 'r'.*place\\(\\) a copy"):
@@ -190,8 +207,8 @@ NAMES = st.sampled_from(["tsm-p", "tsm-q", "tsm-r"])
 
 
 class TierSetMachine(RuleBasedStateMachine):
-    """Sets made, activated, deactivated and closed in any order; dram arrays placed and freed in the
-    one in use or one named; against a dict per set and the chain of what was activated over what."""
+    """Sets made, activated, deactivated, used for a block and closed in any order; dram arrays placed
+    and freed in the one in use or one named; against a dict per set and a stack of what is in use."""
 
     sets = Bundle("sets")
 
@@ -200,14 +217,11 @@ class TierSetMachine(RuleBasedStateMachine):
         self.base = tiers.current()  # what is in use when the machine starts (the process's or a session's)
         self.model: dict[int, dict[str, float]] = {}  # id(set) -> name -> the value placed
         self.made: list[tier_set.TierSet] = []
-        self.in_use: tier_set.TierSet | None = None  # None: the base
-        self.before: dict[int, tier_set.TierSet | None] = {}
+        self.stack: list[tier_set.TierSet] = []  # activated here and not taken out, the latest last
 
     def _expected_in_use(self) -> tier_set.TierSet:
-        held = self.in_use  # a closed one gives way to the last still open it was activated over
-        while held is not None and held.closed:
-            held = self.before.get(id(held))
-        return held if held is not None else self.base
+        open_ones = [held for held in self.stack if not held.closed]  # a closed one gives way to the one below
+        return open_ones[-1] if open_ones else self.base
 
     @rule(target=sets)
     def make(self):
@@ -223,33 +237,21 @@ class TierSetMachine(RuleBasedStateMachine):
                 tier_set.activate(held)
             return
         tier_set.activate(held)
-        if self.in_use is not held:  # held leaves the chain below it: no set is ever its own predecessor
-            link = self.in_use
-            while link is not None:
-                if self.before.get(id(link)) is held:
-                    self.before[id(link)] = self.before.get(id(held))
-                    break
-                link = self.before.get(id(link))
-            self.before[id(held)] = self.in_use
-        self.in_use = held
+        self.stack = [s for s in self.stack if s is not held] + [held]  # never below itself
 
     @rule(held=sets)
     def deactivate(self, held):
         tier_set.deactivate(held)
-        if self.in_use is held:
-            before = self.before.get(id(held))
-            while before is not None and before.closed:
-                before = self.before.get(id(before))
-            self.in_use = before
+        if self.stack and self.stack[-1] is held:
+            self.stack.pop()
 
     @rule(held=sets)
     def close(self, held):
         held.close()
         self.model[id(held)] = {}
 
-    @rule(name=NAMES, value=st.floats(-5, 5), where=st.one_of(st.none(), sets))
-    def place(self, name, value, where):
-        target = self._expected_in_use() if where is None else where
+    def _place(self, name, value, where, in_use=None):
+        target = where or in_use or self._expected_in_use()
         if where is not None and where.closed:
             with pytest.raises(tiers.TierError, match="is closed"):
                 tiers.place(name, np.full(2, value), "dram", held=where, replace=True)
@@ -257,6 +259,24 @@ class TierSetMachine(RuleBasedStateMachine):
         tiers.place(name, np.full(2, value), "dram", held=where, replace=True)
         if target is not self.base:
             self.model[id(target)][name] = value
+
+    @rule(name=NAMES, value=st.floats(-5, 5), where=st.one_of(st.none(), sets))
+    def place(self, name, value, where):
+        self._place(name, value, where)
+
+    @rule(held=sets, name=NAMES, value=st.floats(-5, 5), close_inside=st.booleans())
+    def use_for_a_block(self, held, name, value, close_inside):
+        if held.closed:
+            with pytest.raises(ValueError, match="is closed"), tier_set.using(held):
+                pass
+            return
+        with tier_set.using(held):
+            assert tiers.current() is held
+            self._place(name, value, None, in_use=held)
+            if close_inside:  # closed inside its block: the latest open one of those in use before it is
+                self.close(held)
+                assert tiers.current() is self._expected_in_use()
+        assert tiers.current() is self._expected_in_use()
 
     @rule(name=NAMES, held=sets)
     def free(self, name, held):
@@ -268,6 +288,7 @@ class TierSetMachine(RuleBasedStateMachine):
     @invariant()
     def each_set_holds_what_was_placed_in_it_only(self):
         assert tiers.current() is self._expected_in_use()
+        assert tier_set.in_use()[: len(self.stack)] == self.stack[::-1]
         for held in self.made:
             if not held.closed:
                 assert tiers.names("dram", held=held) == sorted(self.model[id(held)])
@@ -276,8 +297,9 @@ class TierSetMachine(RuleBasedStateMachine):
 
     def teardown(self):
         for held in self.made:
-            tier_set.deactivate(held)
             held.close()
+        while tier_set.in_use() and tier_set.in_use()[0] in self.made:  # this context as the machine found it
+            tier_set.deactivate(tier_set.in_use()[0])
         for name in NAMES.elements:  # what the machine placed in the base set
             tiers.free(name, "dram", held=self.base)
         assert tiers.current() is self.base

@@ -127,6 +127,7 @@ class DeviceMemory:
         self.lock = threading.Lock()
         self.transfers = Transfers()
         self._caps: list[int] = []  # limits set by capped(), innermost last
+        self.closed = False  # its tier set closed: it holds nothing and takes nothing more
 
     def cap(self) -> int | None:
         """The limit :meth:`capped` set for the block running now, or None."""
@@ -224,8 +225,7 @@ class DeviceMemory:
         check_numbers(value, f"array {name!r}")
         self.check_room(name, int(value.nbytes), int(there.nbytes) if there is not None else 0)
         copy = self.to_device(name, value)
-        with self.lock:
-            self.arrays[name] = copy
+        self._keep(name, copy)
         return copy
 
     def adopt(self, name: str, device: Any) -> Any:
@@ -236,8 +236,7 @@ class DeviceMemory:
             return device
         check_numbers(device, f"array {name!r}")
         self.check_room(name, int(device.nbytes), int(there.nbytes) if there is not None else 0)
-        with self.lock:
-            self.arrays[name] = device
+        self._keep(name, device)
         return device
 
     def get(self, name: str) -> Any:
@@ -259,6 +258,22 @@ class DeviceMemory:
         """The names held here, sorted."""
         with self.lock:
             return sorted(self.arrays)
+
+    def close(self) -> None:
+        """Forget every array (their memory goes with their last references) and take no more: its
+        tier set closed."""
+        with self.lock:
+            self.closed = True
+            self.arrays.clear()
+
+    def _keep(self, name: str, device: Any) -> None:
+        """Name ``device`` ``name`` here, unless closed meanwhile (checked under the lock close() takes)."""
+        with self.lock:
+            if self.closed:
+                raise TierError(
+                    f"the tier set of these device arrays is closed (its session ended): {name!r} was not kept"
+                )
+            self.arrays[name] = device
 
 
 DEVICE = DeviceMemory()  # the process's tier set's device arrays (tiers.PROCESS); a session's set has its own

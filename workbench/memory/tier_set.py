@@ -19,12 +19,14 @@ Who owns a set:
   operations.
 
 Which set is in use is a :class:`contextvars.ContextVar`: a session's set is in use in the context that
-started it (a notebook's cells share one), a thread begins with none (the process's), and a block
+started it (a notebook's plain cells share one), a thread begins with none (the process's), and a block
 under :func:`using` changes it for that block only. An asyncio task runs in a copy of its creator's
 context, and so does a Jupyter cell with a top-level ``await`` (ipykernel 6.31, IPython 9): a session
 started there is in use there only, not in the caller or the next cells (``activate(session.tier_set)``
 in a plain cell puts it in use). A closed set is never in use: code that still
-names it gets the last still open set it was activated over, else the process's. This module imports
+names it gets the latest still open of those put in use before it, else the process's. What is in use
+is kept by the context as an immutable chain (:func:`in_use`), not on the sets: a block under
+:func:`using` puts back exactly what was there before it. This module imports
 nothing of the tiers: the cache and the device memory are made by :mod:`workbench.memory.tiers`
 (``tiers.new_set``) and kept here as they are given.
 """
@@ -35,6 +37,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,7 +59,6 @@ class TierSet:
         self.dram_lock = threading.Lock()
         self.dram_budget: int | None = None  # bytes per store backend the tier strategies use; None: the setting
         self.closed = False
-        self.before: TierSet | None = None  # the set in use when this one was activated (back when it closes)
 
     def setting(self, name: str) -> str:
         """The value of setting ``name`` for this set's tiers: from its snapshot, else where it runs."""
@@ -86,11 +88,10 @@ class TierSet:
         ones written back first) and take it out of use; safe to call twice. Views callers still hold
         stay valid until dropped, as after ``tiers.free``; a cached copy a caller holds stays in the
         cache until its handle's ``sync()`` writes it back or the copy is dropped (``DramCache.close``)."""
-        self.closed = True
-        with self.dram_lock:
+        with self.dram_lock:  # under the lock a placement checks it with: none lands in a closed set
+            self.closed = True
             self.dram.clear()
-        for name in self.device.names():
-            self.device.pop(name)
+        self.device.close()
         self.cache.close()
 
     def __repr__(self) -> str:
@@ -98,59 +99,78 @@ class TierSet:
         return f"<TierSet of {self.name}: {state}>"
 
 
-_ACTIVE: contextvars.ContextVar[TierSet | None] = contextvars.ContextVar("workbench_tier_set", default=None)
+@dataclass(frozen=True)
+class _Uses:
+    """The sets put in use in one context, the latest first (``below``: the ones before it). Immutable,
+    and held by the context, not by the sets: a set in use in two contexts has two places, and a
+    ``with using()`` block puts back exactly what was there before it."""
+
+    held: TierSet
+    below: _Uses | None
+
+
+_ACTIVE: contextvars.ContextVar[_Uses | None] = contextvars.ContextVar("workbench_tier_sets", default=None)
+
+
+def _chain(uses: _Uses | None) -> list[TierSet]:
+    """The sets of ``uses``, the latest first."""
+    sets = []
+    while uses is not None:
+        sets.append(uses.held)
+        uses = uses.below
+    return sets
+
+
+def _uses_of(sets: list[TierSet]) -> _Uses | None:
+    """The chain of ``sets`` (the latest first)."""
+    uses = None
+    for held in reversed(sets):
+        uses = _Uses(held, uses)
+    return uses
+
+
+def in_use() -> list[TierSet]:
+    """The sets put in use in this context and not yet taken out, the latest first (closed ones too:
+    :func:`active` skips them)."""
+    return _chain(_ACTIVE.get())
 
 
 def active() -> TierSet | None:
     """The tier set in use in this context, or None (the process's is used). A closed one is not: the
-    last still open of those it was activated over is (a session closed from another thread, or at
-    the kernel's shutdown, cannot deactivate its set in this context)."""
-    held = _ACTIVE.get()
-    while held is not None and held.closed:
-        held = held.before
-    return held
+    latest still open of those put in use before it is (a session closed from another thread, or at
+    the kernel's shutdown, cannot take its set out of use in this context)."""
+    return next((held for held in _chain(_ACTIVE.get()) if not held.closed), None)
 
 
 def activate(held: TierSet) -> None:
     """Put ``held`` in use in this context from now on (what ``workbench.start()`` does with its
-    session's set); the set in use before comes back when ``held`` is deactivated, if still open."""
+    session's set); the set in use before comes back when ``held`` is deactivated or closed, if still
+    open. A set activated again moves to the top (it is never below itself)."""
     if not isinstance(held, TierSet):
         raise TypeError(f"activate() takes a TierSet, got {type(held).__name__}")
     if held.closed:
         raise ValueError(f"{held!r} is closed: its arrays were freed; make a new one (tiers.new_set)")
-    before = _ACTIVE.get()
-    if before is held:
-        return
-    link = before  # held leaves the chain of sets it was in (activated again: it is in use now, not before)
-    while link is not None:
-        if link.before is held:
-            link.before = held.before
-            break
-        link = link.before
-    held.before = before
-    _ACTIVE.set(held)
+    _ACTIVE.set(_Uses(held, _uses_of([s for s in _chain(_ACTIVE.get()) if s is not held])))
 
 
 def deactivate(held: TierSet) -> None:
-    """Take ``held`` out of use in this context if it is the one in use (a session closing): the set
-    it was activated over comes back, or the last still open before that, else the process's."""
-    if _ACTIVE.get() is not held:
-        return
-    before = held.before
-    while before is not None and before.closed:
-        before = before.before
-    _ACTIVE.set(before)
+    """Take ``held`` out of use in this context if it is the one put in use last (a session closing):
+    the one before it comes back, or the latest still open before that, else the process's."""
+    uses = _ACTIVE.get()
+    if uses is not None and uses.held is held:
+        _ACTIVE.set(uses.below)
 
 
 @contextlib.contextmanager
 def using(held: TierSet) -> Iterator[TierSet]:
     """Within the block, ``held`` is the set in use here (say, an earlier session's, after a later one
-    started); the one before comes back after it."""
+    started); what was in use before comes back after it, exactly (a session started inside the
+    block is in use until the block ends: start sessions outside such blocks)."""
     if not isinstance(held, TierSet):
         raise TypeError(f"using() takes a TierSet (a session's: session.tier_set), got {type(held).__name__}")
     if held.closed:
         raise ValueError(f"{held!r} is closed: its arrays were freed; use an open session's set")
-    token = _ACTIVE.set(held)
+    token = _ACTIVE.set(_Uses(held, _ACTIVE.get()))
     try:
         yield held
     finally:

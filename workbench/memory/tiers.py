@@ -731,6 +731,8 @@ class DramTier(Tier):
         """A copy of ``array`` in this process's memory under ``name``, in ``held``."""
         array = _on_host(array, held)
         with held.dram_lock:
+            if held.closed:  # closed while this call was on its way: checked where close() clears
+                raise TierError(f"{held!r} is closed (its session ended, its arrays freed): {name!r} was not placed")
             if name in held.dram and not replace:
                 raise TierError(f"{name!r} is on dram already: free() it, or place(..., replace=True)")
             held.dram[name] = np.array(array, copy=True, subok=True)
