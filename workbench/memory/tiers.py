@@ -568,7 +568,12 @@ class DramCache:
         self.handed.pop(key, None)
         self.used -= copy.nbytes
         self.evictions += 1
-        if key in self.dirty:  # written back into the same file: every mapping of it sees the change
+        self._write_back(key, placed, copy)
+
+    def _write_back(self, key: str, placed: CachedArray, copy: np.ndarray) -> None:
+        """Write entry ``key``'s ``copy`` into its file if it is marked dirty (into the same file: every
+        mapping of it sees the change), and unmark it."""
+        if key in self.dirty:
             self.dirty.discard(key)
             try:
                 write_file(placed.name, placed.directory, copy)
@@ -610,13 +615,8 @@ class DramCache:
                 try:
                     if not refs:
                         self._remove(key)
-                    elif key in self.dirty:  # marked changed: written back now, as when it leaves the cache
-                        self.dirty.discard(key)
-                        placed, copy = self.entries[key]
-                        try:
-                            write_file(placed.name, placed.directory, copy)
-                        except FileNotFoundError:
-                            pass  # the file was freed meanwhile: there is nothing left to write back to
+                    else:  # held: written back now if marked changed, as when it leaves the cache
+                        self._write_back(key, *self.entries[key])
                 except (TierError, OSError, shm.SharedMemoryError) as error:  # the others are still written
                     failed.append(error)
                 for ref in refs:
