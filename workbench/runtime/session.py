@@ -159,24 +159,17 @@ class Session:
         self._closed = True
         if self._unhook is not None:
             self._unhook()
-        try:
+        # Each step runs even if one before it raised (an ExitStack's callbacks run last pushed first):
+        # what it opened, its tier set, its client, then its cluster's workers and scheduler.
+        with contextlib.ExitStack() as steps:
+            if self.cluster is not None:
+                steps.callback(self.cluster.close, timeout=self.timeout)
+                steps.callback(self._stop_workers)
+            steps.callback(self.client.close, timeout=self.timeout)
+            if self.tier_set is not None:  # its arrays freed, out of use: the set in use before is again
+                steps.callback(tier_set.deactivate, self.tier_set)
+                steps.callback(self.tier_set.close)  # may raise: a cached copy that cannot be written back
             self._exits.close()
-        finally:
-            try:
-                if self.tier_set is not None:  # its arrays freed, out of use: the set in use before is again
-                    try:
-                        self.tier_set.close()  # may raise: a cached copy that cannot be written back
-                    finally:
-                        tier_set.deactivate(self.tier_set)
-            finally:
-                try:
-                    self.client.close(timeout=self.timeout)
-                finally:
-                    if self.cluster is not None:
-                        try:
-                            self._stop_workers()
-                        finally:
-                            self.cluster.close(timeout=self.timeout)
 
     def _stop_workers(self) -> None:
         """Stop a local cluster's worker processes before its scheduler, each given the session's
@@ -541,12 +534,7 @@ def start(
     :func:`workbench.runtime.frames.byte_view` in this process and, through a worker plugin, on every
     worker of the cluster (a CPython bug crashes a worker otherwise; see that module).
     """
-    settings = settings if settings is not None else Settings.read()
-    if not isinstance(settings, Settings):
-        raise ValueError(  # its type only: a mapping's repr is the whole environment, tokens included
-            f"settings must be a workbench.settings.Settings, got a {type(settings).__name__}: give "
-            "Settings({**os.environ, 'WORKBENCH_TLS': '0'}) for the environment with changes, or Settings.read()"
-        )
+    settings = _checked_settings(settings)
     request = _checked_request(
         address, n_workers, threads_per_worker, nodes, memory_limit, slurm, dashboard, timeout, settings
     )
@@ -658,6 +646,19 @@ def _memory_limit_ok(value: object) -> bool:
     if not (isinstance(value, str) or _is_number(value)) or (_is_number(value) and value < 1):
         return False
     return 0 < amount_of_memory(value) <= MAX_MEMORY_BYTES
+
+
+def _checked_settings(settings: object) -> Settings:
+    """``settings``, or the environment read now if None; a ``ValueError`` naming only its type otherwise
+    (a mapping's repr is the whole environment, tokens included)."""
+    if settings is None:
+        return Settings.read()
+    if not isinstance(settings, Settings):
+        raise ValueError(
+            f"settings must be a workbench.settings.Settings, got a {type(settings).__name__}: give "
+            "Settings({**os.environ, 'WORKBENCH_TLS': '0'}) for the environment with changes, or Settings.read()"
+        )
+    return settings
 
 
 def _kind_name(cluster: str | None, address: str | None, slurm: SlurmOptions | None, settings: Settings) -> str:
